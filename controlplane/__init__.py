@@ -1,0 +1,1 @@
+"""A local kube-apiserver + etcd (an envtest analogue) for tests, benchmarks and `demo`."""

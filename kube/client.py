@@ -1,0 +1,326 @@
+"""A small JSON REST client on top of the official `kubernetes` client's transport.
+
+The official client owns what it does well — kubeconfig and in-cluster loading, TLS,
+client certificates, bearer-token refresh, the urllib3 pool — and we own the rest:
+requests and responses are plain dicts parsed with `json` (the generated pydantic
+models cost several times the CPU and reject fields they do not know), watch bodies
+are streamed line by line, every request has a read timeout, errors carry the status
+code and `Retry-After`, and writes pass a client-side token bucket (`--kube-api-qps`
+/ `--kube-api-burst`) like client-go's.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+JSON = dict[str, Any]
+
+DEFAULT_TIMEOUT = urllib3.Timeout(connect=10.0, read=30.0)
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server, or a transport failure (status 0)."""
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        body: JSON | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.body = body or {}
+        self.retry_after = retry_after
+        message = self.body.get("message") or reason
+        super().__init__(f"{status} {message}")
+
+    @property
+    def api_reason(self) -> str:
+        """The Status object's `reason` (`NotFound`, `Conflict`, `Expired`, …)."""
+        return str(self.body.get("reason", ""))
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying with backoff: transport failures, 429 and 5xx."""
+        return self.status == 0 or self.status == 429 or self.status >= 500
+
+
+def is_not_found(err: BaseException) -> bool:
+    return isinstance(err, ApiError) and err.status == 404
+
+
+def is_conflict(err: BaseException) -> bool:
+    return isinstance(err, ApiError) and err.status == 409
+
+
+def is_already_exists(err: BaseException) -> bool:
+    return isinstance(err, ApiError) and err.status == 409 and err.api_reason == "AlreadyExists"
+
+
+def is_gone(err: BaseException) -> bool:
+    return isinstance(err, ApiError) and err.status == 410
+
+
+class TokenBucket:
+    """client-go's `flowcontrol.NewTokenBucketRateLimiter(qps, burst)`: `take()` blocks
+    until a token is free. `qps <= 0` disables limiting."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._tokens = float(self.burst)
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        if self.qps <= 0:
+            return
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0
+            wait = -self._tokens / self.qps if self._tokens < 0 else 0.0
+        if wait > 0:
+            time.sleep(wait)
+
+
+@dataclass(frozen=True)
+class RequestCount:
+    """Requests sent, by verb; read by benchmarks (API requests per PCR)."""
+
+    by_method: Mapping[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_method.values())
+
+
+class Client:
+    """JSON over HTTPS to one API server. Thread-safe (urllib3 pools are)."""
+
+    def __init__(
+        self,
+        configuration: k8s_client.Configuration,
+        *,
+        qps: float = 50.0,
+        burst: int = 100,
+        user_agent: str = "service-serving-signer",
+    ) -> None:
+        self.configuration = configuration
+        configuration.connection_pool_maxsize = max(
+            getattr(configuration, "connection_pool_maxsize", 4) or 4, 32
+        )
+        self._api = k8s_client.ApiClient(configuration)
+        self._pool = self._api.rest_client.pool_manager
+        self.host = configuration.host.rstrip("/")
+        self.user_agent = user_agent
+        self.write_limiter = TokenBucket(qps, burst)
+        self._counts: dict[str, int] = {}
+        self._count_lock = threading.Lock()
+
+    # construction -----------------------------------------------------------------
+
+    @classmethod
+    def from_kubeconfig(
+        cls, kubeconfig: str | None = None, *, qps: float = 50.0, burst: int = 100
+    ) -> Client:
+        """In-cluster config when `kubeconfig` is None and we run in a Pod, else the
+        kubeconfig file (`kubeconfig` or `$KUBECONFIG` or `~/.kube/config`)."""
+        configuration = k8s_client.Configuration()
+        if kubeconfig is None:
+            try:
+                k8s_config.load_incluster_config(client_configuration=configuration)
+                return cls(configuration, qps=qps, burst=burst)
+            except k8s_config.ConfigException:
+                pass
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        return cls(configuration, qps=qps, burst=burst)
+
+    def with_token(self, token: str) -> Client:
+        """Same server and CA, but authenticating with a bearer token instead (tests use
+        it to act as a ServiceAccount)."""
+        configuration = k8s_client.Configuration()
+        configuration.host = self.configuration.host
+        configuration.ssl_ca_cert = self.configuration.ssl_ca_cert
+        configuration.verify_ssl = self.configuration.verify_ssl
+        configuration.api_key = {"BearerToken": token}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        return Client(configuration, qps=self.write_limiter.qps, burst=self.write_limiter.burst)
+
+    def close(self) -> None:
+        self._api.close()
+
+    # requests -----------------------------------------------------------------------
+
+    def request_count(self) -> RequestCount:
+        with self._count_lock:
+            return RequestCount(dict(self._counts))
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+        if content_type:
+            headers["Content-Type"] = content_type
+        for auth in self.configuration.auth_settings().values():
+            if auth["in"] == "header":
+                headers[auth["key"]] = auth["value"]
+        return headers
+
+    def url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
+        query = ""
+        if params:
+            clean = {k: _query_value(v) for k, v in params.items() if v is not None}
+            if clean:
+                query = "?" + urlencode(clean)
+        return f"{self.host}{path}{query}"
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: urllib3.Timeout | None = None,
+        stream: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
+        if method not in ("GET", "HEAD"):
+            self.write_limiter.take()
+        with self._count_lock:
+            self._counts[method] = self._counts.get(method, 0) + 1
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            content_type = content_type or "application/json"
+        try:
+            resp = self._pool.request(
+                method,
+                self.url(path, params),
+                body=data,
+                headers=self._headers(content_type),
+                timeout=timeout or DEFAULT_TIMEOUT,
+                preload_content=False,
+                retries=False,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise ApiError(0, f"{type(err).__name__}: {err}") from err
+        if resp.status >= 400:
+            raw = resp.read()
+            resp.release_conn()
+            raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
+        if stream:
+            return resp
+        return resp
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> JSON:
+        resp = self._send(method, path, **kwargs)
+        try:
+            raw = resp.read()
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise ApiError(0, f"{type(err).__name__}: {err}") from err
+        finally:
+            resp.release_conn()
+        if not raw:
+            return {}
+        result: JSON = json.loads(raw)
+        return result
+
+    def get(self, path: str, params: Mapping[str, Any] | None = None) -> JSON:
+        return self._json("GET", path, params=params)
+
+    def create(self, path: str, body: JSON, params: Mapping[str, Any] | None = None) -> JSON:
+        return self._json("POST", path, body=body, params=params)
+
+    def replace(self, path: str, body: JSON, params: Mapping[str, Any] | None = None) -> JSON:
+        return self._json("PUT", path, body=body, params=params)
+
+    def patch(
+        self,
+        path: str,
+        body: Any,
+        *,
+        patch_type: str = "application/merge-patch+json",
+        params: Mapping[str, Any] | None = None,
+    ) -> JSON:
+        return self._json("PATCH", path, body=body, content_type=patch_type, params=params)
+
+    def delete(
+        self, path: str, body: JSON | None = None, params: Mapping[str, Any] | None = None
+    ) -> JSON:
+        return self._json("DELETE", path, body=body, params=params)
+
+    def watch(
+        self,
+        path: str,
+        params: Mapping[str, Any],
+        *,
+        read_timeout: float,
+    ) -> Iterator[JSON]:
+        """Yield watch events (`{"type": ..., "object": {...}}`) until the server ends the
+        stream. A read that stalls longer than `read_timeout` raises ApiError(0)."""
+        resp = self._send(
+            "GET",
+            path,
+            params={**params, "watch": "true"},
+            timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+            stream=True,
+        )
+        try:
+            buf = b""
+            while True:
+                try:
+                    chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+                except (urllib3.exceptions.HTTPError, OSError) as err:
+                    raise ApiError(0, f"watch stream: {type(err).__name__}: {err}") from err
+                if not chunk:
+                    break
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+            if buf.strip():
+                yield json.loads(buf)
+        finally:
+            resp.release_conn()
+            resp.close()
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _error_from(status: int, reason: str, raw: bytes, retry_after: str | None) -> ApiError:
+    body: JSON = {}
+    try:
+        parsed = json.loads(raw) if raw else {}
+        if isinstance(parsed, dict):
+            body = parsed
+    except ValueError:
+        body = {"message": raw[:500].decode(errors="replace")}
+    delay: float | None = None
+    if retry_after:
+        try:
+            delay = float(retry_after)
+        except ValueError:
+            delay = None
+    return ApiError(status, reason, body, delay)
+
+
+def path_segment(name: str) -> str:
+    """Quote a name for a URL path (signer names contain `/` and `:`)."""
+    return quote(name, safe="")
