@@ -220,9 +220,8 @@ class Client:
             raw = resp.read()
             resp.release_conn()
             raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
-        if stream:
-            return resp
-        return resp
+        response: urllib3.BaseHTTPResponse = resp
+        return response
 
     def _json(self, method: str, path: str, **kwargs: Any) -> JSON:
         resp = self._send(method, path, **kwargs)

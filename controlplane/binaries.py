@@ -1,0 +1,139 @@
+"""Where the control-plane binaries come from: found, or built from Go modules and cached.
+
+Search order (controller-runtime envtest's, so existing setup-envtest users just point at
+their binaries): `TEST_ASSET_<NAME>`, `$KUBEBUILDER_ASSETS/<name>`, the project cache
+`${XDG_CACHE_HOME:-~/.cache}/service-serving-signer/controlplane/<k8s-version>/`. When a
+binary is absent it is built there by `build-binaries.sh` from Go modules (the machine's
+`go`, `GOTOOLCHAIN=local`, `CGO_ENABLED=0`); the first build takes many minutes, later
+runs none. If the etcd build fails, Debian's `etcd-server` package is unpacked instead;
+kube-apiserver has no fallback and fails loudly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+KUBERNETES_VERSION = "v1.37.2"
+ETCD_VERSION = "v3.7.3"
+KUSTOMIZE_VERSION = "v5.8.3"
+
+BUILD_SCRIPT = Path(__file__).with_name("build-binaries.sh")
+
+
+class BinaryError(RuntimeError):
+    """A binary could not be found or built; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Binaries:
+    kube_apiserver: Path
+    etcd: Path
+
+
+def cache_dir(version: str = KUBERNETES_VERSION) -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "service-serving-signer" / "controlplane" / version
+
+
+def _env_name(name: str) -> str:
+    return "TEST_ASSET_" + "".join(c if c.isalnum() else "_" for c in name.upper())
+
+
+def find(name: str, version: str = KUBERNETES_VERSION) -> Path | None:
+    explicit = os.environ.get(_env_name(name))
+    if explicit:
+        return Path(explicit)
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if assets and (Path(assets) / name).is_file():
+        return Path(assets) / name
+    cached = cache_dir(version) / name
+    if cached.is_file() and os.access(cached, os.X_OK):
+        return cached
+    return None
+
+
+def build(names: list[str], version: str = KUBERNETES_VERSION) -> None:
+    """Build the named binaries into the cache, printing progress to stderr."""
+    if shutil.which("go") is None:
+        raise BinaryError(
+            f"cannot build {', '.join(names)}: `go` is not on PATH; install Go >= 1.26 or set "
+            "KUBEBUILDER_ASSETS to a directory with kube-apiserver and etcd"
+        )
+    out = cache_dir(version)
+    print(
+        f"[controlplane] building {', '.join(names)} {version} from Go modules into {out}; "
+        "the first build takes 10-25 minutes on 2 cores, later runs reuse the cache",
+        file=sys.stderr,
+        flush=True,
+    )
+    started = time.monotonic()
+    result = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), str(out), version, ETCD_VERSION, KUSTOMIZE_VERSION, *names],
+        check=False,
+    )
+    if result.returncode != 0:
+        raise BinaryError(f"building {', '.join(names)} failed (exit {result.returncode})")
+    print(
+        f"[controlplane] built {', '.join(names)} in {time.monotonic() - started:.0f}s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _debian_etcd(version: str) -> Path:
+    """Unpack Debian's etcd-server (no root needed) as the last-resort etcd."""
+    target = cache_dir(version) / "debian-etcd"
+    binary = target / "usr" / "bin" / "etcd"
+    if binary.is_file():
+        return binary
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["apt-get", "download", "etcd-server"], cwd=tmp, check=True)
+        deb = next(Path(tmp).glob("etcd-server_*.deb"))
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(target)], check=True)
+    return binary
+
+
+def ensure(version: str = KUBERNETES_VERSION, *, extra: tuple[str, ...] = ()) -> Binaries:
+    """Find kube-apiserver and etcd (and any `extra` tools), building what is missing."""
+    if find("etcd", version) is None:
+        try:
+            build(["etcd"], version)
+        except BinaryError as err:
+            print(f"[controlplane] {err}; using Debian's etcd-server", file=sys.stderr)
+            _debian_etcd(version)
+    missing = [n for n in ("kube-apiserver", *extra) if find(n, version) is None]
+    if missing:
+        build(missing, version)
+    apiserver = find("kube-apiserver", version)
+    etcd = find("etcd", version) or _debian_etcd(version)
+    if apiserver is None:
+        raise BinaryError("kube-apiserver is missing after the build; see the build output")
+    return Binaries(kube_apiserver=apiserver, etcd=etcd)
+
+
+def tool(name: str, version: str = KUBERNETES_VERSION) -> Path:
+    """A helper tool built the same way (e.g. `kustomize`)."""
+    found = find(name, version)
+    if found is None:
+        build([name], version)
+        found = find(name, version)
+    if found is None:
+        raise BinaryError(f"{name} is missing after the build")
+    return found
+
+
+def main() -> None:
+    """`python -m controlplane.binaries`: find or build everything, print the directory."""
+    bins = ensure(extra=("kustomize",))
+    print(bins.kube_apiserver.parent)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Certificates for the local control plane, made with `cryptography` (envtest's tinyca):
+a serving CA and a serving cert for 127.0.0.1/localhost, a client CA and an admin client
+cert in `system:masters`, and the service-account signing key. Test-only material."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+VALIDITY = dt.timedelta(days=7)
+
+
+def _name(cn: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    if org:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+
+    @property
+    def key_pem(self) -> bytes:
+        return _key_pem(self.key)
+
+    @property
+    def cert_pem(self) -> bytes:
+        return _cert_pem(self.cert)
+
+
+def _ca(cn: str) -> KeyPair:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn, "envtest"))
+        .issuer_name(_name(cn, "envtest"))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(key, cert)
+
+
+def _leaf(ca: KeyPair, name: x509.Name, *, server: bool) -> KeyPair:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+    )
+    if server:
+        import ipaddress
+
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+    return KeyPair(key, builder.sign(ca.key, hashes.SHA256()))
+
+
+@dataclass(frozen=True)
+class ControlPlanePKI:
+    serving_ca: KeyPair
+    serving: KeyPair
+    client_ca: KeyPair
+    admin: KeyPair
+    service_account: ec.EllipticCurvePrivateKey
+
+    @classmethod
+    def generate(cls) -> ControlPlanePKI:
+        serving_ca = _ca("envtest-serving-ca")
+        client_ca = _ca("envtest-client-ca")
+        return cls(
+            serving_ca=serving_ca,
+            serving=_leaf(serving_ca, _name("kube-apiserver"), server=True),
+            client_ca=client_ca,
+            admin=_leaf(client_ca, _name("admin", "system:masters"), server=False),
+            service_account=ec.generate_private_key(ec.SECP256R1()),
+        )
+
+    def client_cert(self, user: str, groups: tuple[str, ...] = ()) -> KeyPair:
+        """A client certificate for another user (e.g. `system:node:n1` in `system:nodes`)."""
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, user)]
+        attrs += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
+        return _leaf(self.client_ca, x509.Name(attrs), server=False)
+
+    def write(self, directory: Path) -> dict[str, Path]:
+        files = {
+            "serving-ca.crt": self.serving_ca.cert_pem,
+            "apiserver.crt": self.serving.cert_pem,
+            "apiserver.key": self.serving.key_pem,
+            "client-ca.crt": self.client_ca.cert_pem,
+            "admin.crt": self.admin.cert_pem,
+            "admin.key": self.admin.key_pem,
+            "sa.key": _key_pem(self.service_account),
+            "sa.pub": self.service_account.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+        }
+        paths = {}
+        for name, data in files.items():
+            path = directory / name
+            path.write_bytes(data)
+            path.chmod(0o600)
+            paths[name] = path
+        return paths

@@ -1,0 +1,304 @@
+"""Start and stop a real etcd + kube-apiserver on loopback, like controller-runtime's envtest.
+
+RBAC authorization is on (so permission tests are real); `certificates.k8s.io/v1beta1` is
+enabled next to the GA v1 so both PodCertificateRequest paths run against one server.
+There is no kubelet and no controller-manager: Pods stay Pending, namespaces never finish
+terminating, and nobody garbage-collects — tests use a namespace each.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+from controlplane import binaries
+from controlplane.pki import ControlPlanePKI, KeyPair
+
+START_TIMEOUT = float(os.environ.get("CONTROLPLANE_START_TIMEOUT", "120"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class ControlPlaneError(RuntimeError):
+    pass
+
+
+class ControlPlane:
+    """A running etcd + kube-apiserver. Use `ControlPlane.start()`; call `stop()` at the end."""
+
+    def __init__(self, workdir: Path, bins: binaries.Binaries, extra_args: tuple[str, ...]) -> None:
+        self.workdir = workdir
+        self.bins = bins
+        self.extra_args = extra_args
+        self.pki = ControlPlanePKI.generate()
+        self.files = self.pki.write(workdir)
+        self.etcd_port = free_port()
+        self.etcd_peer_port = free_port()
+        self.port = free_port()
+        self.host = f"https://127.0.0.1:{self.port}"
+        self.etcd_url = f"http://127.0.0.1:{self.etcd_port}"
+        self.kubeconfig = workdir / "kubeconfig"
+        self.version = ""
+        self._etcd: subprocess.Popen[bytes] | None = None
+        self._apiserver: subprocess.Popen[bytes] | None = None
+        self._logs: list[IO[bytes]] = []
+
+    # lifecycle ------------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        workdir: Path | None = None,
+        *,
+        extra_args: tuple[str, ...] = (),
+        version: str = binaries.KUBERNETES_VERSION,
+    ) -> ControlPlane:
+        bins = binaries.ensure(version)
+        owned = workdir is None
+        directory = Path(tempfile.mkdtemp(prefix="sss-controlplane-")) if owned else workdir
+        assert directory is not None
+        plane = cls(directory, bins, extra_args)
+        plane._owned = owned
+        try:
+            plane._start_etcd()
+            plane._start_apiserver()
+            plane._write_kubeconfig()
+        except BaseException:
+            plane.stop()
+            raise
+        return plane
+
+    _owned = True
+
+    def _log(self, name: str) -> IO[bytes]:
+        f = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self._logs.append(f)
+        return f
+
+    def _start_etcd(self) -> None:
+        args = [
+            str(self.bins.etcd),
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{self.etcd_peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{self.etcd_peer_port}",
+            f"--initial-cluster=default=http://127.0.0.1:{self.etcd_peer_port}",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+            "--quota-backend-bytes=8589934592",
+        ]
+        log = self._log("etcd")
+        self._etcd = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self._wait(lambda: self._http_ok(f"{self.etcd_url}/health"), "etcd", self._etcd)
+
+    def apiserver_args(self) -> list[str]:
+        f = self.files
+        return [
+            str(self.bins.kube_apiserver),
+            f"--etcd-servers={self.etcd_url}",
+            f"--secure-port={self.port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--tls-cert-file={f['apiserver.crt']}",
+            f"--tls-private-key-file={f['apiserver.key']}",
+            f"--client-ca-file={f['client-ca.crt']}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            "--disable-admission-plugins=ServiceAccount",
+            "--authorization-mode=RBAC",
+            f"--service-account-issuer=https://127.0.0.1:{self.port}/",
+            f"--service-account-key-file={f['sa.pub']}",
+            f"--service-account-signing-key-file={f['sa.key']}",
+            "--endpoint-reconciler-type=none",
+            "--runtime-config=certificates.k8s.io/v1beta1/podcertificaterequests=true,"
+            "certificates.k8s.io/v1beta1/clustertrustbundles=true",
+            f"--cert-dir={self.workdir / 'certs'}",
+            "--profiling=false",
+            *self.extra_args,
+        ]
+
+    def _start_apiserver(self) -> None:
+        log = self._log("kube-apiserver")
+        self._apiserver = subprocess.Popen(
+            self.apiserver_args(), stdout=log, stderr=subprocess.STDOUT
+        )
+        self._wait(self._apiserver_ready, "kube-apiserver", self._apiserver)
+        self.version = json.loads(self._get("/version"))["gitVersion"]
+
+    def restart_apiserver(self, extra_args: tuple[str, ...] | None = None) -> None:
+        """Stop and start kube-apiserver on the same port (etcd and data stay)."""
+        if extra_args is not None:
+            self.extra_args = extra_args
+        self.stop_apiserver()
+        self._start_apiserver()
+
+    def stop_apiserver(self) -> None:
+        _terminate(self._apiserver)
+        self._apiserver = None
+
+    def start_apiserver(self) -> None:
+        self._start_apiserver()
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (watches older than this get
+        410 Gone on reconnect). Returns the revision compacted to."""
+        status = self._etcd_post("/v3/kv/range", {"key": _b64(b"/"), "limit": 1})
+        revision = int(status["header"]["revision"])
+        self._etcd_post("/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+
+    def stop(self) -> None:
+        _terminate(self._apiserver)
+        _terminate(self._etcd)
+        self._apiserver = self._etcd = None
+        for f in self._logs:
+            f.close()
+        self._logs.clear()
+        if self._owned and os.environ.get("CONTROLPLANE_KEEP_DIR") != "1":
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # clients --------------------------------------------------------------------------
+
+    def kubeconfig_for(
+        self, user: KeyPair | None = None, token: str | None = None
+    ) -> dict[str, Any]:
+        user_entry: dict[str, str]
+        if token is not None:
+            user_entry = {"token": token}
+        else:
+            pair = user or self.pki.admin
+            user_entry = {
+                "client-certificate-data": _b64(pair.cert_pem),
+                "client-key-data": _b64(pair.key_pem),
+            }
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "envtest",
+                    "cluster": {
+                        "server": self.host,
+                        "certificate-authority-data": _b64(self.pki.serving_ca.cert_pem),
+                    },
+                }
+            ],
+            "users": [{"name": "envtest", "user": user_entry}],
+            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "envtest"}}],
+            "current-context": "envtest",
+        }
+
+    def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
+        path.write_text(json.dumps(self.kubeconfig_for(token=token), indent=2))
+        path.chmod(0o600)
+        return path
+
+    def _write_kubeconfig(self) -> None:
+        self.write_kubeconfig(self.kubeconfig)
+        self._wait(lambda: self._get_ok("/api/v1/namespaces/default"), "namespace default", None)
+
+    def client(self, *, qps: float = 0, burst: int = 1000) -> Any:
+        """An admin `kube.client.Client` (qps 0 = unlimited)."""
+        from kube.client import Client
+
+        return Client.from_kubeconfig(str(self.kubeconfig), qps=qps, burst=burst)
+
+    # probing --------------------------------------------------------------------------
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.files["serving-ca.crt"]))
+        ctx.load_cert_chain(str(self.files["admin.crt"]), str(self.files["admin.key"]))
+        return ctx
+
+    def _get(self, path: str) -> bytes:
+        with urllib.request.urlopen(
+            f"{self.host}{path}", context=self._ssl_context(), timeout=5
+        ) as resp:
+            data: bytes = resp.read()
+            return data
+
+    def _get_ok(self, path: str) -> bool:
+        try:
+            self._get(path)
+            return True
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _apiserver_ready(self) -> bool:
+        return self._get_ok("/readyz")
+
+    def _etcd_post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            f"{self.etcd_url}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            result: dict[str, Any] = json.loads(resp.read())
+            return result
+
+    @staticmethod
+    def _http_ok(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _wait(self, ready: Any, what: str, proc: subprocess.Popen[bytes] | None) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise ControlPlaneError(
+                    f"{what} exited with {proc.returncode}; last log lines:\n{self._tail(what)}"
+                )
+            if ready():
+                return
+            time.sleep(0.1)
+        raise ControlPlaneError(
+            f"{what} not ready after {START_TIMEOUT:.0f}s; log:\n{self._tail(what)}"
+        )
+
+    def _tail(self, what: str) -> str:
+        log = self.workdir / f"{what}.log"
+        if not log.exists():
+            return ""
+        return "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+
+
+def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
