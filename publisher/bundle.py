@@ -1,0 +1,298 @@
+"""Trust bundles: what counts as one, its canonical text, its object name, and selection.
+
+This is the project's single trust-bundle normalisation. The publisher uses it on the
+trust-bundle file, the signing-material loader uses it to validate that file, and
+`bundle resolve` uses it to unify the ClusterTrustBundles a KEP-6283 selector picks.
+
+Decisions:
+
+- Parsing is stricter than Go's `pem.Decode`: a `-----BEGIN` without its `-----END`
+  (a half-written file) or a block whose base64 does not decode is an error, not silently
+  skipped text. RFC 1421 headers inside a block and any text between blocks are accepted
+  and dropped.
+- Every block must be a `CERTIFICATE` holding an X.509 certificate whose basicConstraints
+  extension is present and says CA:TRUE; this is what kube-apiserver's ClusterTrustBundle
+  validation requires (research/api-contract.md §1e), so we fail at the file instead of at
+  the API server.
+- Duplicates are removed by DER bytes and the rest sorted bytewise by DER, as kubelet's
+  `normalizeTrustAnchors` does before its shuffle (research/anchors.md §5). We do not
+  shuffle: a stable order gives a stable hash, hence a stable object name.
+- Output is header-less PEM, 64-column base64, each block ending in a newline — byte for
+  byte what Go's `pem.EncodeToMemory` writes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
+MAX_TRUST_BUNDLE_SIZE = 1024 * 1024
+"""kube-apiserver's `MaxTrustBundleSize`: the normalised bundle must fit in it."""
+
+_BEGIN = re.compile(rb"-----BEGIN ([^\r\n-]*)-----[ \t]*\r?\n")
+_END_TEMPLATE = b"-----END %s-----"
+
+
+class BundleError(ValueError):
+    """The trust bundle (or a PEM file) is not acceptable; the message says why and which
+    block (0-based index) is at fault."""
+
+
+@dataclass(frozen=True)
+class PemBlock:
+    """One decoded PEM block. `index` counts blocks from 0 in file order."""
+
+    index: int
+    type: str
+    headers: Mapping[str, str]
+    der: bytes
+
+
+def decode_pem(data: bytes | str) -> list[PemBlock]:
+    """Every PEM block in `data`, in order. Text outside blocks is ignored; headers are
+    returned but not interpreted. Raises `BundleError` on a truncated or undecodable
+    block."""
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    blocks: list[PemBlock] = []
+    pos = 0
+    while True:
+        begin = _BEGIN.search(raw, pos)
+        if begin is None:
+            return blocks
+        index = len(blocks)
+        label = begin.group(1)
+        end_marker = _END_TEMPLATE % label
+        end = raw.find(end_marker, begin.end())
+        if end < 0:
+            raise BundleError(
+                f"PEM block {index} ({label.decode('ascii', 'replace')}) has no "
+                f"'-----END {label.decode('ascii', 'replace')}-----' line "
+                "(truncated or half-written file?)"
+            )
+        body = raw[begin.end() : end]
+        headers, payload = _split_headers(body)
+        try:
+            der = base64.b64decode(b"".join(payload.split()), validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise BundleError(f"PEM block {index} has invalid base64 content") from err
+        if not der:
+            raise BundleError(f"PEM block {index} is empty")
+        blocks.append(PemBlock(index, label.decode("ascii", "replace"), headers, der))
+        pos = end + len(end_marker)
+
+
+def _split_headers(body: bytes) -> tuple[dict[str, str], bytes]:
+    """RFC 1421 headers (`Key: value` lines up to a blank line) as Go's pem.Decode reads
+    them; the rest is the base64 payload."""
+    headers: dict[str, str] = {}
+    lines = body.split(b"\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip(b"\r")
+        if b":" not in line:
+            break
+        key, _, value = line.partition(b":")
+        headers[key.strip().decode("ascii", "replace")] = value.strip().decode("ascii", "replace")
+        i += 1
+    if headers and i < len(lines) and not lines[i].strip():
+        i += 1
+    return headers, b"\n".join(lines[i:])
+
+
+def encode_pem(der: bytes, block_type: str = "CERTIFICATE") -> str:
+    """Header-less PEM, 64 columns, trailing newline (Go's `pem.EncodeToMemory`)."""
+    b64 = base64.b64encode(der).decode("ascii")
+    lines = [b64[i : i + 64] for i in range(0, len(b64), 64)]
+    return (
+        f"-----BEGIN {block_type}-----\n"
+        + "".join(f"{line}\n" for line in lines)
+        + (f"-----END {block_type}-----\n")
+    )
+
+
+def _ca_certificate(block: PemBlock) -> x509.Certificate:
+    if block.type != "CERTIFICATE":
+        raise BundleError(
+            f"PEM block {block.index} is a {block.type!r} block; a trust bundle holds only "
+            "CERTIFICATE blocks"
+        )
+    try:
+        cert = x509.load_der_x509_certificate(block.der)
+    except ValueError as err:
+        raise BundleError(
+            f"PEM block {block.index} does not parse as an X.509 certificate"
+        ) from err
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        raise BundleError(
+            f"certificate {block.index} ({_describe(cert)}) has no basicConstraints "
+            "extension; trust anchors must be CA certificates"
+        ) from None
+    except ValueError as err:
+        raise BundleError(f"certificate {block.index} has unparsable extensions ({err})") from err
+    if not constraints.ca:
+        raise BundleError(
+            f"certificate {block.index} ({_describe(cert)}) is not a CA (basicConstraints "
+            "CA:FALSE); trust anchors must be CA certificates"
+        )
+    return cert
+
+
+def _describe(cert: x509.Certificate) -> str:
+    subject = cert.subject.rfc4514_string()
+    return f"subject {subject!r}" if subject else "empty subject"
+
+
+def normalize_bundle(pem: bytes | str) -> str:
+    """The canonical form of a trust bundle: CA certificates only, de-duplicated by DER,
+    sorted by DER, header-less PEM. Raises `BundleError` naming the offending block, or
+    when the result is empty or over 1 MiB."""
+    certs = {_ca_certificate(block).public_bytes(Encoding.DER) for block in decode_pem(pem)}
+    if not certs:
+        raise BundleError("the trust bundle contains no certificates")
+    normalized = "".join(encode_pem(der) for der in sorted(certs))
+    if len(normalized) > MAX_TRUST_BUNDLE_SIZE:
+        raise BundleError(
+            f"the normalised trust bundle is {len(normalized)} bytes; a ClusterTrustBundle "
+            f"holds at most {MAX_TRUST_BUNDLE_SIZE}"
+        )
+    return normalized
+
+
+def parse_anchors(normalized: str) -> list[x509.Certificate]:
+    """The certificates of a normalised bundle, in bundle order."""
+    return [x509.load_der_x509_certificate(block.der) for block in decode_pem(normalized)]
+
+
+def bundle_name(signer_name: str, normalized: str) -> str:
+    """The ClusterTrustBundle name kube-controller-manager's publisher uses:
+    `<signer with "/" → ":">:<first 12 bytes of sha256(bundle) as hex>`."""
+    digest = hashlib.sha256(normalized.encode("ascii")).hexdigest()[:24]
+    return f"{signer_name.replace('/', ':')}:{digest}"
+
+
+def earliest_expiry(normalized: str) -> datetime:
+    """The earliest notAfter (UTC) among the anchors of a normalised bundle."""
+    anchors = parse_anchors(normalized)
+    if not anchors:
+        raise BundleError("the trust bundle contains no certificates")
+    return min(cert.not_valid_after_utc for cert in anchors)
+
+
+# ClusterTrustBundleSelector (KEP-6283) ----------------------------------------------
+
+
+class SelectorError(BundleError):
+    """The selector is malformed, or (without `allow_missing`) matched nothing."""
+
+
+def resolve_selector(
+    bundles: Sequence[Mapping[str, Any]],
+    selector: Mapping[str, Any] | None,
+    *,
+    allow_missing: bool = False,
+) -> str:
+    """The unified, normalised trust bundle that a KEP-6283 `ClusterTrustBundleSelector`
+    picks out of `bundles` (ClusterTrustBundle objects as dicts).
+
+    `{"name": N}` selects that one object. `{"signerName": S, "labelSelector": L}` selects
+    every object with `spec.signerName == S` whose labels match `L`; as in kubelet, a
+    missing (nil) `labelSelector` matches nothing and an empty one (`{}`) matches every
+    bundle of the signer. A `None` selector matches nothing. When nothing matches, the
+    result is `""` if `allow_missing`, else `SelectorError`.
+    """
+    chosen = select_bundles(bundles, selector)
+    if not chosen:
+        if allow_missing:
+            return ""
+        raise SelectorError(f"selector {dict(selector or {})!r} matched zero ClusterTrustBundles")
+    return normalize_bundle("".join(_trust_bundle_of(obj) for obj in chosen))
+
+
+def select_bundles(
+    bundles: Sequence[Mapping[str, Any]], selector: Mapping[str, Any] | None
+) -> list[Mapping[str, Any]]:
+    """The objects of `bundles` that `selector` matches (see `resolve_selector`)."""
+    if selector is None:
+        return []
+    name = selector.get("name")
+    signer = selector.get("signerName")
+    if name and signer:
+        raise SelectorError("a ClusterTrustBundleSelector sets either name or signerName, not both")
+    if name:
+        return [obj for obj in bundles if _meta(obj).get("name") == name]
+    if not signer:
+        raise SelectorError("a ClusterTrustBundleSelector must set name or signerName")
+    label_selector = selector.get("labelSelector")
+    if label_selector is None:
+        return []
+    matcher = _label_matcher(label_selector)
+    return [
+        obj
+        for obj in bundles
+        if (obj.get("spec") or {}).get("signerName") == signer
+        and matcher(_meta(obj).get("labels") or {})
+    ]
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _trust_bundle_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("spec") or {}).get("trustBundle") or "")
+
+
+def _label_matcher(label_selector: Mapping[str, Any]) -> Callable[[Mapping[str, str]], bool]:
+    """`metav1.LabelSelectorAsSelector` for a non-nil selector: every matchLabels pair and
+    every matchExpressions requirement must hold; an empty selector matches everything."""
+    requirements: list[tuple[str, str, frozenset[str]]] = []
+    for key, value in (label_selector.get("matchLabels") or {}).items():
+        requirements.append((str(key), "In", frozenset([str(value)])))
+    for expr in label_selector.get("matchExpressions") or []:
+        key = str(expr.get("key", ""))
+        operator = str(expr.get("operator", ""))
+        values = frozenset(str(v) for v in expr.get("values") or [])
+        if not key:
+            raise SelectorError("a matchExpressions entry has no key")
+        if operator in ("In", "NotIn"):
+            if not values:
+                raise SelectorError(f"matchExpressions {key!r} {operator} needs values")
+        elif operator in ("Exists", "DoesNotExist"):
+            if values:
+                raise SelectorError(f"matchExpressions {key!r} {operator} takes no values")
+        else:
+            raise SelectorError(
+                f"matchExpressions {key!r} has unknown operator {operator!r} "
+                "(In, NotIn, Exists, DoesNotExist)"
+            )
+        requirements.append((key, operator, values))
+
+    def matches(labels: Mapping[str, str]) -> bool:
+        return all(_requirement_holds(labels, *req) for req in requirements)
+
+    return matches
+
+
+def _requirement_holds(
+    labels: Mapping[str, str], key: str, operator: str, values: Iterable[str]
+) -> bool:
+    present = key in labels
+    if operator == "In":
+        return present and labels[key] in values
+    if operator == "NotIn":
+        return not present or labels[key] not in values
+    if operator == "Exists":
+        return present
+    return not present

@@ -1,0 +1,209 @@
+"""Throw-away certificate authorities for `service-serving-signer ca init`, tests and the demo.
+
+Not a production CA: keys are generated in process memory and written unencrypted. What it
+decides is the *shape* of a CA certificate the signer accepts at start-up (SPEC §2):
+basicConstraints CA:TRUE (critical), keyUsage keyCertSign + cRLSign (+ digitalSignature),
+a subject key identifier, and for an intermediate an authority key identifier naming its
+issuer. Key types use kubelet's `keyType` spelling (`ECDSAP256`, `RSA3072`, `ED25519`, …);
+`RSA2048` is accepted for CAs only, because tests want fast keys.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeAlias, get_args
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.x509.oid import NameOID
+
+KeyType: TypeAlias = Literal[
+    "ECDSAP256", "ECDSAP384", "ECDSAP521", "RSA2048", "RSA3072", "RSA4096", "ED25519"
+]
+KEY_TYPES: tuple[KeyType, ...] = get_args(KeyType)
+
+PrivateKey: TypeAlias = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+
+DEFAULT_VALIDITY = dt.timedelta(days=365)
+
+
+@dataclass(frozen=True)
+class CertificateAuthority:
+    """A key and its certificate; `parent` is the issuing CA for an intermediate."""
+
+    key: PrivateKey
+    cert: x509.Certificate
+    parent: CertificateAuthority | None = None
+
+    @property
+    def root(self) -> CertificateAuthority:
+        return self if self.parent is None else self.parent.root
+
+    @property
+    def cert_chain(self) -> list[x509.Certificate]:
+        """This cert, then its issuers up to (not including) the root."""
+        chain = [self.cert]
+        ca = self.parent
+        while ca is not None and ca.parent is not None:
+            chain.append(ca.cert)
+            ca = ca.parent
+        return chain
+
+
+def generate_key(key_type: KeyType = "ECDSAP256") -> PrivateKey:
+    """A fresh private key of `key_type` (kubelet `keyType` names)."""
+    if key_type == "ECDSAP256":
+        return ec.generate_private_key(ec.SECP256R1())
+    if key_type == "ECDSAP384":
+        return ec.generate_private_key(ec.SECP384R1())
+    if key_type == "ECDSAP521":
+        return ec.generate_private_key(ec.SECP521R1())
+    if key_type == "ED25519":
+        return ed25519.Ed25519PrivateKey.generate()
+    if key_type in ("RSA2048", "RSA3072", "RSA4096"):
+        return rsa.generate_private_key(public_exponent=65537, key_size=int(key_type[3:]))
+    raise ValueError(f"unknown key type {key_type!r}; use one of {', '.join(KEY_TYPES)}")
+
+
+def signature_hash(key: PrivateKey) -> hashes.HashAlgorithm | None:
+    """The digest a CA with `key` signs with: SHA-256, SHA-384 for P-384, SHA-512 for
+    P-521, and none for Ed25519 (PureEdDSA)."""
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return None
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        if isinstance(key.curve, ec.SECP384R1):
+            return hashes.SHA384()
+        if isinstance(key.curve, ec.SECP521R1):
+            return hashes.SHA512()
+    return hashes.SHA256()
+
+
+def generate_ca(
+    common_name: str = "service-serving-signer throw-away CA",
+    *,
+    key_type: KeyType = "ECDSAP256",
+    parent: CertificateAuthority | None = None,
+    not_before: dt.datetime | None = None,
+    validity: dt.timedelta = DEFAULT_VALIDITY,
+    key: PrivateKey | None = None,
+) -> CertificateAuthority:
+    """A self-signed root CA, or (with `parent`) an intermediate CA issued by `parent`."""
+    key = key if key is not None else generate_key(key_type)
+    start = (not_before or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)).replace(microsecond=0)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    issuer_key: PrivateKey = parent.key if parent is not None else key
+    issuer_name = parent.cert.subject if parent is not None else subject
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(secrets.randbits(127) | 1)
+        .not_valid_before(start)
+        .not_valid_after(start + validity)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
+    if parent is not None:
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(parent.key.public_key()),
+            critical=False,
+        )
+    cert = builder.sign(issuer_key, signature_hash(issuer_key))  # type: ignore[arg-type]
+    return CertificateAuthority(key=key, cert=cert, parent=parent)
+
+
+def key_pem(key: PrivateKey) -> bytes:
+    """Unencrypted PKCS#8 PEM."""
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def cert_pem(*certs: x509.Certificate) -> bytes:
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+
+
+@dataclass(frozen=True)
+class CaFiles:
+    """Where `write_ca` put the three files the signer is started with."""
+
+    key: Path
+    cert: Path
+    trust_bundle: Path
+
+
+def write_ca(
+    out_dir: str | os.PathLike[str],
+    *,
+    key_type: KeyType = "ECDSAP256",
+    intermediate: bool = False,
+    validity: dt.timedelta = DEFAULT_VALIDITY,
+    overwrite: bool = False,
+    ca: CertificateAuthority | None = None,
+) -> CaFiles:
+    """Write `ca.key` (PKCS#8, mode 0600), `ca.crt` (signing cert, then intermediates) and
+    `trust-bundle.pem` (the root) into `out_dir`, creating it. With `intermediate`, a root
+    signs an intermediate and the intermediate is the signing CA. Refuses to replace
+    existing files unless `overwrite`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = CaFiles(out / "ca.key", out / "ca.crt", out / "trust-bundle.pem")
+    if not overwrite:
+        for path in (files.key, files.cert, files.trust_bundle):
+            if path.exists():
+                raise FileExistsError(f"{path} exists; refusing to overwrite a CA")
+    if ca is None:
+        root = generate_ca(key_type=key_type, validity=validity)
+        ca = (
+            generate_ca(
+                "service-serving-signer throw-away intermediate CA",
+                key_type=key_type,
+                parent=root,
+                validity=validity,
+            )
+            if intermediate
+            else root
+        )
+    _write_private(files.key, key_pem(ca.key))
+    _write_atomically(files.cert, cert_pem(*ca.cert_chain))
+    _write_atomically(files.trust_bundle, cert_pem(ca.root.cert))
+    return files
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

@@ -1,0 +1,66 @@
+"""Test PKI shared by the unit tests: CAs and leaf keys generated once per process
+(RSA-4096 generation takes seconds), and small builders for deliberately bad certs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from signer.ca import (
+    CertificateAuthority,
+    KeyType,
+    PrivateKey,
+    generate_ca,
+    generate_key,
+    signature_hash,
+)
+
+
+@functools.cache
+def ca(name: str = "root", key_type: KeyType = "ECDSAP256") -> CertificateAuthority:
+    """A root CA, cached by (name, key type)."""
+    return generate_ca(f"test {name}", key_type=key_type)
+
+
+@functools.cache
+def intermediate(name: str = "intermediate", parent: str = "root") -> CertificateAuthority:
+    return generate_ca(f"test {name}", parent=ca(parent))
+
+
+@functools.cache
+def leaf_key(key_type: KeyType) -> PrivateKey:
+    return generate_key(key_type)
+
+
+@functools.cache
+def non_ca_cert() -> x509.Certificate:
+    """An end-entity cert (basicConstraints CA:FALSE) issued by `ca()`."""
+    return _leaf(ca(), x509.BasicConstraints(ca=False, path_length=None))
+
+
+@functools.cache
+def no_basic_constraints_cert() -> x509.Certificate:
+    return _leaf(ca(), None)
+
+
+def _leaf(
+    issuer: CertificateAuthority, constraints: x509.BasicConstraints | None
+) -> x509.Certificate:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "leaf")]))
+        .issuer_name(issuer.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+    )
+    if constraints is not None:
+        builder = builder.add_extension(constraints, critical=True)
+    return builder.sign(issuer.key, signature_hash(issuer.key))  # type: ignore[arg-type]
