@@ -1,0 +1,37 @@
+# Thin wrappers; each target is one line of shell. The venv and the control-plane
+# binaries are set up on first use (`make test` and `make demo` need nothing else).
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: venv controlplane test test-unit test-integration test-faults lint demo bench clean
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV); $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q -c constraints.txt -e '.[test,dev]' && rm -f $(VENV)/.installed-* && touch $@
+
+controlplane: venv
+	$(BIN)/python -m controlplane.binaries
+
+lint: venv
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
+
+test: lint controlplane
+	$(BIN)/pytest -ra -p no:cacheprovider $(PYTEST_ARGS) tests
+
+test-unit: venv
+	$(BIN)/pytest -ra -p no:cacheprovider $(PYTEST_ARGS) tests/unit
+
+test-integration: controlplane
+	$(BIN)/pytest -ra -p no:cacheprovider $(PYTEST_ARGS) tests/integration
+
+demo: controlplane
+	$(BIN)/service-serving-signer demo
+
+bench: controlplane
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
