@@ -11,6 +11,7 @@ code and `Retry-After`, and writes pass a client-side token bucket (`--kube-api-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -141,11 +142,13 @@ class Client:
         configuration = k8s_client.Configuration()
         if kubeconfig is None:
             try:
-                k8s_config.load_incluster_config(client_configuration=configuration)
+                load_incluster: Any = k8s_config.load_incluster_config  # untyped upstream
+                load_incluster(client_configuration=configuration)
                 return cls(configuration, qps=qps, burst=burst)
             except k8s_config.ConfigException:
                 pass
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        load_kubeconfig: Any = k8s_config.load_kube_config  # untyped upstream
+        load_kubeconfig(config_file=kubeconfig, client_configuration=configuration)
         return cls(configuration, qps=qps, burst=burst)
 
     def with_token(self, token: str) -> Client:
@@ -160,7 +163,8 @@ class Client:
         return Client(configuration, qps=self.write_limiter.qps, burst=self.write_limiter.burst)
 
     def close(self) -> None:
-        self._api.close()
+        api: Any = self._api  # ApiClient.close is untyped upstream
+        api.close()
 
     # requests -----------------------------------------------------------------------
 
@@ -172,7 +176,8 @@ class Client:
         headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         if content_type:
             headers["Content-Type"] = content_type
-        for auth in self.configuration.auth_settings().values():
+        settings: Mapping[str, Any] = self.configuration.auth_settings()
+        for auth in settings.values():
             if auth["in"] == "header":
                 headers[auth["key"]] = auth["value"]
         return headers
@@ -236,14 +241,30 @@ class Client:
         result: JSON = json.loads(raw)
         return result
 
-    def get(self, path: str, params: Mapping[str, Any] | None = None) -> JSON:
-        return self._json("GET", path, params=params)
+    def get(
+        self, path: str, params: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> JSON:
+        return self._json("GET", path, params=params, timeout=_timeout(timeout))
 
-    def create(self, path: str, body: JSON, params: Mapping[str, Any] | None = None) -> JSON:
-        return self._json("POST", path, body=body, params=params)
+    def create(
+        self,
+        path: str,
+        body: JSON,
+        params: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> JSON:
+        return self._json("POST", path, body=body, params=params, timeout=_timeout(timeout))
 
-    def replace(self, path: str, body: JSON, params: Mapping[str, Any] | None = None) -> JSON:
-        return self._json("PUT", path, body=body, params=params)
+    def replace(
+        self,
+        path: str,
+        body: JSON,
+        params: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> JSON:
+        return self._json("PUT", path, body=body, params=params, timeout=_timeout(timeout))
 
     def patch(
         self,
@@ -252,13 +273,26 @@ class Client:
         *,
         patch_type: str = "application/merge-patch+json",
         params: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> JSON:
-        return self._json("PATCH", path, body=body, content_type=patch_type, params=params)
+        return self._json(
+            "PATCH",
+            path,
+            body=body,
+            content_type=patch_type,
+            params=params,
+            timeout=_timeout(timeout),
+        )
 
     def delete(
-        self, path: str, body: JSON | None = None, params: Mapping[str, Any] | None = None
+        self,
+        path: str,
+        body: JSON | None = None,
+        params: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> JSON:
-        return self._json("DELETE", path, body=body, params=params)
+        return self._json("DELETE", path, body=body, params=params, timeout=_timeout(timeout))
 
     def watch(
         self,
@@ -266,9 +300,12 @@ class Client:
         params: Mapping[str, Any],
         *,
         read_timeout: float,
+        canceller: StreamCanceller | None = None,
     ) -> Iterator[JSON]:
         """Yield watch events (`{"type": ..., "object": {...}}`) until the server ends the
-        stream. A read that stalls longer than `read_timeout` raises ApiError(0)."""
+        stream. A read that stalls longer than `read_timeout` raises ApiError(0), as does
+        a body cut off mid-event. `canceller.cancel()` from another thread ends the
+        stream at once (quietly, or with ApiError(0) if the transport complains)."""
         resp = self._send(
             "GET",
             path,
@@ -276,25 +313,87 @@ class Client:
             timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
             stream=True,
         )
+        if canceller is not None:
+            canceller._attach(resp)
         try:
-            buf = b""
+            buf = bytearray()
             while True:
                 try:
-                    chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
-                except (urllib3.exceptions.HTTPError, OSError) as err:
+                    chunk = resp.read1(65536)
+                except (urllib3.exceptions.HTTPError, OSError, ValueError) as err:
                     raise ApiError(0, f"watch stream: {type(err).__name__}: {err}") from err
                 if not chunk:
                     break
+                start = len(buf)
                 buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
+                while (nl := buf.find(b"\n", start)) >= 0:
+                    line = bytes(buf[:nl])
+                    del buf[: nl + 1]
+                    start = 0
                     if line.strip():
-                        yield json.loads(line)
-            if buf.strip():
-                yield json.loads(buf)
+                        yield _event(line)
+            if buf.strip() and not (canceller and canceller.cancelled):
+                yield _event(bytes(buf))
         finally:
-            resp.release_conn()
+            if canceller is not None:
+                canceller._detach(resp)
+            # Close before releasing: a half-read stream must not go back to the pool.
             resp.close()
+            resp.release_conn()
+
+
+class StreamCanceller:
+    """Ends a watch blocked in a socket read, from another thread.
+
+    `cancel()` shuts down the read side of the response's socket (urllib3's
+    `HTTPResponse.shutdown()`), so the blocked `recv` returns at once; a watch started
+    after `cancel()` ends immediately. This is what lets `Informer.run` return promptly
+    when its stop event is set, whatever the read timeout."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._resp: urllib3.BaseHTTPResponse | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            if self._resp is not None:
+                _shutdown(self._resp)
+
+    def _attach(self, resp: urllib3.BaseHTTPResponse) -> None:
+        with self._lock:
+            self._resp = resp
+            if self.cancelled:
+                _shutdown(resp)
+
+    def _detach(self, resp: urllib3.BaseHTTPResponse) -> None:
+        with self._lock:
+            if self._resp is resp:
+                self._resp = None
+
+
+def _shutdown(resp: urllib3.BaseHTTPResponse) -> None:
+    # Already closed or released: nothing is blocked on it.
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
+        resp.shutdown()
+
+
+def _event(line: bytes) -> JSON:
+    try:
+        event = json.loads(line)
+    except ValueError as err:
+        raise ApiError(0, f"watch stream: undecodable event: {err}") from err
+    if not isinstance(event, dict):
+        raise ApiError(0, "watch stream: event is not an object")
+    return event
+
+
+def _timeout(seconds: float | None) -> urllib3.Timeout | None:
+    """A whole-request bound: connect and each read within `seconds` (None: default)."""
+    if seconds is None:
+        return None
+    return urllib3.Timeout(connect=min(10.0, seconds), read=seconds)
 
 
 def _query_value(value: Any) -> str:
