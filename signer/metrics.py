@@ -1,0 +1,112 @@
+"""The signer's Prometheus metrics (SPEC §6), registered on a caller-supplied registry.
+
+What counts as what is decided here, once:
+- `requests_total{result="issued"}`: a certificate was written to a request's status;
+- `requests_total{result="failed"}`: a request was Denied or Failed (final), with the
+  reason broken down in `denied_total{reason}`;
+- `requests_total{result="error"}`: a sync attempt hit an error and will be retried
+  (transient API errors, a signing certificate too close to expiry, bugs). Losing a
+  write race to another replica is *not* an error, and waiting on a Service is none
+  of the three.
+
+Counters with known label values start at 0 so alerts work from the first scrape. The
+pending gauges and the signer expiry gauge are read at scrape time from callables, so
+they can never go stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "service_serving_ca_controller"
+
+RESULTS = ("issued", "failed", "error")
+
+# Every reason the signer writes on a Denied or Failed condition.
+DENIAL_REASONS = (
+    "InvalidUnverifiedUserAnnotations",
+    "UnsupportedKeyType",
+    "InvalidStubPKCS10Request",
+    "InvalidPKIXPublicKey",
+    "PodNotFound",
+    "PodMismatch",
+    "PodTerminating",
+    "PodHostnameRequired",
+)
+
+# Creation → Issued: sub-second when the Service exists; minutes when it waited.
+ISSUANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900)
+
+
+class SignerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            f"{PREFIX}_requests",
+            "PodCertificateRequests handled by the service-serving signer, by result "
+            "(issued, failed = Denied or Failed, error = will be retried).",
+            ["result"],
+            registry=registry,
+        )
+        self.denied = Counter(
+            f"{PREFIX}_denied",
+            "PodCertificateRequests Denied or Failed, by condition reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.signer_ttl = Gauge(
+            f"{PREFIX}_signer_ttl_seconds",
+            "Unix timestamp of the signing certificate's notAfter.",
+            registry=registry,
+        )
+        self.pending = Gauge(
+            f"{PREFIX}_pending_requests",
+            "PodCertificateRequests waiting on a Service or Pod.",
+            registry=registry,
+        )
+        self.oldest_pending = Gauge(
+            f"{PREFIX}_oldest_pending_seconds",
+            "Age in seconds of the oldest PodCertificateRequest waiting on a Service or Pod.",
+            registry=registry,
+        )
+        self.issuance_duration = Histogram(
+            f"{PREFIX}_issuance_duration_seconds",
+            "Seconds from PodCertificateRequest creation to its Issued status being written.",
+            buckets=ISSUANCE_BUCKETS,
+            registry=registry,
+        )
+        for result in RESULTS:
+            self.requests.labels(result=result)
+        for reason in DENIAL_REASONS:
+            self.denied.labels(reason=reason)
+
+    def bind(
+        self,
+        *,
+        pending: Callable[[], float],
+        oldest_pending: Callable[[], float],
+        signer_not_after: Callable[[], float],
+    ) -> None:
+        """Read the gauges from these callables at scrape time."""
+        self.pending.set_function(pending)
+        self.oldest_pending.set_function(oldest_pending)
+        self.signer_ttl.set_function(signer_not_after)
+
+    def issued(self, seconds_since_creation: float | None) -> None:
+        self.requests.labels(result="issued").inc()
+        if seconds_since_creation is not None:
+            self.issuance_duration.observe(max(0.0, seconds_since_creation))
+
+    def failed(self, reason: str) -> None:
+        self.requests.labels(result="failed").inc()
+        self.denied.labels(reason=reason).inc()
+
+    def error(self) -> None:
+        self.requests.labels(result="error").inc()
+
+    def count(self, result: str) -> float:
+        """Current value of `requests_total{result}` (tests and the demo read it)."""
+        value = self.registry.get_sample_value(f"{PREFIX}_requests_total", {"result": result})
+        return float(value or 0.0)
