@@ -1,0 +1,268 @@
+"""What a PodCertificateRequest may ask for, before we look at the cluster (SPEC §5.2
+steps 1-2), and which DNS names a granted request gets (SPEC §5.3).
+
+Everything here is final: a `Denial` becomes a `Denied` condition, so only problems the
+requester cannot outwait belong here — a malformed annotation or an unusable key. Lookups
+that may become true later (a Service appearing) are the controller's business.
+
+Decisions beyond the SPEC text:
+- Service-name entries are stripped of spaces and tabs only; any other character makes the
+  entry invalid, and the message says what to write instead (the bare Service name).
+- The 32-name limit applies after duplicates collapse.
+- Values echoed in messages are truncated to 64 characters so a hostile annotation cannot
+  inflate the condition message.
+- With both `stubPKCS10Request` and `pkixPublicKey` set (the API forbids it), the stub wins.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.serialization import load_der_public_key
+
+SERVICE_NAMES = "kubernetes.io/service-names"
+ADD_POD_FQDN = "kubernetes.io/add-pod-fqdn"
+RECOGNISED_KEYS = (SERVICE_NAMES, ADD_POD_FQDN)
+MAX_SERVICE_NAMES = 32
+
+INVALID_ANNOTATIONS = "InvalidUnverifiedUserAnnotations"
+INVALID_STUB = "InvalidStubPKCS10Request"
+INVALID_PKIX = "InvalidPKIXPublicKey"
+UNSUPPORTED_KEY = "UnsupportedKeyType"
+
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+REASON_PATTERN = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+
+PublicKey: TypeAlias = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
+"""A leaf public key we sign for (SPEC §5.2 step 2)."""
+
+SUPPORTED_KEY_TYPES = "RSA3072, RSA4096, ECDSAP256, ECDSAP384, ECDSAP521, ED25519"
+_SUPPORTED_CURVES = {"secp256r1": "ECDSAP256", "secp384r1": "ECDSAP384", "secp521r1": "ECDSAP521"}
+
+
+@dataclass(frozen=True)
+class Denial:
+    """A final refusal: becomes a `Denied` condition with this reason and message."""
+
+    reason: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if not REASON_PATTERN.fullmatch(self.reason):
+            raise ValueError(f"invalid condition reason {self.reason!r}")
+
+
+@dataclass(frozen=True)
+class NameRequest:
+    """The names a request asks for: Services in the Pod's namespace (de-duplicated, in
+    first-seen order) and whether the Pod's own FQDN is wanted."""
+
+    service_names: tuple[str, ...]
+    pod_fqdn: bool
+
+
+def _shown(value: str, limit: int = 64) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def decide_names(annotations: Mapping[str, str] | None) -> NameRequest | Denial:
+    """SPEC §5.2 step 1: the annotations → the requested names, or a denial."""
+    annotations = annotations or {}
+    unknown = sorted(k for k in annotations if k not in RECOGNISED_KEYS)
+    if unknown:
+        return Denial(
+            INVALID_ANNOTATIONS,
+            f"unrecognised unverifiedUserAnnotations key {_shown(unknown[0])}"
+            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+            + f"; the allowed keys are {SERVICE_NAMES} and {ADD_POD_FQDN}",
+        )
+    if not any(k in annotations for k in RECOGNISED_KEYS):
+        return Denial(
+            INVALID_ANNOTATIONS,
+            f"at least one of the unverifiedUserAnnotations {SERVICE_NAMES} or {ADD_POD_FQDN} "
+            "must be set to say which names the certificate is for",
+        )
+    pod_fqdn = False
+    if ADD_POD_FQDN in annotations:
+        value = annotations[ADD_POD_FQDN]
+        if value != "true":
+            return Denial(
+                INVALID_ANNOTATIONS,
+                f'{ADD_POD_FQDN} must be exactly "true", got {_shown(value)}; '
+                "remove the annotation to leave the Pod FQDN out",
+            )
+        pod_fqdn = True
+    service_names: tuple[str, ...] = ()
+    if SERVICE_NAMES in annotations:
+        parsed = parse_service_names(annotations[SERVICE_NAMES])
+        if isinstance(parsed, Denial):
+            return parsed
+        service_names = parsed
+    return NameRequest(service_names=service_names, pod_fqdn=pod_fqdn)
+
+
+def parse_service_names(value: str) -> tuple[str, ...] | Denial:
+    """The `kubernetes.io/service-names` value → unique Service names in first-seen order."""
+    names: dict[str, None] = {}
+    for position, raw in enumerate(value.split(",")):
+        entry = raw.strip(" \t")
+        problem = _service_name_problem(entry)
+        if problem is not None:
+            where = f"entry {position + 1} of {SERVICE_NAMES}"
+            shown = f" {_shown(entry)}" if entry else ""
+            return Denial(INVALID_ANNOTATIONS, f"{where}{shown} {problem}")
+        names.setdefault(entry, None)
+    if len(names) > MAX_SERVICE_NAMES:
+        return Denial(
+            INVALID_ANNOTATIONS,
+            f"{SERVICE_NAMES} lists {len(names)} Services; at most {MAX_SERVICE_NAMES} are allowed",
+        )
+    return tuple(names)
+
+
+def _service_name_problem(entry: str) -> str | None:
+    """None when `entry` is a Service name (DNS-1035 label), else what is wrong and what
+    to write instead."""
+    if not entry:
+        return "is empty; list Service names separated by single commas"
+    if "/" in entry:
+        name = entry.rsplit("/", 1)[1]
+        return (
+            "names a namespace; only Services in the Pod's own namespace can be used, "
+            f"so write just the Service name ({_shown(name)})"
+        )
+    if "." in entry:
+        name = entry.split(".", 1)[0]
+        return f"contains a dot; write the bare Service name ({_shown(name)}), not a DNS name"
+    if len(entry) > 63:
+        return f"is {len(entry)} characters; a Service name has at most 63"
+    if entry != entry.lower() and _DNS1035_LABEL.fullmatch(entry.lower()):
+        return f"has uppercase letters; Service names are lowercase ({_shown(entry.lower())})"
+    if not _DNS1035_LABEL.fullmatch(entry):
+        return (
+            "is not a Service name (a DNS-1035 label: lowercase letters, digits and '-', "
+            "starting with a letter and ending with a letter or digit)"
+        )
+    return None
+
+
+def sans_for(
+    namespace: str,
+    domain: str,
+    service_names: tuple[str, ...] | list[str],
+    pod_hostname_subdomain: tuple[str, str] | None,
+) -> list[str]:
+    """The DNS SANs of a granted request, in SPEC §5.3 order, de-duplicated: per Service
+    `<svc>.<ns>.svc.<domain>`, `<svc>.<ns>.svc`; then the Pod FQDN
+    `<hostname>.<subdomain>.<ns>.svc.<domain>`, `<hostname>.<subdomain>.<ns>.svc`."""
+    names: dict[str, None] = {}
+    for svc in service_names:
+        names.setdefault(f"{svc}.{namespace}.svc.{domain}", None)
+        names.setdefault(f"{svc}.{namespace}.svc", None)
+    if pod_hostname_subdomain is not None:
+        hostname, subdomain = pod_hostname_subdomain
+        names.setdefault(f"{hostname}.{subdomain}.{namespace}.svc.{domain}", None)
+        names.setdefault(f"{hostname}.{subdomain}.{namespace}.svc", None)
+    return list(names)
+
+
+# public key (SPEC §5.2 step 2) ----------------------------------------------------------
+
+
+def public_key_from_request(
+    stub_pkcs10: bytes | str | None, pkix_public_key: bytes | str | None
+) -> PublicKey | Denial:
+    """The key to certify, from the stub CSR (preferred) or the deprecated
+    `pkixPublicKey` of v1beta1 objects. `str` values are base64 (as JSON carries them)."""
+    if stub_pkcs10:
+        return _key_from_stub(stub_pkcs10)
+    if pkix_public_key:
+        return _key_from_pkix(pkix_public_key)
+    return Denial(INVALID_STUB, "the request carries neither stubPKCS10Request nor pkixPublicKey")
+
+
+def _der(value: bytes | str) -> bytes | None:
+    if isinstance(value, bytes):
+        return value
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _key_from_stub(stub: bytes | str) -> PublicKey | Denial:
+    der = _der(stub)
+    if der is None:
+        return Denial(INVALID_STUB, "stubPKCS10Request is not valid base64")
+    try:
+        csr = x509.load_der_x509_csr(der)
+    except ValueError:
+        return Denial(INVALID_STUB, "stubPKCS10Request is not a DER PKCS#10 request")
+    try:
+        key = csr.public_key()
+    except (UnsupportedAlgorithm, ValueError):
+        return _unsupported("the stub CSR's public key algorithm")
+    checked = _supported(key)
+    if isinstance(checked, Denial):
+        return checked
+    try:
+        signature_ok = csr.is_signature_valid
+    except (UnsupportedAlgorithm, ValueError):
+        signature_ok = False
+    if not signature_ok:
+        return Denial(INVALID_STUB, "the stub CSR's signature does not verify")
+    if len(csr.subject) != 0:
+        return Denial(INVALID_STUB, "the stub CSR has a subject; it must be empty")
+    try:
+        has_extensions = len(csr.extensions) != 0
+        has_attributes = len(list(csr.attributes)) != 0
+    except ValueError:
+        return Denial(INVALID_STUB, "the stub CSR has unparsable attributes or extensions")
+    if has_extensions:
+        return Denial(INVALID_STUB, "the stub CSR has extensions; it must be empty")
+    if has_attributes:
+        return Denial(INVALID_STUB, "the stub CSR has attributes; it must be empty")
+    return checked
+
+
+def _key_from_pkix(pkix: bytes | str) -> PublicKey | Denial:
+    der = _der(pkix)
+    if der is None:
+        return Denial(INVALID_PKIX, "pkixPublicKey is not valid base64")
+    try:
+        key = load_der_public_key(der)
+    except UnsupportedAlgorithm:
+        return _unsupported("the pkixPublicKey algorithm")
+    except ValueError:
+        return Denial(INVALID_PKIX, "pkixPublicKey is not a DER SubjectPublicKeyInfo")
+    return _supported(key)
+
+
+def _supported(key: object) -> PublicKey | Denial:
+    if isinstance(key, ed25519.Ed25519PublicKey):
+        return key
+    if isinstance(key, rsa.RSAPublicKey):
+        if key.key_size in (3072, 4096):
+            return key
+        return _unsupported(f"RSA-{key.key_size}")
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        if key.curve.name in _SUPPORTED_CURVES:
+            return key
+        return _unsupported(f"ECDSA on curve {key.curve.name}")
+    return _unsupported(f"{type(key).__name__.removesuffix('PublicKey').lstrip('_')} keys")
+
+
+def _unsupported(what: str) -> Denial:
+    return Denial(
+        UNSUPPORTED_KEY,
+        f"{what} is not supported; supported key types are {SUPPORTED_KEY_TYPES} "
+        "(set keyType: ECDSAP256 in the podCertificate projection)",
+    )
