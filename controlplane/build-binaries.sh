@@ -55,11 +55,26 @@ build_module_main() {  # $1 module@version, $2 package, $3 output name
   log "built $OUT/$3"
 }
 
+build_peer() {  # the Go peer signer (bench/peer/main.go) in the same wrapper module
+  local W SRC
+  SRC=${PEER_SIGNER_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/bench/peer}
+  W=$(mktemp -d); trap 'rm -rf "$W"' RETURN
+  k8s_module "$W"
+  mkdir -p "$W/peer" && cp "$SRC/main.go" "$W/peer/main.go"
+  log "resolving modules for peer-signer (k8s.io/kubernetes $KV)"
+  (cd "$W" && go mod tidy)
+  log "compiling peer-signer"
+  (cd "$W" && go build -trimpath -ldflags "-s -w" -o "$OUT/peer-signer.tmp" ./peer)
+  mv "$OUT/peer-signer.tmp" "$OUT/peer-signer"
+  log "built $OUT/peer-signer"
+}
+
 for w in $WHAT; do
   case $w in
     kube-apiserver) [ -x "$OUT/kube-apiserver" ] || build_k8s cmd/kube-apiserver kube-apiserver ;;
     etcd) [ -x "$OUT/etcd" ] || build_module_main "go.etcd.io/etcd/server/v3@$EV" go.etcd.io/etcd/server/v3 etcd ;;
     kustomize) [ -x "$OUT/kustomize" ] || build_module_main "sigs.k8s.io/kustomize/kustomize/v5@$ZV" sigs.k8s.io/kustomize/kustomize/v5 kustomize ;;
+    peer-signer) [ -x "$OUT/peer-signer" ] || build_peer ;;
     *) log "unknown target $w"; exit 2 ;;
   esac
 done
