@@ -1,0 +1,177 @@
+"""The certificate we issue for a granted request (SPEC §5.3): its extensions, validity,
+refresh time and chain. Pure: the clock (`now`) and the serial are passed in.
+
+Decisions beyond the SPEC text:
+
+- `beginRefreshAt` is half of the *effective* lifetime (after the cap at the signing
+  cert's notAfter), clamped to [notBefore + 10 min, notAfter - 10 min] and truncated to
+  whole seconds. When the cap shortens a certificate, kubelet then renews it halfway
+  through its real life instead of 10 minutes before it ends.
+- The authority key identifier is the signing cert's SKI, or derived from its public key
+  when the CA has no SKI extension.
+- The signature digest follows the CA key: SHA-256 (RSA PKCS#1 v1.5, P-256), SHA-384
+  (P-384), SHA-512 (P-521), none for Ed25519.
+- A chain excludes every self-signed certificate from the cert file (a root that an
+  operator appended by habit is not sent to clients).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from signer.material import SigningKey, SigningMaterial
+from signer.policy import PublicKey
+
+BACKDATE = timedelta(minutes=2)
+MIN_LIFETIME = timedelta(hours=1)
+REFRESH_MARGIN = timedelta(minutes=10)
+
+
+class LifetimeTooShort(Exception):
+    """The signing cert expires too soon to issue a certificate of at least one hour."""
+
+
+@dataclass(frozen=True)
+class Issued:
+    """An issued certificate: the PEM chain for `status.certificateChain` and the three
+    timestamps for the status, read back from the encoded leaf."""
+
+    chain_pem: str
+    not_before: datetime
+    not_after: datetime
+    begin_refresh_at: datetime
+
+
+def new_serial() -> int:
+    """128 random bits from the CSPRNG; positive and non-zero."""
+    while True:
+        serial = secrets.randbits(128)
+        if serial:
+            return serial
+
+
+def signature_hash(key: SigningKey) -> hashes.SHA256 | hashes.SHA384 | hashes.SHA512 | None:
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        if isinstance(key.curve, ec.SECP384R1):
+            return hashes.SHA384()
+        if isinstance(key.curve, ec.SECP521R1):
+            return hashes.SHA512()
+        return hashes.SHA256()
+    if isinstance(key, rsa.RSAPrivateKey):
+        return hashes.SHA256()
+    return None
+
+
+def validity(
+    now: datetime, max_seconds: int, cap_seconds: int, signer_not_after: datetime
+) -> tuple[datetime, datetime, datetime]:
+    """(notBefore, notAfter, beginRefreshAt) for a request issued at `now`. Raises
+    `LifetimeTooShort` when the signing cert's notAfter leaves less than one hour."""
+    not_before = (now.astimezone(UTC) - BACKDATE).replace(microsecond=0)
+    lifetime = timedelta(seconds=min(max_seconds, cap_seconds))
+    not_after = min(not_before + lifetime, signer_not_after.astimezone(UTC).replace(microsecond=0))
+    if not_after - not_before < MIN_LIFETIME:
+        raise LifetimeTooShort(
+            f"the signing certificate expires at {signer_not_after.isoformat()}, leaving "
+            f"{max(not_after - not_before, timedelta(0))} of the at least {MIN_LIFETIME} "
+            "a certificate must last"
+        )
+    half = (not_after - not_before) / 2
+    refresh = not_before + timedelta(seconds=int(half.total_seconds()))
+    refresh = max(not_before + REFRESH_MARGIN, min(refresh, not_after - REFRESH_MARGIN))
+    return not_before, not_after, refresh
+
+
+def issue(
+    material: SigningMaterial,
+    public_key: PublicKey,
+    dns_names: Sequence[str],
+    max_seconds: int,
+    cap_seconds: int,
+    now: datetime,
+    serial: int | None = None,
+) -> Issued:
+    """Sign a serving certificate for `public_key` with DNS SANs `dns_names`.
+
+    `max_seconds` is the request's `spec.maxExpirationSeconds`, `cap_seconds` the
+    `--max-certificate-lifetime`; the backdate counts inside the lifetime.
+    """
+    if not dns_names:
+        raise ValueError("a serving certificate needs at least one DNS name")
+    signing = material.signing_cert
+    not_before, not_after, refresh = validity(
+        now, max_seconds, cap_seconds, signing.not_valid_after_utc
+    )
+    rsa_leaf = isinstance(public_key, rsa.RSAPublicKey)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([]))
+        .issuer_name(signing.subject)
+        .public_key(public_key)
+        .serial_number(serial if serial is not None else new_serial())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]),
+            critical=True,
+        )
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=rsa_leaf,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .add_extension(_authority_key_identifier(signing), critical=False)
+    )
+    leaf = builder.sign(material.key, signature_hash(material.key))
+    encoded = leaf.public_bytes(serialization.Encoding.PEM)
+    parsed = x509.load_pem_x509_certificate(encoded)
+    chain = [encoded] + [
+        c.public_bytes(serialization.Encoding.PEM) for c in material.chain if not _self_signed(c)
+    ]
+    return Issued(
+        chain_pem=b"".join(chain).decode("ascii"),
+        not_before=parsed.not_valid_before_utc,
+        not_after=parsed.not_valid_after_utc,
+        begin_refresh_at=refresh,
+    )
+
+
+def _authority_key_identifier(signing: x509.Certificate) -> x509.AuthorityKeyIdentifier:
+    try:
+        ski = signing.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    except x509.ExtensionNotFound:
+        return x509.AuthorityKeyIdentifier.from_issuer_public_key(
+            signing.public_key()  # type: ignore[arg-type]
+        )
+    return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
+
+
+def _self_signed(cert: x509.Certificate) -> bool:
+    if cert.subject != cert.issuer:
+        return False
+    try:
+        cert.verify_directly_issued_by(cert)
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+        return False
+    return True

@@ -1,0 +1,515 @@
+"""Signing material: which key, certificate chain and trust bundle the signer uses, whether
+a set of files is acceptable (SPEC §2), and when a changed set replaces the current one
+(SPEC §3).
+
+Decisions:
+
+- One validation, `validate_material`, serves start-up and hot reload: a set that would
+  fail start-up is never swapped in.
+- The three files are read together and re-read if any content hash changed during the
+  read, so a key from one version is never paired with a cert from another. Validation
+  then works on the bytes read, never on the paths again.
+- Change detection polls content hashes (default every 2 s). It follows symlinks on every
+  read, so Kubernetes' atomic `..data` swaps and in-place rewrites both show up.
+- An invalid set leaves the last good set in place. It is retried on every poll (a cert
+  whose notBefore is a second in the future becomes valid on its own), but logged and
+  counted in `material_reload_total{result="invalid"}` once per distinct (content,
+  problem) pair.
+- Errors are `MaterialError(path, problem)`: one line, naming the file; cryptography's
+  exception texts are not passed through, so no key bytes can leak into a log.
+- Accepted signing keys: RSA ≥ 2048 bits, ECDSA P-256/P-384/P-521, Ed25519, as PKCS#8,
+  PKCS#1 or SEC1 PEM, unencrypted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TypeAlias
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from prometheus_client import CollectorRegistry, Counter
+
+from publisher.bundle import BundleError, decode_pem, normalize_bundle, parse_anchors
+
+log = logging.getLogger(__name__)
+
+SigningKey: TypeAlias = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+
+_CURVES = ("secp256r1", "secp384r1", "secp521r1")
+_MAX_CHAIN_DEPTH = 10
+
+
+class MaterialError(Exception):
+    """A signing-material file is unusable. `str()` is one line: `<path>: <problem>`."""
+
+    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
+        self.path = os.fspath(path)
+        self.problem = " ".join(problem.split())
+        super().__init__(f"{self.path}: {self.problem}")
+
+
+@dataclass(frozen=True)
+class SigningMaterial:
+    """A validated set: the CA key, its chain (signing cert first, then the intermediates
+    from the cert file, in file order), the normalised trust bundle and its anchors.
+    `fingerprint` identifies the set (sha256 over the chain and the bundle)."""
+
+    key: SigningKey
+    chain: tuple[x509.Certificate, ...]
+    trust_bundle: str
+    anchors: tuple[x509.Certificate, ...]
+    fingerprint: str
+
+    @property
+    def signing_cert(self) -> x509.Certificate:
+        return self.chain[0]
+
+
+@dataclass(frozen=True)
+class MaterialFiles:
+    """The raw bytes of the three files, read together."""
+
+    key: bytes
+    cert: bytes
+    bundle: bytes
+
+    @property
+    def digest(self) -> tuple[str, str, str]:
+        return (
+            hashlib.sha256(self.key).hexdigest(),
+            hashlib.sha256(self.cert).hexdigest(),
+            hashlib.sha256(self.bundle).hexdigest(),
+        )
+
+
+# reading ------------------------------------------------------------------------------
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise MaterialError(path, "does not exist") from None
+    except IsADirectoryError:
+        raise MaterialError(path, "is a directory, not a file") from None
+    except PermissionError:
+        raise MaterialError(path, "is not readable (permission denied)") from None
+    except OSError as err:
+        raise MaterialError(
+            path, f"cannot be read ({err.strerror or type(err).__name__})"
+        ) from None
+
+
+def _digests(paths: Sequence[str]) -> tuple[str, ...]:
+    return tuple(hashlib.sha256(_read(p)).hexdigest() for p in paths)
+
+
+def check_distinct(key_path: str, cert_path: str) -> None:
+    """The KEP requires the key and the certificate to be two different files."""
+    same = key_path == cert_path or os.path.realpath(key_path) == os.path.realpath(cert_path)
+    if not same:
+        try:
+            same = os.path.samefile(key_path, cert_path)
+        except OSError:
+            same = False
+    if same:
+        raise MaterialError(
+            cert_path,
+            f"is the same file as the key ({key_path}); --service-serving-cert and "
+            "--service-serving-key must be different files",
+        )
+
+
+def read_files(key_path: str, cert_path: str, bundle_path: str, attempts: int = 5) -> MaterialFiles:
+    """The three files' bytes, consistent with each other: if any file changed while we
+    read, read all three again."""
+    paths = (key_path, cert_path, bundle_path)
+    for _ in range(attempts):
+        files = MaterialFiles(*(_read(p) for p in paths))
+        if _digests(paths) == files.digest:
+            return files
+    raise MaterialError(cert_path, "kept changing while being read; will retry")
+
+
+def key_file_warning(key_path: str) -> str | None:
+    """A warning when the key file can be read by group or others (not an error: Secret
+    volumes default to 0644)."""
+    try:
+        mode = os.stat(key_path).st_mode
+    except OSError:
+        return None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return (
+            f"{key_path}: private key file is group/world-accessible (mode "
+            f"{stat.S_IMODE(mode):04o}); restrict it to 0600 (Secret volume defaultMode: 0400)"
+        )
+    return None
+
+
+# validating ---------------------------------------------------------------------------
+
+
+def load_material(
+    key_path: str | os.PathLike[str],
+    cert_path: str | os.PathLike[str],
+    bundle_path: str | os.PathLike[str],
+    now: datetime | None = None,
+) -> SigningMaterial:
+    """Read and validate the three files (SPEC §2). Raises `MaterialError`."""
+    key_p, cert_p, bundle_p = os.fspath(key_path), os.fspath(cert_path), os.fspath(bundle_path)
+    check_distinct(key_p, cert_p)
+    files = read_files(key_p, cert_p, bundle_p)
+    warning = key_file_warning(key_p)
+    if warning:
+        log.warning(warning)
+    return validate_material(files, key_p, cert_p, bundle_p, now)
+
+
+def validate_material(
+    files: MaterialFiles,
+    key_path: str,
+    cert_path: str,
+    bundle_path: str,
+    now: datetime | None = None,
+) -> SigningMaterial:
+    """SPEC §2 on bytes already read; the paths only name files in errors."""
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    key = _parse_key(files.key, key_path)
+    chain = _parse_chain(files.cert, cert_path)
+    signing = chain[0]
+    _check_signing_ca(signing, cert_path, now)
+    _check_key_matches(key, signing, key_path, cert_path)
+    try:
+        bundle = normalize_bundle(files.bundle)
+    except BundleError as err:
+        raise MaterialError(bundle_path, f"invalid trust bundle: {err}") from None
+    anchors = tuple(parse_anchors(bundle))
+    _check_chains_to_anchor(chain, anchors, cert_path, bundle_path, now)
+    digest = hashlib.sha256()
+    for cert in chain:
+        digest.update(cert.public_bytes(serialization.Encoding.DER))
+    digest.update(bundle.encode("ascii"))
+    return SigningMaterial(key, chain, bundle, anchors, digest.hexdigest())
+
+
+def _parse_key(data: bytes, path: str) -> SigningKey:
+    blocks = _pem_types(data, path)
+    if "CERTIFICATE" in blocks and not any(t.endswith("PRIVATE KEY") for t in blocks):
+        raise MaterialError(
+            path,
+            "holds a CERTIFICATE, not a private key (are --service-serving-key and "
+            "--service-serving-cert swapped?)",
+        )
+    if "ENCRYPTED PRIVATE KEY" in blocks or _is_legacy_encrypted(data):
+        raise MaterialError(path, "private key is encrypted; provide it unencrypted")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise MaterialError(path, "private key is encrypted; provide it unencrypted") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise MaterialError(
+            path, "does not hold a PEM private key (PKCS#8, PKCS#1 or SEC1; RSA, ECDSA, Ed25519)"
+        ) from None
+    if isinstance(key, rsa.RSAPrivateKey):
+        if key.key_size < 2048:
+            raise MaterialError(path, f"RSA key is {key.key_size} bits; at least 2048 required")
+        return key
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        if key.curve.name not in _CURVES:
+            raise MaterialError(
+                path, f"ECDSA curve {key.curve.name} is not supported (P-256, P-384, P-521)"
+            )
+        return key
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return key
+    raise MaterialError(
+        path,
+        f"{type(key).__name__.lstrip('_').removesuffix('PrivateKey')} keys are not supported "
+        "(RSA, ECDSA or Ed25519)",
+    )
+
+
+def _is_legacy_encrypted(data: bytes) -> bool:
+    return b"Proc-Type: 4,ENCRYPTED" in data
+
+
+def _pem_types(data: bytes, path: str) -> list[str]:
+    try:
+        return [block.type for block in decode_pem(data)]
+    except BundleError as err:
+        raise MaterialError(path, str(err)) from None
+
+
+def _parse_chain(data: bytes, path: str) -> tuple[x509.Certificate, ...]:
+    try:
+        blocks = decode_pem(data)
+    except BundleError as err:
+        raise MaterialError(path, str(err)) from None
+    if not blocks:
+        raise MaterialError(path, "holds no PEM certificate")
+    chain: list[x509.Certificate] = []
+    for block in blocks:
+        if block.type.endswith("PRIVATE KEY"):
+            raise MaterialError(
+                path,
+                f"PEM block {block.index} is a private key; the certificate file must not "
+                "contain the key (keep it in --service-serving-key)",
+            )
+        if block.type != "CERTIFICATE":
+            raise MaterialError(
+                path, f"PEM block {block.index} is a {block.type!r} block, not a CERTIFICATE"
+            )
+        try:
+            chain.append(x509.load_der_x509_certificate(block.der))
+        except ValueError:
+            raise MaterialError(
+                path, f"PEM block {block.index} does not parse as an X.509 certificate"
+            ) from None
+    return tuple(chain)
+
+
+def _describe(cert: x509.Certificate) -> str:
+    return repr(cert.subject.rfc4514_string() or "<empty subject>")
+
+
+def _ca_problem(cert: x509.Certificate) -> str | None:
+    """Why `cert` cannot sign certificates, or None."""
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        return "is not a CA (no basicConstraints extension)"
+    except ValueError:
+        return "has unparsable extensions"
+    if not constraints.ca:
+        return "is not a CA (basicConstraints CA:FALSE)"
+    try:
+        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return "has no keyUsage extension; a signing CA needs keyUsage keyCertSign"
+    if not usage.key_cert_sign:
+        return "lacks keyUsage keyCertSign"
+    return None
+
+
+def _validity_problem(cert: x509.Certificate, now: datetime) -> str | None:
+    if now < cert.not_valid_before_utc:
+        return f"is not valid yet (notBefore {cert.not_valid_before_utc.isoformat()})"
+    if now >= cert.not_valid_after_utc:
+        return f"expired at {cert.not_valid_after_utc.isoformat()}"
+    return None
+
+
+def _check_signing_ca(cert: x509.Certificate, path: str, now: datetime) -> None:
+    problem = _ca_problem(cert) or _validity_problem(cert, now)
+    if problem:
+        raise MaterialError(path, f"signing certificate {_describe(cert)} {problem}")
+
+
+def _spki(key: object) -> bytes:
+    return key.public_bytes(  # type: ignore[attr-defined, no-any-return]
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def _check_key_matches(
+    key: SigningKey, cert: x509.Certificate, key_path: str, cert_path: str
+) -> None:
+    try:
+        matches = _spki(key.public_key()) == _spki(cert.public_key())
+    except (UnsupportedAlgorithm, ValueError):
+        matches = False
+    if not matches:
+        raise MaterialError(
+            key_path,
+            f"private key does not match the public key of the signing certificate "
+            f"{_describe(cert)} in {cert_path}",
+        )
+
+
+def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+        return False
+    return True
+
+
+def _check_chains_to_anchor(
+    chain: Sequence[x509.Certificate],
+    anchors: Sequence[x509.Certificate],
+    cert_path: str,
+    bundle_path: str,
+    now: datetime,
+) -> None:
+    """Walk from the signing cert through the cert file's intermediates to a currently
+    valid anchor of the bundle (the signing cert may itself be an anchor)."""
+    anchor_ders = {a.public_bytes(serialization.Encoding.DER): a for a in anchors}
+    intermediates = list(chain[1:])
+    current = chain[0]
+    seen: set[bytes] = set()
+    expired_anchor: x509.Certificate | None = None
+    for _ in range(_MAX_CHAIN_DEPTH):
+        der = current.public_bytes(serialization.Encoding.DER)
+        if der in anchor_ders:
+            return
+        seen.add(der)
+        for anchor in anchors:
+            if _issued_by(current, anchor):
+                if _validity_problem(anchor, now) is None:
+                    return
+                expired_anchor = anchor
+        parent = next(
+            (
+                c
+                for c in intermediates
+                if c.public_bytes(serialization.Encoding.DER) not in seen and _issued_by(current, c)
+            ),
+            None,
+        )
+        if parent is None:
+            break
+        problem = _ca_problem(parent) or _validity_problem(parent, now)
+        if problem:
+            raise MaterialError(
+                cert_path, f"intermediate certificate {_describe(parent)} {problem}"
+            )
+        current = parent
+    if expired_anchor is not None:
+        raise MaterialError(
+            bundle_path,
+            f"the only trust anchor the signing certificate chains to, "
+            f"{_describe(expired_anchor)}, {_validity_problem(expired_anchor, now)}",
+        )
+    raise MaterialError(
+        cert_path,
+        f"signing certificate {_describe(chain[0])} does not chain (via the intermediates in "
+        f"this file) to any anchor in the trust bundle {bundle_path}; last issuer looked for: "
+        f"{current.issuer.rfc4514_string()!r}",
+    )
+
+
+# hot reload ---------------------------------------------------------------------------
+
+Listener = Callable[[SigningMaterial], object]
+
+
+class MaterialSource:
+    """The current signing material, re-read when the files change.
+
+    Constructing it loads and validates the files (raises `MaterialError`). `run(stop)`
+    polls; each poll that sees changed content validates the new set and either swaps it
+    in (then calls every listener with it) or keeps the old one.
+    """
+
+    def __init__(
+        self,
+        key_path: str | os.PathLike[str],
+        cert_path: str | os.PathLike[str],
+        bundle_path: str | os.PathLike[str],
+        registry: CollectorRegistry | None = None,
+        poll_interval: float = 2.0,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.key_path = os.fspath(key_path)
+        self.cert_path = os.fspath(cert_path)
+        self.bundle_path = os.fspath(bundle_path)
+        self.poll_interval = poll_interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._reloads = Counter(
+            "service_serving_ca_controller_material_reload_total",
+            "Reloads of the signing key, certificate and trust bundle files, by result.",
+            ["result"],
+            registry=registry if registry is not None else CollectorRegistry(),
+        )
+        for result in ("ok", "invalid"):
+            self._reloads.labels(result)
+        check_distinct(self.key_path, self.cert_path)
+        files = read_files(self.key_path, self.cert_path, self.bundle_path)
+        self._warn_key_mode()
+        self._current = validate_material(
+            files, self.key_path, self.cert_path, self.bundle_path, clock()
+        )
+        self._digest = files.digest
+        self._failure: tuple[tuple[str, str, str] | None, str] | None = None
+
+    def current(self) -> SigningMaterial:
+        with self._lock:
+            return self._current
+
+    def add_listener(self, listener: Listener) -> None:
+        """`listener(material)` runs on the polling thread after each swap."""
+        self._listeners.append(listener)
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until `stop` is set."""
+        while not stop.wait(self.poll_interval):
+            self.poll()
+
+    def poll(self) -> bool:
+        """Check the files once. True when a new set was swapped in."""
+        digest: tuple[str, str, str] | None = None
+        try:
+            check_distinct(self.key_path, self.cert_path)
+            files = read_files(self.key_path, self.cert_path, self.bundle_path)
+            digest = files.digest
+            if digest == self._digest:
+                self._failure = None
+                return False
+            material = validate_material(
+                files, self.key_path, self.cert_path, self.bundle_path, self._clock()
+            )
+        except MaterialError as err:
+            self._record_failure(digest, str(err))
+            return False
+        with self._lock:
+            previous = self._current
+            self._current = material
+            self._digest = digest
+        self._failure = None
+        self._reloads.labels("ok").inc()
+        self._warn_key_mode()
+        log.info(
+            "signing material reloaded",
+            extra={
+                "fingerprint": material.fingerprint,
+                "previous": previous.fingerprint,
+                "signingCertNotAfter": material.signing_cert.not_valid_after_utc.isoformat(),
+            },
+        )
+        for listener in list(self._listeners):
+            try:
+                listener(material)
+            except Exception:
+                log.exception("signing-material listener failed")
+        return True
+
+    def _record_failure(self, digest: tuple[str, str, str] | None, message: str) -> None:
+        failure = (digest, message)
+        if failure == self._failure:
+            return
+        self._failure = failure
+        self._reloads.labels("invalid").inc()
+        log.error(
+            "signing material rejected; still using the previous set: %s",
+            message,
+            extra={"fingerprint": self.current().fingerprint},
+        )
+
+    def _warn_key_mode(self) -> None:
+        warning = key_file_warning(self.key_path)
+        if warning:
+            log.warning(warning)
