@@ -1,0 +1,446 @@
+"""A list-watch informer with a local cache, in the manner of client-go's reflector +
+shared informer, over our JSON `kube.client.Client`.
+
+What it decides:
+
+* **Listing.** A paginated LIST (`limit`/`continue`, `page_size` per page) of plain dicts
+  fills the cache; `has_synced()` turns true once the first LIST is in and its handlers
+  have run. Every later relist (after 410 Gone) is diffed against the cache: new keys
+  fire `on_add`, keys whose resourceVersion changed fire `on_update(old, new)`, keys gone
+  fire `on_delete(last cached record)`; unchanged objects fire nothing.
+* **Watching.** WATCH from the last resourceVersion with `allowWatchBookmarks=true` and a
+  server `timeoutSeconds` drawn from [min_watch_timeout, max_watch_timeout]; BOOKMARKs
+  and every event advance the resourceVersion. When the server ends a watch normally we
+  re-watch at once from where we were (unless it ended at once with no events: then
+  we back off, as on an error).
+* **Errors.** 410 Gone (an HTTP 410 or an ERROR event with code 410) → relist. Any other
+  error (HTTP status, transport failure, a watch silent past `read_timeout`, an ERROR
+  event) → jittered exponential backoff (0.8 s doubling to 30 s, jitter up to +100%,
+  capped; back to 0.8 s after `backoff_reset` seconds without errors; at least any
+  `Retry-After`), then re-watch from the last resourceVersion (a LIST only if we never
+  listed or the server says 410). Unlike client-go we do not relist after every watch
+  error: a re-watch from a still-valid resourceVersion loses nothing, and one that is
+  too old gets 410.
+* **Read timeout.** Default `timeoutSeconds + 30`: a half-open connection is noticed
+  that long after the server should have ended the watch.
+* **Stopping.** `run(stop)` returns promptly after `stop` is set, whatever the read
+  timeout: a small helper thread waits on `stop` and then shuts down the socket of the
+  watch in flight (`kube.client.StreamCanceller`), so the blocked read ends at once.
+  A LIST page in flight is bounded by the client's request timeout.
+* **Records.** `transform(raw) -> T` keeps only what callers read; the cache key
+  (`namespace/name`, or `name` when cluster-scoped) is computed from the raw metadata
+  before transforming. Indexers map a record to index values (`by_index`).
+* **Handlers** run on the informer thread, outside the cache lock, and must be cheap
+  (enqueue a key). A handler that raises is logged; the informer carries on.
+
+The cache is guarded by an RLock; readers get the stored records (treat them as
+read-only).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
+
+from kube.client import JSON, ApiError, Client, StreamCanceller
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+Indexer = Callable[[T], list[str]]
+
+
+class _Gone(Exception):
+    """The resourceVersion we watch from is too old: relist."""
+
+
+def object_key(raw: JSON) -> str:
+    """client-go's `MetaNamespaceKeyFunc`: `namespace/name`, or `name` if cluster-scoped."""
+    meta = raw.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    namespace = meta.get("namespace")
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _rv(raw: JSON) -> str:
+    return str((raw.get("metadata") or {}).get("resourceVersion", ""))
+
+
+def _identity(raw: JSON) -> Any:
+    return raw
+
+
+@dataclass
+class _Handler(Generic[T]):
+    on_add: Callable[[T], None] | None
+    on_update: Callable[[T, T], None] | None
+    on_delete: Callable[[T], None] | None
+
+
+class Backoff:
+    """client-go's reflector backoff: exponential with jitter, reset after a quiet spell."""
+
+    def __init__(
+        self,
+        initial: float = 0.8,
+        maximum: float = 30.0,
+        *,
+        factor: float = 2.0,
+        jitter: float = 1.0,
+        reset_after: float = 120.0,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.factor = factor
+        self.jitter = jitter
+        self.reset_after = reset_after
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._current = 0.0
+        self._last: float | None = None
+
+    def next(self) -> float:
+        now = self._clock()
+        if self._last is not None and now - self._last > self.reset_after:
+            self._current = 0.0
+        if self._current == 0.0:
+            self._current = self.initial
+        else:
+            self._current = min(self._current * self.factor, self.maximum)
+        self._last = now
+        return min(self._current * (1.0 + self._rng.random() * self.jitter), self.maximum)
+
+
+class Informer(Generic[T]):
+    """List-watch one collection into a cache of `T` records (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: Client,
+        list_path: str,
+        *,
+        name: str,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        transform: Callable[[JSON], T] | None = None,
+        indexers: dict[str, Indexer[T]] | None = None,
+        page_size: int = 500,
+        read_timeout: float | None = None,
+        min_watch_timeout: int = 300,
+        max_watch_timeout: int = 600,
+        backoff_initial: float = 0.8,
+        backoff_max: float = 30.0,
+        backoff_reset: float = 120.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.client = client
+        self.list_path = list_path
+        self.name = name
+        self.field_selector = field_selector
+        self.label_selector = label_selector
+        self.page_size = page_size
+        self.read_timeout = read_timeout
+        self.min_watch_timeout = min_watch_timeout
+        self.max_watch_timeout = max(min_watch_timeout, max_watch_timeout)
+        self._transform: Callable[[JSON], T] = transform or cast(Callable[[JSON], T], _identity)
+        self._indexers: dict[str, Indexer[T]] = dict(indexers or {})
+        self._rng = rng or random.Random()
+        self._backoff = Backoff(
+            backoff_initial, backoff_max, reset_after=backoff_reset, rng=self._rng
+        )
+        self._lock = threading.RLock()
+        self._items: dict[str, T] = {}
+        self._rvs: dict[str, str] = {}
+        self._index: dict[str, dict[str, set[str]]] = {n: {} for n in self._indexers}
+        self._index_values: dict[str, dict[str, list[str]]] = {n: {} for n in self._indexers}
+        self._handlers: list[_Handler[T]] = []
+        self._synced = threading.Event()
+        self._resource_version = ""
+
+    # handlers and reads ------------------------------------------------------------------
+
+    def add_handler(
+        self,
+        on_add: Callable[[T], None] | None = None,
+        on_update: Callable[[T, T], None] | None = None,
+        on_delete: Callable[[T], None] | None = None,
+    ) -> None:
+        """Register callbacks. Objects already cached are replayed to `on_add` (as
+        client-go does for late handlers)."""
+        handler = _Handler(on_add, on_update, on_delete)
+        with self._lock:
+            self._handlers.append(handler)
+            existing = list(self._items.values())
+        if on_add is not None:
+            for obj in existing:
+                self._call(on_add, obj)
+
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_for_sync(self, stop: threading.Event, timeout: float | None = None) -> bool:
+        """Block until synced (True), or until `stop` is set or `timeout` passes (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not stop.is_set():
+            wait = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if wait <= 0:
+                return self.has_synced()
+            if self._synced.wait(wait):
+                return True
+        return self.has_synced()
+
+    def get(self, key: str) -> T | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._items)
+
+    def by_index(self, index_name: str, value: str) -> list[T]:
+        """Records whose indexer `index_name` returned `value`. KeyError if no such index."""
+        with self._lock:
+            keys = self._index[index_name].get(value, set())
+            return [self._items[k] for k in sorted(keys)]
+
+    @property
+    def resource_version(self) -> str:
+        """The resourceVersion the cache reflects (last LIST, event or BOOKMARK)."""
+        with self._lock:
+            return self._resource_version
+
+    # the loop ------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """List, then watch, until `stop` is set. Blocks; call it in a thread."""
+        canceller = StreamCanceller()
+
+        def cancel_on_stop() -> None:
+            stop.wait()
+            canceller.cancel()
+
+        threading.Thread(
+            target=cancel_on_stop, name=f"informer-{self.name}-stop", daemon=True
+        ).start()
+        need_list = True
+        while not stop.is_set():
+            try:
+                if need_list:
+                    self._list_and_replace(stop)
+                    need_list = False
+                    continue
+                started = time.monotonic()
+                if self._watch(canceller) > 0 or time.monotonic() - started >= 1.0:
+                    continue
+                # An empty watch that ended at once is a misbehaving server or proxy:
+                # back off rather than spin.
+                log.debug("informer %s: watch closed at once with no events", self.name)
+                retry_after = None
+            except _Gone as gone:
+                need_list = True
+                log.info("informer %s: %s; relisting", self.name, gone)
+                retry_after = None
+            except ApiError as err:
+                if err.status == 410:
+                    need_list = True
+                    log.info("informer %s: resourceVersion gone; relisting", self.name)
+                elif not stop.is_set():
+                    log.warning(
+                        "informer %s: %s failed: %s",
+                        self.name,
+                        "list" if need_list else "watch",
+                        err,
+                    )
+                retry_after = err.retry_after
+            except Exception:
+                log.exception("informer %s: unexpected error", self.name)
+                retry_after = None
+            if stop.is_set():
+                break
+            delay = self._backoff.next()
+            if retry_after:
+                delay = max(delay, retry_after)
+            stop.wait(delay)
+        log.debug("informer %s: stopped", self.name)
+
+    def _list_and_replace(self, stop: threading.Event) -> None:
+        params: dict[str, Any] = {
+            "limit": self.page_size,
+            "fieldSelector": self.field_selector,
+            "labelSelector": self.label_selector,
+        }
+        fresh: dict[str, tuple[T, str]] = {}
+        resource_version = ""
+        while True:
+            page = self.client.get(self.list_path, params)
+            for raw in page.get("items") or []:
+                record = self._safe_transform(raw)
+                if record is not None:
+                    fresh[object_key(raw)] = (record, _rv(raw))
+            meta = page.get("metadata") or {}
+            resource_version = str(meta.get("resourceVersion", ""))
+            token = meta.get("continue")
+            if not token or stop.is_set():
+                break
+            params["continue"] = token
+        if stop.is_set():
+            return
+        self._replace(fresh, resource_version)
+
+    def _replace(self, fresh: dict[str, tuple[T, str]], resource_version: str) -> None:
+        added: list[T] = []
+        updated: list[tuple[T, T]] = []
+        deleted: list[T] = []
+        with self._lock:
+            for key, (record, rv) in fresh.items():
+                old = self._items.get(key)
+                if old is None:
+                    added.append(record)
+                elif self._rvs.get(key) != rv:
+                    updated.append((old, record))
+                else:
+                    record = old  # unchanged: keep the instance handlers already saw
+                self._store(key, record, rv)
+            for key in [k for k in self._items if k not in fresh]:
+                deleted.append(self._items[key])
+                self._remove(key)
+            self._resource_version = resource_version
+            handlers = list(self._handlers)
+        for h in handlers:
+            for obj in added:
+                if h.on_add:
+                    self._call(h.on_add, obj)
+            for old, new in updated:
+                if h.on_update:
+                    self._call(h.on_update, old, new)
+            for obj in deleted:
+                if h.on_delete:
+                    self._call(h.on_delete, obj)
+        if not self._synced.is_set():
+            log.info("informer %s: synced %d objects", self.name, len(fresh))
+            self._synced.set()
+
+    def _watch(self, canceller: StreamCanceller) -> int:
+        """One watch request, applied event by event; returns how many events came."""
+        timeout_seconds = self._rng.randint(self.min_watch_timeout, self.max_watch_timeout)
+        read_timeout = self.read_timeout or timeout_seconds + 30.0
+        params: dict[str, Any] = {
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": timeout_seconds,
+            "fieldSelector": self.field_selector,
+            "labelSelector": self.label_selector,
+        }
+        count = 0
+        for ev in self.client.watch(
+            self.list_path, params, read_timeout=read_timeout, canceller=canceller
+        ):
+            count += 1
+            self._apply(ev)
+        return count
+
+    def _apply(self, ev: JSON) -> None:
+        kind = ev.get("type")
+        raw = ev.get("object") or {}
+        if kind == "ERROR":
+            code = int(raw.get("code") or 0)
+            if code == 410:
+                raise _Gone(raw.get("message") or "watch ERROR 410")
+            raise ApiError(code, str(raw.get("reason", "")), raw)
+        rv = _rv(raw)
+        if kind == "BOOKMARK":
+            with self._lock:
+                self._resource_version = rv or self._resource_version
+            return
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            log.warning("informer %s: ignoring watch event of type %r", self.name, kind)
+            return
+        key = object_key(raw)
+        record = self._safe_transform(raw)
+        with self._lock:
+            old = self._items.get(key)
+            if kind == "DELETED":
+                self._remove(key)
+            elif record is not None:
+                self._store(key, record, rv)
+            if rv:
+                self._resource_version = rv
+            handlers = list(self._handlers)
+        if kind == "DELETED":
+            final = record if record is not None else old
+            if final is not None:
+                for h in handlers:
+                    if h.on_delete:
+                        self._call(h.on_delete, final)
+        elif record is not None:
+            for h in handlers:
+                if old is None and h.on_add:
+                    self._call(h.on_add, record)
+                elif old is not None and h.on_update:
+                    self._call(h.on_update, old, record)
+
+    # cache internals (call with the lock held) ---------------------------------------------
+
+    def _store(self, key: str, record: T, rv: str) -> None:
+        if key in self._items:
+            self._unindex(key)
+        self._items[key] = record
+        self._rvs[key] = rv
+        for name, fn in self._indexers.items():
+            try:
+                values = list(fn(record))
+            except Exception:
+                log.exception("informer %s: indexer %s failed on %s", self.name, name, key)
+                values = []
+            self._index_values[name][key] = values
+            for value in values:
+                self._index[name].setdefault(value, set()).add(key)
+
+    def _remove(self, key: str) -> None:
+        if key in self._items:
+            self._unindex(key)
+            del self._items[key]
+            self._rvs.pop(key, None)
+
+    def _unindex(self, key: str) -> None:
+        for name in self._indexers:
+            for value in self._index_values[name].pop(key, []):
+                keys = self._index[name].get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._index[name][value]
+
+    # helpers -------------------------------------------------------------------------------
+
+    def _safe_transform(self, raw: JSON) -> T | None:
+        try:
+            return self._transform(raw)
+        except Exception:
+            log.exception("informer %s: transform failed on %s", self.name, object_key(raw))
+            return None
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("informer %s: handler failed", self.name)
+
+    # Last in the class: from here on `list` in class-scope annotations means this method.
+    def list(self) -> list[T]:
+        """Every cached record."""
+        with self._lock:
+            return list(self._items.values())
+
+
+def index_values(values: Iterable[str | None]) -> list[str]:
+    """Helper for indexers: drop empty values."""
+    return [v for v in values if v]

@@ -1,0 +1,299 @@
+"""The informer lists in pages, watches with bookmarks, relists on 410, survives stalls and
+errors with backoff, and keeps a transformed, indexed cache."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+
+from kube.client import JSON
+from kube.informer import Backoff, Informer
+from tests.unit.fakeapi import FakeApi, Gate, Recorder, Stall, bookmark, event, gone
+
+PODS = "/api/v1/namespaces/ns/pods"
+
+T = TypeVar("T")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApi]:
+    api = FakeApi().start()
+    yield api
+    api.stop()
+
+
+def pod(name: str, node: str = "n1", labels: dict[str, str] | None = None) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "labels": labels or {}},
+        "spec": {"nodeName": node},
+    }
+
+
+def informer(fake: FakeApi, **kwargs: Any) -> Informer[Any]:
+    kwargs.setdefault("backoff_initial", 0.01)
+    kwargs.setdefault("backoff_max", 0.05)
+    return Informer(fake.client(), PODS, name="pods", **kwargs)
+
+
+@contextmanager
+def running(inf: Informer[T], sync: bool = True) -> Iterator[threading.Event]:
+    stop = threading.Event()
+    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        if sync:
+            assert inf.wait_for_sync(stop, timeout=5)
+        yield stop
+    finally:
+        stop.set()
+        thread.join(timeout=3)
+        assert not thread.is_alive(), "informer did not stop"
+
+
+def names(objs: list[Any]) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in objs)
+
+
+def test_initial_list_is_paged_and_fills_the_cache_before_synced(fake: FakeApi) -> None:
+    for i in range(7):
+        fake.put(PODS, pod(f"p{i}"))
+    rec = Recorder()
+    inf = informer(fake, page_size=3)
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    assert not inf.has_synced()
+    with running(inf):
+        assert inf.has_synced()
+        assert names(rec.of("add")) == [f"p{i}" for i in range(7)]
+        lists = list(fake.matching("GET", PODS, watch=False))
+        assert [r.query.get("limit") for r in lists] == ["3", "3", "3"]
+        assert lists[0].query.get("continue") is None
+        assert all(r.query.get("continue") for r in lists[1:])
+        assert inf.get("ns/p4") is not None
+        assert len(inf.list()) == 7
+
+
+def test_watch_resumes_from_list_rv_and_bookmarks_advance_it(fake: FakeApi) -> None:
+    fake.put(PODS, pod("a"))
+    list_rv = fake.resource_version
+    fake.script_watch(PODS, bookmark(900))
+    inf = informer(fake, min_watch_timeout=5, max_watch_timeout=7)
+    with running(inf):
+        assert fake.wait_for("GET", PODS, watch=True, count=2)
+        first, second = list(fake.matching("GET", PODS, watch=True))[:2]
+    assert first.query["resourceVersion"] == list_rv
+    assert first.query["allowWatchBookmarks"] == "true"
+    assert 5 <= int(first.query["timeoutSeconds"]) <= 7
+    assert second.query["resourceVersion"] == "900"
+    assert fake.count("GET", PODS, watch=False) == 1, "a bookmark never causes a relist"
+
+
+def test_watch_events_fire_add_update_delete_and_update_the_cache(fake: FakeApi) -> None:
+    fake.put(PODS, pod("a"))
+    b = {**pod("b"), "metadata": {**pod("b")["metadata"], "resourceVersion": "201"}}
+    b2 = {**pod("b", node="n2"), "metadata": {**pod("b")["metadata"], "resourceVersion": "202"}}
+    a_gone = {**pod("a"), "metadata": {**pod("a")["metadata"], "resourceVersion": "203"}}
+    fake.script_watch(
+        PODS, event("ADDED", b), event("MODIFIED", b2), event("DELETED", a_gone), Stall()
+    )
+    rec = Recorder()
+    inf = informer(fake)
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    with running(inf):
+        assert rec.wait("delete")
+        assert names(rec.of("add")) == ["a", "b"]
+        [(old, new)] = rec.of("update")
+        assert (old["spec"]["nodeName"], new["spec"]["nodeName"]) == ("n1", "n2")
+        assert names(rec.of("delete")) == ["a"]
+        assert inf.get("ns/a") is None
+        cached = inf.get("ns/b")
+        assert cached is not None and cached["spec"]["nodeName"] == "n2"
+        assert inf.resource_version == "203"
+
+
+def test_gone_error_event_relists_and_fires_deletes_and_updates_for_changes(
+    fake: FakeApi,
+) -> None:
+    for n in ("a", "b", "c"):
+        fake.put(PODS, pod(n))
+    changed = threading.Event()
+    fake.script_watch(PODS, Gate(changed), gone())
+    rec = Recorder()
+    inf = informer(fake)
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    with running(inf):
+        fake.remove(PODS, "b")
+        fake.put(PODS, pod("c", node="n9"))
+        fake.put(PODS, pod("d"))
+        changed.set()
+        assert rec.wait("delete")
+        assert fake.wait_for("GET", PODS, watch=False, count=2)
+        assert names(rec.of("add")) == ["a", "b", "c", "d"]
+        assert names(rec.of("delete")) == ["b"]
+        updates = rec.of("update")
+        assert [(o["spec"]["nodeName"], n["spec"]["nodeName"]) for o, n in updates] == [
+            ("n1", "n9")
+        ], "only the changed object fires an update"
+        assert sorted(inf.keys()) == ["ns/a", "ns/c", "ns/d"]
+
+
+def test_http_410_on_watch_relists(fake: FakeApi) -> None:
+    fake.put(PODS, pod("a"))
+    fake.fail("GET", PODS, 410, watch=True)
+    inf = informer(fake)
+    with running(inf):
+        assert fake.wait_for("GET", PODS, watch=False, count=2)
+        assert fake.wait_for("GET", PODS, watch=True, count=2)
+
+
+def test_stalled_watch_is_detected_by_the_read_timeout_and_reestablished(
+    fake: FakeApi,
+) -> None:
+    fake.script_watch(PODS, Stall())
+    fake.script_watch(
+        PODS,
+        event(
+            "ADDED",
+            {**pod("late"), "metadata": {**pod("late")["metadata"], "resourceVersion": "300"}},
+        ),
+        Stall(),
+    )
+    rec = Recorder()
+    inf = informer(fake, read_timeout=0.3)
+    inf.add_handler(on_add=rec.on_add)
+    with running(inf):
+        started = time.monotonic()
+        assert rec.wait("add", timeout=5)
+        assert 0.25 <= time.monotonic() - started < 3
+        watches = list(fake.matching("GET", PODS, watch=True))
+        assert len(watches) == 2
+        assert watches[1].query["resourceVersion"] == watches[0].query["resourceVersion"]
+        assert fake.count("GET", PODS, watch=False) == 1, "a stall needs no relist"
+
+
+@pytest.mark.parametrize("watch", [False, True], ids=["list", "watch"])
+def test_server_errors_back_off_exponentially(fake: FakeApi, watch: bool) -> None:
+    fake.fail("GET", PODS, 500, watch=watch, times=1000)
+    inf = informer(fake, backoff_initial=0.05, backoff_max=10.0)
+    with running(inf, sync=watch):
+        time.sleep(1.2)
+    failed = list(fake.matching("GET", PODS, watch=watch))
+    # 0.05-0.1, 0.1-0.2, 0.2-0.4, 0.4-0.8 s: at most 5 attempts fit in 1.2 s.
+    assert 3 <= len(failed) <= 6, [r.at for r in failed]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(failed)]
+    assert gaps[-1] > gaps[0]
+
+
+def test_backoff_doubles_with_jitter_caps_and_resets_after_a_quiet_spell() -> None:
+    now = [0.0]
+    backoff = Backoff(0.8, 30.0, reset_after=120.0, clock=lambda: now[0])
+    delays = []
+    for _ in range(8):
+        delays.append(backoff.next())
+        now[0] += 1
+    for i, d in enumerate(delays[:5]):
+        assert 0.8 * 2**i <= d <= min(30.0, 1.6 * 2**i)
+    assert delays[-1] <= 30.0
+    now[0] += 121
+    assert backoff.next() <= 1.6
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    name: str
+    node: str
+
+
+def test_transform_keeps_a_compact_record_keyed_from_raw_metadata_with_indexes(
+    fake: FakeApi,
+) -> None:
+    fake.put(PODS, pod("a", node="n1"))
+    fake.put(PODS, pod("b", node="n1"))
+    moved = {**pod("b", node="n2"), "metadata": {**pod("b")["metadata"], "resourceVersion": "400"}}
+    a_del = {**pod("a"), "metadata": {**pod("a")["metadata"], "resourceVersion": "401"}}
+    go = threading.Event()
+    fake.script_watch(PODS, Gate(go), event("MODIFIED", moved), event("DELETED", a_del), Stall())
+    rec = Recorder()
+    inf: Informer[PodRecord] = Informer(
+        fake.client(),
+        PODS,
+        name="pods",
+        transform=lambda raw: PodRecord(raw["metadata"]["name"], raw["spec"]["nodeName"]),
+        indexers={"node": lambda r: [r.node]},
+    )
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    with running(inf):
+        assert inf.get("ns/a") == PodRecord("a", "n1")
+        assert inf.by_index("node", "n1") == [PodRecord("a", "n1"), PodRecord("b", "n1")]
+        go.set()
+        assert rec.wait("delete")
+        assert inf.by_index("node", "n1") == []
+        assert inf.by_index("node", "n2") == [PodRecord("b", "n2")]
+        assert rec.of("update") == [(PodRecord("b", "n1"), PodRecord("b", "n2"))]
+        assert rec.of("delete") == [PodRecord("a", "n1")]
+
+
+def test_selectors_are_passed_to_list_and_watch(fake: FakeApi) -> None:
+    fake.put(PODS, pod("a", labels={"app": "x"}))
+    fake.put(PODS, pod("b", labels={"app": "y"}))
+    inf = informer(fake, label_selector="app=x", field_selector="spec.nodeName=n1")
+    with running(inf):
+        assert inf.keys() == ["ns/a"]
+        assert fake.wait_for("GET", PODS, watch=True)
+    for r in fake.matching("GET", PODS):
+        assert r.query["labelSelector"] == "app=x"
+        assert r.query["fieldSelector"] == "spec.nodeName=n1"
+
+
+def test_run_returns_promptly_after_stop_whatever_the_read_timeout(fake: FakeApi) -> None:
+    inf = informer(fake)  # default read timeout: timeoutSeconds + 30 s
+    stop = threading.Event()
+    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
+    thread.start()
+    assert inf.wait_for_sync(stop, timeout=5)
+    assert fake.wait_for("GET", PODS, watch=True)
+    time.sleep(0.05)
+    started = time.monotonic()
+    stop.set()
+    thread.join(timeout=2)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 0.5
+
+
+def test_late_handler_gets_cached_objects_as_adds_and_a_failing_handler_is_contained(
+    fake: FakeApi,
+) -> None:
+    fake.put(PODS, pod("a"))
+    new = {**pod("n"), "metadata": {**pod("n")["metadata"], "resourceVersion": "500"}}
+    go = threading.Event()
+    fake.script_watch(PODS, Gate(go), event("ADDED", new), Stall())
+    inf = informer(fake)
+
+    def explode(obj: Any) -> None:
+        raise RuntimeError("handler bug")
+
+    inf.add_handler(on_add=explode)
+    with running(inf):
+        rec = Recorder()
+        inf.add_handler(on_add=rec.on_add)
+        assert names(rec.of("add")) == ["a"]
+        go.set()
+        assert rec.wait("add", count=2)
+        assert inf.get("ns/n") is not None
+
+
+def test_wait_for_sync_gives_up_on_stop_or_timeout(fake: FakeApi) -> None:
+    fake.fail("GET", PODS, 500, times=1000, watch=False)
+    inf = informer(fake)
+    stop = threading.Event()
+    assert inf.wait_for_sync(stop, timeout=0.1) is False
+    stop.set()
+    assert inf.wait_for_sync(stop) is False
