@@ -1,0 +1,273 @@
+"""The ClusterTrustBundle publisher (SPEC §4), shaped like kube-controller-manager's
+`clustertrustbundlepublisher`: one queue key, a `sync` that reads only the informer cache,
+and a bundle named after the hash of its content.
+
+What one sync decides, from the current normalised trust bundle:
+
+1. the object `<signer with ":">:<24 hex of sha256>` must exist with exactly that
+   `spec.trustBundle` and the `app.kubernetes.io/managed-by=service-serving-signer` label
+   — create it if missing, replace it (conditional on its resourceVersion) if edited;
+2. only then, every other bundle whose `spec.signerName` is ours is deleted (with a UID
+   precondition, so a re-created object of the same name is not hit). Creating before
+   deleting means a content change never leaves the signer without a bundle.
+
+Bundles of other signers are never touched: the informer only sees ours (field selector
+`spec.signerName=<signer>`) and `sync` re-checks the field.
+
+Reconciles are triggered by any add/update/delete of one of our bundles, by `trigger()`
+(the trust-bundle file changed) and by a periodic resync. Failures are retried with the
+queue's per-item backoff. Each sync counts `clustertrustbundle_publisher_sync_total{code}`;
+a successful one sets the trust-bundle expiry gauge.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from kube.client import (
+    JSON,
+    ApiError,
+    Client,
+    is_already_exists,
+    is_conflict,
+    is_not_found,
+    path_segment,
+)
+from kube.informer import Informer
+from kube.workqueue import RateLimitingQueue
+from publisher.bundle import bundle_name, earliest_expiry
+from publisher.metrics import PublisherMetrics
+
+log = logging.getLogger(__name__)
+
+GROUP = "certificates.k8s.io"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "service-serving-signer"
+QUEUE_NAME = "ca_cert_publisher_cluster_trust_bundles"
+KEY = ""  # the single queue key, as in KCM
+
+
+class BundleCache(Protocol):
+    """What `sync` reads: the informer's cache of our ClusterTrustBundles."""
+
+    def has_synced(self) -> bool: ...
+
+    def get(self, key: str) -> JSON | None: ...
+
+    def list(self) -> list[JSON]: ...
+
+
+class NotSynced(Exception):
+    """The cache is not filled yet; decisions from it would delete live objects."""
+
+
+class PublisherController:
+    """Keeps exactly one ClusterTrustBundle for `signer_name`, holding the bundle that
+    `bundle_source()` returns (already normalised)."""
+
+    def __init__(
+        self,
+        client: Client,
+        bundle_source: Callable[[], str],
+        *,
+        signer_name: str,
+        ctb_version: str,
+        registry: CollectorRegistry | None = None,
+        resync_period: float = 60.0,
+        informer: BundleCache | None = None,
+    ) -> None:
+        if ctb_version not in ("v1", "v1beta1", "v1alpha1"):
+            raise ValueError(f"unsupported ClusterTrustBundle version {ctb_version!r}")
+        self.client = client
+        self.bundle_source = bundle_source
+        self.signer_name = signer_name
+        self.ctb_version = ctb_version
+        self.resync_period = resync_period
+        self.path = f"/apis/{GROUP}/{ctb_version}/clustertrustbundles"
+        self.metrics = PublisherMetrics(registry)
+        self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
+        self._informer: Informer[JSON] | None = None
+        if informer is None:
+            self._informer = Informer(
+                client,
+                self.path,
+                name="clustertrustbundles",
+                field_selector=f"spec.signerName={signer_name}",
+            )
+            informer = self._informer
+            self._informer.add_handler(
+                lambda _obj: self.trigger(),
+                lambda _old, _new: self.trigger(),
+                lambda _obj: self.trigger(),
+            )
+        self.cache: BundleCache = informer
+        self._informer_started = False
+        self._start_lock = threading.Lock()
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    def has_synced(self) -> bool:
+        return self.cache.has_synced()
+
+    def trigger(self, *_: object) -> None:
+        """Reconcile soon (the trust bundle changed, or one of our bundles did)."""
+        self.queue.add(KEY)
+
+    def start_informers(self, stop: threading.Event) -> None:
+        """Start filling the cache (idempotent); lets a standby replica warm up."""
+        with self._start_lock:
+            if self._informer is None or self._informer_started:
+                return
+            self._informer_started = True
+        threading.Thread(
+            target=self._informer.run,
+            args=(stop,),
+            name="informer-clustertrustbundles",
+            daemon=True,
+        ).start()
+
+    def run(self, stop: threading.Event) -> None:
+        """Reconcile until `stop` is set. Blocks."""
+        self.start_informers(stop)
+        resync = threading.Thread(target=self._resync_loop, args=(stop,), name="publisher-resync")
+        resync.daemon = True
+        resync.start()
+
+        def shut_down_on_stop() -> None:
+            stop.wait()
+            self.queue.shut_down()
+
+        stopper = threading.Thread(target=shut_down_on_stop, name="publisher-stop")
+        stopper.daemon = True
+        stopper.start()
+        self.trigger()
+        while self._process_next_item():
+            pass
+        log.debug("publisher stopped")
+
+    def _resync_loop(self, stop: threading.Event) -> None:
+        while not stop.wait(self.resync_period):
+            self.trigger()
+
+    def _process_next_item(self) -> bool:
+        key, shutdown = self.queue.get()
+        if shutdown or key is None:
+            return False
+        try:
+            if not self.cache.has_synced():
+                # Not an error: wait for the cache without counting a failed sync.
+                self.queue.add_after(key, 0.1)
+                return True
+            self.sync()
+        except Exception as err:
+            # Transient (API error, stale cache): retry this key with backoff.
+            log.warning("publisher sync failed; retrying: %s", err)
+            self.queue.add_rate_limited(key)
+        else:
+            # Success: reset the key's backoff.
+            self.queue.forget(key)
+        finally:
+            self.queue.done(key)
+        return True
+
+    # the reconcile -------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """One reconcile from the cache. Raises on any failed API call (to be retried)."""
+        started = time.monotonic()
+        err: BaseException | None = None
+        try:
+            bundle = self.bundle_source()
+            self._sync(bundle)
+            self.metrics.trust_bundle_expiry.set(earliest_expiry(bundle).timestamp())
+        except BaseException as e:
+            err = e
+            raise
+        finally:
+            self.metrics.observe(err, time.monotonic() - started)
+
+    def _sync(self, bundle: str) -> None:
+        if not self.cache.has_synced():
+            raise NotSynced("ClusterTrustBundle cache not synced")
+        name = bundle_name(self.signer_name, bundle)
+        existing = self.cache.get(name)
+        if existing is None:
+            self._create(name, bundle)
+        elif not self._up_to_date(existing, bundle):
+            self._replace(existing, bundle)
+        errors: list[ApiError] = []
+        for obj in self.cache.list():
+            other = _name(obj)
+            if other == name or _signer(obj) != self.signer_name:
+                continue
+            try:
+                self._delete(obj)
+            except ApiError as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def _up_to_date(self, obj: JSON, bundle: str) -> bool:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return bool(
+            (obj.get("spec") or {}).get("trustBundle") == bundle
+            and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+        )
+
+    def _create(self, name: str, bundle: str) -> None:
+        body: JSON = {
+            "apiVersion": f"{GROUP}/{self.ctb_version}",
+            "kind": "ClusterTrustBundle",
+            "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+            "spec": {"signerName": self.signer_name, "trustBundle": bundle},
+        }
+        try:
+            self.client.create(self.path, body)
+        except ApiError as e:
+            # The cache lags our own earlier create; its watch event will bring it in.
+            if is_already_exists(e):
+                return
+            raise
+        log.info("created ClusterTrustBundle", extra={"name": name})
+
+    def _replace(self, obj: JSON, bundle: str) -> None:
+        metadata: dict[str, Any] = dict(obj.get("metadata") or {})
+        metadata["labels"] = {**(metadata.get("labels") or {}), MANAGED_BY_LABEL: MANAGED_BY}
+        body: JSON = {
+            **obj,
+            "apiVersion": f"{GROUP}/{self.ctb_version}",
+            "kind": "ClusterTrustBundle",
+            "metadata": metadata,
+            "spec": {**(obj.get("spec") or {}), "trustBundle": bundle},
+        }
+        self.client.replace(f"{self.path}/{path_segment(metadata['name'])}", body)
+        log.info("restored ClusterTrustBundle", extra={"name": metadata["name"]})
+
+    def _delete(self, obj: JSON) -> None:
+        name = _name(obj)
+        uid = (obj.get("metadata") or {}).get("uid")
+        body: JSON | None = None
+        if uid:
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            self.client.delete(f"{self.path}/{path_segment(name)}", body)
+        except ApiError as e:
+            # Already gone, or replaced by a new object (its own event will reconcile).
+            if is_not_found(e) or is_conflict(e):
+                return
+            raise
+        log.info("deleted stale ClusterTrustBundle", extra={"name": name})
+
+
+def _name(obj: JSON) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _signer(obj: JSON) -> str:
+    return str((obj.get("spec") or {}).get("signerName", ""))
