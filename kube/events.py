@@ -1,0 +1,288 @@
+"""An events.k8s.io/v1 event recorder that aggregates repeats and never blocks callers.
+
+What it decides:
+
+* **Shape.** One Event per (regarding object, type, reason, note): `regarding`/`related`
+  object references, `reason` and `action` (≤ 128 bytes), `note` (≤ 1 KiB, cut on a
+  UTF-8 boundary), `type` Normal/Warning, `reportingController`/`reportingInstance`,
+  `eventTime` as RFC 3339 with microseconds (`…Z`). It lives in the regarding object's
+  namespace (`default` for cluster-scoped objects).
+* **Names.** `<regarding name>.<hex nanoseconds>` as client-go does, strictly increasing
+  within the process (so two events in one clock tick do not collide), with the name
+  part cut so the whole stays ≤ 253 characters.
+* **Aggregation.** The same (regarding uid/namespace/name, type, reason, note) seen again
+  within `ttl` (10 min) of its last occurrence does not create a new object: the
+  existing Event gets a merge-PATCH of `series: {count, lastObservedTime}`. If that Event
+  has gone (404) a new one is created and the series starts over. The cache of recent
+  events is bounded (LRU, `cache_size`).
+* **Asynchrony.** `warning()`/`normal()` only enqueue (bounded; when full the event is
+  dropped with a log line). One daemon thread does the API calls; every failure is
+  logged, never raised. `stop()` drains what is queued (bounded by a timeout) and ends
+  the thread; `flush()` waits for the queue to empty (for tests and shutdown).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from kube.client import JSON, ApiError, Client, is_already_exists, is_not_found, path_segment
+
+log = logging.getLogger(__name__)
+
+NOTE_LIMIT = 1024  # bytes, events.k8s.io validation
+REASON_LIMIT = 128
+ACTION_LIMIT = 128
+NAME_LIMIT = 253
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """The object an event is about (`regarding`) or mentions (`related`)."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    api_version: str = "v1"
+
+    def to_json(self) -> JSON:
+        ref: JSON = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+        if self.namespace:
+            ref["namespace"] = self.namespace
+        if self.uid:
+            ref["uid"] = self.uid
+        return ref
+
+
+@dataclass(frozen=True)
+class _Pending:
+    type: str
+    regarding: ObjectRef
+    related: ObjectRef | None
+    reason: str
+    note: str
+    action: str
+    at: datetime
+
+
+_Key = tuple[str, str, str, str, str, str]
+
+
+@dataclass
+class _Seen:
+    namespace: str
+    name: str
+    count: int
+    last_seen: float  # monotonic
+
+
+def micro_time(at: datetime) -> str:
+    """RFC 3339 with microseconds in UTC, as Kubernetes `MicroTime` serialises."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def truncate_utf8(text: str, limit: int) -> str:
+    """At most `limit` UTF-8 bytes, never splitting a character."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode(errors="ignore")
+
+
+_STOP = object()
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class EventRecorder:
+    """Record events asynchronously (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: Client,
+        reporting_controller: str,
+        reporting_instance: str,
+        *,
+        queue_size: int = 1000,
+        ttl: float = 600.0,
+        cache_size: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.client = client
+        self.reporting_controller = reporting_controller
+        self.reporting_instance = reporting_instance
+        self.ttl = ttl
+        self.cache_size = cache_size
+        self._clock = clock
+        self._now = now
+        self._queue: queue.Queue[_Pending | object] = queue.Queue(maxsize=queue_size)
+        self._seen: OrderedDict[_Key, _Seen] = OrderedDict()
+        self._last_ns = 0
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="event-recorder", daemon=True)
+        self._thread.start()
+
+    # recording (any thread, never blocks) -----------------------------------------------
+
+    def warning(
+        self,
+        regarding: ObjectRef,
+        reason: str,
+        note: str,
+        action: str,
+        related: ObjectRef | None = None,
+    ) -> None:
+        self.event("Warning", regarding, reason, note, action, related)
+
+    def normal(
+        self,
+        regarding: ObjectRef,
+        reason: str,
+        note: str,
+        action: str,
+        related: ObjectRef | None = None,
+    ) -> None:
+        self.event("Normal", regarding, reason, note, action, related)
+
+    def event(
+        self,
+        type_: str,
+        regarding: ObjectRef,
+        reason: str,
+        note: str,
+        action: str,
+        related: ObjectRef | None = None,
+    ) -> None:
+        if self._stopped:
+            return
+        pending = _Pending(
+            type=type_,
+            regarding=regarding,
+            related=related,
+            reason=truncate_utf8(reason, REASON_LIMIT),
+            note=truncate_utf8(note, NOTE_LIMIT),
+            action=truncate_utf8(action, ACTION_LIMIT),
+            at=self._now(),
+        )
+        try:
+            self._queue.put_nowait(pending)
+        except queue.Full:
+            log.warning(
+                "event queue full; dropping %s event %s on %s/%s",
+                type_,
+                reason,
+                regarding.namespace,
+                regarding.name,
+            )
+
+    # lifecycle ------------------------------------------------------------------------
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything queued so far has been sent (or failed). False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._queue.all_tasks_done.wait(remaining)
+        return True
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Send what is queued (within `timeout`), then end the thread."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            log.warning("event recorder: queue still full at stop; abandoning it")
+            return
+        self._thread.join(timeout)
+
+    # the sender thread -----------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is _STOP:
+                    return
+                assert isinstance(item, _Pending)
+                self._send(item)
+            except ApiError as err:
+                log.warning("could not record event: %s", err)
+            except Exception:
+                log.exception("could not record event")
+            finally:
+                self._queue.task_done()
+
+    def _send(self, ev: _Pending) -> None:
+        ref = ev.regarding
+        key: _Key = (ref.uid, ref.namespace, ref.name, ev.type, ev.reason, ev.note)
+        now = self._clock()
+        seen = self._seen.get(key)
+        if seen is not None and now - seen.last_seen > self.ttl:
+            del self._seen[key]
+            seen = None
+        if seen is not None:
+            self._seen.move_to_end(key)
+            try:
+                self.client.patch(
+                    f"/apis/events.k8s.io/v1/namespaces/{path_segment(seen.namespace)}"
+                    f"/events/{path_segment(seen.name)}",
+                    {"series": {"count": seen.count + 1, "lastObservedTime": micro_time(ev.at)}},
+                )
+                seen.count += 1
+                seen.last_seen = now
+                return
+            except ApiError as err:
+                if not is_not_found(err):
+                    raise
+                del self._seen[key]  # expired or deleted: start a new series
+        namespace, name = self._create(ev)
+        self._seen[key] = _Seen(namespace, name, 1, now)
+        while len(self._seen) > self.cache_size:
+            self._seen.popitem(last=False)
+
+    def _create(self, ev: _Pending) -> tuple[str, str]:
+        namespace = ev.regarding.namespace or "default"
+        path = f"/apis/events.k8s.io/v1/namespaces/{path_segment(namespace)}/events"
+        body: JSON = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"namespace": namespace},
+            "eventTime": micro_time(ev.at),
+            "reportingController": self.reporting_controller,
+            "reportingInstance": self.reporting_instance,
+            "action": ev.action,
+            "reason": ev.reason,
+            "note": ev.note,
+            "type": ev.type,
+            "regarding": ev.regarding.to_json(),
+        }
+        if ev.related is not None:
+            body["related"] = ev.related.to_json()
+        for _ in range(3):
+            name = self._event_name(ev.regarding.name, ev.at)
+            body["metadata"]["name"] = name
+            try:
+                self.client.create(path, body)
+                return namespace, name
+            except ApiError as err:
+                if not is_already_exists(err):
+                    raise
+        raise ApiError(409, "AlreadyExists", {"message": "no free event name"})
+
+    def _event_name(self, regarding_name: str, at: datetime) -> str:
+        stamp = (at - _EPOCH) // timedelta(microseconds=1) * 1000
+        self._last_ns = max(stamp, self._last_ns + 1)
+        suffix = f".{self._last_ns:x}"
+        return regarding_name[: NAME_LIMIT - len(suffix)] + suffix

@@ -1,0 +1,200 @@
+"""Events are created once, then aggregated into a series; the recorder never blocks
+or raises."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import pytest
+
+from kube.client import JSON, Client
+from kube.events import EventRecorder, ObjectRef, truncate_utf8
+from tests.unit.fakeapi import FakeApi
+
+EVENTS = "/apis/events.k8s.io/v1/namespaces/ns/events"
+POD = ObjectRef(kind="Pod", namespace="ns", name="web-0", uid="uid-1")
+PCR = ObjectRef(
+    kind="PodCertificateRequest",
+    namespace="ns",
+    name="req-1",
+    uid="uid-2",
+    api_version="certificates.k8s.io/v1",
+)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApi]:
+    api = FakeApi().start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def recorder(fake: FakeApi) -> Iterator[EventRecorder]:
+    rec = EventRecorder(fake.client(), "service-serving-signer", "pod-a")
+    yield rec
+    rec.stop()
+
+
+def test_first_event_is_created_with_the_events_v1_shape(
+    fake: FakeApi, recorder: EventRecorder
+) -> None:
+    recorder.warning(POD, "ServiceNotFound", "no Service web", "Sign", related=PCR)
+    assert recorder.flush()
+    [ev] = fake.items(EVENTS)
+    assert re.fullmatch(r"web-0\.[0-9a-f]+", ev["metadata"]["name"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", ev["eventTime"])
+    assert ev["apiVersion"] == "events.k8s.io/v1"
+    assert ev["type"] == "Warning"
+    assert ev["reason"] == "ServiceNotFound"
+    assert ev["note"] == "no Service web"
+    assert ev["action"] == "Sign"
+    assert ev["reportingController"] == "service-serving-signer"
+    assert ev["reportingInstance"] == "pod-a"
+    assert ev["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "ns",
+        "name": "web-0",
+        "uid": "uid-1",
+    }
+    assert ev["related"]["kind"] == "PodCertificateRequest"
+    assert "series" not in ev
+
+
+def test_repeats_are_aggregated_into_one_event_with_a_series_count(
+    fake: FakeApi, recorder: EventRecorder
+) -> None:
+    for _ in range(3):
+        recorder.warning(POD, "ServiceNotFound", "no Service web", "Sign")
+    assert recorder.flush()
+    [ev] = fake.items(EVENTS)
+    assert ev["series"]["count"] == 3
+    assert re.fullmatch(r".*\.\d{6}Z", ev["series"]["lastObservedTime"])
+    assert fake.count("POST", EVENTS) == 1
+    patches = list(fake.matching("PATCH"))
+    assert [p.body["series"]["count"] for p in patches] == [2, 3]
+
+
+def test_a_different_note_or_type_is_a_different_event(
+    fake: FakeApi, recorder: EventRecorder
+) -> None:
+    recorder.warning(POD, "ServiceNotFound", "no Service web", "Sign")
+    recorder.warning(POD, "ServiceNotFound", "no Service api", "Sign")
+    recorder.normal(POD, "ServiceNotFound", "no Service web", "Sign")
+    assert recorder.flush()
+    assert len(fake.items(EVENTS)) == 3
+    assert len({e["metadata"]["name"] for e in fake.items(EVENTS)}) == 3
+
+
+def test_series_starts_over_when_the_event_is_gone(fake: FakeApi, recorder: EventRecorder) -> None:
+    recorder.warning(POD, "R", "n", "Sign")
+    assert recorder.flush()
+    [ev] = fake.items(EVENTS)
+    fake.remove(EVENTS, ev["metadata"]["name"])
+    recorder.warning(POD, "R", "n", "Sign")
+    recorder.warning(POD, "R", "n", "Sign")
+    assert recorder.flush()
+    [again] = fake.items(EVENTS)
+    assert again["metadata"]["name"] != ev["metadata"]["name"]
+    assert again["series"]["count"] == 2
+    assert fake.count("POST", EVENTS) == 2
+
+
+def test_a_repeat_after_the_ttl_creates_a_new_event(fake: FakeApi) -> None:
+    now = [0.0]
+    rec = EventRecorder(fake.client(), "c", "i", ttl=600.0, clock=lambda: now[0])
+    try:
+        rec.warning(POD, "R", "n", "Sign")
+        assert rec.flush()
+        now[0] += 599
+        rec.warning(POD, "R", "n", "Sign")
+        assert rec.flush()
+        now[0] += 601
+        rec.warning(POD, "R", "n", "Sign")
+        assert rec.flush()
+    finally:
+        rec.stop()
+    assert fake.count("POST", EVENTS) == 2
+    assert fake.count("PATCH") == 1
+
+
+def test_note_is_cut_to_1_KiB_on_a_character_boundary(
+    fake: FakeApi, recorder: EventRecorder
+) -> None:
+    recorder.warning(POD, "R", "é" * 600, "Sign")  # 1200 bytes
+    assert recorder.flush()
+    [ev] = fake.items(EVENTS)
+    assert ev["note"] == "é" * 512
+    assert truncate_utf8("aé", 2) == "a"
+
+
+def test_cluster_scoped_objects_get_events_in_default_and_long_names_are_cut(
+    fake: FakeApi, recorder: EventRecorder
+) -> None:
+    node = ObjectRef(kind="Node", namespace="", name="n" * 253, uid="u")
+    recorder.normal(node, "R", "n", "Sign")
+    assert recorder.flush()
+    [ev] = fake.items("/apis/events.k8s.io/v1/namespaces/default/events")
+    assert len(ev["metadata"]["name"]) == 253
+    assert "namespace" not in ev["regarding"]
+
+
+def test_api_failures_are_logged_not_raised(
+    fake: FakeApi, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.fail("POST", EVENTS, 500)
+    with caplog.at_level(logging.WARNING, logger="kube.events"):
+        recorder.warning(POD, "R", "n", "Sign")
+        assert recorder.flush()
+    assert "could not record event" in caplog.text
+    assert fake.items(EVENTS) == []
+    recorder.warning(POD, "R", "n", "Sign")
+    assert recorder.flush()
+    assert len(fake.items(EVENTS)) == 1, "a failed create is not cached as sent"
+
+
+class BlockingClient:
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.created: list[JSON] = []
+
+    def create(self, path: str, body: JSON, params: Any = None) -> JSON:
+        self.release.wait(5)
+        self.created.append(body)
+        return body
+
+
+def test_a_full_queue_drops_events_with_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    client = BlockingClient()
+    rec = EventRecorder(cast(Client, client), "c", "i", queue_size=1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="kube.events"):
+            for i in range(5):
+                rec.warning(POD, "R", f"note {i}", "Sign")
+        assert "event queue full" in caplog.text
+    finally:
+        client.release.set()
+        assert rec.flush()
+        rec.stop()
+    assert 1 <= len(client.created) <= 2
+
+
+def test_stop_sends_what_is_queued_and_ends_the_thread(fake: FakeApi) -> None:
+    rec = EventRecorder(
+        fake.client(), "c", "i", now=lambda: datetime(2025, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    )
+    rec.warning(POD, "A", "n", "Sign")
+    rec.warning(POD, "B", "n", "Sign")
+    rec.stop()
+    assert len(fake.items(EVENTS)) == 2
+    assert {e["eventTime"] for e in fake.items(EVENTS)} == {"2025-01-02T03:04:05.000006Z"}
+    assert len({e["metadata"]["name"] for e in fake.items(EVENTS)}) == 2, (
+        "same timestamp, distinct names"
+    )
+    rec.warning(POD, "C", "n", "Sign")  # after stop: ignored, no error
