@@ -41,7 +41,7 @@ class PodRecord:
     namespace: str
     name: str
     uid: str
-    labels: Mapping[str, str] = field(default=_EMPTY)
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     hostname: str = ""
     subdomain: str = ""
     node_name: str = ""
@@ -57,7 +57,7 @@ class PodRecord:
 class ServiceRecord:
     namespace: str
     name: str
-    selector: Mapping[str, str] = field(default=_EMPTY)
+    selector: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     type: str = "ClusterIP"
     cluster_ip: str = ""
 
@@ -85,7 +85,7 @@ class PCRRecord:
     max_expiration_seconds: int | None
     stub_pkcs10: bytes | None
     pkix_public_key: bytes | None
-    annotations: Mapping[str, str] = field(default=_EMPTY)
+    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     terminal: str | None = None
 
     @property

@@ -1,0 +1,671 @@
+"""The PodCertificateRequest signing controller: one decision per request, written once.
+
+For each request of our signer (SPEC §5) `sync` decides, from the informer caches, one of
+four outcomes, in the order of SPEC §5.2:
+
+- **Denied / Failed** (final): bad annotations or key, Pod gone or not the one the request
+  names, Pod without hostname/subdomain for `add-pod-fqdn`. Written once, never retried.
+- **Wait**: a Service it names is missing or does not select the Pod. A Warning Event goes
+  on the Pod, the request is recorded in the waiting index, and nothing is written — the
+  request is re-driven by the Service (or Pod label) event that can make it succeed, not
+  by polling (SPEC §5.2.6, §5.4).
+- **Issued**: `signer.authority` signs the request's public key for the Services' and the
+  Pod's DNS names with the current signing material; the chain and times are written in
+  one `/status` merge patch conditional on the resourceVersion the decision was made from.
+- **Retry**: transient API errors, or a signing certificate too close to its expiry to give
+  a one-hour certificate (counted as `error`, Warning `SignerCertificateExpiring`).
+
+Losing a write race (409) to another replica is not an error: the request is re-read, and
+if it is already terminal nothing is counted. Event handlers only enqueue keys; workers run
+client-go's processNextWorkItem contract.
+
+Lookups trust the caches for what can only get better (a Service appearing re-drives the
+request anyway) and confirm with one live GET before anything final: a Pod absent from the
+cache, or one whose uid/node/ServiceAccount disagree with the request, is read from the API
+server before the request is Failed or Denied on its account, because a lagging Pod
+informer must never make a permanent decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from kube.events import EventRecorder, ObjectRef
+from kube.informer import Informer
+from prometheus_client import CollectorRegistry
+
+from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.workqueue import RateLimitingQueue
+from signer import authority, policy
+from signer.index import WaitingIndex
+from signer.metrics import SignerMetrics
+from signer.records import (
+    JSON,
+    PCRRecord,
+    PodRecord,
+    ServiceRecord,
+    format_time,
+    pcr_record,
+    pod_record,
+    service_record,
+    terminal_condition,
+)
+
+log = logging.getLogger(__name__)
+
+PCR_GROUP = "certificates.k8s.io"
+PCR_VERSIONS = ("v1", "v1beta1")
+QUEUE_NAME = "service_serving_signer"
+KUBERNETES_MAX_LIFETIME = 86400
+
+
+T = TypeVar("T", covariant=True)
+
+
+class Store(Protocol[T]):
+    """What `sync` needs of a cache: a read by `namespace/name`."""
+
+    def get(self, key: str) -> T | None: ...
+
+
+class MaterialSource(Protocol):
+    """`signer.material.MaterialSource` as seen by the controller."""
+
+    def current(self) -> Any: ...
+
+    def add_listener(self, listener: Callable[..., Any]) -> None: ...
+
+
+class Recorder(Protocol):
+    def warning(
+        self,
+        regarding: ObjectRef,
+        reason: str,
+        note: str,
+        action: str,
+        related: ObjectRef | None = None,
+    ) -> None: ...
+
+
+# outcomes of one decision ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Final:
+    """Denied or Failed: written once, never retried."""
+
+    condition: str  # "Denied" | "Failed"
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One Service that keeps a request waiting, and the Event that says why."""
+
+    service_key: str
+    reason: str  # ServiceNotFound | ServiceSelectorMismatch | ServiceNotHeadless
+    message: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    pod: PodRecord
+    blockers: tuple[Blocker, ...]
+    # Cache contents the decision was made from, to close the race with an event that
+    # arrived before the request was in the index (see `_wait`).
+    seen_services: Mapping[str, ServiceRecord | None] = field(default_factory=dict)
+    seen_pod: PodRecord | None = None
+
+
+@dataclass(frozen=True)
+class Sign:
+    pod: PodRecord
+    public_key: policy.PublicKey
+    dns_names: tuple[str, ...]
+
+
+Decision = Final | Wait | Sign
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Retry the key: after `after` seconds if the server said so, else with backoff."""
+
+    after: float | None = None
+
+
+# the controller ------------------------------------------------------------------------
+
+
+class SignerController:
+    def __init__(
+        self,
+        client: Client,
+        material_source: MaterialSource,
+        *,
+        signer_name: str,
+        domain: str = "cluster.local",
+        pcr_version: str = "v1",
+        workers: int = 4,
+        registry: CollectorRegistry,
+        recorder: Recorder | EventRecorder,
+        max_lifetime_seconds: int = KUBERNETES_MAX_LIFETIME,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if pcr_version not in PCR_VERSIONS:
+            raise ValueError(f"pcr_version must be one of {PCR_VERSIONS}, not {pcr_version!r}")
+        self.client = client
+        self.material_source = material_source
+        self.signer_name = signer_name
+        self.domain = domain
+        self.pcr_version = pcr_version
+        self.workers = max(1, workers)
+        self.recorder = recorder
+        self.max_lifetime_seconds = max_lifetime_seconds
+        self._clock = clock
+
+        self.index = WaitingIndex(clock)
+        self.metrics = SignerMetrics(registry)
+        self.metrics.bind(
+            pending=self.index.pending,
+            oldest_pending=self.index.oldest_age,
+            signer_not_after=self._signer_not_after,
+        )
+        self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
+        self._blocked_on_material: set[str] = set()
+        self._blocked_lock = threading.Lock()
+
+        self.pcr_informer: Informer[PCRRecord] = Informer(
+            client,
+            f"/apis/{PCR_GROUP}/{pcr_version}/podcertificaterequests",
+            name="podcertificaterequests",
+            field_selector=f"spec.signerName={signer_name}",
+            transform=pcr_record,
+        )
+        self.pod_informer: Informer[PodRecord] = Informer(
+            client, "/api/v1/pods", name="pods", transform=pod_record
+        )
+        self.service_informer: Informer[ServiceRecord] = Informer(
+            client, "/api/v1/services", name="services", transform=service_record
+        )
+        # `sync` reads through these; unit tests replace them with dicts.
+        self.pcrs: Store[PCRRecord] = self.pcr_informer
+        self.pods: Store[PodRecord] = self.pod_informer
+        self.services: Store[ServiceRecord] = self.service_informer
+
+        self.pcr_informer.add_handler(self._on_pcr_add, self._on_pcr_update, self._on_pcr_delete)
+        self.service_informer.add_handler(self._on_service, self._on_service_update, None)
+        self.pod_informer.add_handler(None, self._on_pod_update, None)
+        material_source.add_listener(self._on_material_change)
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
+        """Start the three informers (may run before leadership: warm caches)."""
+        threads = []
+        for informer in (self.pcr_informer, self.pod_informer, self.service_informer):
+            thread = threading.Thread(
+                target=informer.run, args=(stop,), name=f"informer-{informer.name}", daemon=True
+            )
+            thread.start()
+            threads.append(thread)
+        return threads
+
+    def has_synced(self) -> bool:
+        return all(
+            informer.has_synced()
+            for informer in (self.pcr_informer, self.pod_informer, self.service_informer)
+        )
+
+    def wait_for_sync(self, stop: threading.Event, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not stop.is_set():
+            if self.has_synced():
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            stop.wait(0.05)
+        return False
+
+    def run_workers(self, stop: threading.Event) -> None:
+        """Wait for the caches, run `workers` worker threads until `stop`, then shut the
+        queue down and wait for in-flight syncs to finish."""
+        if not self.wait_for_sync(stop):
+            self.queue.shut_down()
+            return
+        threads = [
+            threading.Thread(target=self._worker, name=f"signer-worker-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        log.info("signer workers started", extra={"workers": self.workers})
+        stop.wait()
+        self.queue.shut_down()
+        for thread in threads:
+            thread.join(timeout=30)
+
+    def run(self, stop: threading.Event) -> None:
+        """Informers and workers; blocks until `stop` is set."""
+        self.start_informers(stop)
+        self.run_workers(stop)
+
+    # event handlers: enqueue only ---------------------------------------------------------
+
+    def _on_pcr_add(self, pcr: PCRRecord) -> None:
+        if pcr.terminal is None:
+            self.queue.add(pcr.key)
+
+    def _on_pcr_update(self, old: PCRRecord, new: PCRRecord) -> None:
+        if new.terminal is None:
+            self.queue.add(new.key)
+        else:
+            self.index.forget(new.key)
+
+    def _on_pcr_delete(self, pcr: PCRRecord) -> None:
+        self.index.forget(pcr.key)
+        with self._blocked_lock:
+            self._blocked_on_material.discard(pcr.key)
+
+    def _on_service(self, service: ServiceRecord) -> None:
+        for key in self.index.waiting_on_service(service.key):
+            self.queue.add(key)
+
+    def _on_service_update(self, old: ServiceRecord, new: ServiceRecord) -> None:
+        self._on_service(new)
+
+    def _on_pod_update(self, old: PodRecord, new: PodRecord) -> None:
+        if old.labels != new.labels:
+            for key in self.index.waiting_on_pod(new.key):
+                self.queue.add(key)
+
+    def _on_material_change(self, *_: object) -> None:
+        """New signing material: retry at once what was blocked on the old one's expiry
+        instead of waiting out a backoff that may have grown to minutes."""
+        with self._blocked_lock:
+            keys, self._blocked_on_material = self._blocked_on_material, set()
+        for key in keys:
+            self.queue.add(key)
+
+    # workers -------------------------------------------------------------------------------
+
+    def _worker(self) -> None:
+        while self._process_next_work_item():
+            pass
+
+    def _process_next_work_item(self) -> bool:
+        key, shutdown = self.queue.get()
+        if shutdown or key is None:
+            return False
+        try:
+            outcome = self.sync(key)
+        except Exception:
+            log.exception("sync failed", extra={"key": key})
+            self.metrics.error()
+            # An unexpected failure: retry with this key's exponential backoff.
+            self.queue.add_rate_limited(key)
+        else:
+            if outcome is None:
+                # Done (written, waiting in the index, or nothing to do): reset the backoff.
+                self.queue.forget(key)
+            elif outcome.after is not None:
+                # The server said when (Retry-After): honour it.
+                self.queue.add_after(key, outcome.after)
+            else:
+                # Retry later with this key's exponential backoff.
+                self.queue.add_rate_limited(key)
+        finally:
+            # Let the queue hand this key to a worker again.
+            self.queue.done(key)
+        return True
+
+    # sync ------------------------------------------------------------------------------------
+
+    def sync(self, key: str) -> Requeue | None:
+        """Decide and act for one request. Idempotent; reads caches; at most one write."""
+        pcr = self.pcrs.get(key)
+        if pcr is None or pcr.terminal is not None or pcr.signer_name != self.signer_name:
+            self.index.forget(key)
+            return None
+        try:
+            decision = self.decide(pcr)
+            if isinstance(decision, Final):
+                return self._finish(pcr, decision)
+            if isinstance(decision, Wait):
+                self._wait(pcr, decision)
+                return None
+            return self._issue(pcr, decision)
+        except ApiError as err:
+            if not err.transient:
+                raise
+            log.warning("transient API error", extra={"key": key, "error": str(err)})
+            self.metrics.error()
+            return Requeue(after=err.retry_after)
+
+    def decide(self, pcr: PCRRecord) -> Decision:
+        """SPEC §5.2, in order. Reads caches, with live GETs only where §5.2 allows."""
+        names = policy.decide_names(pcr.annotations)
+        if isinstance(names, policy.Denial):
+            return Final("Denied", names.reason, names.message)
+
+        public_key = policy.public_key_from_request(pcr.stub_pkcs10, pcr.pkix_public_key)
+        if isinstance(public_key, policy.Denial):
+            return Final("Denied", public_key.reason, public_key.message)
+
+        seen_pod = self.pods.get(pcr.pod_key)
+        pod = self._pod(pcr, seen_pod)
+        if pod is None or pod.uid != pcr.pod_uid:
+            return Final(
+                "Failed",
+                "PodNotFound",
+                f"Pod {pcr.pod_key} with uid {pcr.pod_uid} does not exist",
+            )
+        if pod.node_name != pcr.node_name or pod.service_account_name != pcr.service_account_name:
+            return Final(
+                "Denied",
+                "PodMismatch",
+                f"request names node {pcr.node_name!r} and ServiceAccount "
+                f"{pcr.service_account_name!r}, but Pod {pod.key} runs on node "
+                f"{pod.node_name!r} as ServiceAccount {pod.service_account_name!r}",
+            )
+        if pod.deleting:
+            return Final(
+                "Failed", "PodTerminating", f"Pod {pod.key} is being deleted; not signing for it"
+            )
+
+        seen_services: dict[str, ServiceRecord | None] = {}
+        blockers: list[Blocker] = []
+        for service_name in names.service_names:
+            service = self._service(pod.namespace, service_name, seen_services)
+            blocker = self._service_blocker(pcr, pod, service_name, service, headless=False)
+            if blocker is not None:
+                blockers.append(blocker)
+
+        if names.pod_fqdn:
+            if not pod.hostname or not pod.subdomain:
+                return Final(
+                    "Denied",
+                    "PodHostnameRequired",
+                    f"kubernetes.io/add-pod-fqdn needs Pod {pod.key} to set spec.hostname "
+                    "and spec.subdomain (and a headless Service named like spec.subdomain "
+                    "selecting it); Pod specs are immutable, so recreate the Pod with both",
+                )
+            service = self._service(pod.namespace, pod.subdomain, seen_services)
+            blocker = self._service_blocker(pcr, pod, pod.subdomain, service, headless=True)
+            if blocker is not None:
+                blockers.append(blocker)
+
+        if blockers:
+            return Wait(pod, tuple(_unique_blockers(blockers)), seen_services, seen_pod)
+        dns_names = policy.sans_for(
+            pod.namespace,
+            self.domain,
+            names.service_names,
+            (pod.hostname, pod.subdomain) if names.pod_fqdn else None,
+        )
+        return Sign(pod, public_key, tuple(dns_names))
+
+    # lookups ------------------------------------------------------------------------------
+
+    def _pod(self, pcr: PCRRecord, cached: PodRecord | None) -> PodRecord | None:
+        """The cached Pod if it agrees with the request, else one live GET: a decision
+        against a lagging cache would be final."""
+        if cached is not None and _pod_agrees(cached, pcr):
+            return cached
+        try:
+            live = self.client.get(
+                f"/api/v1/namespaces/{path_segment(pcr.namespace)}/pods/"
+                f"{path_segment(pcr.pod_name)}"
+            )
+        except ApiError as err:
+            if is_not_found(err):
+                return None
+            raise
+        return pod_record(live)
+
+    def _service(
+        self, namespace: str, name: str, seen: dict[str, ServiceRecord | None]
+    ) -> ServiceRecord | None:
+        """The Service from the cache, else one live GET; `seen` records what the cache
+        held (for the lost-wake-up check) and memoises per decision."""
+        key = f"{namespace}/{name}"
+        if key in seen:
+            cached = seen[key]
+            if cached is not None:
+                return cached
+        cached = self.services.get(key)
+        seen[key] = cached
+        if cached is not None:
+            return cached
+        try:
+            live = self.client.get(
+                f"/api/v1/namespaces/{path_segment(namespace)}/services/{path_segment(name)}"
+            )
+        except ApiError as err:
+            if is_not_found(err):
+                return None
+            raise
+        return service_record(live)
+
+    def _service_blocker(
+        self,
+        pcr: PCRRecord,
+        pod: PodRecord,
+        name: str,
+        service: ServiceRecord | None,
+        *,
+        headless: bool,
+    ) -> Blocker | None:
+        key = f"{pod.namespace}/{name}"
+        waits = f"PodCertificateRequest {pcr.key} waits until it does"
+        if service is None:
+            return Blocker(
+                key,
+                "ServiceNotFound",
+                f"Service {name!r} does not exist in namespace {pod.namespace!r}; {waits}",
+            )
+        if service.type == "ExternalName":
+            return Blocker(
+                key,
+                "ServiceSelectorMismatch",
+                f"Service {name!r} is of type ExternalName, which selects no Pod; "
+                f"PodCertificateRequest {pcr.key} waits until it selects Pod {pod.name!r}",
+            )
+        if not service.selector or not _selects(service.selector, pod.labels):
+            selector = ",".join(f"{k}={v}" for k, v in sorted(service.selector.items()))
+            return Blocker(
+                key,
+                "ServiceSelectorMismatch",
+                f"Service {name!r} selector {{{selector}}} does not select Pod {pod.name!r}; "
+                f"PodCertificateRequest {pcr.key} waits until it does",
+            )
+        if headless and not service.headless:
+            return Blocker(
+                key,
+                "ServiceNotHeadless",
+                f"Service {name!r} (the Pod's spec.subdomain) is not headless "
+                f"(clusterIP: {service.cluster_ip or 'unset'}); set clusterIP: None; "
+                f"PodCertificateRequest {pcr.key} waits until it is",
+            )
+        return None
+
+    # acting on a decision -----------------------------------------------------------------
+
+    def _finish(self, pcr: PCRRecord, decision: Final) -> Requeue | None:
+        status = {
+            "conditions": [self._condition(decision.condition, decision.reason, decision.message)]
+        }
+        written = self._write_status(pcr, status)
+        if written is None:
+            return None
+        if written:
+            log.info(
+                "request finished",
+                extra={"key": pcr.key, "condition": decision.condition, "reason": decision.reason},
+            )
+            self.metrics.failed(decision.reason)
+            self.index.forget(pcr.key)
+            return None
+        return Requeue()
+
+    def _wait(self, pcr: PCRRecord, decision: Wait) -> None:
+        pod_ref = ObjectRef("Pod", decision.pod.namespace, decision.pod.name, decision.pod.uid)
+        pcr_ref = ObjectRef(
+            "PodCertificateRequest",
+            pcr.namespace,
+            pcr.name,
+            pcr.uid,
+            api_version=f"{PCR_GROUP}/{self.pcr_version}",
+        )
+        for blocker in decision.blockers:
+            self.recorder.warning(pod_ref, blocker.reason, blocker.message, "Sign", pcr_ref)
+        self.index.wait(
+            pcr.key,
+            pcr.pod_key,
+            (b.service_key for b in decision.blockers),
+            since=pcr.created.timestamp() if pcr.created else None,
+        )
+        # An event that changed a Service or the Pod after we read the cache but before
+        # the request entered the index found nobody waiting: re-drive it ourselves.
+        for service_key, seen in decision.seen_services.items():
+            if self.services.get(service_key) != seen:
+                self.queue.add(pcr.key)
+                return
+        current_pod = self.pods.get(pcr.pod_key)
+        seen_labels = decision.seen_pod.labels if decision.seen_pod else None
+        if current_pod is not None and current_pod.labels != seen_labels:
+            self.queue.add(pcr.key)
+
+    def _issue(self, pcr: PCRRecord, decision: Sign) -> Requeue | None:
+        material = self.material_source.current()
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        try:
+            issued = authority.issue(
+                material,
+                decision.public_key,
+                list(decision.dns_names),
+                pcr.max_expiration_seconds or KUBERNETES_MAX_LIFETIME,
+                self.max_lifetime_seconds,
+                now,
+            )
+        except authority.LifetimeTooShort as err:
+            self.metrics.error()
+            with self._blocked_lock:
+                self._blocked_on_material.add(pcr.key)
+            pod = decision.pod
+            self.recorder.warning(
+                ObjectRef("Pod", pod.namespace, pod.name, pod.uid),
+                "SignerCertificateExpiring",
+                f"cannot issue a certificate of at least 1 hour for PodCertificateRequest "
+                f"{pcr.key}: {err}; retrying until the signing certificate is rotated",
+                "Sign",
+            )
+            return Requeue()
+        status = {
+            "conditions": [
+                self._condition(
+                    "Issued",
+                    "Issued",
+                    f"issued for {', '.join(decision.dns_names)}",
+                )
+            ],
+            "certificateChain": issued.chain_pem,
+            "notBefore": format_time(issued.not_before),
+            "notAfter": format_time(issued.not_after),
+            "beginRefreshAt": format_time(issued.begin_refresh_at),
+        }
+        written = self._write_status(pcr, status)
+        if written is None:
+            return None
+        if written:
+            age = self._clock() - pcr.created.timestamp() if pcr.created else None
+            self.metrics.issued(age)
+            self.index.forget(pcr.key)
+            log.info("certificate issued", extra={"key": pcr.key, "names": decision.dns_names})
+            return None
+        return Requeue()
+
+    def _condition(self, kind: str, reason: str, message: str) -> JSON:
+        return {
+            "type": kind,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": format_time(datetime.fromtimestamp(self._clock(), UTC)),
+        }
+
+    def _status_path(self, pcr: PCRRecord) -> str:
+        return (
+            f"/apis/{PCR_GROUP}/{self.pcr_version}/namespaces/{path_segment(pcr.namespace)}"
+            f"/podcertificaterequests/{path_segment(pcr.name)}"
+        )
+
+    def _write_status(self, pcr: PCRRecord, status: JSON) -> bool | None:
+        """One merge patch of `/status`, conditional on the resourceVersion the decision
+        was made from. True: written. None: nothing left to do (the request is gone, or
+        another writer already finished it). False: retry (it changed under us)."""
+        path = self._status_path(pcr)
+        body = {"metadata": {"resourceVersion": pcr.resource_version}, "status": status}
+        try:
+            self.client.patch(f"{path}/status", body)
+            return True
+        except ApiError as err:
+            if is_not_found(err):
+                self.index.forget(pcr.key)
+                return None
+            if err.status != 409:
+                raise
+        # 409: someone wrote since our read. Re-read: if another replica finished it, we
+        # lost a race — not an error; otherwise decide again from fresh data.
+        try:
+            current = self.client.get(path)
+        except ApiError as err:
+            if is_not_found(err):
+                self.index.forget(pcr.key)
+                return None
+            raise
+        if terminal_condition(current.get("status") or {}) is not None:
+            self.index.forget(pcr.key)
+            return None
+        return False
+
+    def _signer_not_after(self) -> float:
+        try:
+            material = self.material_source.current()
+            not_after: datetime = material.chain[0].not_valid_after_utc
+            return not_after.timestamp()
+        except Exception:  # not loaded yet: the gauge reads 0
+            return 0.0
+
+
+# small decisions ----------------------------------------------------------------------------
+
+
+def _pod_agrees(pod: PodRecord, pcr: PCRRecord) -> bool:
+    return (
+        pod.uid == pcr.pod_uid
+        and pod.node_name == pcr.node_name
+        and pod.service_account_name == pcr.service_account_name
+    )
+
+
+def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    """A Service selects a Pod when its non-empty selector is a subset of the labels."""
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def _unique_blockers(blockers: Iterable[Blocker]) -> list[Blocker]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for blocker in blockers:
+        if (blocker.service_key, blocker.reason) not in seen:
+            seen.add((blocker.service_key, blocker.reason))
+            out.append(blocker)
+    return out

@@ -1,0 +1,798 @@
+"""`SignerController.sync` decisions with seeded caches and a recording fake client.
+
+No server: the caches are dicts, the client records every request and answers from a
+table, and the assertions are on the API actions (`sample-controller` style), the events,
+the index and the metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.x509.oid import ExtendedKeyUsageOID
+from prometheus_client import CollectorRegistry
+
+from controlplane.kubelet import generate_key, pcr_manifest, stub_csr
+from kube.client import ApiError
+from kube.events import ObjectRef
+from signer.ca import CertificateAuthority, generate_ca
+from signer.controller import Requeue, SignerController
+from signer.material import SigningMaterial
+from signer.records import PCRRecord, PodRecord, ServiceRecord, pcr_record, pod_record
+from tests.unit import pki
+
+SIGNER = "kubernetes.io/service-serving"
+NS = "team-a"
+JSON = dict[str, Any]
+
+
+# fakes -------------------------------------------------------------------------------------
+
+
+class FakeClient:
+    """Records requests; GETs answer from `objects` (404 otherwise); PATCH answers are
+    scripted per path (an ApiError is raised, anything else returned)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, JSON] = {}
+        self.patch_results: dict[str, list[Any]] = {}
+        self.actions: list[tuple[str, str, Any]] = []
+
+    def get(self, path: str, params: Any = None) -> JSON:
+        self.actions.append(("GET", path, None))
+        if path in self.objects:
+            return self.objects[path]
+        raise ApiError(404, "Not Found", {"reason": "NotFound"})
+
+    def patch(self, path: str, body: Any, **_: Any) -> JSON:
+        self.actions.append(("PATCH", path, body))
+        scripted = self.patch_results.get(path)
+        if scripted:
+            result = scripted.pop(0)
+            if isinstance(result, ApiError):
+                raise result
+            return dict(result)
+        return dict(body)
+
+    def writes(self) -> list[tuple[str, str, Any]]:
+        return [a for a in self.actions if a[0] != "GET"]
+
+
+@dataclasses.dataclass
+class Warning_:
+    regarding: ObjectRef
+    reason: str
+    note: str
+    related: ObjectRef | None
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.warnings: list[Warning_] = []
+
+    def warning(
+        self,
+        regarding: ObjectRef,
+        reason: str,
+        note: str,
+        action: str,
+        related: ObjectRef | None = None,
+    ) -> None:
+        self.warnings.append(Warning_(regarding, reason, note, related))
+
+    def reasons(self) -> list[str]:
+        return [w.reason for w in self.warnings]
+
+
+def material_of(ca: CertificateAuthority) -> SigningMaterial:
+    return SigningMaterial(
+        key=ca.key,
+        chain=(ca.cert,),
+        trust_bundle="",
+        anchors=(ca.cert,),
+        fingerprint=ca.cert.fingerprint(hashes.SHA256()).hex(),
+    )
+
+
+class FakeMaterialSource:
+    def __init__(self, ca: CertificateAuthority) -> None:
+        self.material = material_of(ca)
+        self.listeners: list[Callable[..., Any]] = []
+
+    def current(self) -> SigningMaterial:
+        return self.material
+
+    def add_listener(self, listener: Callable[..., Any]) -> None:
+        self.listeners.append(listener)
+
+    def swap(self, ca: CertificateAuthority) -> None:
+        self.material = material_of(ca)
+        for listener in self.listeners:
+            listener(self.material)
+
+
+class Harness:
+    def __init__(self, version: str = "v1") -> None:
+        self.client = FakeClient()
+        self.recorder = FakeRecorder()
+        self.registry = CollectorRegistry()
+        self.source = FakeMaterialSource(pki.ca())
+        self.controller = SignerController(
+            self.client,  # type: ignore[arg-type]
+            self.source,
+            signer_name=SIGNER,
+            domain="cluster.local",
+            pcr_version=version,
+            workers=1,
+            registry=self.registry,
+            recorder=self.recorder,
+        )
+        self.pcrs: dict[str, PCRRecord] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self.services: dict[str, ServiceRecord] = {}
+        self.controller.pcrs = self.pcrs
+        self.controller.pods = self.pods
+        self.controller.services = self.services
+        self.version = version
+
+    # seeding
+
+    def pod(
+        self,
+        name: str = "web-0",
+        *,
+        labels: dict[str, str] | None = None,
+        hostname: str | None = None,
+        subdomain: str | None = None,
+        cached: bool = True,
+        live: bool = False,
+        deleting: bool = False,
+        node_name: str = "node-1",
+    ) -> JSON:
+        obj: JSON = {
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "uid": str(uuid.uuid4()),
+                "labels": labels if labels is not None else {"app": "web"},
+            },
+            "spec": {"nodeName": node_name, "serviceAccountName": "default"},
+        }
+        if hostname:
+            obj["spec"]["hostname"] = hostname
+        if subdomain:
+            obj["spec"]["subdomain"] = subdomain
+        if deleting:
+            obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        if cached:
+            self.pods[f"{NS}/{name}"] = pod_record(obj)
+        if live:
+            self.client.objects[f"/api/v1/namespaces/{NS}/pods/{name}"] = obj
+        return obj
+
+    def service(
+        self,
+        name: str = "web",
+        *,
+        selector: dict[str, str] | None = None,
+        cluster_ip: str = "10.0.0.10",
+        type_: str = "ClusterIP",
+        cached: bool = True,
+        live: bool = False,
+    ) -> ServiceRecord:
+        record = ServiceRecord(
+            NS,
+            name,
+            selector if selector is not None else {"app": "web"},
+            type_,
+            cluster_ip,
+        )
+        if cached:
+            self.services[record.key] = record
+        if live:
+            self.client.objects[f"/api/v1/namespaces/{NS}/services/{name}"] = {
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {
+                    "selector": dict(record.selector),
+                    "type": type_,
+                    "clusterIP": cluster_ip,
+                },
+            }
+        return record
+
+    def pcr(
+        self,
+        pod: JSON,
+        annotations: dict[str, str] | None = None,
+        *,
+        key_type: str = "ECDSAP256",
+        name: str = "req-1",
+        legacy_pkix: bool = False,
+        stub: bytes | None = None,
+        status: JSON | None = None,
+        spec: JSON | None = None,
+    ) -> PCRRecord:
+        body = pcr_manifest(
+            pod,
+            pki.leaf_key(key_type),
+            signer_name=SIGNER,
+            annotations=annotations
+            if annotations is not None
+            else {"kubernetes.io/service-names": "web"},
+            version=self.version,
+            legacy_pkix=legacy_pkix,
+            stub=stub,
+        )
+        body["metadata"].update(
+            name=name,
+            uid=str(uuid.uuid4()),
+            resourceVersion="42",
+            creationTimestamp=(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=3)).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
+        )
+        body["spec"].update(spec or {})
+        if status:
+            body["status"] = status
+        record = pcr_record(body)
+        self.pcrs[record.key] = record
+        return record
+
+    # reading results
+
+    def status_path(self, name: str = "req-1") -> str:
+        return (
+            f"/apis/certificates.k8s.io/{self.version}/namespaces/{NS}"
+            f"/podcertificaterequests/{name}/status"
+        )
+
+    def written_status(self) -> JSON:
+        writes = self.client.writes()
+        assert len(writes) == 1, writes
+        method, path, body = writes[0]
+        assert (method, path) == ("PATCH", self.status_path())
+        assert body["metadata"] == {"resourceVersion": "42"}
+        status: JSON = body["status"]
+        return status
+
+    def count(self, result: str) -> float:
+        return self.controller.metrics.count(result)
+
+    def denied(self, reason: str) -> float:
+        value = self.registry.get_sample_value(
+            "service_serving_ca_controller_denied_total", {"reason": reason}
+        )
+        return float(value or 0.0)
+
+    def gauge(self, name: str) -> float:
+        value = self.registry.get_sample_value(f"service_serving_ca_controller_{name}")
+        return float(value or 0.0)
+
+
+@pytest.fixture
+def h() -> Harness:
+    return Harness()
+
+
+def leaf_of(status: JSON) -> x509.Certificate:
+    return x509.load_pem_x509_certificates(status["certificateChain"].encode())[0]
+
+
+def dns_names(cert: x509.Certificate) -> list[str]:
+    return cert.extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    ).value.get_values_for_type(x509.DNSName)
+
+
+# issuing ------------------------------------------------------------------------------------
+
+
+def test_issues_when_the_named_service_selects_the_pod(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod)
+
+    assert h.controller.sync(pcr.key) is None
+
+    status = h.written_status()
+    [condition] = status["conditions"]
+    assert condition["type"] == "Issued"
+    assert condition["status"] == "True"
+    assert condition["reason"] == "Issued"
+    assert condition["lastTransitionTime"].endswith("Z")
+    leaf = leaf_of(status)
+    assert dns_names(leaf) == [f"web.{NS}.svc.cluster.local", f"web.{NS}.svc"]
+    assert status["notBefore"] == leaf.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert status["notAfter"] == leaf.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert "beginRefreshAt" in status
+    ekus = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(ekus) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    assert h.count("issued") == 1
+    assert h.count("failed") == 0
+    assert h.count("error") == 0
+    assert (
+        h.registry.get_sample_value("service_serving_ca_controller_issuance_duration_seconds_count")
+        == 1.0
+    )
+    assert not h.controller.index.is_waiting(pcr.key)
+    assert h.recorder.warnings == []
+
+
+def test_reads_caches_only_when_everything_is_cached(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod)
+    h.controller.sync(pcr.key)
+    assert [a[0] for a in h.client.actions] == ["PATCH"]
+
+
+def test_service_absent_from_cache_is_looked_up_live_once(h: Harness) -> None:
+    pod = h.pod()
+    h.service(cached=False, live=True)
+    pcr = h.pcr(pod)
+
+    h.controller.sync(pcr.key)
+
+    gets = [a[1] for a in h.client.actions if a[0] == "GET"]
+    assert gets == [f"/api/v1/namespaces/{NS}/services/web"]
+    assert h.written_status()["conditions"][0]["type"] == "Issued"
+
+
+def test_pod_fqdn_and_services_in_spec_order_deduplicated(h: Harness) -> None:
+    pod = h.pod(hostname="web-0", subdomain="peers")
+    h.service("peers", cluster_ip="None")
+    h.service("web")
+    pcr = h.pcr(
+        pod,
+        {"kubernetes.io/service-names": "web,peers,web", "kubernetes.io/add-pod-fqdn": "true"},
+    )
+
+    h.controller.sync(pcr.key)
+
+    assert dns_names(leaf_of(h.written_status())) == [
+        f"web.{NS}.svc.cluster.local",
+        f"web.{NS}.svc",
+        f"peers.{NS}.svc.cluster.local",
+        f"peers.{NS}.svc",
+        f"web-0.peers.{NS}.svc.cluster.local",
+        f"web-0.peers.{NS}.svc",
+    ]
+
+
+def test_legacy_pkix_public_key_on_v1beta1_is_issued() -> None:
+    h = Harness("v1beta1")
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod, legacy_pkix=True)
+    assert pcr.stub_pkcs10 is None and pcr.pkix_public_key is not None
+
+    h.controller.sync(pcr.key)
+
+    leaf = leaf_of(h.written_status())
+    assert leaf.public_key() == pki.leaf_key("ECDSAP256").public_key()
+
+
+# waiting -------------------------------------------------------------------------------------
+
+
+def test_waits_with_an_event_when_the_service_is_missing(h: Harness) -> None:
+    pod = h.pod()
+    pcr = h.pcr(pod)
+
+    assert h.controller.sync(pcr.key) is None
+
+    assert h.client.writes() == []
+    [warning] = h.recorder.warnings
+    assert warning.reason == "ServiceNotFound"
+    assert warning.regarding.kind == "Pod" and warning.regarding.name == "web-0"
+    assert "'web'" in warning.note and pcr.key in warning.note
+    assert warning.related is not None and warning.related.name == pcr.name
+    assert h.controller.index.waiting_on_service(f"{NS}/web") == {pcr.key}
+    assert h.controller.index.waiting_on_pod(f"{NS}/web-0") == {pcr.key}
+    assert h.gauge("pending_requests") == 1
+    assert h.gauge("oldest_pending_seconds") >= 2
+    assert (h.count("issued"), h.count("failed"), h.count("error")) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("selector", "type_"),
+    [
+        ({"app": "other"}, "ClusterIP"),
+        ({}, "ClusterIP"),
+        ({"app": "web", "tier": "front"}, "ClusterIP"),
+        ({"app": "web"}, "ExternalName"),
+    ],
+    ids=["different-value", "empty-selector", "superset", "external-name"],
+)
+def test_waits_when_the_service_does_not_select_the_pod(
+    h: Harness, selector: dict[str, str], type_: str
+) -> None:
+    pod = h.pod(labels={"app": "web"})
+    h.service(selector=selector, type_=type_)
+    pcr = h.pcr(pod)
+
+    h.controller.sync(pcr.key)
+
+    assert h.client.writes() == []
+    assert h.recorder.reasons() == ["ServiceSelectorMismatch"]
+    assert h.controller.index.is_waiting(pcr.key)
+
+
+def test_waits_when_the_subdomain_service_is_not_headless(h: Harness) -> None:
+    pod = h.pod(hostname="web-0", subdomain="peers")
+    h.service("peers", cluster_ip="10.0.0.7")
+    pcr = h.pcr(pod, {"kubernetes.io/add-pod-fqdn": "true"})
+
+    h.controller.sync(pcr.key)
+
+    assert h.client.writes() == []
+    assert h.recorder.reasons() == ["ServiceNotHeadless"]
+    assert h.controller.index.waiting_on_service(f"{NS}/peers") == {pcr.key}
+
+
+def test_waits_on_each_failing_service_and_only_those(h: Harness) -> None:
+    pod = h.pod()
+    h.service("web")
+    pcr = h.pcr(pod, {"kubernetes.io/service-names": "web,api,metrics"})
+
+    h.controller.sync(pcr.key)
+
+    assert h.controller.index.services_of(pcr.key) == {f"{NS}/api", f"{NS}/metrics"}
+    assert h.recorder.reasons() == ["ServiceNotFound", "ServiceNotFound"]
+
+
+def test_a_service_appearing_while_deciding_re_drives_the_request(h: Harness) -> None:
+    """The Service event came after our cache read but before we entered the index."""
+    pod = h.pod()
+    pcr = h.pcr(pod)
+    late = ServiceRecord(NS, "web", {"app": "web"})
+
+    class LateStore(dict[str, ServiceRecord]):
+        reads = 0
+
+        def get(self, key: str, default: Any = None) -> Any:
+            LateStore.reads += 1
+            return late if LateStore.reads > 1 else None
+
+    h.controller.services = LateStore()
+    h.controller.sync(pcr.key)
+
+    assert h.controller.index.is_waiting(pcr.key)
+    assert len(h.controller.queue) == 1
+
+
+def test_service_event_enqueues_exactly_its_waiters(h: Harness) -> None:
+    index = h.controller.index
+    index.wait(f"{NS}/req-a", f"{NS}/pod-a", [f"{NS}/web"])
+    index.wait(f"{NS}/req-b", f"{NS}/pod-b", [f"{NS}/api"])
+
+    h.controller._on_service(ServiceRecord(NS, "web", {"app": "web"}))
+
+    assert h.controller.queue.get() == (f"{NS}/req-a", False)
+    assert len(h.controller.queue) == 0
+
+
+def test_pod_label_change_enqueues_its_waiters_and_other_updates_do_not(h: Harness) -> None:
+    h.controller.index.wait(f"{NS}/req-a", f"{NS}/web-0", [f"{NS}/web"])
+    old = PodRecord(NS, "web-0", "u1", {"app": "x"})
+
+    h.controller._on_pod_update(old, dataclasses.replace(old, node_name="n2"))
+    assert len(h.controller.queue) == 0
+    h.controller._on_pod_update(old, dataclasses.replace(old, labels={"app": "web"}))
+    assert len(h.controller.queue) == 1
+
+
+def test_deleted_or_terminal_request_leaves_the_index(h: Harness) -> None:
+    pod = h.pod()
+    pcr = h.pcr(pod)
+    h.controller.sync(pcr.key)
+    assert h.controller.index.is_waiting(pcr.key)
+
+    h.controller._on_pcr_delete(pcr)
+    assert h.controller.index.sizes() == (0, 0, 0)
+
+    h.controller.sync(pcr.key)
+    h.controller._on_pcr_update(pcr, dataclasses.replace(pcr, terminal="Issued"))
+    assert h.controller.index.sizes() == (0, 0, 0)
+
+
+def test_waiting_request_issues_after_the_service_appears(h: Harness) -> None:
+    pod = h.pod()
+    pcr = h.pcr(pod)
+    h.controller.sync(pcr.key)
+    h.service()
+
+    h.controller.sync(pcr.key)
+
+    assert h.written_status()["conditions"][0]["type"] == "Issued"
+    assert h.controller.index.sizes() == (0, 0, 0)
+    assert h.gauge("pending_requests") == 0
+
+
+# final decisions ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("annotations", "reason", "in_message"),
+    [
+        ({"example.com/x": "1"}, "InvalidUnverifiedUserAnnotations", "example.com/x"),
+        ({}, "InvalidUnverifiedUserAnnotations", "at least one"),
+        ({"kubernetes.io/add-pod-fqdn": "yes"}, "InvalidUnverifiedUserAnnotations", "'yes'"),
+        ({"kubernetes.io/service-names": "web,,api"}, "InvalidUnverifiedUserAnnotations", "empty"),
+        ({"kubernetes.io/service-names": "web.team-a"}, "InvalidUnverifiedUserAnnotations", "dot"),
+        ({"kubernetes.io/service-names": "team-a/web"}, "InvalidUnverifiedUserAnnotations", "web"),
+        ({"kubernetes.io/service-names": "Web"}, "InvalidUnverifiedUserAnnotations", "uppercase"),
+    ],
+)
+def test_bad_annotations_are_denied(
+    h: Harness, annotations: dict[str, str], reason: str, in_message: str
+) -> None:
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod, annotations)
+
+    assert h.controller.sync(pcr.key) is None
+
+    status = h.written_status()
+    assert set(status) == {"conditions"}
+    [condition] = status["conditions"]
+    assert (condition["type"], condition["reason"]) == ("Denied", reason)
+    assert in_message in condition["message"]
+    assert h.count("failed") == 1
+    assert h.denied(reason) == 1
+
+
+def test_non_empty_stub_csr_is_denied(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    key = generate_key("ECDSAP256")
+    pcr = h.pcr(pod, stub=stub_csr(key, subject_cn="evil"))
+
+    h.controller.sync(pcr.key)
+
+    condition = h.written_status()["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("Denied", "InvalidStubPKCS10Request")
+
+
+def test_unsupported_key_type_is_denied_with_a_suggestion(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    small = pki.leaf_key("RSA2048")
+    pcr = h.pcr(pod, stub=stub_csr(small))
+
+    h.controller.sync(pcr.key)
+
+    condition = h.written_status()["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("Denied", "UnsupportedKeyType")
+    assert "ECDSAP256" in condition["message"]
+
+
+def test_missing_pod_fails_after_one_live_lookup(h: Harness) -> None:
+    pod = h.pod(cached=False)
+    h.service()
+    pcr = h.pcr(pod)
+
+    h.controller.sync(pcr.key)
+
+    gets = [a[1] for a in h.client.actions if a[0] == "GET"]
+    assert gets == [f"/api/v1/namespaces/{NS}/pods/web-0"]
+    condition = h.written_status()["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("Failed", "PodNotFound")
+    assert h.denied("PodNotFound") == 1
+
+
+def test_pod_with_another_uid_fails(h: Harness) -> None:
+    pod = h.pod(live=True)
+    h.service()
+    pcr = h.pcr(pod, spec={"podUID": str(uuid.uuid4())})
+
+    h.controller.sync(pcr.key)
+
+    condition = h.written_status()["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("Failed", "PodNotFound")
+
+
+def test_stale_pod_in_cache_is_confirmed_live_before_a_final_decision(h: Harness) -> None:
+    pod = h.pod(live=True)
+    stale = h.pods[f"{NS}/web-0"]
+    h.pods[stale.key] = dataclasses.replace(stale, node_name="")
+    h.service()
+    pcr = h.pcr(pod)
+
+    h.controller.sync(pcr.key)
+
+    assert h.written_status()["conditions"][0]["type"] == "Issued"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [{"nodeName": "node-2"}, {"serviceAccountName": "intruder"}],
+    ids=["node", "service-account"],
+)
+def test_node_or_service_account_mismatch_is_denied(h: Harness, override: dict[str, str]) -> None:
+    pod = h.pod(live=True)
+    h.service()
+    pcr = h.pcr(pod, spec=override)
+
+    h.controller.sync(pcr.key)
+
+    condition = h.written_status()["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("Denied", "PodMismatch")
+
+
+def test_terminating_pod_fails(h: Harness) -> None:
+    pod = h.pod(deleting=True)
+    h.service()
+    pcr = h.pcr(pod)
+
+    h.controller.sync(pcr.key)
+
+    condition = h.written_status()["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("Failed", "PodTerminating")
+
+
+def test_pod_fqdn_without_hostname_is_denied_saying_what_to_set(h: Harness) -> None:
+    pod = h.pod()
+    h.service("peers", cluster_ip="None")
+    pcr = h.pcr(pod, {"kubernetes.io/add-pod-fqdn": "true"})
+
+    h.controller.sync(pcr.key)
+
+    condition = h.written_status()["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("Denied", "PodHostnameRequired")
+    assert "spec.hostname" in condition["message"] and "spec.subdomain" in condition["message"]
+
+
+@pytest.mark.parametrize("terminal", ["Issued", "Denied", "Failed"])
+def test_terminal_requests_are_never_rewritten(h: Harness, terminal: str) -> None:
+    pod = h.pod()
+    h.service()
+    status = {
+        "conditions": [
+            {
+                "type": terminal,
+                "status": "True",
+                "reason": "X",
+                "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ]
+    }
+    pcr = h.pcr(pod, status=status)
+
+    assert h.controller.sync(pcr.key) is None
+    assert h.client.actions == []
+
+
+def test_request_for_another_signer_is_ignored(h: Harness) -> None:
+    pod = h.pod()
+    pcr = h.pcr(pod, spec={"signerName": "example.com/other"})
+    assert h.controller.sync(pcr.key) is None
+    assert h.client.actions == []
+
+
+# write failures ------------------------------------------------------------------------------
+
+
+def test_lost_race_to_another_writer_counts_nothing(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod)
+    h.client.patch_results[h.status_path()] = [ApiError(409, "Conflict", {"reason": "Conflict"})]
+    h.client.objects[h.status_path().removesuffix("/status")] = {
+        "status": {"conditions": [{"type": "Issued", "status": "True"}]}
+    }
+
+    assert h.controller.sync(pcr.key) is None
+
+    assert [a[0] for a in h.client.actions] == ["PATCH", "GET"]
+    assert (h.count("issued"), h.count("failed"), h.count("error")) == (0, 0, 0)
+
+
+def test_conflict_on_a_still_pending_request_retries_without_counting_an_error(
+    h: Harness,
+) -> None:
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod)
+    h.client.patch_results[h.status_path()] = [ApiError(409, "Conflict", {"reason": "Conflict"})]
+    h.client.objects[h.status_path().removesuffix("/status")] = {"status": {}}
+
+    assert h.controller.sync(pcr.key) == Requeue()
+    assert h.count("error") == 0
+
+
+def test_transient_error_retries_after_the_servers_delay_and_counts_an_error(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod)
+    h.client.patch_results[h.status_path()] = [ApiError(429, "Too Many Requests", None, 7.0)]
+
+    assert h.controller.sync(pcr.key) == Requeue(after=7.0)
+    assert h.count("error") == 1
+    assert h.count("issued") == 0
+
+
+def test_request_deleted_before_the_write_is_dropped(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod)
+    h.client.patch_results[h.status_path()] = [ApiError(404, "Not Found")]
+
+    assert h.controller.sync(pcr.key) is None
+    assert (h.count("issued"), h.count("error")) == (0, 0)
+
+
+# signing material ------------------------------------------------------------------------------
+
+
+def test_signing_cert_expiring_soon_issues_nothing_and_recovers_on_rotation(h: Harness) -> None:
+    expiring = generate_ca(
+        "expiring",
+        not_before=dt.datetime.now(dt.UTC) - dt.timedelta(days=1),
+        validity=dt.timedelta(days=1, minutes=30),
+    )
+    h.source.swap(expiring)
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod)
+
+    assert h.controller.sync(pcr.key) == Requeue()
+
+    assert h.client.writes() == []
+    assert h.count("error") == 1
+    assert h.recorder.reasons() == ["SignerCertificateExpiring"]
+    assert h.gauge("signer_ttl_seconds") == expiring.cert.not_valid_after_utc.timestamp()
+
+    h.source.swap(pki.ca())
+    assert h.controller.queue.get() == (pcr.key, False)
+    h.controller.sync(pcr.key)
+    assert h.written_status()["conditions"][0]["type"] == "Issued"
+
+
+# worker contract ----------------------------------------------------------------------------------
+
+
+def test_worker_forgets_on_success_and_backs_off_on_errors(h: Harness) -> None:
+    outcomes: list[Any] = [None, Requeue(), RuntimeError("bug")]
+
+    def fake_sync(key: str) -> Requeue | None:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        result: Requeue | None = outcome
+        return result
+
+    h.controller.sync = fake_sync  # type: ignore[method-assign]
+    queue = h.controller.queue
+    queue.add("ns/a")
+    assert h.controller._process_next_work_item()
+    assert queue.num_requeues("ns/a") == 0
+    queue.add("ns/a")
+    assert h.controller._process_next_work_item()
+    assert queue.num_requeues("ns/a") == 1
+    assert queue.get(timeout=5) == ("ns/a", False)
+    queue.done("ns/a")
+    queue.add("ns/a")
+    assert h.controller._process_next_work_item()
+    assert queue.num_requeues("ns/a") == 2
+    assert h.count("error") == 1
+    queue.shut_down()
+
+
+def test_counters_start_at_zero(h: Harness) -> None:
+    for result in ("issued", "failed", "error"):
+        assert (
+            h.registry.get_sample_value(
+                "service_serving_ca_controller_requests_total", {"result": result}
+            )
+            == 0.0
+        )
+    assert h.denied("PodNotFound") == 0.0
