@@ -1,0 +1,2 @@
+"""Benchmarks (TESTING.md "Benchmarks"): burst, steady, wake-up, memory, the Go peer and
+the ceiling, on the local control plane. Run with `make bench` or `python -m bench`."""

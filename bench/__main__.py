@@ -1,0 +1,159 @@
+"""`python -m bench` (`make bench`): run the benchmark scenarios and print the figures.
+
+One JSON line per scenario on stdout as it finishes, then a readable table with the
+ratios ours/Go-peer and ours/ceiling (both measured on the same API server in the same
+run). Figures, not pass/fail: the exit code is non-zero only if a scenario crashed.
+
+    python -m bench                          # all six scenarios, N=2000
+    python -m bench --scenario burst,peer,ceiling --n 1000
+    BENCH_QUICK=1 python -m bench            # small N, short steady phase: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bench.harness import KeyPool, parallel, pcr_bodies, populate
+from bench.scenarios import OWN_CONTROL_PLANE, SCENARIOS, Context, Result
+from controlplane import ControlPlane
+from kube.client import Client
+
+ORDER = ("burst", "peer", "ceiling", "steady", "wakeup", "memory")
+
+
+def _log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _warm_up(client: Client, keys: KeyPool) -> None:
+    """A few hundred creates with nobody serving them: connections, caches, etcd."""
+    pop = populate(client, "bench-warmup", pods=20, groups=2)
+    bodies = pcr_bodies(pop, keys, 300, signer_name="bench.example.com/warm-up")
+    path = f"/apis/certificates.k8s.io/v1/namespaces/{pop.namespace}/podcertificaterequests"
+    parallel(lambda i: client.create(path, bodies[i]), len(bodies))
+
+
+def _fmt(value: Any, spec: str = "") -> str:
+    if value is None or value == "":
+        return "-"
+    return format(value, spec) if spec else str(value)
+
+
+def table(results: list[Result]) -> str:
+    by = {r["scenario"]: r for r in results}
+    rows = [
+        ("scenario", "signer", "n", "issued/s", "p50 ms", "p95 ms", "p99 ms", "cpu s/1k", "req/PCR")
+    ]
+    for r in results:
+        if r["scenario"] in ("burst", "peer", "ceiling", "steady"):
+            rows.append(
+                (
+                    r["scenario"],
+                    r["signer"],
+                    _fmt(r.get("n")),
+                    _fmt(r.get("per_second")),
+                    _fmt(r.get("p50_ms")),
+                    _fmt(r.get("p95_ms")),
+                    _fmt(r.get("p99_ms")),
+                    _fmt(r.get("cpu_s_per_1000")),
+                    _fmt(r.get("api_requests_per_pcr")),
+                )
+            )
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    ours = by.get("burst", {}).get("per_second")
+    if ours and by.get("peer", {}).get("per_second"):
+        lines.append(f"ours/Go peer (burst issued/s):   {ours / by['peer']['per_second']:.2f}")
+        cpu_ours, cpu_go = by["burst"].get("cpu_s_per_1000"), by["peer"].get("cpu_s_per_1000")
+        lines.append(f"CPU s per 1,000 PCRs, ours vs Go: {cpu_ours} vs {cpu_go}")
+    if ours and by.get("ceiling", {}).get("per_second"):
+        lines.append(f"ours/ceiling (burst issued/s):   {ours / by['ceiling']['per_second']:.2f}")
+    if "wakeup" in by:
+        w = by["wakeup"]
+        lines.append(
+            f"wake-up: {w['target']} of {w['target'] + w['others']} waiting PCRs Issued in "
+            f"{w['seconds_to_all_issued']} s after the Service appeared, {w['syncs']} syncs"
+        )
+    if "memory" in by:
+        m = by["memory"]
+        lines.append(
+            f"memory: {m['pods']} Pods + {m['services']} Services: RSS {m['rss_empty_mib']} → "
+            f"{m['rss_after_list_mib']} MiB (list) / {m['rss_after_watch_mib']} MiB (watch); "
+            f"{m['bytes_per_pod_list']} B per Pod (list), {m['bytes_per_pod_watch']} B (watch)"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        help=f"comma-separated subset of {','.join(ORDER)} (default: all)",
+    )
+    parser.add_argument("--n", type=int, default=200 if quick else 2000, help="burst size")
+    parser.add_argument("--workers", type=int, default=4, help="signer --concurrent-syncs")
+    parser.add_argument("--json", type=Path, help="also append the JSON lines to this file")
+    args = parser.parse_args(argv)
+    wanted = [s for arg in args.scenario or [",".join(ORDER)] for s in arg.split(",") if s]
+    unknown = [s for s in wanted if s not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(unknown)}")
+    chosen = [s for s in ORDER if s in wanted]
+
+    workdir = Path(tempfile.mkdtemp(prefix="sss-bench-"))
+    _log(f"generating the key pool (RSA-4096 takes a while); workdir {workdir}")
+    keys = KeyPool.generate()
+    results: list[Result] = []
+    failed = False
+    shared: ControlPlane | None = None
+    try:
+        for name in chosen:
+            own = name in OWN_CONTROL_PLANE
+            if own:
+                plane = ControlPlane.start()
+            else:
+                if shared is None:
+                    shared = ControlPlane.start()
+                    _warm_up(shared.client(qps=0), keys)
+                plane = shared
+            ctx = Context(plane, plane.client(qps=0), keys, workdir, args.n, args.workers, quick)
+            _log(f"scenario {name} (n={args.n}, workers={args.workers}, quick={quick})")
+            try:
+                result = SCENARIOS[name](ctx)
+            except Exception:
+                failed = True
+                traceback.print_exc()
+                result = {"scenario": name, "error": traceback.format_exc(limit=1).strip()}
+            finally:
+                if own:
+                    plane.stop()
+            results.append(result)
+            line = json.dumps(result, sort_keys=False)
+            print(line, flush=True)
+            if args.json:
+                with args.json.open("a") as f:
+                    f.write(line + "\n")
+    finally:
+        if shared is not None:
+            shared.stop()
+        if os.environ.get("BENCH_KEEP_DIR") != "1":
+            shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    print(table([r for r in results if "error" not in r]))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,390 @@
+"""The six benchmark scenarios of TESTING.md "Benchmarks"; each returns one flat dict.
+
+Every scenario builds its own namespace (and the big ones their own control plane, see
+`bench.__main__`), starts the signer it measures as a subprocess, builds every request
+body before the clock starts, and stops the signer before returning, so scenarios do not
+feed each other's caches.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.harness import (
+    Creator,
+    KeyPool,
+    Watcher,
+    apiserver_pid,
+    cpu_seconds,
+    monotonic,
+    parallel,
+    pcr_bodies,
+    populate,
+    presign_status,
+    request_totals,
+    rss_bytes,
+    signer_requests,
+    timing,
+)
+from bench.ideal import status_key
+from bench.signers import OUR_SIGNER_NAME, PEER_SIGNER_NAME, OurSigner, PeerSigner
+from controlplane import ControlPlane
+from controlplane.kubelet import Kubelet, pcr_path
+from kube.client import ApiError, Client
+from signer.ca import generate_ca
+
+Result = dict[str, Any]
+BURST_PODS, BURST_GROUPS = 200, 20
+QUEUE = 'name="service_serving_signer"'
+
+
+@dataclass
+class Context:
+    plane: ControlPlane
+    client: Client
+    keys: KeyPool
+    workdir: Path
+    n: int
+    workers: int
+    quick: bool
+
+    def dir(self, name: str) -> Path:
+        path = self.workdir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def _wait_timeout(n: int) -> float:
+    return max(120.0, n / 10)
+
+
+def _burst(
+    ctx: Context,
+    label: str,
+    signer_name: str,
+    start_signer: Callable[[], OurSigner | PeerSigner],
+) -> Result:
+    pop = populate(ctx.client, f"bench-{label}", pods=BURST_PODS, groups=BURST_GROUPS)
+    bodies = pcr_bodies(pop, ctx.keys, ctx.n, signer_name=signer_name)
+    signer = start_signer()
+    try:
+        signer.wait_ready()
+        watcher = Watcher(ctx.client, pop.namespace).start()
+        time.sleep(1.0)  # let the signer's watches settle after the initial list
+        api_pid = apiserver_pid(ctx.plane)
+        before = request_totals(ctx.plane)
+        cpu0 = cpu_seconds(signer.pid)
+        api0 = cpu_seconds(api_pid) if api_pid else 0.0
+        creator = Creator(ctx.client, pop.namespace)
+        creator.burst(bodies)
+        complete = watcher.wait_all([c.name for c in creator.created], _wait_timeout(ctx.n))
+        cpu1 = cpu_seconds(signer.pid)
+        api1 = cpu_seconds(api_pid) if api_pid else 0.0
+        time.sleep(0.5)  # let request counters of the last writes land
+        after = request_totals(ctx.plane)
+        watcher.stop()
+        rss = rss_bytes(signer.pid)
+    finally:
+        signer.stop()
+    t = timing(creator.created, watcher)
+    reqs = signer_requests(before, after, watcher.requests)
+    return {
+        "scenario": "burst" if label == "ours" else "peer",
+        "signer": label,
+        "n": ctx.n,
+        "workers": getattr(signer, "workers", 1),
+        "complete": complete,
+        **asdict(t),
+        "cpu_s_per_1000": round((cpu1 - cpu0) / max(t.issued, 1) * 1000, 3),
+        "apiserver_cpu_s_per_1000": round((api1 - api0) / max(t.issued, 1) * 1000, 3),
+        "api_requests_per_pcr": round(sum(reqs.values()) / max(t.issued, 1), 3),
+        "api_requests": reqs,
+        "create_errors": dict(creator.errors),
+        "rss_mib": round(rss / 2**20, 1),
+    }
+
+
+def burst(ctx: Context) -> Result:
+    """Scenario 1: N PCRs as fast as concurrent creators can POST them, our signer."""
+    return _burst(
+        ctx,
+        "ours",
+        OUR_SIGNER_NAME,
+        lambda: OurSigner(ctx.plane, ctx.dir("burst"), workers=ctx.workers).start(),
+    )
+
+
+def peer(ctx: Context) -> Result:
+    """Scenario 5: the same burst served by the Kubernetes project's Go test signer."""
+    return _burst(
+        ctx, "go-peer", PEER_SIGNER_NAME, lambda: PeerSigner(ctx.plane, ctx.dir("peer")).start()
+    )
+
+
+def ceiling(ctx: Context) -> Result:
+    """Scenario 6: the same burst, certificates pre-signed before the clock starts and PUT
+    to `/status` by `workers` threads, no signer running. Two figures:
+
+    * `per_second` (the ceiling for `burst`): `bench.ideal`, a signer with zero decision
+      cost in its own process (watch → `workers` threads PUTting pre-signed statuses),
+      serving the same burst from the same creators; timed like `burst`, first POST sent
+      to last Issued seen.
+    * `status_writes_per_second`: the PCRs created first, then only the PUTs timed — the
+      most status writes per second this API server accepts here.
+    """
+    signer_name = "bench.example.com/ceiling"
+    ca = generate_ca("bench ceiling CA")
+    pop = populate(ctx.client, "bench-ceiling", pods=BURST_PODS, groups=BURST_GROUPS)
+    path = pcr_path(pop.namespace)
+    api_pid = apiserver_pid(ctx.plane)
+
+    def presigned(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for i, body in enumerate(bodies):
+            _, key, _ = ctx.keys.pick(i)
+            meta = {**body["metadata"], "namespace": pop.namespace}
+            out.append(presign_status(ca, {**body, "metadata": meta}, key))
+        return out
+
+    # (a) ideal signer (bench.ideal, own process) during the same burst
+    bodies = pcr_bodies(pop, ctx.keys, ctx.n, signer_name=signer_name)
+    statuses = presigned(bodies)
+    table = {status_key(body): st for body, st in zip(bodies, statuses, strict=True)}
+    config = ctx.dir("ceiling") / "ideal.json"
+    config.write_text(
+        json.dumps(
+            {
+                "kubeconfig": str(ctx.plane.kubeconfig),
+                "namespace": pop.namespace,
+                "workers": ctx.workers,
+                "statuses": table,
+            }
+        )
+    )
+    ideal = subprocess.Popen(
+        [sys.executable, "-m", "bench.ideal", str(config)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert ideal.stdout is not None
+        if ideal.stdout.readline().strip() != "ready":
+            raise RuntimeError("bench.ideal did not start")
+        watcher = Watcher(ctx.client, pop.namespace).start()
+        time.sleep(0.5)
+        api0 = cpu_seconds(api_pid) if api_pid else 0.0
+        cpu0 = cpu_seconds(ideal.pid)
+        creator = Creator(ctx.client, pop.namespace)
+        creator.burst(bodies)
+        complete = watcher.wait_all([c.name for c in creator.created], _wait_timeout(ctx.n))
+        api1 = cpu_seconds(api_pid) if api_pid else 0.0
+        cpu1 = cpu_seconds(ideal.pid)
+        watcher.stop()
+    finally:
+        ideal.kill()
+        ideal.wait()
+    t = timing(creator.created, watcher)
+    errors: list[int] = []
+
+    def put(obj: dict[str, Any], status: dict[str, Any]) -> None:
+        try:
+            ctx.client.replace(
+                f"{path}/{obj['metadata']['name']}/status", {**obj, "status": status}
+            )
+        except ApiError as err:
+            errors.append(err.status)
+
+    # (b) status writes only, on PCRs created beforehand
+    bodies = pcr_bodies(pop, ctx.keys, ctx.n, signer_name=signer_name)
+    statuses = presigned(bodies)
+    objs = parallel(lambda i: ctx.client.create(path, bodies[i]), len(bodies))
+    watcher = Watcher(ctx.client, pop.namespace).start()
+    time.sleep(0.5)
+    start = monotonic()
+    parallel(lambda i: put(objs[i], statuses[i]), len(objs), ctx.workers)
+    names = [o["metadata"]["name"] for o in objs]
+    watcher.wait_all(names, _wait_timeout(ctx.n))
+    last = max((watcher.terminal[n][1] for n in names if n in watcher.terminal), default=start)
+    watcher.stop()
+    written = sum(1 for n in names if watcher.terminal.get(n, ("",))[0] == "Issued")
+    return {
+        "scenario": "ceiling",
+        "signer": "none (pre-signed PUTs)",
+        "n": ctx.n,
+        "workers": ctx.workers,
+        "complete": complete,
+        **asdict(t),
+        "cpu_s_per_1000": round((cpu1 - cpu0) / max(t.issued, 1) * 1000, 3),
+        "apiserver_cpu_s_per_1000": round((api1 - api0) / max(t.issued, 1) * 1000, 3),
+        "status_writes_per_second": round(written / max(last - start, 1e-9), 1),
+        "put_errors": len(errors),
+    }
+
+
+def steady(ctx: Context, rate: float = 50.0) -> Result:
+    """Scenario 2: `rate` PCR/s offered (open loop) for 60 s (10 s with BENCH_QUICK)."""
+    duration = 10.0 if ctx.quick else 60.0
+    count = int(rate * duration)
+    pop = populate(ctx.client, "bench-steady", pods=BURST_PODS, groups=BURST_GROUPS)
+    bodies = pcr_bodies(pop, ctx.keys, count, signer_name=OUR_SIGNER_NAME)
+    signer = OurSigner(ctx.plane, ctx.dir("steady"), workers=ctx.workers).start()
+    try:
+        signer.wait_ready()
+        watcher = Watcher(ctx.client, pop.namespace).start()
+        time.sleep(1.0)
+        cpu0 = cpu_seconds(signer.pid)
+        creator = Creator(ctx.client, pop.namespace)
+        creator.paced(bodies, rate)
+        complete = watcher.wait_all([c.name for c in creator.created], _wait_timeout(count))
+        cpu1 = cpu_seconds(signer.pid)
+        watcher.stop()
+    finally:
+        signer.stop()
+    t = timing(creator.created, watcher)
+    return {
+        "scenario": "steady",
+        "signer": "ours",
+        "n": count,
+        "offered_per_second": rate,
+        "duration_s": duration,
+        "complete": complete,
+        **asdict(t),
+        "cpu_s_per_1000": round((cpu1 - cpu0) / max(t.issued, 1) * 1000, 3),
+    }
+
+
+def wakeup(ctx: Context) -> Result:
+    """Scenario 3: `target` PCRs wait on one missing Service among `others` waiting on
+    other missing Services; create that Service and time its PCRs to Issued."""
+    target, others = (100, 1000) if ctx.quick else (1000, 10000)
+    pop = populate(ctx.client, "bench-wakeup", pods=BURST_PODS, groups=2, create_services=False)
+    wake_service = pop.services[0]  # selects the even Pods (group g0)
+    evens = [p for i, p in enumerate(pop.pods) if i % 2 == 0]
+    odds = [p for i, p in enumerate(pop.pods) if i % 2 == 1]
+
+    def bodies(pods: list[dict[str, Any]], count: int, service: Callable[[int], str]) -> list[Any]:
+        sub = type(pop)(pop.namespace, pods, pop.services)
+        return pcr_bodies(sub, ctx.keys, count, signer_name=OUR_SIGNER_NAME, service=service)
+
+    target_bodies = bodies(evens, target, lambda i: wake_service)
+    other_bodies = bodies(odds, others, lambda i: f"missing-{i % 100}")
+    signer = OurSigner(ctx.plane, ctx.dir("wakeup"), workers=ctx.workers).start()
+    try:
+        signer.wait_ready()
+        watcher = Watcher(ctx.client, pop.namespace).start()
+        creator = Creator(ctx.client, pop.namespace)
+        creator.burst(other_bodies)
+        targets = Creator(ctx.client, pop.namespace)
+        targets.burst(target_bodies)
+        total = len(creator.created) + len(targets.created)
+        deadline = monotonic() + _wait_timeout(total) * 2
+        pending = 0.0
+        while monotonic() < deadline:
+            pending = signer.metric("service_serving_ca_controller_pending_requests")
+            if pending >= total:
+                break
+            time.sleep(0.5)
+        time.sleep(1.0)
+        target_names = [c.name for c in targets.created]
+        adds0 = signer.metric("workqueue_adds_total", QUEUE)
+        cpu0 = cpu_seconds(signer.pid)
+        start = monotonic()
+        Kubelet(ctx.client).create_service(wake_service, pop.namespace, selector={"group": "g0"})
+        complete = watcher.wait_all(target_names, 120)
+        seconds = monotonic() - start
+        time.sleep(1.0)
+        adds1 = signer.metric("workqueue_adds_total", QUEUE)
+        cpu1 = cpu_seconds(signer.pid)
+        others_terminal = watcher.count_terminal(c.name for c in creator.created)
+        watcher.stop()
+    finally:
+        signer.stop()
+    return {
+        "scenario": "wakeup",
+        "signer": "ours",
+        "target": target,
+        "others": others,
+        "pending_before": int(pending),
+        "complete": complete,
+        "seconds_to_all_issued": round(seconds, 3),
+        "syncs": int(adds1 - adds0),
+        "others_terminal": others_terminal,
+        "cpu_s": round(cpu1 - cpu0, 3),
+    }
+
+
+def _quiesce(pid: int, idle: float = 0.05, timeout: float = 300) -> None:
+    """Wait until `pid` used < `idle` CPU seconds over a second (caches filled)."""
+    deadline = monotonic() + timeout
+    last = cpu_seconds(pid)
+    while monotonic() < deadline:
+        time.sleep(1.0)
+        now = cpu_seconds(pid)
+        if now - last < idle:
+            return
+        last = now
+
+
+def memory(ctx: Context) -> Result:
+    """Scenario 4: controller RSS with 20,000 Pods and 2,000 Services in its caches."""
+    pods, services = (2000, 200) if ctx.quick else (20000, 2000)
+    kubelet = Kubelet(ctx.client)
+    empty = OurSigner(ctx.plane, ctx.dir("memory-empty"), workers=ctx.workers).start()
+    try:
+        empty.wait_ready()
+        _quiesce(empty.pid)
+        rss0 = rss_bytes(empty.pid)
+        pop = populate(ctx.client, "bench-memory", pods=0, groups=services)
+        ns = pop.namespace
+
+        def pod(i: int) -> None:
+            kubelet.create_pod(
+                f"pod-{i}",
+                ns,
+                labels={"app": "bench", "group": f"g{i % services}"},
+            )
+
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            list(pool.map(pod, range(pods)))
+        _quiesce(empty.pid)
+        rss_watch = rss_bytes(empty.pid)
+    finally:
+        empty.stop()
+    fresh = OurSigner(ctx.plane, ctx.dir("memory-list"), workers=ctx.workers).start()
+    try:
+        fresh.wait_ready()
+        _quiesce(fresh.pid)
+        rss_list = rss_bytes(fresh.pid)
+    finally:
+        fresh.stop()
+    objects = pods + services
+    return {
+        "scenario": "memory",
+        "signer": "ours",
+        "pods": pods,
+        "services": services,
+        "rss_empty_mib": round(rss0 / 2**20, 1),
+        "rss_after_watch_mib": round(rss_watch / 2**20, 1),
+        "rss_after_list_mib": round(rss_list / 2**20, 1),
+        "bytes_per_pod_watch": round((rss_watch - rss0) / pods),
+        "bytes_per_pod_list": round((rss_list - rss0) / pods),
+        "bytes_per_object_list": round((rss_list - rss0) / objects),
+    }
+
+
+SCENARIOS: dict[str, Callable[[Context], Result]] = {
+    "burst": burst,
+    "peer": peer,
+    "ceiling": ceiling,
+    "steady": steady,
+    "wakeup": wakeup,
+    "memory": memory,
+}
+# Scenarios that fill the API server with tens of thousands of objects get their own.
+OWN_CONTROL_PLANE = frozenset({"wakeup", "memory"})

@@ -1,0 +1,217 @@
+"""The signers under test, each a separate OS process so CPU and RSS are measured alike.
+
+* `OurSigner`: `service-serving-signer run --leader-elect=false` with a throw-away CA, the
+  client QPS/burst raised to 1000/2000 (the same as the Go peer's), metrics and health on
+  free loopback ports. Ready when `/readyz` answers 200 (informers synced, material loaded).
+* `PeerSigner`: the `peer-signer` binary (`bench/peer/main.go`, the Kubernetes project's
+  hermetic test signer). Ready when it has published its ClusterTrustBundle, which it does
+  only after its informer synced.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+from controlplane import ControlPlane, binaries
+from controlplane.server import free_port
+from kube.client import Client, is_not_found, path_segment
+from signer.ca import write_ca
+
+OUR_SIGNER_NAME = "kubernetes.io/service-serving"
+PEER_SIGNER_NAME = "bench.example.com/go-peer"
+QPS, BURST = 1000, 2000
+
+
+class SignerProcessError(RuntimeError):
+    pass
+
+
+class SignerProcess:
+    """A signer subprocess with its log in `workdir`."""
+
+    name = "signer"
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def _spawn(self, args: list[str]) -> None:
+        self._log = open(self.workdir / f"{self.name}.log", "ab")  # noqa: SIM115 - closed in stop
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise SignerProcessError(
+                    f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}"
+                )
+            if self._ready():
+                return
+            time.sleep(0.1)
+        raise SignerProcessError(f"{self.name} not ready after {timeout:.0f}s:\n{self.tail()}")
+
+    def tail(self, lines: int = 30) -> str:
+        path = self.workdir / f"{self.name}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL (fault tests)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> SignerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def cli_path() -> str:
+    """The `service-serving-signer` entry point of this venv."""
+    beside = Path(sys.executable).with_name("service-serving-signer")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("service-serving-signer")
+    if found is None:
+        raise SignerProcessError("service-serving-signer is not installed in this venv")
+    return found
+
+
+class OurSigner(SignerProcess):
+    name = "service-serving-signer"
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        workdir: Path,
+        *,
+        workers: int = 4,
+        signer_name: str = OUR_SIGNER_NAME,
+        extra_args: tuple[str, ...] = (),
+        ca_dir: Path | None = None,
+    ) -> None:
+        super().__init__(workdir)
+        self.workers = workers
+        self.ca_dir = ca_dir or workdir / "ca"
+        if not (self.ca_dir / "ca.key").exists():
+            write_ca(self.ca_dir)
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.args = [
+            cli_path(),
+            "run",
+            f"--kubeconfig={plane.kubeconfig}",
+            f"--service-serving-key={self.ca_dir / 'ca.key'}",
+            f"--service-serving-cert={self.ca_dir / 'ca.crt'}",
+            f"--service-serving-trust-bundle={self.ca_dir / 'trust-bundle.pem'}",
+            f"--signer-name={signer_name}",
+            "--leader-elect=false",
+            f"--concurrent-syncs={workers}",
+            f"--kube-api-qps={QPS}",
+            f"--kube-api-burst={BURST}",
+            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+            *extra_args,
+        ]
+
+    def start(self) -> OurSigner:
+        self._spawn(self.args)
+        return self
+
+    def _ready(self) -> bool:
+        return _http_ok(f"http://127.0.0.1:{self.health_port}/readyz")
+
+    def healthz(self) -> bool:
+        return _http_ok(f"http://127.0.0.1:{self.health_port}/healthz")
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text: str = resp.read().decode()
+            return text
+
+    def metric(self, name: str, labels: str = "") -> float:
+        """Sum of the samples of `name` whose label text contains `labels`."""
+        total = 0.0
+        pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$")
+        for line in self.metrics().splitlines():
+            m = pattern.match(line)
+            if m and labels in (m.group(1) or ""):
+                total += float(m.group(2))
+        return total
+
+
+class PeerSigner(SignerProcess):
+    name = "peer-signer"
+
+    def __init__(
+        self, plane: ControlPlane, workdir: Path, *, signer_name: str = PEER_SIGNER_NAME
+    ) -> None:
+        super().__init__(workdir)
+        self.client: Client = plane.client()
+        self.signer_name = signer_name
+        self.bundle = signer_name.replace("/", ":", 1) + ":primary-bundle"
+        self.args = [
+            str(binaries.tool("peer-signer")),
+            f"--kubeconfig={plane.kubeconfig}",
+            f"--signer-name={signer_name}",
+            f"--kube-api-qps={QPS}",
+            f"--kube-api-burst={BURST}",
+        ]
+
+    def start(self) -> PeerSigner:
+        self._spawn(self.args)
+        return self
+
+    def _ready(self) -> bool:
+        try:
+            self.client.get(
+                f"/apis/certificates.k8s.io/v1/clustertrustbundles/{path_segment(self.bundle)}"
+            )
+            return True
+        except Exception as err:
+            if is_not_found(err):
+                return False
+            raise
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
