@@ -166,14 +166,17 @@ def load_material(
     bundle_path: str | os.PathLike[str],
     now: datetime | None = None,
 ) -> SigningMaterial:
-    """Read and validate the three files (SPEC §2). Raises `MaterialError`."""
+    """Read and validate the three files (SPEC §2). Raises `MaterialError`. A usable key
+    file readable by group or others is logged as a warning (only once the set is valid,
+    so a failed start prints one line)."""
     key_p, cert_p, bundle_p = os.fspath(key_path), os.fspath(cert_path), os.fspath(bundle_path)
     check_distinct(key_p, cert_p)
     files = read_files(key_p, cert_p, bundle_p)
+    material = validate_material(files, key_p, cert_p, bundle_p, now)
     warning = key_file_warning(key_p)
     if warning:
         log.warning(warning)
-    return validate_material(files, key_p, cert_p, bundle_p, now)
+    return material
 
 
 def validate_material(
@@ -439,10 +442,10 @@ class MaterialSource:
             self._reloads.labels(result)
         check_distinct(self.key_path, self.cert_path)
         files = read_files(self.key_path, self.cert_path, self.bundle_path)
-        self._warn_key_mode()
         self._current = validate_material(
             files, self.key_path, self.cert_path, self.bundle_path, clock()
         )
+        self._warn_key_mode()
         self._digest = files.digest
         self._failure: tuple[tuple[str, str, str] | None, str] | None = None
 

@@ -253,7 +253,6 @@ FAILURES: dict[str, Breaker] = {
     "missing-file": _missing,
     "same-path": _same_path,
     "same-file-via-symlink": _same_file_via_symlink,
-    "unreadable": _unreadable,
     "directory": _directory,
     "non-ca-cert": _non_ca_cert,
     "no-keycertsign": _no_key_cert_sign,
@@ -272,12 +271,12 @@ FAILURES: dict[str, Breaker] = {
     "encrypted-key": _encrypted_key,
     "unsupported-curve": _unsupported_curve,
 }
+if os.geteuid() != 0:  # root reads any file, so the case only exists for other users
+    FAILURES["unreadable"] = _unreadable
 
 
 @pytest.mark.parametrize("breaker", FAILURES.values(), ids=FAILURES.keys())
 def test_startup_failure_is_one_line_naming_the_file(ca_dir: Path, breaker: Breaker) -> None:
-    if breaker is _unreadable and os.geteuid() == 0:
-        pytest.skip("root reads any file")
     args, path, fragment = breaker(ca_dir)
     secret = key_pem(pki.ca("material").key).decode().splitlines()[1]
     with pytest.raises(MaterialError) as info:
