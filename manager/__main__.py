@@ -1,0 +1,5 @@
+"""`python -m manager` runs the `service-serving-signer` command line."""
+
+from manager.cli import entrypoint
+
+entrypoint()

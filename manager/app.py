@@ -1,0 +1,377 @@
+"""Wiring of one `service-serving-signer run` process, and its lifecycle.
+
+Decides the order of things, as kube-controller-manager does:
+
+start-up (any failure is one `StartupFailure` line, exit 1):
+  options → API client → signing material loaded and validated → API versions
+  discovered → controllers built (per `--controllers`) → ops servers listening →
+  material watcher and informers warming up (a standby replica has warm caches and is
+  ready) → leader election; the controllers' workers start only while leading.
+
+shutdown (SIGTERM/SIGINT, or the leader-less `--leader-elect=false` run ending):
+  stop the workers and wait for them → release the Lease (a standby takes over at once)
+  → stop the informers and the material watcher → flush events → close the ops servers
+  → exit 0.
+
+losing the Lease without being asked to stop exits the process with status 1 at once
+(client-go/KCM: "leaderelection lost"), so the Deployment restarts a clean standby
+rather than letting two replicas sign.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+
+from manager.ops import Checks, OpsServer, start_servers
+from manager.options import Options
+
+log = logging.getLogger(__name__)
+
+CERTIFICATES_GROUP = "certificates.k8s.io"
+SHUTDOWN_TIMEOUT = 20.0
+
+
+class StartupFailure(Exception):
+    """The process cannot start; `str()` is one line (`<file or thing>: <problem>`)."""
+
+
+class Controller(Protocol):
+    """What the manager needs of a controller (signer and publisher both).
+
+    A controller that also has `start_informers(stop) -> list[Thread]` and
+    `run_workers(stop)` gets its caches warmed before leadership and only its workers
+    run while leading; otherwise `run(stop)` (informers and workers) runs while leading.
+    """
+
+    def run(self, stop: threading.Event) -> None: ...
+
+    def has_synced(self) -> bool: ...
+
+
+@dataclass
+class Process:
+    """The running pieces of one process, in the order they are stopped."""
+
+    opts: Options
+    registry: CollectorRegistry
+    checks: Checks
+    identity: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    controllers: dict[str, Controller] = field(default_factory=dict)
+    warmers: list[Callable[[threading.Event], None]] = field(default_factory=list)
+    informer_starters: list[Callable[[threading.Event], list[threading.Thread]]] = field(
+        default_factory=list
+    )
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    servers: list[OpsServer] = field(default_factory=list)
+    client: Any = None
+    exit: Callable[[int], None] = os._exit
+    _controllers_idle: threading.Event = field(default_factory=threading.Event)
+    _background_stop: threading.Event = field(default_factory=threading.Event)
+    _background: list[threading.Thread] = field(default_factory=list)
+    _stopping: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._controllers_idle.set()
+
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    # background: material watcher and informers, alive whether or not we lead --------
+
+    def start_background(self, name: str, target: Callable[[threading.Event], None]) -> None:
+        thread = threading.Thread(
+            target=target, args=(self._background_stop,), name=name, daemon=True
+        )
+        thread.start()
+        self._background.append(thread)
+        self.checks.add_thread(thread, self.stopping)
+
+    def start_informers(self) -> None:
+        for start in self.informer_starters:
+            for thread in start(self._background_stop):
+                self._background.append(thread)
+                self.checks.add_thread(thread, self.stopping)
+
+    # controllers: only while leading -------------------------------------------------
+
+    def run_controllers(self, leader_stop: threading.Event) -> None:
+        """Run every controller until `leader_stop` or the process stop is set; returns
+        after their threads have ended (so the Lease is released only then)."""
+        self._controllers_idle.clear()
+        try:
+            self._run_controllers(leader_stop)
+        finally:
+            self._controllers_idle.set()
+
+    def wait_controllers_stopped(self, timeout: float) -> bool:
+        return self._controllers_idle.wait(timeout)
+
+    def _run_controllers(self, leader_stop: threading.Event) -> None:
+        workers_stop = threading.Event()
+        threads = []
+        for name, controller in self.controllers.items():
+            target = getattr(controller, "run_workers", None)
+            if not (callable(target) and callable(getattr(controller, "start_informers", None))):
+                target = controller.run
+            thread = threading.Thread(
+                target=target, args=(workers_stop,), name=f"{name}-controller", daemon=True
+            )
+            thread.start()
+            threads.append(thread)
+            self.checks.add_thread(thread, lambda: self.stopping() or leader_stop.is_set())
+        log.info("controllers started", extra={"controllers": sorted(self.controllers)})
+        while not (leader_stop.wait(0.2) or self.stop.is_set()):
+            pass
+        if self.stop.is_set():
+            self._stopping.set()
+        workers_stop.set()
+        for thread in threads:
+            thread.join(timeout=SHUTDOWN_TIMEOUT)
+            if thread.is_alive():
+                log.warning("controller did not stop in time", extra={"thread": thread.name})
+        log.info("controllers stopped")
+
+    def on_stopped_leading(self) -> None:
+        if self.stop.is_set():
+            log.info("leader election released", extra={"identity": self.identity})
+            return
+        log.error(
+            "leader election lost; exiting so a standby can take over",
+            extra={"identity": self.identity},
+        )
+        self.exit(1)
+
+    # shutdown ------------------------------------------------------------------------
+
+    def shutdown_background(self) -> None:
+        self._stopping.set()
+        self._background_stop.set()
+        for thread in self._background:
+            thread.join(timeout=SHUTDOWN_TIMEOUT)
+        for close in self.closers:
+            try:
+                close()
+            except Exception:
+                log.warning("error while closing", exc_info=True)
+        for server in self.servers:
+            server.stop()
+
+
+def make_registry() -> CollectorRegistry:
+    """Our own registry (testable), with the usual process collectors."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
+
+
+def identity() -> str:
+    """client-go's convention: `<hostname>_<random uuid>`."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Process:
+    """Everything that can fail at start-up, before anything is started."""
+    from kube.discovery import served_version
+    from kube.events import EventRecorder
+    from signer.material import MaterialError, MaterialSource, load_material
+
+    from kube.client import Client
+
+    registry = registry if registry is not None else make_registry()
+    proc = Process(opts=opts, registry=registry, checks=Checks(), identity=identity())
+
+    try:
+        load_material(
+            opts.service_serving_key,
+            opts.service_serving_cert,
+            opts.service_serving_trust_bundle,
+            now=datetime.now(UTC),
+        )
+    except MaterialError as err:
+        raise StartupFailure(str(err)) from None
+    material = MaterialSource(
+        opts.service_serving_key,
+        opts.service_serving_cert,
+        opts.service_serving_trust_bundle,
+        registry,
+    )
+    proc.checks.add_readiness("signing-material", lambda: _material_loaded(material))
+
+    try:
+        client = Client.from_kubeconfig(
+            opts.kubeconfig, qps=opts.kube_api_qps, burst=opts.kube_api_burst
+        )
+    except Exception as err:
+        raise StartupFailure(f"kubeconfig: {_one_line(err)}") from None
+    proc.closers.append(client.close)
+
+    try:
+        if "publisher" in opts.controllers:
+            from publisher.controller import PublisherController
+
+            ctb_version = served_version(
+                client, CERTIFICATES_GROUP, "clustertrustbundles", ["v1", "v1beta1"]
+            )
+            if ctb_version is None:
+                raise StartupFailure(
+                    "API server: certificates.k8s.io serves no clustertrustbundles "
+                    "(enable the ClusterTrustBundle feature and API)"
+                )
+            publisher = PublisherController(
+                client,
+                lambda: material.current().trust_bundle,
+                signer_name=opts.signer_name,
+                ctb_version=ctb_version,
+                registry=registry,
+            )
+            material.add_listener(lambda *_: publisher.trigger())
+            proc.controllers["publisher"] = publisher
+            log.info("publisher configured", extra={"clustertrustbundles": ctb_version})
+
+        if "signer" in opts.controllers:
+            from signer.controller import SignerController
+
+            pcr_version = served_version(
+                client, CERTIFICATES_GROUP, "podcertificaterequests", opts.pcr_versions_preferred
+            )
+            if pcr_version is None:
+                raise StartupFailure(
+                    f"API server: certificates.k8s.io serves no podcertificaterequests in "
+                    f"{'/'.join(opts.pcr_versions_preferred)} (--pcr-api-version="
+                    f"{opts.pcr_api_version})"
+                )
+            recorder = EventRecorder(client, "service-serving-signer", proc.identity)
+            proc.closers.insert(0, recorder.stop)
+            proc.controllers["signer"] = SignerController(
+                client,
+                material,
+                signer_name=opts.signer_name,
+                domain=opts.cluster_service_domain,
+                pcr_version=pcr_version,
+                workers=opts.concurrent_syncs,
+                registry=registry,
+                recorder=recorder,
+                max_lifetime_seconds=int(opts.max_certificate_lifetime),
+            )
+            log.info("signer configured", extra={"podcertificaterequests": pcr_version})
+    except StartupFailure:
+        raise
+    except Exception as err:
+        raise StartupFailure(f"API server {client.host}: {_one_line(err)}") from None
+
+    proc.warmers.append(material.run)
+    for name, controller in proc.controllers.items():
+        proc.checks.add_readiness(f"{name}-informers-synced", controller.has_synced)
+        start = getattr(controller, "start_informers", None)
+        if callable(start) and callable(getattr(controller, "run_workers", None)):
+            proc.informer_starters.append(start)
+    proc.client = client
+    return proc
+
+
+def _material_loaded(material: Any) -> bool:
+    try:
+        material.current()
+    except Exception:
+        return False
+    return True
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM/SIGINT set `stop`; a second signal exits at once."""
+
+    def handle(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            log.warning("second signal; exiting now", extra={"signal": signum})
+            os._exit(1)
+        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+def serve(proc: Process) -> int:
+    """Start everything `build` prepared and block until `proc.stop` is set."""
+    opts = proc.opts
+    proc.servers = start_servers(
+        opts.metrics_bind_address,
+        opts.health_probe_bind_address,
+        registry=proc.registry,
+        checks=proc.checks,
+    )
+    for index, warm in enumerate(proc.warmers):
+        proc.start_background(f"material-{index}", warm)
+    proc.start_informers()
+
+    if opts.leader_elect:
+        from kube.leaderelection import LeaderElector
+
+        elector_stop = threading.Event()
+        elector = LeaderElector(
+            proc.client,
+            opts.leader_elect_resource_namespace,
+            opts.leader_elect_resource_name,
+            proc.identity,
+            lease_duration=opts.leader_elect_lease_duration,
+            renew_deadline=opts.leader_elect_renew_deadline,
+            retry_period=opts.leader_elect_retry_period,
+            on_started_leading=proc.run_controllers,
+            on_stopped_leading=proc.on_stopped_leading,
+            registry=proc.registry,
+        )
+        proc.checks.add_liveness("leader-election", elector.healthy)
+        thread = threading.Thread(
+            target=elector.run, args=(elector_stop,), name="leader-election", daemon=True
+        )
+        log.info(
+            "attempting to acquire leader lease",
+            extra={
+                "lease": f"{opts.leader_elect_resource_namespace}/"
+                f"{opts.leader_elect_resource_name}",
+                "identity": proc.identity,
+            },
+        )
+        thread.start()
+        proc.checks.add_thread(thread, proc.stopping)
+        proc.stop.wait()
+        # run_controllers sees proc.stop and stops the workers; only once they have
+        # ended is the Lease released, by the elector noticing its own stop.
+        proc.wait_controllers_stopped(SHUTDOWN_TIMEOUT)
+        elector_stop.set()
+        thread.join(timeout=SHUTDOWN_TIMEOUT)
+    else:
+        log.info("leader election disabled; running controllers")
+        proc.run_controllers(proc.stop)
+
+    proc.shutdown_background()
+    log.info("stopped")
+    return 0
+
+
+def run(opts: Options, *, stop: threading.Event | None = None) -> int:
+    """`service-serving-signer run`: build, serve until SIGTERM/SIGINT, exit 0."""
+    proc = build(opts)
+    if stop is not None:
+        proc.stop = stop
+    if threading.current_thread() is threading.main_thread():
+        install_signal_handlers(proc.stop)
+    return serve(proc)

@@ -1,0 +1,438 @@
+"""The `service-serving-signer` command line.
+
+Decides the user-facing surface: flag names and syntax as kube-controller-manager spells
+them (`--flag=value` and `--flag value`; `--leader-elect`, `--leader-elect=true`,
+`--leader-elect=false`), one environment variable per flag
+(`SERVICE_SERVING_SIGNER_<FLAG_IN_CAPS>`, the same for `run`'s flags whichever
+subcommand they belong to), and how failures look: any start-up failure — a bad flag,
+unusable signing material, an unreadable kubeconfig — is ONE line
+`error: <what>: <problem>` on stderr and exit status 1, never a traceback and never key
+material. Heavy imports (the controllers, the official client) happen inside the
+commands, so `--help` and `version` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from manager import logs
+from manager.options import (
+    DEFAULT_SIGNER_NAME,
+    LOG_FORMATS,
+    PCR_API_VERSIONS,
+    BindAddress,
+    Options,
+    OptionsError,
+    default_leader_election_namespace,
+    parse_bind_address,
+    parse_controllers,
+    parse_duration,
+)
+
+if TYPE_CHECKING:
+    _DurationBase = click.ParamType[float, Any]
+    _AddressBase = click.ParamType[BindAddress | None, Any]
+else:  # click < 8.3 has no generic ParamType
+    _DurationBase = _AddressBase = click.ParamType
+
+ENV_PREFIX = "SERVICE_SERVING_SIGNER"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def env_name(flag: str) -> str:
+    """`--leader-elect-retry-period` → `SERVICE_SERVING_SIGNER_LEADER_ELECT_RETRY_PERIOD`."""
+    return f"{ENV_PREFIX}_{flag.lstrip('-').replace('-', '_').upper()}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class StartupError(click.ClickException):
+    """A failure before the process serves: printed as one `error:` line, exit 1."""
+
+
+class Group(click.Group):
+    """A click group whose errors are one `error: …` line and exit status 1."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("standalone_mode", True) is False:
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.ClickException as err:
+            click.echo(f"error: {_one_line(err.format_message())}", err=True)
+            sys.exit(1)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+class Duration(_DurationBase):
+    """A Go duration (`24h`, `15s`, `1h30m`) converted to seconds."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return parse_duration(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+class Address(_AddressBase):
+    """`host:port`, `:port`, or `0` (disabled → None)."""
+
+    name = "address"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> BindAddress | None:
+        if value is None or isinstance(value, BindAddress):
+            return value
+        try:
+            return parse_bind_address(str(value))
+        except OptionsError as err:
+            self.fail(err.problem, param, ctx)
+
+
+def flag(*decls: str, **attrs: Any) -> Callable[[F], F]:
+    """`click.option` with the project's environment variable for the long name."""
+    long = next(d for d in decls if d.startswith("--"))
+    attrs.setdefault("envvar", env_name(long))
+    attrs.setdefault("show_envvar", True)
+    return click.option(*decls, **attrs)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("service-serving-signer")
+    except metadata.PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+@click.group(
+    cls=Group, context_settings={"auto_envvar_prefix": ENV_PREFIX, "max_content_width": 120}
+)
+def main() -> None:
+    """The kubernetes.io/service-serving PodCertificateRequest signer and
+    ClusterTrustBundle publisher (KEP-6283)."""
+
+
+@main.command("run")
+@flag(
+    "--service-serving-key",
+    required=True,
+    metavar="FILE",
+    help="PEM private key of the signing CA.",
+)
+@flag(
+    "--service-serving-cert",
+    required=True,
+    metavar="FILE",
+    help="PEM signing certificate, then intermediates (not the root). Not the key file.",
+)
+@flag(
+    "--service-serving-trust-bundle",
+    required=True,
+    metavar="FILE",
+    help="PEM trust anchors to publish as the ClusterTrustBundle.",
+)
+@flag(
+    "--cluster-service-domain",
+    default="cluster.local",
+    show_default=True,
+    help="Domain appended to Service and Pod names.",
+)
+@flag(
+    "--signer-name",
+    default=DEFAULT_SIGNER_NAME,
+    show_default=True,
+    help="Signer name to serve and publish for.",
+)
+@flag(
+    "--controllers",
+    multiple=True,
+    default=("*",),
+    show_default=True,
+    help="Controllers to run: '*', 'signer', 'publisher', '-publisher' (comma lists).",
+)
+@flag(
+    "--max-certificate-lifetime",
+    type=Duration(),
+    default="24h",
+    show_default=True,
+    help="Upper cap on issued lifetimes; at most 24h for kubernetes.io/* signers.",
+)
+@flag(
+    "--concurrent-syncs",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Signer worker threads.",
+)
+@flag(
+    "--pcr-api-version",
+    type=click.Choice(PCR_API_VERSIONS),
+    default="auto",
+    show_default=True,
+    help="PodCertificateRequest API version; auto = newest served.",
+)
+@flag(
+    "--kubeconfig",
+    default=None,
+    metavar="FILE",
+    help="Kubeconfig; default in-cluster config, then $KUBECONFIG.",
+)
+@flag(
+    "--kube-api-qps",
+    type=float,
+    default=50.0,
+    show_default=True,
+    help="Client-side write rate limit.",
+)
+@flag("--kube-api-burst", type=int, default=100, show_default=True, help="Client-side write burst.")
+@flag(
+    "--leader-elect",
+    type=click.BOOL,
+    default=True,
+    is_flag=False,
+    flag_value=True,
+    show_default=True,
+    help="Run only while holding the leader Lease (--leader-elect=false).",
+)
+@flag("--leader-elect-lease-duration", type=Duration(), default="15s", show_default=True)
+@flag("--leader-elect-renew-deadline", type=Duration(), default="10s", show_default=True)
+@flag("--leader-elect-retry-period", type=Duration(), default="2s", show_default=True)
+@flag(
+    "--leader-elect-resource-namespace",
+    default=None,
+    help="Lease namespace; default the Pod's namespace, else kube-system.",
+)
+@flag("--leader-elect-resource-name", default="service-serving-signer", show_default=True)
+@flag(
+    "--metrics-bind-address",
+    type=Address(),
+    default=":10358",
+    show_default=True,
+    help="host:port for /metrics; 0 disables.",
+)
+@flag(
+    "--health-probe-bind-address",
+    type=Address(),
+    default=":10359",
+    show_default=True,
+    help="host:port for /healthz and /readyz; 0 disables.",
+)
+@flag("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True)
+@flag(
+    "-v",
+    "--v",
+    "verbosity",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Log verbosity (klog style).",
+)
+def run_command(**values: Any) -> int:
+    """Run the signer and publisher controllers (the production entry point)."""
+    opts = build_options(values)
+    logs.configure(opts.log_format, opts.verbosity)
+    from manager.app import StartupFailure, run
+
+    try:
+        return run(opts)
+    except StartupFailure as err:
+        raise StartupError(str(err)) from None
+
+
+def build_options(values: dict[str, Any]) -> Options:
+    """`run`'s parsed click values → validated `Options` (one-line errors)."""
+    try:
+        controllers = parse_controllers(values.pop("controllers"))
+        namespace = values.pop("leader_elect_resource_namespace") or (
+            default_leader_election_namespace()
+        )
+        return Options(controllers=controllers, leader_elect_resource_namespace=namespace, **values)
+    except OptionsError as err:
+        raise StartupError(str(err)) from None
+
+
+@main.command("demo")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep the control plane's files here (default: a temporary directory).",
+)
+def demo_command(workdir: Path | None) -> int:
+    """Show the signer end to end on a local control plane; needs no cluster."""
+    logs.configure("text", 0)
+    from manager.demo import DemoFailure, run
+
+    try:
+        return run(workdir)
+    except DemoFailure as err:
+        raise StartupError(str(err)) from None
+
+
+@main.group("ca")
+def ca_group() -> None:
+    """Throw-away certificate authorities (evaluation and tests, not production)."""
+
+
+@ca_group.command("init")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for ca.key, ca.crt and trust-bundle.pem.",
+)
+@click.option(
+    "--key-type",
+    default="ECDSAP256",
+    show_default=True,
+    type=click.Choice(
+        ["ECDSAP256", "ECDSAP384", "ECDSAP521", "RSA2048", "RSA3072", "RSA4096", "ED25519"]
+    ),
+)
+@click.option(
+    "--validity",
+    type=Duration(),
+    default="8760h",
+    show_default=True,
+    help="CA certificate lifetime.",
+)
+@click.option("--intermediate", is_flag=True, help="Sign with an intermediate under a new root.")
+@click.option("--force", is_flag=True, help="Replace existing files.")
+def ca_init(out: Path, key_type: str, validity: float, intermediate: bool, force: bool) -> None:
+    """Write a new CA key, signing cert and trust bundle into --out."""
+    import datetime as dt
+
+    from signer import ca
+
+    try:
+        files = ca.write_ca(
+            out,
+            key_type=key_type,  # type: ignore[arg-type]
+            intermediate=intermediate,
+            validity=dt.timedelta(seconds=validity),
+            overwrite=force,
+        )
+    except (OSError, ValueError) as err:
+        raise StartupError(f"{out}: {err}") from None
+    click.echo(f"wrote {files.key} (private key, mode 0600)")
+    click.echo(f"wrote {files.cert} (signing certificate)")
+    click.echo(f"wrote {files.trust_bundle} (trust bundle)")
+    click.echo(
+        "start the signer with: service-serving-signer run "
+        f"--service-serving-key={files.key} --service-serving-cert={files.cert} "
+        f"--service-serving-trust-bundle={files.trust_bundle}"
+    )
+
+
+@main.group("bundle")
+def bundle_group() -> None:
+    """Read ClusterTrustBundles from the cluster."""
+
+
+@bundle_group.command("resolve")
+@click.option("--name", default=None, help="Select one ClusterTrustBundle by name.")
+@click.option("--signer-name", default=None, help="Select the bundles of this signer.")
+@click.option(
+    "--selector",
+    "-l",
+    default=None,
+    help="Label selector (kubectl -l syntax) among the signer's bundles; "
+    "omitted matches nothing, '' matches all (KEP-6283).",
+)
+@click.option("--kubeconfig", default=None, envvar=env_name("--kubeconfig"), metavar="FILE")
+def bundle_resolve(
+    name: str | None, signer_name: str | None, selector: str | None, kubeconfig: str | None
+) -> None:
+    """Print the unified trust bundle a ClusterTrustBundleSelector picks."""
+    if (name is None) == (signer_name is None):
+        raise StartupError("bundle resolve: give exactly one of --name or --signer-name")
+    if name is not None and selector is not None:
+        raise StartupError("bundle resolve: --selector goes with --signer-name, not --name")
+    from manager.selector import SelectorSyntaxError, parse_label_selector
+
+    spec: dict[str, Any]
+    if name is not None:
+        spec = {"name": name}
+    else:
+        spec = {"signerName": signer_name}
+        if selector is not None:
+            try:
+                spec["labelSelector"] = parse_label_selector(selector)
+            except SelectorSyntaxError as err:
+                raise StartupError(f"--selector: {err}") from None
+    bundles = _list_bundles(kubeconfig, name=name, signer_name=signer_name)
+    from publisher.bundle import BundleError, resolve_selector
+
+    try:
+        click.echo(resolve_selector(bundles, spec), nl=False)
+    except BundleError as err:
+        raise StartupError(f"bundle resolve: {err}") from None
+
+
+def _list_bundles(
+    kubeconfig: str | None, *, name: str | None, signer_name: str | None
+) -> list[dict[str, Any]]:
+    from kube.discovery import served_version
+
+    from kube.client import ApiError, Client
+
+    try:
+        client = Client.from_kubeconfig(kubeconfig, qps=0, burst=1)
+    except Exception as err:
+        raise StartupError(f"kubeconfig: {_one_line(str(err))}") from None
+    try:
+        version = served_version(
+            client, "certificates.k8s.io", "clustertrustbundles", ["v1", "v1beta1"]
+        )
+        if version is None:
+            raise StartupError("bundle resolve: the cluster serves no ClusterTrustBundle API")
+        base = f"/apis/certificates.k8s.io/{version}/clustertrustbundles"
+        if name is not None:
+            from kube.client import is_not_found
+
+            try:
+                return [client.get(f"{base}/{name}")]
+            except ApiError as err:
+                if is_not_found(err):
+                    return []
+                raise
+        listed = client.get(base, {"fieldSelector": f"spec.signerName={signer_name}"})
+        return list(listed.get("items") or [])
+    except ApiError as err:
+        raise StartupError(f"bundle resolve: {err}") from None
+
+
+@main.command("version")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text")
+def version_command(output: str) -> None:
+    """Print the version."""
+    if output == "json":
+        click.echo(json.dumps({"name": "service-serving-signer", "version": _version()}))
+    else:
+        click.echo(f"service-serving-signer {_version()}")
+
+
+def entrypoint(argv: Sequence[str] | None = None) -> None:
+    """`python -m manager` entry point."""
+    main.main(args=list(argv) if argv is not None else None, prog_name="service-serving-signer")

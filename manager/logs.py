@@ -1,0 +1,123 @@
+"""How the process logs: `--log-format text|json` and klog-style `-v` verbosity.
+
+Decisions:
+- Structured key/values travel in `logging`'s `extra=` (`log.info("issued",
+  extra={"pcr": key, "sans": 3})`) and appear as `key=value` in text and as top-level
+  keys in JSON.
+- JSON is one object per line with klog/component-base's keys: `ts` (float Unix
+  seconds), `v` (verbosity of an info line), `level`, `logger`, `msg`, `err` for an
+  exception's message (plus `stacktrace`), then the structured key/values.
+- Verbosity: `-v 0` shows INFO and above; `V(1)`..`V(3)` are the levels 19..17 between
+  INFO and DEBUG; `-v 4` and above include DEBUG. Third-party transports (urllib3, the
+  official client) stay at WARNING below `-v 9`, where klog starts logging HTTP traffic.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any, TextIO
+
+_RESERVED = frozenset(
+    logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys()
+    | {"message", "asctime", "taskName"}
+)
+_NOISY_LOGGERS = ("urllib3", "kubernetes")
+_OURS = ("kube", "signer", "publisher", "manager", "controlplane")
+
+
+def V(level: int) -> int:
+    """The `logging` level of a klog `V(level)` info line."""
+    if level <= 0:
+        return logging.INFO
+    if level >= 4:
+        return logging.DEBUG
+    return logging.INFO - level
+
+
+def verbosity_of(levelno: int) -> int:
+    """The klog `v` of an info-or-lower record (0 for INFO and above)."""
+    if levelno >= logging.INFO:
+        return 0
+    if levelno <= logging.DEBUG:
+        return 4
+    return logging.INFO - levelno
+
+
+def structured_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The key/values passed with `extra=`."""
+    return {
+        k: v for k, v in record.__dict__.items() if k not in _RESERVED and not k.startswith("_")
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
+class JSONFormatter(logging.Formatter):
+    """One klog-compatible JSON object per line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": record.created,
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.levelno < logging.WARNING:
+            entry["v"] = verbosity_of(record.levelno)
+        if record.exc_info and record.exc_info[1] is not None:
+            entry["err"] = str(record.exc_info[1]) or type(record.exc_info[1]).__name__
+            entry["stacktrace"] = self.formatException(record.exc_info)
+        for key, value in structured_fields(record).items():
+            entry.setdefault(key, _jsonable(value))
+        return json.dumps(entry, separators=(",", ":"), ensure_ascii=False)
+
+
+def _text_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(_jsonable(value))
+    if text == "" or any(c.isspace() or c in '"=' for c in text):
+        return json.dumps(text, ensure_ascii=False)
+    return text
+
+
+class TextFormatter(logging.Formatter):
+    """klog's text header (`I1130 23:43:00.123456 logger] msg key=value`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        lt = time.localtime(record.created)
+        micros = int((record.created % 1) * 1_000_000)
+        header = (
+            f"{record.levelname[:1]}{time.strftime('%m%d %H:%M:%S', lt)}.{micros:06d} "
+            f"{record.name}]"
+        )
+        parts = [header, record.getMessage()]
+        parts += [f"{k}={_text_value(v)}" for k, v in structured_fields(record).items()]
+        line = " ".join(parts)
+        if record.exc_info and record.exc_info[1] is not None:
+            line += f" err={_text_value(str(record.exc_info[1]))}"
+            if record.levelno >= logging.ERROR or record.levelno < logging.INFO:
+                line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def configure(log_format: str = "text", verbosity: int = 0, stream: TextIO | None = None) -> None:
+    """Install one handler on the root logger; safe to call again (replaces it)."""
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JSONFormatter() if log_format == "json" else TextFormatter())
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(V(verbosity))
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(V(verbosity) if verbosity >= 9 else logging.WARNING)

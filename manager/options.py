@@ -1,0 +1,333 @@
+"""The validated configuration of one `service-serving-signer run` process.
+
+This module decides what every SPEC §2 flag *means*: Go-style durations (`24h`, `90m`,
+`1h30m`), kube-controller-manager's `--controllers` syntax (`*`, `signer`, `-publisher`),
+bind addresses (`:10358`, `127.0.0.1:9000`, `[::1]:9000`, `0` = disabled), the leader
+election namespace default (the Pod's own namespace, else `kube-system`), and the
+cross-flag rules (a `kubernetes.io/*` signer never issues for more than 24 h; the lease
+duration exceeds the renew deadline, which exceeds the retry period). It parses strings
+into an immutable `Options`; it never touches files other than the service-account
+namespace file, nor the network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KNOWN_CONTROLLERS: tuple[str, ...] = ("signer", "publisher")
+"""Controllers this process hosts; all are on by default (`*`)."""
+
+DEFAULT_SIGNER_NAME = "kubernetes.io/service-serving"
+KUBERNETES_SIGNER_MAX_LIFETIME = 24 * 3600.0
+MIN_CERTIFICATE_LIFETIME = 3600.0
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+LOG_FORMATS = ("text", "json")
+PCR_API_VERSIONS = ("auto", "v1", "v1beta1")
+# client-go's leaderelection.JitterFactor: RenewDeadline must exceed JitterFactor * RetryPeriod.
+LEADER_ELECTION_JITTER_FACTOR = 1.2
+
+
+class OptionsError(ValueError):
+    """A flag value that cannot be used. `str()` is one line naming the flag."""
+
+    def __init__(self, flag: str, problem: str) -> None:
+        self.flag = flag
+        self.problem = problem
+        super().__init__(f"{flag}: {problem}")
+
+
+# --- durations -------------------------------------------------------------------------
+
+_DURATION_UNITS: Mapping[str, float] = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Go's `time.ParseDuration`, in seconds: `24h`, `15s`, `1h30m`, `1.5h`, `300ms`, `0`.
+
+    A bare number other than `0` is rejected, as Go does ("missing unit")."""
+    s = text.strip()
+    if not s:
+        raise ValueError("empty duration")
+    sign = 1.0
+    if s[0] in "+-":
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    if not s:
+        raise ValueError(f"invalid duration {text!r}")
+    total = 0.0
+    pos = 0
+    while pos < len(s):
+        match = _DURATION_PART.match(s, pos)
+        if match is None:
+            if re.fullmatch(r"\d+(\.\d*)?", s[pos:]):
+                raise ValueError(f"missing unit in duration {text!r} (e.g. 24h, 90m, 15s)")
+            raise ValueError(f"invalid duration {text!r} (e.g. 24h, 90m, 15s)")
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    return sign * total
+
+
+def format_duration(seconds: float) -> str:
+    """The inverse of `parse_duration` for whole seconds, Go-style (`24h0m0s`)."""
+    whole = int(seconds)
+    if whole == 0:
+        return "0s"
+    hours, rest = divmod(abs(whole), 3600)
+    minutes, secs = divmod(rest, 60)
+    sign = "-" if whole < 0 else ""
+    if hours:
+        return f"{sign}{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{sign}{minutes}m{secs}s"
+    return f"{sign}{secs}s"
+
+
+# --- bind addresses --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BindAddress:
+    """`host:port` to listen on; host `""` means every interface."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_bind_address(text: str, flag: str = "bind address") -> BindAddress | None:
+    """`:10358`, `0.0.0.0:10358`, `127.0.0.1:9000`, `[::1]:9000`; `0` disables (None).
+
+    Port 0 (`127.0.0.1:0`) asks the kernel for a free port — used by tests."""
+    s = text.strip()
+    if s == "0":
+        return None
+    if s.startswith("["):
+        match = re.fullmatch(r"\[([0-9A-Fa-f:.%a-zA-Z]+)\]:(\d+)", s)
+        if match is None:
+            raise OptionsError(flag, f"invalid address {text!r} (want [host]:port)")
+        host, port_text = match.group(1), match.group(2)
+    else:
+        host, sep, port_text = s.rpartition(":")
+        if not sep or ":" in host:
+            raise OptionsError(flag, f"invalid address {text!r} (want host:port, :port or 0)")
+    if not port_text.isdigit():
+        raise OptionsError(flag, f"invalid port in {text!r}")
+    port = int(port_text)
+    if port > 65535:
+        raise OptionsError(flag, f"port {port} out of range in {text!r}")
+    return BindAddress(host, port)
+
+
+# --- controllers -----------------------------------------------------------------------
+
+
+def parse_controllers(items: Iterable[str]) -> frozenset[str]:
+    """kube-controller-manager's `--controllers`: `*` enables every default-on
+    controller, `name` enables one, `-name` disables one; comma lists and repeats
+    combine. An explicit name wins over `*`; `-name` wins over both."""
+    tokens = [t.strip() for item in items for t in item.split(",") if t.strip()]
+    if not tokens:
+        raise OptionsError("--controllers", "empty list (use '*', 'signer' or 'publisher')")
+    enabled: set[str] = set()
+    disabled: set[str] = set()
+    star = False
+    for token in tokens:
+        if token == "*":
+            star = True
+            continue
+        name = token[1:] if token.startswith("-") else token
+        if name not in KNOWN_CONTROLLERS:
+            raise OptionsError(
+                "--controllers",
+                f"unknown controller {name!r} (known: {', '.join(KNOWN_CONTROLLERS)}, '*')",
+            )
+        (disabled if token.startswith("-") else enabled).add(name)
+    result = (set(KNOWN_CONTROLLERS) if star else set()) | enabled
+    result -= disabled
+    if not result:
+        raise OptionsError("--controllers", f"no controller enabled by {','.join(tokens)!r}")
+    return frozenset(result)
+
+
+# --- names -----------------------------------------------------------------------------
+
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_SIGNER_PATH = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def validate_signer_name(name: str) -> None:
+    """`<domain>/<path>` as the certificates API requires for signer names."""
+    domain, sep, path = name.partition("/")
+    if (
+        not sep
+        or len(domain) > 253
+        or not _DNS1123_SUBDOMAIN.fullmatch(domain)
+        or not path
+        or "/" in path
+        or not _SIGNER_PATH.fullmatch(path)
+    ):
+        raise OptionsError(
+            "--signer-name", f"{name!r} is not <domain>/<name> (e.g. example.com/serving)"
+        )
+
+
+def default_leader_election_namespace(
+    namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """The Pod's own namespace (service-account mount, then `$POD_NAMESPACE`), else
+    `kube-system` as kube-controller-manager uses."""
+    try:
+        namespace = Path(namespace_file).read_text().strip()
+        if namespace:
+            return namespace
+    except OSError:
+        pass
+    env = os.environ if environ is None else environ
+    return env.get("POD_NAMESPACE", "").strip() or "kube-system"
+
+
+# --- the options -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every SPEC §2 flag, parsed and validated. Durations are in seconds."""
+
+    service_serving_key: str
+    service_serving_cert: str
+    service_serving_trust_bundle: str
+    cluster_service_domain: str = "cluster.local"
+    signer_name: str = DEFAULT_SIGNER_NAME
+    controllers: frozenset[str] = field(default_factory=lambda: frozenset(KNOWN_CONTROLLERS))
+    max_certificate_lifetime: float = KUBERNETES_SIGNER_MAX_LIFETIME
+    concurrent_syncs: int = 4
+    pcr_api_version: str = "auto"
+    kubeconfig: str | None = None
+    kube_api_qps: float = 50.0
+    kube_api_burst: int = 100
+    leader_elect: bool = True
+    leader_elect_lease_duration: float = 15.0
+    leader_elect_renew_deadline: float = 10.0
+    leader_elect_retry_period: float = 2.0
+    leader_elect_resource_namespace: str = "kube-system"
+    leader_elect_resource_name: str = "service-serving-signer"
+    metrics_bind_address: BindAddress | None = BindAddress("", 10358)
+    health_probe_bind_address: BindAddress | None = BindAddress("", 10359)
+    log_format: str = "text"
+    verbosity: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise `OptionsError` for the first unusable value."""
+        for flag, path in (
+            ("--service-serving-key", self.service_serving_key),
+            ("--service-serving-cert", self.service_serving_cert),
+            ("--service-serving-trust-bundle", self.service_serving_trust_bundle),
+        ):
+            if not path:
+                raise OptionsError(flag, "required")
+        if os.path.abspath(self.service_serving_key) == os.path.abspath(self.service_serving_cert):
+            raise OptionsError(
+                "--service-serving-cert", "must be a different file from --service-serving-key"
+            )
+        domain = self.cluster_service_domain
+        if len(domain) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(domain):
+            raise OptionsError("--cluster-service-domain", f"{domain!r} is not a DNS subdomain")
+        validate_signer_name(self.signer_name)
+        unknown = set(self.controllers) - set(KNOWN_CONTROLLERS)
+        if unknown or not self.controllers:
+            raise OptionsError("--controllers", f"invalid set {sorted(self.controllers)}")
+        self._validate_lifetime()
+        if self.concurrent_syncs < 1:
+            raise OptionsError("--concurrent-syncs", "must be at least 1")
+        if self.pcr_api_version not in PCR_API_VERSIONS:
+            raise OptionsError(
+                "--pcr-api-version",
+                f"{self.pcr_api_version!r} is not one of {', '.join(PCR_API_VERSIONS)}",
+            )
+        if self.kube_api_qps < 0:
+            raise OptionsError("--kube-api-qps", "must not be negative (0 disables limiting)")
+        if self.kube_api_burst < 1:
+            raise OptionsError("--kube-api-burst", "must be at least 1")
+        self._validate_leader_election()
+        if self.log_format not in LOG_FORMATS:
+            raise OptionsError(
+                "--log-format", f"{self.log_format!r} is not one of {', '.join(LOG_FORMATS)}"
+            )
+        if self.verbosity < 0:
+            raise OptionsError("-v", "must not be negative")
+
+    def _validate_lifetime(self) -> None:
+        lifetime = self.max_certificate_lifetime
+        if lifetime < MIN_CERTIFICATE_LIFETIME:
+            raise OptionsError(
+                "--max-certificate-lifetime",
+                f"{format_duration(lifetime)} is shorter than the 1h minimum",
+            )
+        if (
+            self.signer_name.startswith("kubernetes.io/")
+            and lifetime > KUBERNETES_SIGNER_MAX_LIFETIME
+        ):
+            raise OptionsError(
+                "--max-certificate-lifetime",
+                f"{format_duration(lifetime)} exceeds 24h, the limit for kubernetes.io/* signers",
+            )
+
+    def _validate_leader_election(self) -> None:
+        lease = self.leader_elect_lease_duration
+        renew = self.leader_elect_renew_deadline
+        retry = self.leader_elect_retry_period
+        if retry <= 0:
+            raise OptionsError("--leader-elect-retry-period", "must be positive")
+        if lease <= renew:
+            raise OptionsError(
+                "--leader-elect-lease-duration",
+                f"{format_duration(lease)} must be greater than --leader-elect-renew-deadline "
+                f"{format_duration(renew)}",
+            )
+        if renew <= LEADER_ELECTION_JITTER_FACTOR * retry:
+            raise OptionsError(
+                "--leader-elect-renew-deadline",
+                f"{format_duration(renew)} must be greater than 1.2 x "
+                f"--leader-elect-retry-period {format_duration(retry)}",
+            )
+        if not _DNS1123_SUBDOMAIN.fullmatch(self.leader_elect_resource_name):
+            raise OptionsError(
+                "--leader-elect-resource-name",
+                f"{self.leader_elect_resource_name!r} is not a DNS subdomain",
+            )
+        if not re.fullmatch(_DNS1123_LABEL, self.leader_elect_resource_namespace):
+            raise OptionsError(
+                "--leader-elect-resource-namespace",
+                f"{self.leader_elect_resource_namespace!r} is not a namespace name",
+            )
+
+    @property
+    def pcr_versions_preferred(self) -> list[str]:
+        """API versions to try for PodCertificateRequests, newest first."""
+        if self.pcr_api_version == "auto":
+            return ["v1", "v1beta1"]
+        return [self.pcr_api_version]

@@ -1,0 +1,255 @@
+"""The command line: flag syntax, environment variables, one-line start-up errors."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+import manager.app
+from manager.cli import env_name, main
+from manager.options import BindAddress, Options
+
+FILES = [
+    "--service-serving-key=/ca/tls.key",
+    "--service-serving-cert=/ca/tls.crt",
+    "--service-serving-trust-bundle=/bundle/trust-bundle.pem",
+]
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> list[Options]:
+    """Replace the process with a recorder of the options it would run with."""
+    seen: list[Options] = []
+
+    def fake_run(opts: Options, **_: Any) -> int:
+        seen.append(opts)
+        return 0
+
+    monkeypatch.setattr(manager.app, "run", fake_run)
+    monkeypatch.setattr("manager.logs.configure", lambda *a, **k: None)
+    return seen
+
+
+def invoke(args: list[str], env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, args, env=env, prog_name="service-serving-signer")
+
+
+def run_with(captured: list[Options], *args: str, env: dict[str, str] | None = None) -> Options:
+    result = invoke(["run", *args], env)
+    assert result.exit_code == 0, result.output + result.stderr
+    return captured[-1]
+
+
+def test_run_uses_spec_defaults(captured: list[Options]) -> None:
+    opts = run_with(captured, *FILES)
+    assert opts.service_serving_key == "/ca/tls.key"
+    assert opts.leader_elect is True
+    assert opts.controllers == {"signer", "publisher"}
+    assert opts.metrics_bind_address == BindAddress("", 10358)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], True),
+        (["--leader-elect"], True),
+        (["--leader-elect=true"], True),
+        (["--leader-elect=false"], False),
+        (["--leader-elect=False"], False),
+        (["--leader-elect=0"], False),
+    ],
+)
+def test_leader_elect_accepts_kcm_boolean_syntax(
+    captured: list[Options], args: list[str], expected: bool
+) -> None:
+    assert run_with(captured, *FILES, *args).leader_elect is expected
+
+
+def test_flags_take_equals_or_space_separated_values(captured: list[Options]) -> None:
+    opts = run_with(
+        captured,
+        *FILES,
+        "--max-certificate-lifetime",
+        "90m",
+        "--leader-elect-lease-duration=30s",
+        "--leader-elect-renew-deadline=20s",
+        "--controllers=*,-publisher",
+        "--metrics-bind-address=127.0.0.1:9000",
+        "--health-probe-bind-address=0",
+        "--pcr-api-version=v1beta1",
+        "--signer-name=example.com/serving",
+        "--cluster-service-domain=corp.example",
+        "--concurrent-syncs=8",
+        "--kube-api-qps=5",
+        "--kube-api-burst=10",
+        "--leader-elect-resource-namespace=signers",
+        "--leader-elect-resource-name=my-signer",
+        "--log-format=json",
+        "-v",
+        "4",
+    )
+    assert opts.max_certificate_lifetime == 5400
+    assert (opts.leader_elect_lease_duration, opts.leader_elect_renew_deadline) == (30, 20)
+    assert opts.controllers == {"signer"}
+    assert opts.metrics_bind_address == BindAddress("127.0.0.1", 9000)
+    assert opts.health_probe_bind_address is None
+    assert opts.pcr_api_version == "v1beta1"
+    assert opts.signer_name == "example.com/serving"
+    assert opts.cluster_service_domain == "corp.example"
+    assert (opts.concurrent_syncs, opts.kube_api_qps, opts.kube_api_burst) == (8, 5, 10)
+    assert opts.leader_elect_resource_namespace == "signers"
+    assert opts.leader_elect_resource_name == "my-signer"
+    assert (opts.log_format, opts.verbosity) == ("json", 4)
+
+
+def test_klog_style_verbosity_flag(captured: list[Options]) -> None:
+    assert run_with(captured, *FILES, "--v=3").verbosity == 3
+    assert run_with(captured, *FILES, "-v2").verbosity == 2
+
+
+def test_every_run_flag_has_its_prefixed_environment_variable(captured: list[Options]) -> None:
+    env = {
+        "SERVICE_SERVING_SIGNER_SERVICE_SERVING_KEY": "/env/tls.key",
+        "SERVICE_SERVING_SIGNER_SERVICE_SERVING_CERT": "/env/tls.crt",
+        "SERVICE_SERVING_SIGNER_SERVICE_SERVING_TRUST_BUNDLE": "/env/bundle.pem",
+        "SERVICE_SERVING_SIGNER_LEADER_ELECT": "false",
+        "SERVICE_SERVING_SIGNER_MAX_CERTIFICATE_LIFETIME": "2h",
+        "SERVICE_SERVING_SIGNER_CONTROLLERS": "publisher",
+        "SERVICE_SERVING_SIGNER_METRICS_BIND_ADDRESS": "0",
+        "SERVICE_SERVING_SIGNER_LEADER_ELECT_RESOURCE_NAMESPACE": "from-env",
+        "SERVICE_SERVING_SIGNER_V": "5",
+    }
+    opts = run_with(captured, env=env)
+    assert opts.service_serving_key == "/env/tls.key"
+    assert opts.service_serving_trust_bundle == "/env/bundle.pem"
+    assert opts.leader_elect is False
+    assert opts.max_certificate_lifetime == 7200
+    assert opts.controllers == {"publisher"}
+    assert opts.metrics_bind_address is None
+    assert opts.leader_elect_resource_namespace == "from-env"
+    assert opts.verbosity == 5
+
+
+def test_flag_beats_environment_variable(captured: list[Options]) -> None:
+    env = {"SERVICE_SERVING_SIGNER_CONCURRENT_SYNCS": "9"}
+    assert run_with(captured, *FILES, "--concurrent-syncs=2", env=env).concurrent_syncs == 2
+
+
+def test_help_lists_environment_variables() -> None:
+    result = invoke(["run", "--help"])
+    assert result.exit_code == 0
+    text = "".join(result.output.split())
+    assert env_name("--service-serving-key") in text
+    assert "SERVICE_SERVING_SIGNER_LEADER_ELECT_RETRY_PERIOD" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--max-certificate-lifetime=24"], "missing unit"),
+        (["--max-certificate-lifetime=1d"], "invalid duration"),
+        (["--max-certificate-lifetime=48h"], "exceeds 24h"),
+        (["--max-certificate-lifetime=30m"], "1h minimum"),
+        (["--leader-elect=maybe"], "--leader-elect"),
+        (["--controllers=signer,bogus"], "unknown controller 'bogus'"),
+        (["--metrics-bind-address=10358"], "--metrics-bind-address"),
+        (["--pcr-api-version=v2"], "--pcr-api-version"),
+        (["--leader-elect-renew-deadline=20s"], "--leader-elect-lease-duration"),
+        (["--no-such-flag"], "no-such-flag"),
+    ],
+)
+def test_bad_options_fail_with_one_error_line_and_status_1(
+    captured: list[Options], args: list[str], fragment: str
+) -> None:
+    result = invoke(["run", *FILES, *args])
+    assert result.exit_code == 1
+    assert captured == []
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert fragment in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_missing_required_file_flag_is_one_line(captured: list[Options]) -> None:
+    result = invoke(["run", FILES[0]])
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1
+    assert "--service-serving-cert" in result.stderr
+
+
+def test_key_and_cert_must_be_different_files(captured: list[Options]) -> None:
+    result = invoke(
+        [
+            "run",
+            "--service-serving-key=/ca/pem",
+            "--service-serving-cert=/ca/pem",
+            "--service-serving-trust-bundle=/b",
+        ]
+    )
+    assert result.exit_code == 1
+    assert "different file" in result.stderr
+
+
+def test_startup_failure_from_the_process_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing_run(opts: Options, **_: Any) -> int:
+        raise manager.app.StartupFailure("/ca/tls.key: key does not match the certificate")
+
+    monkeypatch.setattr(manager.app, "run", failing_run)
+    monkeypatch.setattr("manager.logs.configure", lambda *a, **k: None)
+    result = invoke(["run", *FILES])
+    assert result.exit_code == 1
+    assert result.stderr == "error: /ca/tls.key: key does not match the certificate\n"
+
+
+def test_ca_init_writes_a_usable_ca(tmp_path: Path) -> None:
+    out = tmp_path / "ca"
+    result = invoke(["ca", "init", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    key = out / "ca.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    cert = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    private = load_pem_private_key(key.read_bytes(), None)
+    assert cert.public_key() == private.public_key()
+    bundle = x509.load_pem_x509_certificates((out / "trust-bundle.pem").read_bytes())
+    assert bundle == [cert]
+    assert "BEGIN" not in result.output  # never prints key material
+    assert f"--service-serving-key={key}" in result.output
+
+
+def test_ca_init_refuses_to_overwrite_with_one_line(tmp_path: Path) -> None:
+    assert invoke(["ca", "init", "--out", str(tmp_path)]).exit_code == 0
+    result = invoke(["ca", "init", "--out", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1
+    assert "refusing to overwrite" in result.stderr
+    assert invoke(["ca", "init", "--out", str(tmp_path), "--force"]).exit_code == 0
+
+
+def test_ca_init_with_intermediate_chains_to_the_root(tmp_path: Path) -> None:
+    assert invoke(["ca", "init", "--out", str(tmp_path), "--intermediate"]).exit_code == 0
+    chain = x509.load_pem_x509_certificates((tmp_path / "ca.crt").read_bytes())
+    (root,) = x509.load_pem_x509_certificates((tmp_path / "trust-bundle.pem").read_bytes())
+    assert len(chain) == 1
+    assert chain[0].issuer == root.subject != chain[0].subject
+
+
+def test_bundle_resolve_needs_exactly_one_selector_kind() -> None:
+    for args in ([], ["--name=a", "--signer-name=x/y"], ["--name=a", "--selector=a=b"]):
+        result = invoke(["bundle", "resolve", *args])
+        assert result.exit_code == 1
+        assert result.stderr.startswith("error: bundle resolve:")
+        assert result.stderr.count("\n") == 1
+
+
+def test_version_prints_name_and_version() -> None:
+    result = invoke(["version"])
+    assert result.exit_code == 0
+    assert result.output.startswith("service-serving-signer ")
+    assert '"version"' in invoke(["version", "-o", "json"]).output

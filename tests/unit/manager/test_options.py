@@ -1,0 +1,218 @@
+"""Options: Go durations, bind addresses, KCM `--controllers`, cross-flag validation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from manager.options import (
+    BindAddress,
+    Options,
+    OptionsError,
+    default_leader_election_namespace,
+    format_duration,
+    parse_bind_address,
+    parse_controllers,
+    parse_duration,
+)
+
+
+def make(**overrides: Any) -> Options:
+    values: dict[str, Any] = {
+        "service_serving_key": "/etc/ca/tls.key",
+        "service_serving_cert": "/etc/ca/tls.crt",
+        "service_serving_trust_bundle": "/etc/bundle/trust-bundle.pem",
+    }
+    values.update(overrides)
+    return Options(**values)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("24h", 86400.0),
+        ("15s", 15.0),
+        ("90m", 5400.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("300ms", 0.3),
+        ("2m0.5s", 120.5),
+        ("0", 0.0),
+        ("-1s", -1.0),
+        ("+10s", 10.0),
+    ],
+)
+def test_parses_go_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "24", "1d", "h", "1h 30m", "abc", "1.h2", "--1s", "-"])
+def test_rejects_durations_go_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_bare_number_error_says_the_unit_is_missing() -> None:
+    with pytest.raises(ValueError, match="missing unit"):
+        parse_duration("3600")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(86400, "24h0m0s"), (90, "1m30s"), (5, "5s"), (0, "0s")]
+)
+def test_formats_durations_go_style(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (":10358", BindAddress("", 10358)),
+        ("127.0.0.1:9000", BindAddress("127.0.0.1", 9000)),
+        ("0.0.0.0:8080", BindAddress("0.0.0.0", 8080)),
+        ("[::1]:9000", BindAddress("::1", 9000)),
+        ("localhost:0", BindAddress("localhost", 0)),
+        ("0", None),
+    ],
+)
+def test_parses_bind_addresses(text: str, expected: BindAddress | None) -> None:
+    assert parse_bind_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["10358", "::1:9000", "host:", "host:port", ":70000", ""])
+def test_rejects_bad_bind_addresses(text: str) -> None:
+    with pytest.raises(OptionsError):
+        parse_bind_address(text)
+
+
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [
+        (["*"], {"signer", "publisher"}),
+        (["signer"], {"signer"}),
+        (["publisher"], {"publisher"}),
+        (["*,-publisher"], {"signer"}),
+        (["*", "-signer"], {"publisher"}),
+        (["signer,publisher"], {"signer", "publisher"}),
+        (["signer", "-signer", "publisher"], {"publisher"}),
+        ([" signer , publisher "], {"signer", "publisher"}),
+    ],
+)
+def test_controllers_follow_kcm_syntax(items: list[str], expected: set[str]) -> None:
+    assert parse_controllers(items) == frozenset(expected)
+
+
+@pytest.mark.parametrize(
+    ("items", "problem"),
+    [
+        (["bogus"], "unknown controller 'bogus'"),
+        (["*,-signer,-publisher"], "no controller enabled"),
+        (["-signer"], "no controller enabled"),
+        ([""], "empty list"),
+    ],
+)
+def test_rejects_unusable_controller_lists(items: list[str], problem: str) -> None:
+    with pytest.raises(OptionsError, match=problem):
+        parse_controllers(items)
+
+
+def test_defaults_match_the_spec() -> None:
+    opts = make()
+    assert opts.cluster_service_domain == "cluster.local"
+    assert opts.signer_name == "kubernetes.io/service-serving"
+    assert opts.controllers == {"signer", "publisher"}
+    assert opts.max_certificate_lifetime == 24 * 3600
+    assert opts.concurrent_syncs == 4
+    assert opts.pcr_api_version == "auto"
+    assert (opts.kube_api_qps, opts.kube_api_burst) == (50, 100)
+    assert opts.leader_elect is True
+    assert (
+        opts.leader_elect_lease_duration,
+        opts.leader_elect_renew_deadline,
+        opts.leader_elect_retry_period,
+    ) == (15, 10, 2)
+    assert opts.leader_elect_resource_name == "service-serving-signer"
+    assert opts.metrics_bind_address == BindAddress("", 10358)
+    assert opts.health_probe_bind_address == BindAddress("", 10359)
+    assert (opts.log_format, opts.verbosity) == ("text", 0)
+
+
+def test_options_are_immutable() -> None:
+    opts = make()
+    with pytest.raises(AttributeError):
+        opts.signer_name = "x/y"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "flag", "problem"),
+    [
+        ({"service_serving_key": ""}, "--service-serving-key", "required"),
+        ({"service_serving_cert": "/etc/ca/tls.key"}, "--service-serving-cert", "different"),
+        ({"max_certificate_lifetime": 25 * 3600}, "--max-certificate-lifetime", "exceeds 24h"),
+        ({"max_certificate_lifetime": 59 * 60}, "--max-certificate-lifetime", "1h minimum"),
+        ({"cluster_service_domain": "Cluster.Local"}, "--cluster-service-domain", "DNS"),
+        ({"signer_name": "no-slash"}, "--signer-name", "<domain>/<name>"),
+        ({"signer_name": "example.com/a/b"}, "--signer-name", "<domain>/<name>"),
+        ({"concurrent_syncs": 0}, "--concurrent-syncs", "at least 1"),
+        ({"pcr_api_version": "v2"}, "--pcr-api-version", "not one of"),
+        ({"kube_api_burst": 0}, "--kube-api-burst", "at least 1"),
+        ({"kube_api_qps": -1.0}, "--kube-api-qps", "negative"),
+        (
+            {"leader_elect_lease_duration": 10.0},
+            "--leader-elect-lease-duration",
+            "greater than --leader-elect-renew-deadline",
+        ),
+        ({"leader_elect_retry_period": 9.0}, "--leader-elect-renew-deadline", "1.2 x"),
+        ({"leader_elect_retry_period": 0.0}, "--leader-elect-retry-period", "positive"),
+        ({"leader_elect_resource_namespace": "Kube"}, "--leader-elect-resource-namespace", ""),
+        ({"leader_elect_resource_name": "a_b"}, "--leader-elect-resource-name", "DNS"),
+        ({"log_format": "xml"}, "--log-format", "not one of"),
+        ({"verbosity": -1}, "-v", "negative"),
+        ({"controllers": frozenset({"bogus"})}, "--controllers", "invalid"),
+    ],
+)
+def test_rejects_unusable_values_naming_the_flag(
+    overrides: dict[str, Any], flag: str, problem: str
+) -> None:
+    with pytest.raises(OptionsError) as info:
+        make(**overrides)
+    assert info.value.flag == flag
+    assert problem in info.value.problem
+    assert "\n" not in str(info.value)
+
+
+def test_other_domains_may_exceed_24h() -> None:
+    opts = make(signer_name="example.com/serving", max_certificate_lifetime=7 * 86400.0)
+    assert opts.max_certificate_lifetime == 7 * 86400
+
+
+def test_exactly_24h_and_1h_are_allowed_for_kubernetes_signers() -> None:
+    assert make(max_certificate_lifetime=86400.0).max_certificate_lifetime == 86400
+    assert make(max_certificate_lifetime=3600.0).max_certificate_lifetime == 3600
+
+
+def test_replace_revalidates() -> None:
+    with pytest.raises(OptionsError):
+        replace(make(), concurrent_syncs=0)
+
+
+def test_pcr_versions_preferred_newest_first_for_auto() -> None:
+    assert make().pcr_versions_preferred == ["v1", "v1beta1"]
+    assert make(pcr_api_version="v1beta1").pcr_versions_preferred == ["v1beta1"]
+
+
+def test_lease_namespace_defaults_to_the_pods_namespace(tmp_path: Path) -> None:
+    ns_file = tmp_path / "namespace"
+    ns_file.write_text("signers\n")
+    assert default_leader_election_namespace(str(ns_file), {}) == "signers"
+
+
+def test_lease_namespace_falls_back_to_pod_namespace_env_then_kube_system(
+    tmp_path: Path,
+) -> None:
+    missing = str(tmp_path / "absent")
+    assert default_leader_election_namespace(missing, {"POD_NAMESPACE": "ops"}) == "ops"
+    assert default_leader_election_namespace(missing, {}) == "kube-system"
