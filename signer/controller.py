@@ -24,6 +24,12 @@ request anyway) and confirm with one live GET before anything final: a Pod absen
 cache, or one whose uid/node/ServiceAccount disagree with the request, is read from the API
 server before the request is Failed or Denied on its account, because a lagging Pod
 informer must never make a permanent decision.
+
+API versions (SPEC §9): the controller watches one version. On v1, a request carrying no
+stub CSR can only be a pre-1.36 kubelet's `pkixPublicKey` request that the v1 view hides;
+its key is read once through v1beta1 (when served) instead of denying it, so a v1 signer
+also serves skewed kubelets. The status write goes through the watched version either way
+(the API server keeps the spec from storage).
 """
 
 from __future__ import annotations
@@ -36,11 +42,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from kube.events import EventRecorder, ObjectRef
-from kube.informer import Informer
 from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.events import EventRecorder, ObjectRef
+from kube.informer import Informer
 from kube.workqueue import RateLimitingQueue
 from signer import authority, policy
 from signer.index import WaitingIndex
@@ -355,7 +361,10 @@ class SignerController:
         if isinstance(names, policy.Denial):
             return Final("Denied", names.reason, names.message)
 
-        public_key = policy.public_key_from_request(pcr.stub_pkcs10, pcr.pkix_public_key)
+        pkix = pcr.pkix_public_key
+        if pcr.stub_pkcs10 is None and pkix is None and self.pcr_version == "v1":
+            pkix = self._legacy_pkix_key(pcr)
+        public_key = policy.public_key_from_request(pcr.stub_pkcs10, pkix)
         if isinstance(public_key, policy.Denial):
             return Final("Denied", public_key.reason, public_key.message)
 
@@ -429,6 +438,21 @@ class SignerController:
                 return None
             raise
         return pod_record(live)
+
+    def _legacy_pkix_key(self, pcr: PCRRecord) -> bytes | None:
+        """A v1 request without a stub CSR was written by a pre-1.36 kubelet with the
+        deprecated `pkixPublicKey`, which the v1 view drops (the API requires one of the
+        two). Read it once through v1beta1 rather than deny a request we can sign."""
+        try:
+            raw = self.client.get(
+                f"/apis/{PCR_GROUP}/v1beta1/namespaces/{path_segment(pcr.namespace)}"
+                f"/podcertificaterequests/{path_segment(pcr.name)}"
+            )
+        except ApiError as err:
+            if is_not_found(err):  # v1beta1 not served, or the request is gone
+                return None
+            raise
+        return pcr_record(raw).pkix_public_key
 
     def _service(
         self, namespace: str, name: str, seen: dict[str, ServiceRecord | None]

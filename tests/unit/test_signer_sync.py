@@ -7,6 +7,7 @@ the index and the metrics.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
 import uuid
@@ -377,6 +378,36 @@ def test_legacy_pkix_public_key_on_v1beta1_is_issued() -> None:
 
     leaf = leaf_of(h.written_status())
     assert leaf.public_key() == pki.leaf_key("ECDSAP256").public_key()
+
+
+def test_v1_request_hiding_a_legacy_pkix_key_is_read_through_v1beta1(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    legacy = h.pcr(pod, legacy_pkix=True)
+    h.pcrs[legacy.key] = dataclasses.replace(legacy, pkix_public_key=None)  # the v1 view
+    assert legacy.pkix_public_key is not None
+    v1beta1 = f"/apis/certificates.k8s.io/v1beta1/namespaces/{NS}/podcertificaterequests/req-1"
+    h.client.objects[v1beta1] = {
+        "spec": {"pkixPublicKey": base64.b64encode(legacy.pkix_public_key).decode()}
+    }
+
+    h.controller.sync(legacy.key)
+
+    assert ("GET", v1beta1, None) in h.client.actions
+    leaf = leaf_of(h.written_status())
+    assert leaf.public_key() == pki.leaf_key("ECDSAP256").public_key()
+
+
+def test_request_without_any_key_is_denied(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    legacy = h.pcr(pod, legacy_pkix=True)
+    h.pcrs[legacy.key] = dataclasses.replace(legacy, pkix_public_key=None)
+
+    h.controller.sync(legacy.key)
+
+    condition = h.written_status()["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("Denied", "InvalidStubPKCS10Request")
 
 
 # waiting -------------------------------------------------------------------------------------

@@ -1,0 +1,157 @@
+"""Waiting on Services and re-driving by index (SPEC §5.2.6, §5.4), against the real API
+server: requests whose Services are missing or do not select the Pod stay pending with one
+aggregated Warning Event, and issue within seconds of the event that fixes them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from kube.client import Client
+from tests.integration.signer_harness import (
+    RunningSigner,
+    condition,
+    events_for,
+    eventually,
+    read_pcr,
+    wait_terminal,
+)
+
+REDRIVE_SECONDS = 5.0
+
+
+@pytest.fixture
+def signer(client: Client) -> Iterator[RunningSigner]:
+    with RunningSigner(client) as running:
+        yield running
+
+
+def wait_until_waiting(signer: RunningSigner, key: str) -> None:
+    eventually(lambda: signer.controller.index.is_waiting(key), what=f"{key} waiting")
+
+
+def test_waits_when_service_missing_then_issues_on_create(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    kubelet = signer.kubelet
+    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+    key = f"{namespace}/{created['metadata']['name']}"
+
+    wait_until_waiting(signer, key)
+    [event] = eventually(
+        lambda: events_for(client, namespace, reason="ServiceNotFound"), what="event"
+    )
+    assert event["type"] == "Warning"
+    assert event["regarding"]["kind"] == "Pod" and event["regarding"]["name"] == "web-0"
+    assert "'web'" in event["note"] and created["metadata"]["name"] in event["note"]
+    assert read_pcr(client, created).get("status", {}).get("conditions") is None
+    assert signer.counts() == (0, 0, 0)
+
+    started = time.monotonic()
+    kubelet.create_service("web", namespace, selector={"app": "web"})
+    stored = wait_terminal(client, created, timeout=REDRIVE_SECONDS)
+
+    assert condition(stored)["type"] == "Issued"
+    assert time.monotonic() - started < REDRIVE_SECONDS
+    assert signer.controller.index.sizes() == (0, 0, 0)
+    assert signer.counts() == (1, 0, 0)
+
+
+def test_repeated_waits_aggregate_into_one_event(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    kubelet = signer.kubelet
+    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+    wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
+    eventually(lambda: events_for(client, namespace, reason="ServiceNotFound"), what="event")
+
+    # Re-drive the same request several times (the PCR update handler enqueues it).
+    for i in range(3):
+        client.patch(
+            f"/apis/certificates.k8s.io/v1/namespaces/{namespace}/podcertificaterequests/"
+            f"{created['metadata']['name']}",
+            {"metadata": {"labels": {"poke": str(i)}}},
+        )
+    time.sleep(2)
+
+    events = events_for(client, namespace, reason="ServiceNotFound")
+    assert len(events) == 1
+    assert events[0].get("series", {}).get("count", 1) >= 2
+
+
+def test_selector_mismatch_waits_then_issues_when_the_selector_is_fixed(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    kubelet = signer.kubelet
+    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+    kubelet.create_service("web", namespace, selector={"app": "other"})
+    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+    wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
+    eventually(
+        lambda: events_for(client, namespace, reason="ServiceSelectorMismatch"), what="event"
+    )
+
+    client.patch(
+        f"/api/v1/namespaces/{namespace}/services/web", {"spec": {"selector": {"app": "web"}}}
+    )
+
+    assert condition(wait_terminal(client, created, timeout=REDRIVE_SECONDS))["type"] == "Issued"
+
+
+def test_selector_mismatch_waits_then_issues_when_the_pod_labels_change(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    kubelet = signer.kubelet
+    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+    kubelet.create_service("web", namespace, selector={"app": "web", "tier": "front"})
+    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+    wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
+
+    client.patch(
+        f"/api/v1/namespaces/{namespace}/pods/web-0", {"metadata": {"labels": {"tier": "front"}}}
+    )
+
+    assert condition(wait_terminal(client, created, timeout=REDRIVE_SECONDS))["type"] == "Issued"
+
+
+def test_cluster_ip_subdomain_service_waits_as_not_headless(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    kubelet = signer.kubelet
+    pod = kubelet.create_pod(
+        "db-0", namespace, labels={"app": "db"}, hostname="db-0", subdomain="db"
+    )
+    kubelet.create_service("db", namespace, selector={"app": "db"})
+    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/add-pod-fqdn": "true"})
+
+    wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
+    [event] = eventually(
+        lambda: events_for(client, namespace, reason="ServiceNotHeadless"), what="event"
+    )
+    assert "'db'" in event["note"]
+    assert read_pcr(client, created).get("status", {}).get("conditions") is None
+
+
+def test_deleted_waiting_request_leaves_no_index_entry(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    kubelet = signer.kubelet
+    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web,api"})
+    key = f"{namespace}/{created['metadata']['name']}"
+    wait_until_waiting(signer, key)
+    assert signer.controller.index.services_of(key) == {f"{namespace}/web", f"{namespace}/api"}
+
+    client.delete(
+        f"/apis/certificates.k8s.io/v1/namespaces/{namespace}/podcertificaterequests/"
+        f"{created['metadata']['name']}"
+    )
+
+    eventually(
+        lambda: signer.controller.index.sizes() == (0, 0, 0), what="index empty after delete"
+    )
+    assert signer.registry.get_sample_value("service_serving_ca_controller_pending_requests") == 0.0
