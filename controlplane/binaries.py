@@ -22,7 +22,7 @@ from pathlib import Path
 
 KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.7.3"
-KUSTOMIZE_VERSION = "v5.8.3"
+KUSTOMIZE_VERSION = "v5.8.2"
 
 BUILD_SCRIPT = Path(__file__).with_name("build-binaries.sh")
 
