@@ -28,7 +28,6 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -49,9 +48,9 @@ class StartupFailure(Exception):
 class Controller(Protocol):
     """What the manager needs of a controller (signer and publisher both).
 
-    A controller that also has `start_informers(stop) -> list[Thread]` and
-    `run_workers(stop)` gets its caches warmed before leadership and only its workers
-    run while leading; otherwise `run(stop)` (informers and workers) runs while leading.
+    A controller with `start_informers(stop)` gets its caches warmed before leadership
+    (so a standby is ready); while leading, `run_workers(stop)` runs if it exists, else
+    `run(stop)` (whose own `start_informers` must then be idempotent).
     """
 
     def run(self, stop: threading.Event) -> None: ...
@@ -70,9 +69,7 @@ class Process:
     stop: threading.Event = field(default_factory=threading.Event)
     controllers: dict[str, Controller] = field(default_factory=dict)
     warmers: list[Callable[[threading.Event], None]] = field(default_factory=list)
-    informer_starters: list[Callable[[threading.Event], list[threading.Thread]]] = field(
-        default_factory=list
-    )
+    informer_starters: list[Callable[[threading.Event], object]] = field(default_factory=list)
     closers: list[Callable[[], None]] = field(default_factory=list)
     servers: list[OpsServer] = field(default_factory=list)
     client: Any = None
@@ -100,7 +97,8 @@ class Process:
 
     def start_informers(self) -> None:
         for start in self.informer_starters:
-            for thread in start(self._background_stop):
+            threads = start(self._background_stop)
+            for thread in threads if isinstance(threads, list) else []:
                 self._background.append(thread)
                 self.checks.add_thread(thread, self.stopping)
 
@@ -122,8 +120,11 @@ class Process:
         workers_stop = threading.Event()
         threads = []
         for name, controller in self.controllers.items():
+            # Informers already run (warmed before leadership); only the workers start here.
+            # A controller without `run_workers` gets `run`, whose `start_informers` is a
+            # no-op the second time.
             target = getattr(controller, "run_workers", None)
-            if not (callable(target) and callable(getattr(controller, "start_informers", None))):
+            if not callable(target):
                 target = controller.run
             thread = threading.Thread(
                 target=target, args=(workers_stop,), name=f"{name}-controller", daemon=True
@@ -185,30 +186,23 @@ def identity() -> str:
 
 def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Process:
     """Everything that can fail at start-up, before anything is started."""
+    from kube.client import Client
     from kube.discovery import served_version
     from kube.events import EventRecorder
-    from signer.material import MaterialError, MaterialSource, load_material
-
-    from kube.client import Client
+    from signer.material import MaterialError, MaterialSource
 
     registry = registry if registry is not None else make_registry()
     proc = Process(opts=opts, registry=registry, checks=Checks(), identity=identity())
 
     try:
-        load_material(
+        material = MaterialSource(
             opts.service_serving_key,
             opts.service_serving_cert,
             opts.service_serving_trust_bundle,
-            now=datetime.now(UTC),
+            registry,
         )
     except MaterialError as err:
         raise StartupFailure(str(err)) from None
-    material = MaterialSource(
-        opts.service_serving_key,
-        opts.service_serving_cert,
-        opts.service_serving_trust_bundle,
-        registry,
-    )
     proc.checks.add_readiness("signing-material", lambda: _material_loaded(material))
 
     try:
@@ -238,7 +232,7 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
                 ctb_version=ctb_version,
                 registry=registry,
             )
-            material.add_listener(lambda *_: publisher.trigger())
+            material.add_listener(publisher.trigger)
             proc.controllers["publisher"] = publisher
             log.info("publisher configured", extra={"clustertrustbundles": ctb_version})
 
@@ -277,7 +271,7 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
     for name, controller in proc.controllers.items():
         proc.checks.add_readiness(f"{name}-informers-synced", controller.has_synced)
         start = getattr(controller, "start_informers", None)
-        if callable(start) and callable(getattr(controller, "run_workers", None)):
+        if callable(start):
             proc.informer_starters.append(start)
     proc.client = client
     return proc

@@ -393,9 +393,8 @@ def bundle_resolve(
 def _list_bundles(
     kubeconfig: str | None, *, name: str | None, signer_name: str | None
 ) -> list[dict[str, Any]]:
-    from kube.discovery import served_version
-
     from kube.client import ApiError, Client
+    from kube.discovery import served_version
 
     try:
         client = Client.from_kubeconfig(kubeconfig, qps=0, burst=1)
