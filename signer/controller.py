@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -50,6 +50,7 @@ from kube.informer import Informer
 from kube.workqueue import RateLimitingQueue
 from signer import authority, policy
 from signer.index import WaitingIndex
+from signer.material import SigningMaterial
 from signer.metrics import SignerMetrics
 from signer.records import (
     JSON,
@@ -83,9 +84,9 @@ class Store(Protocol[T]):
 class MaterialSource(Protocol):
     """`signer.material.MaterialSource` as seen by the controller."""
 
-    def current(self) -> Any: ...
+    def current(self) -> SigningMaterial: ...
 
-    def add_listener(self, listener: Callable[..., Any]) -> None: ...
+    def add_listener(self, listener: Callable[[SigningMaterial], object]) -> None: ...
 
 
 class Recorder(Protocol):
@@ -187,6 +188,8 @@ class SignerController:
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
         self._blocked_on_material: set[str] = set()
         self._blocked_lock = threading.Lock()
+        self._informers_started = False
+        self._informer_threads: list[threading.Thread] = []
 
         self.pcr_informer: Informer[PCRRecord] = Informer(
             client,
@@ -214,15 +217,19 @@ class SignerController:
     # lifecycle ---------------------------------------------------------------------------
 
     def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
-        """Start the three informers (may run before leadership: warm caches)."""
-        threads = []
+        """Start the three informers (may run before leadership: warm caches). Idempotent:
+        a second call returns the threads of the first."""
+        if self._informers_started:
+            return list(self._informer_threads)
+        self._informers_started = True
+        threads = self._informer_threads
         for informer in (self.pcr_informer, self.pod_informer, self.service_informer):
             thread = threading.Thread(
                 target=informer.run, args=(stop,), name=f"informer-{informer.name}", daemon=True
             )
             thread.start()
             threads.append(thread)
-        return threads
+        return list(threads)
 
     def has_synced(self) -> bool:
         return all(
@@ -292,7 +299,7 @@ class SignerController:
             for key in self.index.waiting_on_pod(new.key):
                 self.queue.add(key)
 
-    def _on_material_change(self, *_: object) -> None:
+    def _on_material_change(self, _material: SigningMaterial) -> None:
         """New signing material: retry at once what was blocked on the old one's expiry
         instead of waiting out a backoff that may have grown to minutes."""
         with self._blocked_lock:
@@ -662,9 +669,7 @@ class SignerController:
 
     def _signer_not_after(self) -> float:
         try:
-            material = self.material_source.current()
-            not_after: datetime = material.chain[0].not_valid_after_utc
-            return not_after.timestamp()
+            return self.material_source.current().signing_cert.not_valid_after_utc.timestamp()
         except Exception:  # not loaded yet: the gauge reads 0
             return 0.0
 

@@ -105,12 +105,12 @@ def material_of(ca: CertificateAuthority) -> SigningMaterial:
 class FakeMaterialSource:
     def __init__(self, ca: CertificateAuthority) -> None:
         self.material = material_of(ca)
-        self.listeners: list[Callable[..., Any]] = []
+        self.listeners: list[Callable[[SigningMaterial], object]] = []
 
     def current(self) -> SigningMaterial:
         return self.material
 
-    def add_listener(self, listener: Callable[..., Any]) -> None:
+    def add_listener(self, listener: Callable[[SigningMaterial], object]) -> None:
         self.listeners.append(listener)
 
     def swap(self, ca: CertificateAuthority) -> None:
