@@ -1,0 +1,56 @@
+"""A small kustomize renderer for the features `config/` uses (resources, components,
+namespace, labels, images), so manifest tests need no kubectl. The test suite checks it
+against `kubectl kustomize` output."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+CONFIG = Path(__file__).resolve().parents[3] / "config"
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def render(directory: Path) -> list[dict[str, Any]]:
+    kustomization = _load(directory / "kustomization.yaml")[0]
+    objects: list[dict[str, Any]] = []
+    for entry in [*kustomization.get("resources", []), *kustomization.get("components", [])]:
+        target = (directory / entry).resolve()
+        objects += render(target) if target.is_dir() else _load(target)
+    objects = copy.deepcopy(objects)
+    namespace = kustomization.get("namespace")
+    for obj in objects:
+        meta = obj.setdefault("metadata", {})
+        if namespace and obj["kind"] not in CLUSTER_SCOPED:
+            meta["namespace"] = namespace
+        if namespace and obj["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+            for subject in obj.get("subjects", []):
+                if subject.get("kind") == "ServiceAccount":
+                    subject["namespace"] = namespace
+        for label_set in kustomization.get("labels", []):
+            meta.setdefault("labels", {}).update(label_set["pairs"])
+        for image in kustomization.get("images", []):
+            for container in _containers(obj):
+                if container.get("image") == image["name"]:
+                    container["image"] = f"{image.get('newName', image['name'])}:{image['newTag']}"
+    return objects
+
+
+def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+    return [*spec.get("containers", []), *spec.get("initContainers", [])]
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = [
+        o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(matches) == 1, f"{kind}/{name}: {len(matches)} objects"
+    return matches[0]

@@ -1,0 +1,70 @@
+"""The alert rules pass `promtool check rules` and the promtool unit tests in
+config/prometheus/tests/alerts_test.yaml. promtool comes from hack/promtool.sh (Debian's
+`prometheus` package unpacked into ~/.cache, no root install)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.unit.manager.kustomize import CONFIG
+
+PROMTOOL_SH = CONFIG.parent / "hack" / "promtool.sh"
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    found = subprocess.run(
+        [str(PROMTOOL_SH), "--path"], capture_output=True, text=True, timeout=600
+    )
+    assert found.returncode == 0, found.stderr
+    return found.stdout.strip()
+
+
+@pytest.fixture
+def rules_dir(tmp_path: Path) -> Path:
+    """The PrometheusRule's spec as a plain rule file, next to the promtool test file."""
+    rule = yaml.safe_load((CONFIG / "prometheus" / "prometheus_rule.yaml").read_text())
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
+    shutil.copy(CONFIG / "prometheus" / "tests" / "alerts_test.yaml", tmp_path)
+    return tmp_path
+
+
+def test_promtool_check_rules_accepts_the_prometheus_rule(promtool: str, rules_dir: Path) -> None:
+    result = subprocess.run(
+        [promtool, "check", "rules", "rules.yaml"],
+        cwd=rules_dir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_alert_unit_tests_pass(promtool: str, rules_dir: Path) -> None:
+    result = subprocess.run(
+        [promtool, "test", "rules", "alerts_test.yaml"],
+        cwd=rules_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_a_unit_test() -> None:
+    rule = yaml.safe_load((CONFIG / "prometheus" / "prometheus_rule.yaml").read_text())
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    tests = yaml.safe_load((CONFIG / "prometheus" / "tests" / "alerts_test.yaml").read_text())
+    tested = {
+        case["alertname"]
+        for group in tests["tests"]
+        for case in group.get("alert_rule_test", [])
+        if case["exp_alerts"]
+    }
+    assert alerts == tested
