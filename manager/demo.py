@@ -1,0 +1,397 @@
+"""`service-serving-signer demo`: the main job end to end on a local control plane.
+
+Decides what the demo proves and how it shows it: a real kube-apiserver + etcd
+(`controlplane`), a throw-away CA (`signer.ca`), the signer started as a *subprocess*
+with its real command line (the same `run` a Deployment uses), then a Service, a Pod
+and a PodCertificateRequest exactly as kubelet would create them. It waits for the
+certificate, prints what was issued, proves a TLS handshake where the client trusts
+*only* the published ClusterTrustBundle (and that a name the certificate does not carry
+is refused), prints the signer's key metrics, and stops everything (SIGTERM → the
+signer releases its Lease and exits 0). Any step that fails raises `DemoFailure`, one
+line, after printing the signer's last log lines.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+SIGNER_NAME = "kubernetes.io/service-serving"
+NAMESPACE = "demo"
+SIGNER_NAMESPACE = "service-serving-signer"
+SERVICE = "web"
+DOMAIN = "cluster.local"
+T = TypeVar("T")
+
+KEY_METRICS = (
+    "service_serving_ca_controller_requests_total",
+    "service_serving_ca_controller_signer_ttl_seconds",
+    "service_serving_ca_controller_pending_requests",
+    "service_serving_ca_controller_issuance_duration_seconds_count",
+    "service_serving_ca_controller_issuance_duration_seconds_sum",
+    "service_serving_ca_controller_trust_bundle_expiry_seconds",
+    "clustertrustbundle_publisher_sync_total",
+    "leader_election_master_status",
+)
+
+
+class DemoFailure(Exception):
+    """A demo step failed; `str()` is one line."""
+
+
+def step(text: str) -> None:
+    print(f"==> {text}", flush=True)
+
+
+def detail(text: str) -> None:
+    print(f"    {text}", flush=True)
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = probe()
+        if result is not None:
+            return result
+        time.sleep(0.2)
+    raise DemoFailure(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as resp:
+            return int(resp.status), resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return int(err.code), err.read().decode()
+    except OSError:
+        return 0, ""
+
+
+# --- the signer subprocess -------------------------------------------------------------
+
+
+class SignerProcess:
+    """`service-serving-signer run` as a child process, logging to a file."""
+
+    def __init__(self, kubeconfig: Path, ca_dir: Path, log_path: Path) -> None:
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.log_path = log_path
+        self.args = [
+            sys.executable,
+            "-m",
+            "manager",
+            "run",
+            f"--kubeconfig={kubeconfig}",
+            f"--service-serving-key={ca_dir / 'ca.key'}",
+            f"--service-serving-cert={ca_dir / 'ca.crt'}",
+            f"--service-serving-trust-bundle={ca_dir / 'trust-bundle.pem'}",
+            f"--leader-elect-resource-namespace={SIGNER_NAMESPACE}",
+            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+        ]
+        self._log = log_path.open("ab")
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def url(self, path: str) -> str:
+        port = self.metrics_port if path == "/metrics" else self.health_port
+        return f"http://127.0.0.1:{port}{path}"
+
+    def wait_ready(self, timeout: float) -> None:
+        def ready() -> bool | None:
+            if self.proc.poll() is not None:
+                raise DemoFailure(f"the signer exited with status {self.proc.returncode}")
+            return True if http_get(self.url("/readyz"))[0] == 200 else None
+
+        wait_for("the signer's /readyz", ready, timeout)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return int(self.proc.returncode)
+
+    def log_tail(self, lines: int = 15) -> list[str]:
+        try:
+            return self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return []
+
+
+# --- the certificate and the TLS proof --------------------------------------------------
+
+
+def describe_certificate(chain_pem: str, pcr_status: dict[str, Any]) -> x509.Certificate:
+    chain = x509.load_pem_x509_certificates(chain_pem.encode())
+    leaf = chain[0]
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    lifetime = leaf.not_valid_after_utc - leaf.not_valid_before_utc
+    detail(f"subject      : {leaf.subject.rfc4514_string() or '(empty)'}")
+    detail(f"DNS SANs     : {', '.join(sans.get_values_for_type(x509.DNSName))}")
+    detail(f"issuer       : {leaf.issuer.rfc4514_string()}")
+    detail(f"notBefore    : {leaf.not_valid_before_utc.isoformat()}")
+    detail(f"notAfter     : {leaf.not_valid_after_utc.isoformat()}  (lifetime {lifetime})")
+    detail(f"refresh at   : {pcr_status.get('beginRefreshAt')}")
+    detail(f"serial       : {leaf.serial_number:#x}")
+    detail(f"chain length : {len(chain)} certificate(s)")
+    return leaf
+
+
+def published_bundle(client: Any) -> str:
+    """The trust bundle a Pod projecting `clusterTrustBundle: {signerName, labelSelector:
+    {}}` would see, resolved with the publisher's own normalisation."""
+    from publisher.bundle import resolve_selector
+
+    items: list[dict[str, Any]] = []
+    for version in ("v1", "v1beta1"):
+        try:
+            listed = client.get(
+                f"/apis/certificates.k8s.io/{version}/clustertrustbundles",
+                {"fieldSelector": f"spec.signerName={SIGNER_NAME}"},
+            )
+        except Exception:
+            continue
+        items = list(listed.get("items") or [])
+        if items:
+            break
+    return resolve_selector(items, {"signerName": SIGNER_NAME, "labelSelector": {}})
+
+
+@contextmanager
+def tls_server(cert_file: Path, key_file: Path) -> Iterator[int]:
+    """A one-connection-at-a-time TLS server on loopback serving the issued chain."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert_file), str(key_file))
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    port = int(listener.getsockname()[1])
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                conn.settimeout(5)
+                with context.wrap_socket(conn, server_side=True) as tls:
+                    tls.sendall(b"hello from web\n")
+            except (ssl.SSLError, OSError):
+                pass  # the client refused us (the negative check)
+
+    thread = threading.Thread(target=serve, name="demo-tls", daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=2)
+
+
+def handshake(port: int, bundle_pem: str, server_name: str) -> tuple[str, str, bytes]:
+    """Connect trusting only `bundle_pem`; (TLS version, cipher, first line)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies chain + hostname
+    context.load_verify_locations(cadata=bundle_pem)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=server_name) as tls,
+    ):
+        cipher = tls.cipher()
+        return str(tls.version()), cipher[0] if cipher else "?", tls.recv(64)
+
+
+def key_metrics(text: str) -> list[str]:
+    return [
+        line
+        for line in text.splitlines()
+        if line.startswith(KEY_METRICS) and not line.startswith("#")
+    ]
+
+
+# --- the demo ----------------------------------------------------------------------------
+
+
+def run(workdir: Path | None = None) -> int:
+    from controlplane import ControlPlane
+
+    owned = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="sss-demo-")) if workdir is None else workdir
+    root.mkdir(parents=True, exist_ok=True)
+    step(
+        "starting a local control plane (kube-apiserver + etcd); the first run builds "
+        "them from source, which can take 10-25 minutes"
+    )
+    started = time.monotonic()
+    try:
+        plane = ControlPlane.start()
+    except Exception as err:
+        raise DemoFailure(f"control plane: {' '.join(str(err).split())}") from None
+    detail(f"API server {plane.host} ({time.monotonic() - started:.1f}s)")
+    signer: SignerProcess | None = None
+    try:
+        signer = _demo(plane, root)
+        step("stopping the signer (SIGTERM: stop workers, release the Lease)")
+        status = signer.stop()
+        detail(f"signer exited with status {status}")
+        if status != 0:
+            raise DemoFailure(f"the signer exited with status {status} on SIGTERM")
+        step("done: the signer issued a certificate that verifies against the published bundle")
+        return 0
+    except DemoFailure:
+        if signer is not None:
+            print("    last signer log lines:", file=sys.stderr)
+            for line in signer.log_tail():
+                print(f"      {line}", file=sys.stderr)
+        raise
+    finally:
+        if signer is not None:
+            signer.stop()
+        plane.stop()
+        if owned:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _demo(plane: Any, root: Path) -> SignerProcess:
+    from controlplane.kubelet import Kubelet
+    from signer import ca
+
+    client = plane.client()
+    step("creating a throw-away CA (evaluation only)")
+    files = ca.write_ca(root / "ca", overwrite=True)
+    anchor = x509.load_pem_x509_certificate(files.trust_bundle.read_bytes())
+    detail(f"{anchor.subject.rfc4514_string()}, valid until {anchor.not_valid_after_utc:%Y-%m-%d}")
+
+    for ns in (SIGNER_NAMESPACE, NAMESPACE):
+        client.create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        )
+
+    step("starting `service-serving-signer run` as a subprocess")
+    signer = SignerProcess(plane.kubeconfig, files.key.parent, root / "signer.log")
+    detail(" ".join(["service-serving-signer", *signer.args[3:]]))
+    signer.wait_ready(timeout=60)
+    detail(f"/readyz 200; logs in {signer.log_path}")
+    bundle = wait_for("the published ClusterTrustBundle", lambda: _bundle_or_none(client), 30)
+    detail(f"published ClusterTrustBundle for {SIGNER_NAME} ({bundle.count('BEGIN')} anchor)")
+
+    step(f"creating Service {NAMESPACE}/{SERVICE}, a Pod it selects, and its PCR (as kubelet)")
+    kubelet = Kubelet(client, SIGNER_NAME)
+    kubelet.create_service(SERVICE, NAMESPACE, selector={"app": SERVICE})
+    pod = kubelet.create_pod(f"{SERVICE}-0", NAMESPACE, labels={"app": SERVICE})
+    asked = time.monotonic()
+    pcr, private_key = kubelet.create_pcr(
+        pod, key_type="ECDSAP256", annotations={"kubernetes.io/service-names": SERVICE}
+    )
+    name = pcr["metadata"]["name"]
+    detail(f"PodCertificateRequest {NAMESPACE}/{name} (ECDSAP256, stub PKCS#10)")
+
+    status = wait_for("the certificate", lambda: _final_status(client, name), 60)
+    detail(f"Issued in {time.monotonic() - asked:.2f}s")
+    step("the issued certificate")
+    describe_certificate(status["certificateChain"], status)
+
+    step("TLS handshake: the client trusts only the published ClusterTrustBundle")
+    cert_file = root / "tls.crt"
+    key_file = root / "tls.key"
+    cert_file.write_text(status["certificateChain"])
+    key_file.touch(mode=0o600)
+    key_file.write_bytes(
+        private_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    bundle = published_bundle(client)
+    good = f"{SERVICE}.{NAMESPACE}.svc.{DOMAIN}"
+    bad = f"{SERVICE}.other.svc.{DOMAIN}"
+    with tls_server(cert_file, key_file) as port:
+        try:
+            version, cipher, greeting = handshake(port, bundle, good)
+        except ssl.SSLError as err:
+            raise DemoFailure(f"TLS handshake as {good} failed: {err}") from None
+        detail(f"{good}: verified ({version}, {cipher}), server said {greeting.decode().strip()!r}")
+        try:
+            handshake(port, bundle, bad)
+        except ssl.SSLCertVerificationError as err:
+            detail(f"{bad}: refused as expected ({err.verify_message})")
+        else:
+            raise DemoFailure(f"a client accepted the certificate for {bad}")
+
+    step("signer metrics (from /metrics)")
+    code, text = http_get(signer.url("/metrics"))
+    if code != 200:
+        raise DemoFailure(f"/metrics answered {code}")
+    for line in key_metrics(text):
+        if line.endswith("_created"):
+            continue
+        detail(_humanize_metric(line))
+    return signer
+
+
+def _bundle_or_none(client: Any) -> str | None:
+    try:
+        return published_bundle(client) or None
+    except Exception:
+        return None
+
+
+def _final_status(client: Any, name: str) -> dict[str, Any] | None:
+    from controlplane.kubelet import pcr_path
+
+    pcr = client.get(pcr_path(NAMESPACE, "v1", name))
+    status: dict[str, Any] = pcr.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition["type"] == "Issued":
+            return status
+        if condition["type"] in ("Denied", "Failed"):
+            raise DemoFailure(
+                f"the request was {condition['type']}: {condition.get('reason')}: "
+                f"{condition.get('message')}"
+            )
+    return None
+
+
+def _humanize_metric(line: str) -> str:
+    name, _, value = line.rpartition(" ")
+    if name.startswith(
+        ("service_serving_ca_controller_signer_ttl", "service_serving_ca_controller_trust_bundle")
+    ):
+        when = dt.datetime.fromtimestamp(float(value), dt.UTC)
+        return f"{name} {value}  (= {when:%Y-%m-%d %H:%M:%SZ})"
+    return line
