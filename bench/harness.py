@@ -118,15 +118,17 @@ def populate(
     groups: int,
     create_services: bool = True,
     service_prefix: str = "svc",
+    headless: bool = False,
 ) -> Population:
-    """Namespace + `pods` Pods labelled `group=g<k>` + (optionally) one Service per group."""
+    """Namespace + `pods` Pods labelled `group=g<k>` + (optionally) one Service per group
+    (`headless` ones need no ClusterIP: the test server's range has 254)."""
     kubelet = Kubelet(client)
     namespace = create_namespace(client, prefix)
     services = [f"{service_prefix}-{k}" for k in range(groups)]
     if create_services:
         parallel(
             lambda k: kubelet.create_service(
-                services[k], namespace, selector={"group": f"g{k}"}, headless=False
+                services[k], namespace, selector={"group": f"g{k}"}, headless=headless
             ),
             groups,
         )
@@ -499,3 +501,22 @@ def presign_status(
         "notAfter": leaf_na.strftime(fmt),
         "beginRefreshAt": begin.strftime(fmt),
     }
+
+
+def apiserver_metrics(plane: ControlPlane) -> str:
+    """The API server's `/metrics` text (admin credentials)."""
+    with urllib.request.urlopen(f"{plane.host}/metrics", context=_ssl(plane), timeout=10) as r:
+        text: str = r.read().decode()
+        return text
+
+
+def sum_samples(text: str, name: str, match: Callable[[dict[str, str]], bool]) -> float:
+    """Sum of the samples of metric `name` whose labels satisfy `match`."""
+    total = 0.0
+    prefix = name + "{"
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            labels_text, _, value = line[len(prefix) :].rpartition("} ")
+            if match(dict(_LABEL.findall(labels_text))):
+                total += float(value)
+    return total

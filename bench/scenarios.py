@@ -340,7 +340,7 @@ def memory(ctx: Context) -> Result:
         empty.wait_ready()
         _quiesce(empty.pid)
         rss0 = rss_bytes(empty.pid)
-        pop = populate(ctx.client, "bench-memory", pods=0, groups=services)
+        pop = populate(ctx.client, "bench-memory", pods=0, groups=services, headless=True)
         ns = pop.namespace
 
         def pod(i: int) -> None:
