@@ -234,7 +234,7 @@ class PublisherController:
             if is_already_exists(e):
                 return
             raise
-        log.info("created ClusterTrustBundle", extra={"name": name})
+        log.info("created ClusterTrustBundle", extra={"bundle": name})
 
     def _replace(self, obj: JSON, bundle: str) -> None:
         metadata: dict[str, Any] = dict(obj.get("metadata") or {})
@@ -247,7 +247,7 @@ class PublisherController:
             "spec": {**(obj.get("spec") or {}), "trustBundle": bundle},
         }
         self.client.replace(f"{self.path}/{path_segment(metadata['name'])}", body)
-        log.info("restored ClusterTrustBundle", extra={"name": metadata["name"]})
+        log.info("restored ClusterTrustBundle", extra={"bundle": metadata["name"]})
 
     def _delete(self, obj: JSON) -> None:
         name = _name(obj)
@@ -262,7 +262,7 @@ class PublisherController:
             if is_not_found(e) or is_conflict(e):
                 return
             raise
-        log.info("deleted stale ClusterTrustBundle", extra={"name": name})
+        log.info("deleted stale ClusterTrustBundle", extra={"bundle": name})
 
 
 def _name(obj: JSON) -> str:

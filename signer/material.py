@@ -143,13 +143,18 @@ def read_files(key_path: str, cert_path: str, bundle_path: str, attempts: int = 
 
 
 def key_file_warning(key_path: str) -> str | None:
-    """A warning when the key file can be read by group or others (not an error: Secret
-    volumes default to 0644)."""
+    """A warning when the key file can be read by others, or by a group this process is
+    not in (not an error: Secret volumes default to 0644). Group access for our own group
+    is the in-cluster norm — a Secret volume with `fsGroup` is group-readable so a non-root
+    user can read it — and is not warned about."""
     try:
-        mode = os.stat(key_path).st_mode
+        st = os.stat(key_path)
     except OSError:
         return None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+    mode = st.st_mode
+    own_group = st.st_gid == os.getegid() or st.st_gid in os.getgroups()
+    loose = stat.S_IRWXO if own_group else (stat.S_IRWXG | stat.S_IRWXO)
+    if mode & loose:
         return (
             f"{key_path}: private key file is group/world-accessible (mode "
             f"{stat.S_IMODE(mode):04o}); restrict it to 0600 (Secret volume defaultMode: 0400)"
