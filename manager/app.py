@@ -141,7 +141,9 @@ class Process:
         for thread in threads:
             thread.join(timeout=SHUTDOWN_TIMEOUT)
             if thread.is_alive():
-                log.warning("controller did not stop in time", extra={"controller_thread": thread.name})
+                log.warning(
+                    "controller did not stop in time", extra={"controller_thread": thread.name}
+                )
         log.info("controllers stopped")
 
     def on_stopped_leading(self) -> None:
