@@ -132,6 +132,16 @@ def main() -> None:
     ClusterTrustBundle publisher (KEP-6283)."""
 
 
+class KlogVerbosity(click.IntRange):
+    """`-v` as klog spells it: `-v 4`, `-v4`, `--v=4` and also `-v=4` (which click would
+    otherwise read as the value `=4`)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.startswith("="):
+            value = value[1:]
+        return super().convert(value, param, ctx)
+
+
 @main.command("run")
 @flag(
     "--service-serving-key",
@@ -242,7 +252,7 @@ def main() -> None:
     "-v",
     "--v",
     "verbosity",
-    type=click.IntRange(min=0),
+    type=KlogVerbosity(min=0),
     default=0,
     show_default=True,
     help="Log verbosity (klog style).",

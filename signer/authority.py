@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -146,11 +145,8 @@ def issue(
     leaf = builder.sign(material.key, signature_hash(material.key))
     encoded = leaf.public_bytes(serialization.Encoding.PEM)
     parsed = x509.load_pem_x509_certificate(encoded)
-    chain = [encoded] + [
-        c.public_bytes(serialization.Encoding.PEM) for c in material.chain if not _self_signed(c)
-    ]
     return Issued(
-        chain_pem=b"".join(chain).decode("ascii"),
+        chain_pem=(encoded + material.issuer_chain_pem).decode("ascii"),
         not_before=parsed.not_valid_before_utc,
         not_after=parsed.not_valid_after_utc,
         begin_refresh_at=refresh,
@@ -165,13 +161,3 @@ def _authority_key_identifier(signing: x509.Certificate) -> x509.AuthorityKeyIde
             signing.public_key()  # type: ignore[arg-type]
         )
     return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
-
-
-def _self_signed(cert: x509.Certificate) -> bool:
-    if cert.subject != cert.issuer:
-        return False
-    try:
-        cert.verify_directly_issued_by(cert)
-    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
-        return False
-    return True

@@ -23,6 +23,7 @@ Decisions:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -73,6 +74,17 @@ class SigningMaterial:
     @property
     def signing_cert(self) -> x509.Certificate:
         return self.chain[0]
+
+    @functools.cached_property
+    def issuer_chain_pem(self) -> bytes:
+        """What follows the leaf in an issued chain: every certificate of the cert file
+        that is not a self-signed root, PEM-encoded. Computed once per set, not per
+        issuance (checking a self-signature is a public-key operation)."""
+        return b"".join(
+            c.public_bytes(serialization.Encoding.PEM)
+            for c in self.chain
+            if not (c.subject == c.issuer and _issued_by(c, c))
+        )
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,8 @@ def test_flags_take_equals_or_space_separated_values(captured: list[Options]) ->
 def test_klog_style_verbosity_flag(captured: list[Options]) -> None:
     assert run_with(captured, *FILES, "--v=3").verbosity == 3
     assert run_with(captured, *FILES, "-v2").verbosity == 2
+    assert run_with(captured, *FILES, "-v=6").verbosity == 6
+    assert run_with(captured, *FILES, "-v", "5").verbosity == 5
 
 
 def test_every_run_flag_has_its_prefixed_environment_variable(captured: list[Options]) -> None:
