@@ -84,8 +84,9 @@ def validity(
             f"{max(not_after - not_before, timedelta(0))} of the at least {MIN_LIFETIME} "
             "a certificate must last"
         )
-    half = (not_after - not_before) / 2
-    refresh = not_before + timedelta(seconds=int(half.total_seconds()))
+    # SPEC §5.3: half of the *requested* lifetime (before the cap at the signing cert's
+    # expiry), then clamped into the window the API server accepts.
+    refresh = not_before + timedelta(seconds=int(lifetime.total_seconds()) // 2)
     refresh = max(not_before + REFRESH_MARGIN, min(refresh, not_after - REFRESH_MARGIN))
     return not_before, not_after, refresh
 
