@@ -227,7 +227,8 @@ def test_not_after_is_capped_at_signing_cert_not_after() -> None:
     ca_end = NOW + timedelta(hours=5, seconds=30)
     nb, na, refresh = validity(NOW, DAY, DAY, ca_end)
     assert na == ca_end.replace(microsecond=0)
-    assert refresh == nb + (na - nb) / 2
+    # half of the requested day lies past the capped end: clamped to 10 min before it
+    assert refresh == na - timedelta(minutes=10)
 
 
 def test_refuses_when_signing_cert_leaves_under_one_hour() -> None:
