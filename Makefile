@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV); $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q -c constraints.txt -e '.[test,dev]' && rm -f $(VENV)/.installed-* && touch $@
 
 controlplane: venv
-	$(BIN)/python -m controlplane.binaries
+	$(BIN)/python -c "from controlplane.binaries import main; main()"
 
 lint: venv
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
