@@ -45,7 +45,8 @@ from controlplane.kubelet import (
     stub_csr,
 )
 from kube.client import ApiError, Client, StreamCanceller, is_gone
-from signer.ca import CertificateAuthority, cert_pem, signature_hash
+from signer.authority import signature_hash
+from signer.ca import CertificateAuthority, cert_pem
 
 JSON = dict[str, Any]
 
@@ -481,7 +482,7 @@ def presign_status(
         )
         .add_extension(x509.ExtendedKeyUsage([x509.OID_SERVER_AUTH]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(ca.key, signature_hash(ca.key))  # type: ignore[arg-type]
+        .sign(ca.key, signature_hash(ca.key))
     )
     chain = cert_pem(leaf, *[c for c in ca.cert_chain if c.issuer != c.subject])
     fmt = "%Y-%m-%dT%H:%M:%SZ"

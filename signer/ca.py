@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Literal, TypeAlias, get_args
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import NameOID
+
+from signer.authority import signature_hash
 
 KeyType: TypeAlias = Literal[
     "ECDSAP256", "ECDSAP384", "ECDSAP521", "RSA2048", "RSA3072", "RSA4096", "ED25519"
@@ -70,19 +72,6 @@ def generate_key(key_type: KeyType = "ECDSAP256") -> PrivateKey:
     raise ValueError(f"unknown key type {key_type!r}; use one of {', '.join(KEY_TYPES)}")
 
 
-def signature_hash(key: PrivateKey) -> hashes.HashAlgorithm | None:
-    """The digest a CA with `key` signs with: SHA-256, SHA-384 for P-384, SHA-512 for
-    P-521, and none for Ed25519 (PureEdDSA)."""
-    if isinstance(key, ed25519.Ed25519PrivateKey):
-        return None
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        if isinstance(key.curve, ec.SECP384R1):
-            return hashes.SHA384()
-        if isinstance(key.curve, ec.SECP521R1):
-            return hashes.SHA512()
-    return hashes.SHA256()
-
-
 def generate_ca(
     common_name: str = "service-serving-signer throw-away CA",
     *,
@@ -128,7 +117,7 @@ def generate_ca(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(parent.key.public_key()),
             critical=False,
         )
-    cert = builder.sign(issuer_key, signature_hash(issuer_key))  # type: ignore[arg-type]
+    cert = builder.sign(issuer_key, signature_hash(issuer_key))
     return CertificateAuthority(key=key, cert=cert, parent=parent)
 
 
