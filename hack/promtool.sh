@@ -26,10 +26,17 @@ fetch_promtool() {
     trap 'rm -rf "$tmp"' EXIT
     echo "promtool: fetching Debian's prometheus package into $CACHE (one time, ~20 MB)" >&2
     (cd "$tmp" && apt-get download -q prometheus >/dev/null 2>"$tmp/apt.err") || {
-        # Package lists may be missing in a fresh container.
-        cat "$tmp/apt.err" >&2
-        echo "promtool: apt-get download failed (try 'apt-get update' first)" >&2
-        return 1
+        # Package lists may be missing on a fresh machine: fetch them into a private
+        # state directory (no root, no lock on the system's lists), then retry.
+        apt_opts="-qq -o Dir::State::Lists=$CACHE/apt/lists -o Dir::Cache=$CACHE/apt/cache -o Debug::NoLocking=1"
+        mkdir -p "$CACHE/apt/lists/partial" "$CACHE/apt/cache/archives/partial"
+        # shellcheck disable=SC2086
+        (cd "$tmp" && apt-get $apt_opts update >"$tmp/apt.err" 2>&1 \
+            && apt-get $apt_opts download prometheus >>"$tmp/apt.err" 2>&1) || {
+            cat "$tmp/apt.err" >&2
+            echo "promtool: apt-get download failed; install promtool or set PROMTOOL" >&2
+            return 1
+        }
     }
     dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
     mkdir -p "$CACHE/usr/bin"
