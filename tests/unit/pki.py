@@ -10,13 +10,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from signer.authority import signature_hash
 from signer.ca import (
     CertificateAuthority,
     KeyType,
     PrivateKey,
     generate_ca,
     generate_key,
-    signature_hash,
 )
 
 
@@ -63,4 +63,4 @@ def _leaf(
     )
     if constraints is not None:
         builder = builder.add_extension(constraints, critical=True)
-    return builder.sign(issuer.key, signature_hash(issuer.key))  # type: ignore[arg-type]
+    return builder.sign(issuer.key, signature_hash(issuer.key))

@@ -225,7 +225,7 @@ def test_lifetime_is_min_of_request_and_cap_backdate_included(
 
 def test_not_after_is_capped_at_signing_cert_not_after() -> None:
     ca_end = NOW + timedelta(hours=5, seconds=30)
-    nb, na, refresh = validity(NOW, DAY, DAY, ca_end)
+    _nb, na, refresh = validity(NOW, DAY, DAY, ca_end)
     assert na == ca_end.replace(microsecond=0)
     # half of the requested day lies past the capped end: clamped to 10 min before it
     assert refresh == na - timedelta(minutes=10)
