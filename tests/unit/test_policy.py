@@ -319,12 +319,18 @@ def test_denies_non_empty_stub_csr(kwargs: dict[str, object], fragment: str) -> 
     assert (got.reason, fragment in got.message) == (INVALID_STUB, True)
 
 
-def test_denies_stub_csr_with_bad_signature() -> None:
-    der = bytearray(stub_csr(pki.leaf_key("ECDSAP256")))
+def test_does_not_reverify_stub_csr_signature() -> None:
+    """kube-apiserver refuses a stub whose signature does not verify and the spec is
+    immutable, so no stored request can carry one; the signer does not repeat the check
+    (it cost up to ~570 µs per request). A corrupted signature therefore still yields the
+    key — this pins that the check is gone, not that such a request can reach us."""
+    key = pki.leaf_key("ECDSAP256")
+    der = bytearray(stub_csr(key))
     der[-3] ^= 0xFF
+    assert not x509.load_der_x509_csr(bytes(der)).is_signature_valid
     got = public_key_from_request(bytes(der), None)
-    assert isinstance(got, Denial)
-    assert got.reason == INVALID_STUB
+    assert not isinstance(got, Denial), got
+    assert got.public_numbers() == key.public_key().public_numbers()  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
