@@ -645,7 +645,7 @@ class SignerController:
         path = self._status_path(pcr)
         body = {"metadata": {"resourceVersion": pcr.resource_version}, "status": status}
         try:
-            self.client.patch(f"{path}/status", body)
+            self.client.patch(f"{path}/status", body, discard_response=True)
             return True
         except ApiError as err:
             if is_not_found(err):
