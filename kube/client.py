@@ -2,17 +2,17 @@
 
 The official client owns what it does well — kubeconfig and in-cluster loading, TLS,
 client certificates, bearer-token refresh, the urllib3 pool — and we own the rest:
-requests and responses are plain dicts parsed with `json` (the generated pydantic
-models cost several times the CPU and reject fields they do not know), watch bodies
-are streamed line by line, every request has a read timeout, errors carry the status
-code and `Retry-After`, and writes pass a client-side token bucket (`--kube-api-qps`
-/ `--kube-api-burst`) like client-go's.
+requests and responses are plain dicts parsed with `orjson` (the generated pydantic
+models cost several times the CPU and reject fields they do not know; the standard
+`json` module takes ~3x orjson's CPU to decode a watch event and ~10x to encode a
+status body), watch bodies are streamed line by line, every request has a read
+timeout, errors carry the status code and `Retry-After`, and writes pass a client-side
+token bucket (`--kube-api-qps` / `--kube-api-burst`) like client-go's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+import orjson
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
@@ -210,7 +211,7 @@ class Client:
             self._counts[method] = self._counts.get(method, 0) + 1
         data = None
         if body is not None:
-            data = json.dumps(body).encode()
+            data = orjson.dumps(body)
             content_type = content_type or "application/json"
         try:
             if self._host_pool is not None:
@@ -253,7 +254,7 @@ class Client:
             resp.release_conn()
         if not raw or discard:
             return {}
-        result: JSON = json.loads(raw)
+        result: JSON = orjson.loads(raw)
         return result
 
     def get(
@@ -400,7 +401,7 @@ def _shutdown(resp: urllib3.BaseHTTPResponse) -> None:
 
 def _event(line: bytes) -> JSON:
     try:
-        event = json.loads(line)
+        event = orjson.loads(line)
     except ValueError as err:
         raise ApiError(0, f"watch stream: undecodable event: {err}") from err
     if not isinstance(event, dict):
@@ -432,7 +433,7 @@ def _query_value(value: Any) -> str:
 def _error_from(status: int, reason: str, raw: bytes, retry_after: str | None) -> ApiError:
     body: JSON = {}
     try:
-        parsed = json.loads(raw) if raw else {}
+        parsed = orjson.loads(raw) if raw else {}
         if isinstance(parsed, dict):
             body = parsed
     except ValueError:

@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[3]
-RUNTIME_ROOTS = ["kubernetes", "cryptography", "prometheus-client", "tenacity", "click"]
+RUNTIME_ROOTS = ["kubernetes", "cryptography", "prometheus-client", "tenacity", "click", "orjson"]
 
 
 def instructions() -> list[tuple[str, str]]:
