@@ -256,6 +256,11 @@ class RateLimitingQueue(Generic[K]):
         with self._cond:
             return len(self._queue)
 
+    def idle(self) -> bool:
+        """Nothing waiting and nothing being processed (delayed `add_after` keys aside)."""
+        with self._cond:
+            return not self._queue and not self._processing
+
     def get(self, timeout: float | None = None) -> tuple[K | None, bool]:
         """Block until a key is ready; return `(key, False)`, or `(None, True)` once the
         queue is shut down and empty. With `timeout`, `(None, False)` when it passes."""

@@ -116,7 +116,12 @@ class RunningSigner:
     def count(self, result: str) -> float:
         return self.controller.metrics.count(result)
 
-    def counts(self) -> tuple[float, float, float]:
+    def counts(self, settle: float = 5.0) -> tuple[float, float, float]:
+        """(issued, failed, error) once the workers are idle: a worker counts a result only
+        after its status write returns, so a test that saw the write must let it finish."""
+        deadline = time.monotonic() + settle
+        while not self.controller.queue.idle() and time.monotonic() < deadline:
+            time.sleep(0.01)
         return (self.count("issued"), self.count("failed"), self.count("error"))
 
     def denied(self, reason: str) -> float:

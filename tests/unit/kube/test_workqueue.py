@@ -59,6 +59,17 @@ def test_key_added_twice_waits_once() -> None:
     assert q.get(timeout=0.01) == (None, False)
 
 
+def test_queue_is_idle_only_when_nothing_waits_or_is_processed() -> None:
+    q: RateLimitingQueue[str] = RateLimitingQueue("idle")
+    assert q.idle()
+    q.add("a")
+    assert not q.idle()
+    key = get_now(q)
+    assert not q.idle()  # being processed
+    q.done(key)
+    assert q.idle()
+
+
 def test_key_added_while_processing_is_requeued_after_done() -> None:
     q: RateLimitingQueue[str] = RateLimitingQueue("processing")
     q.add("a")
