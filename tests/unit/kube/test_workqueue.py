@@ -66,6 +66,7 @@ def test_queue_is_idle_only_when_nothing_waits_or_is_processed() -> None:
     assert not q.idle()
     key = get_now(q)
     assert not q.idle()  # being processed
+    assert key is not None
     q.done(key)
     assert q.idle()
 
