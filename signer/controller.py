@@ -586,16 +586,20 @@ class SignerController:
                 self.max_lifetime_seconds,
                 now,
             )
-        except authority.LifetimeTooShort as err:
+        except authority.LifetimeTooShort:
             self.metrics.error()
             with self._blocked_lock:
                 self._blocked_on_material.add(pcr.key)
             pod = decision.pod
+            # The note must not change between retries (no "time left"), or every retry
+            # would start a new Event instead of bumping one series.
+            expires = material.signing_cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
             self.recorder.warning(
                 ObjectRef("Pod", pod.namespace, pod.name, pod.uid),
                 "SignerCertificateExpiring",
                 f"cannot issue a certificate of at least 1 hour for PodCertificateRequest "
-                f"{pcr.key}: {err}; retrying until the signing certificate is rotated",
+                f"{pcr.key}: the signing certificate expires at {expires}; retrying until "
+                "the signing certificate is rotated",
                 "Sign",
             )
             return Requeue()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -827,3 +828,25 @@ def test_counters_start_at_zero(h: Harness) -> None:
             == 0.0
         )
     assert h.denied("PodNotFound") == 0.0
+
+
+def test_expiring_signing_cert_event_note_is_identical_across_retries(h: Harness) -> None:
+    """Retries seconds apart must produce the same note, so the recorder aggregates them
+    into one Event series instead of one Event per retry."""
+    expiring = generate_ca(
+        "expiring",
+        not_before=dt.datetime.now(dt.UTC) - dt.timedelta(days=1),
+        validity=dt.timedelta(days=1, minutes=30),
+    )
+    h.source.swap(expiring)
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod)
+    start = time.time()
+
+    for offset in (0.0, 7.0):
+        h.controller._clock = lambda offset=offset: start + offset  # type: ignore[misc]
+        assert h.controller.sync(pcr.key) == Requeue()
+
+    first, second = (w.note for w in h.recorder.warnings)
+    assert first == second
