@@ -69,7 +69,7 @@ def build(names: list[str], version: str = KUBERNETES_VERSION) -> None:
     out = cache_dir(version)
     print(
         f"[controlplane] building {', '.join(names)} {version} from Go modules into {out}; "
-        "the first build takes 10-25 minutes on 2 cores, later runs reuse the cache",
+        "the first build takes about 6-8 minutes on 2 cores, later runs reuse the cache",
         file=sys.stderr,
         flush=True,
     )

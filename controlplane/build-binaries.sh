@@ -37,7 +37,7 @@ build_k8s() {  # $1: package under k8s.io/kubernetes, $2: output name
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     LD="$LD -X $p.gitVersion=$KV -X $p.gitMajor=1 -X $p.gitMinor=$MIN -X $p.gitTreeState=clean -X $p.buildDate=$BD"
   done
-  log "compiling $2 $KV (10-25 min cold on 2 cores)"
+  log "compiling $2 $KV (about 5-7 min cold on 2 cores)"
   (cd "$W" && go build -trimpath -ldflags "$LD" -o "$OUT/$2.tmp" "k8s.io/kubernetes/$1")
   mv "$OUT/$2.tmp" "$OUT/$2"
   log "built $OUT/$2"

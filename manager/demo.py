@@ -251,7 +251,7 @@ def run(workdir: Path | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     step(
         "starting a local control plane (kube-apiserver + etcd); the first run builds "
-        "them from source, which can take 10-25 minutes"
+        "them from source, which takes about 6-8 minutes"
     )
     started = time.monotonic()
     try:
