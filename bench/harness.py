@@ -31,9 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import rsa
-
 from controlplane import ControlPlane
 from controlplane.kubelet import (
     KEY_TYPES,
@@ -45,8 +42,9 @@ from controlplane.kubelet import (
     stub_csr,
 )
 from kube.client import ApiError, Client, StreamCanceller, is_gone
-from signer.authority import signature_hash
-from signer.ca import CertificateAuthority, cert_pem
+from signer import authority
+from signer.material import SigningMaterial
+from signer.policy import sans_for
 
 JSON = dict[str, Any]
 
@@ -441,52 +439,24 @@ def signer_requests(
 
 
 def presign_status(
-    ca: CertificateAuthority, obj: JSON, key: PrivateKey, domain: str = "cluster.local"
+    material: SigningMaterial, obj: JSON, key: PrivateKey, domain: str = "cluster.local"
 ) -> JSON:
-    """An `Issued` status for the stored PCR `obj`, as our signer would write it."""
+    """An `Issued` status for the stored PCR `obj`, made by our own `signer.authority`
+    (the same certificate profile the signer writes), so only the signing time is moved
+    out of the clock."""
     ns = obj["metadata"]["namespace"]
     svc = obj["spec"]["unverifiedUserAnnotations"]["kubernetes.io/service-names"]
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    not_before = now - dt.timedelta(minutes=2)
-    lifetime = dt.timedelta(seconds=int(obj["spec"].get("maxExpirationSeconds", 86400)))
-    not_after = not_before + lifetime
-    begin = not_before + lifetime / 2
-    usage_rsa = isinstance(key, rsa.RSAPrivateKey)
-    leaf = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName(f"{svc}.{ns}.svc.{domain}"), x509.DNSName(f"{svc}.{ns}.svc")]
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=usage_rsa,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([x509.OID_SERVER_AUTH]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(ca.key, signature_hash(ca.key))
+    now = dt.datetime.now(dt.UTC)
+    max_seconds = int(obj["spec"].get("maxExpirationSeconds", 86400))
+    issued = authority.issue(
+        material,
+        key.public_key(),
+        sans_for(ns, domain, [svc], None),
+        max_seconds,
+        max_seconds,
+        now,
     )
-    chain = cert_pem(leaf, *[c for c in ca.cert_chain if c.issuer != c.subject])
     fmt = "%Y-%m-%dT%H:%M:%SZ"
-    leaf_nb, leaf_na = leaf.not_valid_before_utc, leaf.not_valid_after_utc
     return {
         "conditions": [
             {
@@ -497,10 +467,10 @@ def presign_status(
                 "lastTransitionTime": now.strftime(fmt),
             }
         ],
-        "certificateChain": chain.decode(),
-        "notBefore": leaf_nb.strftime(fmt),
-        "notAfter": leaf_na.strftime(fmt),
-        "beginRefreshAt": begin.strftime(fmt),
+        "certificateChain": issued.chain_pem,
+        "notBefore": issued.not_before.strftime(fmt),
+        "notAfter": issued.not_after.strftime(fmt),
+        "beginRefreshAt": issued.begin_refresh_at.strftime(fmt),
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +40,8 @@ from bench.signers import OUR_SIGNER_NAME, PEER_SIGNER_NAME, OurSigner, PeerSign
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client
-from signer.ca import generate_ca
+from signer.ca import write_ca
+from signer.material import load_material
 
 Result = dict[str, Any]
 BURST_PODS, BURST_GROUPS = 200, 20
@@ -141,7 +143,11 @@ def ceiling(ctx: Context) -> Result:
       most status writes per second this API server accepts here.
     """
     signer_name = "bench.example.com/ceiling"
-    ca = generate_ca("bench ceiling CA")
+    ca_dir = Path(tempfile.mkdtemp(prefix="sss-bench-ceiling-ca-"))
+    write_ca(ca_dir)
+    material = load_material(
+        str(ca_dir / "ca.key"), str(ca_dir / "ca.crt"), str(ca_dir / "trust-bundle.pem")
+    )
     pop = populate(ctx.client, "bench-ceiling", pods=BURST_PODS, groups=BURST_GROUPS)
     path = pcr_path(pop.namespace)
     api_pid = apiserver_pid(ctx.plane)
@@ -151,7 +157,7 @@ def ceiling(ctx: Context) -> Result:
         for i, body in enumerate(bodies):
             _, key, _ = ctx.keys.pick(i)
             meta = {**body["metadata"], "namespace": pop.namespace}
-            out.append(presign_status(ca, {**body, "metadata": meta}, key))
+            out.append(presign_status(material, {**body, "metadata": meta}, key))
         return out
 
     # (a) ideal signer (bench.ideal, own process) during the same burst
