@@ -74,12 +74,6 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
     raise DemoFailure(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def http_get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=3) as resp:
@@ -97,6 +91,8 @@ class SignerProcess:
     """`service-serving-signer run` as a child process, logging to a file."""
 
     def __init__(self, kubeconfig: Path, ca_dir: Path, log_path: Path) -> None:
+        from controlplane.server import free_port
+
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.log_path = log_path

@@ -5,36 +5,19 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from controlplane.kubelet import Kubelet, pcr_path
+from controlplane.server import free_port
 from kube.client import Client
+from manager.demo import http_get
 
 PRODUCT_SIGNER = "kubernetes.io/service-serving"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as resp:
-            return int(resp.status), resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return int(err.code), err.read().decode()
-    except OSError:
-        return 0, ""
 
 
 def eventually(probe: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
