@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from controlplane import ControlPlane
+from controlplane.server import free_port
 from manager import app
+from manager.demo import http_get
 from manager.ops import run_checks
 from manager.options import BindAddress, Options
 from signer.ca import write_ca
-from tests.integration.manager_process import SignerProcess, eventually, free_port, http_get
+from tests.integration.manager_process import SignerProcess, eventually
 
 pytestmark = pytest.mark.integration
 
