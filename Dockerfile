@@ -27,6 +27,7 @@ RUN /opt/venv/bin/pip install --no-deps --only-binary=:all: -r requirements.lock
 
 COPY pyproject.toml README.md ./
 COPY kube ./kube
+COPY trust ./trust
 COPY signer ./signer
 COPY publisher ./publisher
 COPY manager ./manager

@@ -43,8 +43,8 @@ from controlplane.kubelet import (
 )
 from kube.client import ApiError, Client, StreamCanceller, is_gone
 from signer import authority
-from signer.material import SigningMaterial
 from signer.policy import sans_for
+from trust.material import SigningMaterial
 
 JSON = dict[str, Any]
 

@@ -41,7 +41,7 @@ from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client
 from signer.ca import write_ca
-from signer.material import load_material
+from trust.material import load_material
 
 Result = dict[str, Any]
 BURST_PODS, BURST_GROUPS = 200, 20

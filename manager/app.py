@@ -191,7 +191,7 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
     from kube.client import Client
     from kube.discovery import served_version
     from kube.events import EventRecorder
-    from signer.material import MaterialError, MaterialSource
+    from trust.material import MaterialError, MaterialSource
 
     registry = registry if registry is not None else make_registry()
     proc = Process(opts=opts, registry=registry, checks=Checks(), identity=identity())

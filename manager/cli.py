@@ -392,7 +392,7 @@ def bundle_resolve(
             except SelectorSyntaxError as err:
                 raise StartupError(f"--selector: {err}") from None
     bundles = _list_bundles(kubeconfig, name=name, signer_name=signer_name)
-    from publisher.bundle import BundleError, resolve_selector
+    from trust.bundle import BundleError, resolve_selector
 
     try:
         click.echo(resolve_selector(bundles, spec), nl=False)

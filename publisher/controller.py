@@ -41,8 +41,8 @@ from kube.client import (
 )
 from kube.informer import Informer
 from kube.workqueue import RateLimitingQueue
-from publisher.bundle import bundle_name, earliest_expiry
 from publisher.metrics import PublisherMetrics
+from trust.bundle import bundle_name, earliest_expiry
 
 log = logging.getLogger(__name__)
 

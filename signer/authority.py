@@ -27,8 +27,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from signer.material import SigningKey, SigningMaterial
 from signer.policy import PublicKey
+from trust.material import SigningKey, SigningMaterial
 
 BACKDATE = timedelta(minutes=2)
 MIN_LIFETIME = timedelta(hours=1)

@@ -50,7 +50,6 @@ from kube.informer import Informer
 from kube.workqueue import RateLimitingQueue
 from signer import authority, policy
 from signer.index import WaitingIndex
-from signer.material import SigningMaterial
 from signer.metrics import SignerMetrics
 from signer.records import (
     JSON,
@@ -63,6 +62,7 @@ from signer.records import (
     service_record,
     terminal_condition,
 )
+from trust.material import SigningMaterial
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class Store(Protocol[T]):
 
 
 class MaterialSource(Protocol):
-    """`signer.material.MaterialSource` as seen by the controller."""
+    """`trust.material.MaterialSource` as seen by the controller."""
 
     def current(self) -> SigningMaterial: ...
 

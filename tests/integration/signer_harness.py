@@ -26,8 +26,8 @@ from kube.client import Client
 from kube.events import EventRecorder
 from signer.ca import CaFiles, CertificateAuthority, generate_ca, write_ca
 from signer.controller import SignerController
-from signer.material import MaterialSource
 from signer.records import terminal_condition
+from trust.material import MaterialSource
 
 JSON = dict[str, Any]
 

@@ -21,16 +21,16 @@ from cryptography import x509
 from prometheus_client import CollectorRegistry
 
 from kube.client import Client, is_not_found, path_segment
-from publisher.bundle import bundle_name, normalize_bundle
 from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, PublisherController
 from signer.ca import cert_pem, generate_ca, key_pem, write_ca
-from signer.material import MaterialSource
 from tests.integration.signer_harness import (
     RunningSigner,
     condition,
     eventually,
     wait_terminal,
 )
+from trust.bundle import bundle_name, normalize_bundle
+from trust.material import MaterialSource
 
 JSON = dict[str, Any]
 

@@ -20,9 +20,9 @@ from signer.authority import (
     validity,
 )
 from signer.ca import CertificateAuthority, KeyType, cert_pem, generate_ca, key_pem
-from signer.material import MaterialFiles, SigningMaterial, validate_material
 from signer.policy import PublicKey
 from tests.unit import pki
+from trust.material import MaterialFiles, SigningMaterial, validate_material
 
 NOW = datetime(2026, 9, 1, 12, 0, 0, 123456, tzinfo=UTC)
 DAY = 86400

@@ -12,7 +12,9 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from publisher.bundle import (
+from signer.ca import cert_pem, key_pem
+from tests.unit import pki
+from trust.bundle import (
     MAX_TRUST_BUNDLE_SIZE,
     BundleError,
     SelectorError,
@@ -24,8 +26,6 @@ from publisher.bundle import (
     parse_anchors,
     resolve_selector,
 )
-from signer.ca import cert_pem, key_pem
-from tests.unit import pki
 
 NAMES = ["a", "b", "c", "d"]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from publisher.bundle import normalize_bundle
 from signer.ca import KEY_TYPES, KeyType, generate_ca, write_ca
-from signer.material import load_material
+from trust.bundle import normalize_bundle
+from trust.material import load_material
 
 
 @pytest.mark.parametrize("key_type", [k for k in KEY_TYPES if k != "RSA4096"])

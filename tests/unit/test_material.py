@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
 from signer.ca import CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
-from signer.material import MaterialError, MaterialSource, load_material
 from tests.unit import pki
+from trust.material import MaterialError, MaterialSource, load_material
 
 
 @pytest.fixture()

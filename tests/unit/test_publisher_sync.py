@@ -8,10 +8,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kube.client import JSON, ApiError
-from publisher.bundle import bundle_name, earliest_expiry, normalize_bundle
 from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, NotSynced, PublisherController
 from signer.ca import cert_pem
 from tests.unit import pki
+from trust.bundle import bundle_name, earliest_expiry, normalize_bundle
 
 SIGNER = "kubernetes.io/service-serving"
 PATH = "/apis/certificates.k8s.io/v1/clustertrustbundles"

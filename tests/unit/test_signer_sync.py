@@ -26,9 +26,9 @@ from kube.client import ApiError
 from kube.events import ObjectRef
 from signer.ca import CertificateAuthority, generate_ca
 from signer.controller import Requeue, SignerController
-from signer.material import SigningMaterial
 from signer.records import PCRRecord, PodRecord, ServiceRecord, pcr_record, pod_record
 from tests.unit import pki
+from trust.material import SigningMaterial
 
 SIGNER = "kubernetes.io/service-serving"
 NS = "team-a"

@@ -115,7 +115,9 @@ def test_lock_covers_pyproject_dependencies() -> None:
         assert req.specifier.contains(pins[name]), (name, pins[name], str(req.specifier))
 
 
-@pytest.mark.parametrize("path", ["kube", "signer", "publisher", "manager", "pyproject.toml"])
+@pytest.mark.parametrize(
+    "path", ["kube", "trust", "signer", "publisher", "manager", "pyproject.toml"]
+)
 def test_dockerignore_lets_the_sources_in(path: str) -> None:
     lines = (ROOT / ".dockerignore").read_text().splitlines()
     assert "*" in lines

@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from prometheus_client import CollectorRegistry, Counter
 
-from publisher.bundle import BundleError, decode_pem, normalize_bundle, parse_anchors
+from trust.bundle import BundleError, decode_pem, normalize_bundle, parse_anchors
 
 log = logging.getLogger(__name__)
 
