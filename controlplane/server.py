@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,6 +34,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def loopback_service_cidr() -> str:
+    """A /24 inside 127.0.0.0/8 for Service ClusterIPs. Linux routes all of 127/8 to
+    loopback, so a test server bound to a Service's ClusterIP is reached by kube-apiserver's
+    own service resolution (webhooks, APIServices); and no Service IP ever points off the
+    machine. Random per control plane so concurrent test runs do not share ClusterIPs;
+    never 127.0.0.0/24, where the servers themselves listen."""
+    return f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.0/24"
 
 
 def _b64(data: bytes) -> str:
@@ -58,6 +68,7 @@ class ControlPlane:
         self.host = f"https://127.0.0.1:{self.port}"
         self.etcd_url = f"http://127.0.0.1:{self.etcd_port}"
         self.kubeconfig = workdir / "kubeconfig"
+        self.service_cidr = loopback_service_cidr()
         self.version = ""
         self._etcd: subprocess.Popen[bytes] | None = None
         self._apiserver: subprocess.Popen[bytes] | None = None
@@ -123,7 +134,7 @@ class ControlPlane:
             f"--tls-cert-file={f['apiserver.crt']}",
             f"--tls-private-key-file={f['apiserver.key']}",
             f"--client-ca-file={f['client-ca.crt']}",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={self.service_cidr}",
             "--allow-privileged=true",
             "--disable-admission-plugins=ServiceAccount",
             "--authorization-mode=RBAC",
