@@ -39,6 +39,7 @@ from kube.client import (
     is_not_found,
     path_segment,
 )
+from kube.controller import Controller, Requeue
 from kube.informer import Informer
 from kube.workqueue import RateLimitingQueue
 from publisher.metrics import PublisherMetrics
@@ -107,8 +108,15 @@ class PublisherController:
                 lambda _obj: self.trigger(),
             )
         self.cache: BundleCache = informer
-        self._informer_started = False
-        self._start_lock = threading.Lock()
+        self.loop = Controller(
+            "publisher",
+            self._sync_key,
+            self.queue,
+            informers=(self._informer,) if self._informer is not None else (),
+            synced=(self.cache.has_synced,),
+            resync_period=resync_period,
+            resync_keys=lambda: (KEY,),
+        )
 
     # lifecycle ----------------------------------------------------------------------------
 
@@ -121,60 +129,26 @@ class PublisherController:
 
     def start_informers(self, stop: threading.Event) -> None:
         """Start filling the cache (idempotent); lets a standby replica warm up."""
-        with self._start_lock:
-            if self._informer is None or self._informer_started:
-                return
-            self._informer_started = True
-        threading.Thread(
-            target=self._informer.run,
-            args=(stop,),
-            name="informer-clustertrustbundles",
-            daemon=True,
-        ).start()
+        self.loop.start_informers(stop)
+
+    def run_workers(self, stop: threading.Event) -> None:
+        """Reconcile (once at once, then on every trigger and resync) until `stop`."""
+        self.trigger()
+        self.loop.run_workers(stop)
 
     def run(self, stop: threading.Event) -> None:
-        """Reconcile until `stop` is set. Blocks."""
+        """Informer and worker until `stop` is set. Blocks."""
         self.start_informers(stop)
-        resync = threading.Thread(target=self._resync_loop, args=(stop,), name="publisher-resync")
-        resync.daemon = True
-        resync.start()
+        self.run_workers(stop)
 
-        def shut_down_on_stop() -> None:
-            stop.wait()
-            self.queue.shut_down()
-
-        stopper = threading.Thread(target=shut_down_on_stop, name="publisher-stop")
-        stopper.daemon = True
-        stopper.start()
-        self.trigger()
-        while self._process_next_item():
-            pass
-        log.debug("publisher stopped")
-
-    def _resync_loop(self, stop: threading.Event) -> None:
-        while not stop.wait(self.resync_period):
-            self.trigger()
-
-    def _process_next_item(self) -> bool:
-        key, shutdown = self.queue.get()
-        if shutdown or key is None:
-            return False
+    def _sync_key(self, _key: str) -> Requeue | None:
         try:
-            if not self.cache.has_synced():
-                # Not an error: wait for the cache without counting a failed sync.
-                self.queue.add_after(key, 0.1)
-                return True
             self.sync()
         except Exception as err:
-            # Transient (API error, stale cache): retry this key with backoff.
+            # Transient (API error, stale cache): retry the key with its backoff.
             log.warning("publisher sync failed; retrying: %s", err)
-            self.queue.add_rate_limited(key)
-        else:
-            # Success: reset the key's backoff.
-            self.queue.forget(key)
-        finally:
-            self.queue.done(key)
-        return True
+            return Requeue()
+        return None
 
     # the reconcile -------------------------------------------------------------------
 

