@@ -392,7 +392,8 @@ def bundle_resolve(
             except SelectorSyntaxError as err:
                 raise StartupError(f"--selector: {err}") from None
     bundles = _list_bundles(kubeconfig, name=name, signer_name=signer_name)
-    from trust.bundle import BundleError, resolve_selector
+    from trust.bundle import BundleError
+    from trust.selector import resolve_selector
 
     try:
         click.echo(resolve_selector(bundles, spec), nl=False)
