@@ -34,6 +34,7 @@ from kube.client import ApiError, Client
 from kube.events import ObjectRef
 from tests.unit import pki
 from trust.bundle import normalize_bundle
+from trust.selector import parse_selector_json
 
 SIGNER = "kubernetes.io/service-serving"
 SELECT_ALL = json.dumps({"signerName": SIGNER, "labelSelector": {}})
@@ -226,8 +227,8 @@ def test_decide_empty_selection_keeps_current(annotation: str) -> None:
 
 
 def test_selection_index_values_match_bundle_keys() -> None:
-    by_name = decisions.selection_keys(decisions.parse_selector_json('{"name": "b1"}'))
-    by_signer = decisions.selection_keys(decisions.parse_selector_json(SELECT_ALL))
+    by_name = decisions.selection_keys(parse_selector_json('{"name": "b1"}'))
+    by_signer = decisions.selection_keys(parse_selector_json(SELECT_ALL))
     keys = decisions.bundle_keys(ctb("b1", ["a"]))
     assert set(by_name) <= set(keys) and set(by_signer) <= set(keys)
     assert decisions.bundle_keys(ctb("b2", ["a"], signer="x.io/y")) == ["name:b2", "signer:x.io/y"]
@@ -256,9 +257,6 @@ class Cache:
     def keys(self) -> list[str]:
         return list(self.items)
 
-    def list(self) -> list[Any]:
-        return list(self.items.values())
-
     def by_index(self, index_name: str, value: str) -> list[Any]:
         assert index_name == SELECTION_INDEX
         out = []
@@ -267,6 +265,9 @@ class Cache:
             if selector is not None and value in decisions.selection_keys(selector):
                 out.append(item)
         return out
+
+    def list(self) -> Any:  # last: from here on `list` in the class means this method
+        return [*self.items.values()]
 
 
 class FakeClient:
