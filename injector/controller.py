@@ -14,9 +14,10 @@ Wiring, in kube-controller-manager's shape:
 * an index on each of the four caches from "which bundles can change my selection"
   (`name:<bundle>` or `signer:<signerName>`, `injector.decide.selection_keys`) so a
   ClusterTrustBundle add/update/delete re-drives exactly the objects it may concern;
-* one queue of `<Kind>/<name>` keys; handlers only enqueue; a periodic resync re-drives
-  every annotated object (the safety net against a missed event and the repair of a
-  hand-edited caBundle whose watch event was lost).
+* one queue of `<Kind>/<name>` keys on `kube.controller.Controller` (workers start on
+  synced caches; the processNextWorkItem contract); handlers only enqueue; a periodic
+  resync re-drives every annotated object (the safety net against a missed event, and
+  the repair of a hand-edited caBundle whose watch event was lost).
 
 `sync(key)` reads only the caches and writes at most one apply patch, only when a slot
 differs (`injector.decide`). Nothing is written for an object without the annotation,
@@ -36,6 +37,7 @@ from injector import decide as decisions
 from injector.metrics import InjectorMetrics
 from injector.targets import KINDS, Kind, Target, apply_body, split_key, target_key, to_target
 from kube.client import JSON, ApiError, Client, is_not_found, path_segment
+from kube.controller import Controller, Requeue
 from kube.events import ObjectRef
 from kube.informer import Informer
 from kube.workqueue import RateLimitingQueue
@@ -145,28 +147,25 @@ class InjectorController:
             self._informers.append(ctb_informer)
             bundles = ctb_informer
         self.bundles: BundleCache = bundles
-        self._started = False
-        self._start_lock = threading.Lock()
+        self.loop = Controller(
+            "injector",
+            self._sync_key,
+            self.queue,
+            informers=self._informers,
+            synced=(self.bundles.has_synced, *(c.has_synced for c in self.caches.values())),
+            workers=workers,
+            resync_period=resync_period,
+            resync_keys=self.resync,
+        )
 
     # informers and handlers (handlers only enqueue) ----------------------------------
 
     def has_synced(self) -> bool:
-        return self.bundles.has_synced() and all(c.has_synced() for c in self.caches.values())
+        return self.loop.has_synced()
 
     def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
         """Start filling the caches (idempotent); a standby replica warms up too."""
-        with self._start_lock:
-            if self._started:
-                return []
-            self._started = True
-        threads = []
-        for informer in self._informers:
-            thread = threading.Thread(
-                target=informer.run, args=(stop,), name=f"informer-{informer.name}", daemon=True
-            )
-            thread.start()
-            threads.append(thread)
-        return threads
+        return self.loop.start_informers(stop)
 
     def _on_target(self, target: Target) -> None:
         self.queue.add(target.key)
@@ -203,56 +202,29 @@ class InjectorController:
                     keys.append(target_key(kind_name, name))
         return keys
 
-    # the loop (until kube.controller lands) ------------------------------------------
+    # the loop: kube.controller ---------------------------------------------------------
+
+    def run_workers(self, stop: threading.Event) -> None:
+        """Sync every annotated object once, then on every event and resync, until `stop`."""
+        self.loop.run_workers(stop)
 
     def run(self, stop: threading.Event) -> None:
-        """Start informers (if not yet), then workers until `stop`. Blocks."""
+        """Informers and workers until `stop` is set. Blocks."""
         self.start_informers(stop)
+        self.run_workers(stop)
 
-        def shut_down_on_stop() -> None:
-            stop.wait()
-            self.queue.shut_down()
-
-        threading.Thread(target=shut_down_on_stop, name="injector-stop", daemon=True).start()
-
-        def resync_loop() -> None:
-            while not stop.wait(self.resync_period):
-                for key in self.resync():
-                    self.queue.add(key)
-
-        threading.Thread(target=resync_loop, name="injector-resync", daemon=True).start()
-        workers = [
-            threading.Thread(target=self._worker, name=f"injector-worker-{i}", daemon=True)
-            for i in range(self.workers)
-        ]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-
-    def _worker(self) -> None:
-        while self._process_next_item():
-            pass
-
-    def _process_next_item(self) -> bool:
-        key, shutdown = self.queue.get()
-        if shutdown or key is None:
-            return False
+    def _sync_key(self, key: str) -> Requeue | None:
         try:
             self.sync(key)
         except NotSynced:
             # Not a failure: come back once the caches are filled.
-            self.queue.add_after(key, 0.2)
-        except Exception as err:
-            # Transient (an API error): retry this key with per-item backoff.
+            return Requeue(after=0.2)
+        except ApiError as err:
+            # Transient (or the object changed under us): retry with this key's backoff,
+            # sooner if the server said when.
             log.warning("injector sync failed; retrying", extra={"key": key, "error": str(err)})
-            self.queue.add_rate_limited(key)
-        else:
-            # Done: reset the key's backoff.
-            self.queue.forget(key)
-        finally:
-            self.queue.done(key)
-        return True
+            return Requeue(after=err.retry_after)
+        return None
 
     # the sync ------------------------------------------------------------------------
 
