@@ -101,9 +101,11 @@ def create_service(client: Client, namespace: str, name: str) -> str:
     return str(created["spec"]["clusterIP"])
 
 
-def endpoint_slice(client: Client, namespace: str, service: str, address: str) -> None:
-    """The EndpointSlice the endpoint-slice controller would write (APIService
-    availability requires a ready endpoint for the Service's port name)."""
+def endpoint_slice(client: Client, namespace: str, service: str) -> None:
+    """The EndpointSlice the endpoint-slice controller would write: APIService
+    availability requires a ready endpoint for the Service's port name. Its address is
+    never dialled (traffic goes to the ClusterIP), and the API refuses loopback
+    addresses, so it is one from TEST-NET-1 (RFC 5737)."""
     client.create(
         f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
         {
@@ -115,7 +117,7 @@ def endpoint_slice(client: Client, namespace: str, service: str, address: str) -
                 "labels": {"kubernetes.io/service-name": service},
             },
             "addressType": "IPv4",
-            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+            "endpoints": [{"addresses": ["192.0.2.10"], "conditions": {"ready": True}}],
             "ports": [{"name": "https", "port": SERVICE_PORT, "protocol": "TCP"}],
         },
     )
