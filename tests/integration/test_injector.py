@@ -130,6 +130,23 @@ def test_every_webhook_of_a_configuration_gets_the_bundle(
         eventually(lambda: ca_bundles(vwc(client, name)) == [expected] * 3, timeout=30)
 
 
+def test_mutating_webhook_configuration_gets_the_bundle_too(
+    client: Client, namespace: str, issuer: Issuer
+) -> None:
+    name = unique("mutating")
+    body = validating_webhook(name, namespace, "absent", issuer.selector(), webhooks=2)
+    body["kind"] = "MutatingWebhookConfiguration"
+    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    client.create(path, body)
+    try:
+        with RunningInjector(client) as injector:
+            expected = b64(issuer.bundle())
+            eventually(lambda: ca_bundles(client.get(f"{path}/{name}")) == [expected] * 2)
+            assert injector.controller.metrics.count("MutatingWebhookConfiguration", "injected")
+    finally:
+        delete_quietly(client, path, name)
+
+
 def test_hand_edit_is_restored_and_bundle_changes_are_followed(
     client: Client, namespace: str, issuer: Issuer, vwc_names: list[str]
 ) -> None:
