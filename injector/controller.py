@@ -56,8 +56,6 @@ class Recorder(Protocol):
 
     def warning(self, regarding: ObjectRef, reason: str, note: str, action: str) -> None: ...
 
-    def normal(self, regarding: ObjectRef, reason: str, note: str, action: str) -> None: ...
-
 
 class TargetCache(Protocol):
     def has_synced(self) -> bool: ...
@@ -256,11 +254,12 @@ class InjectorController:
                 self.metrics.keep_expiry(key, earliest_expiry(bundle).timestamp())
                 self.metrics.observe(kind.kind, "unchanged")
             case decisions.Inject():
-                self._inject(kind, target, decision, ref)
+                self._inject(kind, target, decision)
 
-    def _inject(
-        self, kind: Kind, target: Target, decision: decisions.Inject, ref: ObjectRef
-    ) -> None:
+    def _inject(self, kind: Kind, target: Target, decision: decisions.Inject) -> None:
+        # No Normal Event per write: a rotation re-writes every injected object at once,
+        # and an Event each would double the writes under --kube-api-qps (the log line
+        # and cabundle_injector_sync_total{result="injected"} record it).
         try:
             self.client.patch(
                 f"{kind.path}/{path_segment(target.name)}",
@@ -281,12 +280,6 @@ class InjectorController:
         log.info(
             "injected caBundle",
             extra={"object": target.key, "slots": slots, "bundles": decision.sources},
-        )
-        self.recorder.normal(
-            ref,
-            decisions.REASON_INJECTED,
-            f"caBundle of {slots} field(s) set from {decision.sources} ClusterTrustBundle(s)",
-            "InjectCABundle",
         )
 
 

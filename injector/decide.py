@@ -40,7 +40,6 @@ from trust.selector import (
 REASON_INVALID_SELECTOR = "InvalidCABundleSelector"
 REASON_NOT_APPLICABLE = "CABundleNotApplicable"
 REASON_EMPTY = "NoClusterTrustBundles"
-REASON_INJECTED = "CABundleInjected"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import pytest
 
 from controlplane import ControlPlane
 from controlplane.server import free_port
-from injector.decide import REASON_INJECTED
+from injector.decide import REASON_INVALID_SELECTOR
 from kube.client import Client
 from tests.integration.injector_harness import (
     VWC_PATH,
@@ -106,6 +106,7 @@ def vwc_name(client: Client) -> Iterator[str]:
     name = f"rbac-{uuid.uuid4().hex[:8]}"
     yield name
     delete_quietly(client, VWC_PATH, name)
+    delete_quietly(client, VWC_PATH, f"{name}-bad")
 
 
 @pytest.mark.usefixtures("injector_rbac")
@@ -119,6 +120,8 @@ def test_injects_as_its_service_account_with_only_its_rbac_and_no_signing_files(
         client.create(
             VWC_PATH, validating_webhook(vwc_name, namespace, "absent", issuer.selector())
         )
+        # A bad annotation too: its Warning Event proves the Events permission.
+        client.create(VWC_PATH, validating_webhook(f"{vwc_name}-bad", namespace, "absent", "{"))
         process = InjectorProcess(
             kubeconfig,
             tmp_path / "injector.log",
@@ -132,7 +135,9 @@ def test_injects_as_its_service_account_with_only_its_rbac_and_no_signing_files(
             assert eventually(
                 lambda: ca_bundles(client.get(f"{VWC_PATH}/{vwc_name}")) == [expected], 30
             ), "\n".join(process.log_lines()[-20:])
-            assert eventually(lambda: bool(events_about(client, vwc_name, REASON_INJECTED)), 30)
+            assert eventually(
+                lambda: bool(events_about(client, f"{vwc_name}-bad", REASON_INVALID_SELECTOR)), 30
+            )
             injected = process.metric(
                 "cabundle_injector_sync_total",
                 'kind="ValidatingWebhookConfiguration",result="injected"',

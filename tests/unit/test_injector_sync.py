@@ -289,9 +289,6 @@ class Events:
     def warning(self, regarding: ObjectRef, reason: str, note: str, action: str) -> None:
         self.events.append(("Warning", regarding, reason, note))
 
-    def normal(self, regarding: ObjectRef, reason: str, note: str, action: str) -> None:
-        self.events.append(("Normal", regarding, reason, note))
-
 
 def controller(
     targets: list[Any], bundles: list[Any], client: FakeClient | None = None, **kw: Any
@@ -311,7 +308,7 @@ def controller(
     return ctrl, fake, events, caches
 
 
-def test_sync_applies_under_own_field_manager_and_emits_normal_event() -> None:
+def test_sync_applies_under_own_field_manager_without_an_event() -> None:
     target = to_target(VALIDATING_WEBHOOK, webhook_config())
     ctrl, client, events, _ = controller([target], [ctb("b1", ["a"])])
     ctrl.sync(target.key)
@@ -320,9 +317,7 @@ def test_sync_applies_under_own_field_manager_and_emits_normal_event() -> None:
     assert patch_type == APPLY_PATCH
     assert params == {"fieldManager": FIELD_MANAGER, "force": True}
     assert body == apply_body(target, b64(normalize_bundle(pem("a"))))
-    assert [(e[0], e[1].kind, e[1].name, e[1].namespace, e[2]) for e in events.events] == [
-        ("Normal", "ValidatingWebhookConfiguration", "hooks", "", decisions.REASON_INJECTED)
-    ]
+    assert events.events == []
     assert ctrl.metrics.count("ValidatingWebhookConfiguration", "injected") == 1
     expiry = ctrl.metrics.registry.get_sample_value("cabundle_injector_anchor_expiry_seconds")
     assert expiry == pki.ca("a").cert.not_valid_after_utc.timestamp()
@@ -345,6 +340,7 @@ def test_sync_bad_annotation_warns_and_writes_nothing(annotation: str, fragment:
     assert client.patches == []
     [(type_, ref, reason, note)] = events.events
     assert (type_, ref.name, reason) == ("Warning", "hooks", decisions.REASON_INVALID_SELECTOR)
+    assert (ref.kind, ref.namespace, ref.uid) == ("ValidatingWebhookConfiguration", "", "uid-hooks")
     assert fragment in note
     assert ctrl.metrics.count("ValidatingWebhookConfiguration", "invalid") == 1
 
