@@ -124,9 +124,18 @@ def test_every_webhook_of_a_configuration_gets_the_bundle(
     client.create(
         VWC_PATH, validating_webhook(name, namespace, "absent", issuer.selector(), webhooks=3)
     )
-    with RunningInjector(client):
+    with RunningInjector(client) as injector:
         expected = b64(issuer.bundle())
         eventually(lambda: ca_bundles(vwc(client, name)) == [expected] * 3, timeout=30)
+        # What the API server stored compares equal to what we wrote: a re-sync of the
+        # stored object writes nothing (no hot loop).
+        kind = "ValidatingWebhookConfiguration"
+        injector.idle_after(kind, name, lambda r: [s.ca_bundle for s in r.slots] == [expected] * 3)
+        metrics = injector.controller.metrics
+        injected, unchanged = metrics.count(kind, "injected"), metrics.count(kind, "unchanged")
+        injector.controller.sync(f"{kind}/{name}")
+        assert metrics.count(kind, "injected") == injected
+        assert metrics.count(kind, "unchanged") == unchanged + 1
 
 
 def test_mutating_webhook_configuration_gets_the_bundle_too(
