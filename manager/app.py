@@ -46,7 +46,7 @@ class StartupFailure(Exception):
 
 
 class Controller(Protocol):
-    """What the manager needs of a controller (signer and publisher both).
+    """What the manager needs of a controller (signer, publisher and injector).
 
     A controller with `start_informers(stop)` gets its caches warmed before leadership
     (so a standby is ready); while leading, `run_workers(stop)` runs if it exists, else
