@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from manager.ops import Checks, OpsServer, start_servers
-from manager.options import Options
+from manager.options import SIGNING_CONTROLLERS, Options
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class StartupFailure(Exception):
 
 
 class Controller(Protocol):
-    """What the manager needs of a controller (signer and publisher both).
+    """What the manager needs of a controller (signer, publisher and injector).
 
     A controller with `start_informers(stop)` gets its caches warmed before leadership
     (so a standby is ready); while leading, `run_workers(stop)` runs if it exists, else
@@ -196,16 +196,18 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
     registry = registry if registry is not None else make_registry()
     proc = Process(opts=opts, registry=registry, checks=Checks(), identity=identity())
 
-    try:
-        material = MaterialSource(
-            opts.service_serving_key,
-            opts.service_serving_cert,
-            opts.service_serving_trust_bundle,
-            registry,
-        )
-    except MaterialError as err:
-        raise StartupFailure(str(err)) from None
-    proc.checks.add_readiness("signing-material", lambda: _material_loaded(material))
+    material: Any = None
+    if opts.controllers & SIGNING_CONTROLLERS:
+        try:
+            material = MaterialSource(
+                opts.service_serving_key,
+                opts.service_serving_cert,
+                opts.service_serving_trust_bundle,
+                registry,
+            )
+        except MaterialError as err:
+            raise StartupFailure(str(err)) from None
+        proc.checks.add_readiness("signing-material", lambda: _material_loaded(material))
 
     try:
         client = Client.from_kubeconfig(
@@ -264,12 +266,16 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
                 max_lifetime_seconds=int(opts.max_certificate_lifetime),
             )
             log.info("signer configured", extra={"podcertificaterequests": pcr_version})
+
+        if "injector" in opts.controllers:
+            _build_injector(proc, client, registry)
     except StartupFailure:
         raise
     except Exception as err:
         raise StartupFailure(f"API server {client.host}: {_one_line(err)}") from None
 
-    proc.warmers.append(material.run)
+    if material is not None:
+        proc.warmers.append(material.run)
     for name, controller in proc.controllers.items():
         proc.checks.add_readiness(f"{name}-informers-synced", controller.has_synced)
         start = getattr(controller, "start_informers", None)
@@ -277,6 +283,28 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
             proc.informer_starters.append(start)
     proc.client = client
     return proc
+
+
+def _build_injector(proc: Process, client: Any, registry: CollectorRegistry) -> None:
+    """The opt-in caBundle injector (SPEC §11): needs no signing material."""
+    from injector.controller import InjectorController
+    from kube.discovery import served_version
+    from kube.events import EventRecorder
+
+    ctb_version = served_version(
+        client, CERTIFICATES_GROUP, "clustertrustbundles", ["v1", "v1beta1"]
+    )
+    if ctb_version is None:
+        raise StartupFailure(
+            "API server: certificates.k8s.io serves no clustertrustbundles "
+            "(the injector resolves caBundles from them)"
+        )
+    recorder = EventRecorder(client, "service-serving-signer", proc.identity)
+    proc.closers.insert(0, recorder.stop)
+    proc.controllers["injector"] = InjectorController(
+        client, recorder, ctb_version=ctb_version, registry=registry
+    )
+    log.info("injector configured", extra={"clustertrustbundles": ctb_version})
 
 
 def _material_loaded(material: Any) -> bool:

@@ -145,21 +145,23 @@ class KlogVerbosity(click.IntRange):
 @main.command("run")
 @flag(
     "--service-serving-key",
-    required=True,
+    default="",
     metavar="FILE",
-    help="PEM private key of the signing CA.",
+    help="PEM private key of the signing CA. Required with the signer or publisher.",
 )
 @flag(
     "--service-serving-cert",
-    required=True,
+    default="",
     metavar="FILE",
-    help="PEM signing certificate, then intermediates (not the root). Not the key file.",
+    help="PEM signing certificate, then intermediates (not the root). Not the key file. "
+    "Required with the signer or publisher.",
 )
 @flag(
     "--service-serving-trust-bundle",
-    required=True,
+    default="",
     metavar="FILE",
-    help="PEM trust anchors to publish as the ClusterTrustBundle.",
+    help="PEM trust anchors to publish as the ClusterTrustBundle. "
+    "Required with the signer or publisher.",
 )
 @flag(
     "--cluster-service-domain",
@@ -178,7 +180,8 @@ class KlogVerbosity(click.IntRange):
     multiple=True,
     default=("*",),
     show_default=True,
-    help="Controllers to run: '*', 'signer', 'publisher', '-publisher' (comma lists).",
+    help="Controllers to run: '*' (signer and publisher), 'signer', 'publisher', "
+    "'injector' (opt-in: '*,injector'), '-publisher' (comma lists).",
 )
 @flag(
     "--max-certificate-lifetime",
@@ -392,7 +395,8 @@ def bundle_resolve(
             except SelectorSyntaxError as err:
                 raise StartupError(f"--selector: {err}") from None
     bundles = _list_bundles(kubeconfig, name=name, signer_name=signer_name)
-    from trust.bundle import BundleError, resolve_selector
+    from trust.bundle import BundleError
+    from trust.selector import resolve_selector
 
     try:
         click.echo(resolve_selector(bundles, spec), nl=False)

@@ -164,7 +164,7 @@ def describe_certificate(chain_pem: str, pcr_status: dict[str, Any]) -> x509.Cer
 def published_bundle(client: Any) -> str:
     """The trust bundle a Pod projecting `clusterTrustBundle: {signerName, labelSelector:
     {}}` would see, resolved with the publisher's own normalisation."""
-    from trust.bundle import resolve_selector
+    from trust.selector import resolve_selector
 
     items: list[dict[str, Any]] = []
     for version in ("v1", "v1beta1"):

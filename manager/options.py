@@ -18,8 +18,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KNOWN_CONTROLLERS: tuple[str, ...] = ("signer", "publisher")
-"""Controllers this process hosts; all are on by default (`*`)."""
+KNOWN_CONTROLLERS: tuple[str, ...] = ("signer", "publisher", "injector")
+"""Controllers this process hosts."""
+
+DEFAULT_CONTROLLERS: tuple[str, ...] = ("signer", "publisher")
+"""What `*` enables. `injector` is opt-in (like kube-controller-manager's disabled-by-default
+controllers): its RBAC can patch webhooks, APIServices and CRDs, so it runs only when
+named (`--controllers=*,injector`, or `injector` alone in its own Deployment)."""
+
+SIGNING_CONTROLLERS = frozenset({"signer", "publisher"})
+"""Controllers that read the signing-material files; without them the files are optional."""
 
 DEFAULT_SIGNER_NAME = "kubernetes.io/service-serving"
 KUBERNETES_SIGNER_MAX_LIFETIME = 24 * 3600.0
@@ -142,11 +150,13 @@ def parse_bind_address(text: str, flag: str = "bind address") -> BindAddress | N
 
 def parse_controllers(items: Iterable[str]) -> frozenset[str]:
     """kube-controller-manager's `--controllers`: `*` enables every default-on
-    controller, `name` enables one, `-name` disables one; comma lists and repeats
-    combine. An explicit name wins over `*`; `-name` wins over both."""
+    controller (not `injector`), `name` enables one, `-name` disables one; comma lists
+    and repeats combine. An explicit name wins over `*`; `-name` wins over both."""
     tokens = [t.strip() for item in items for t in item.split(",") if t.strip()]
     if not tokens:
-        raise OptionsError("--controllers", "empty list (use '*', 'signer' or 'publisher')")
+        raise OptionsError(
+            "--controllers", "empty list (use '*', 'signer', 'publisher' or 'injector')"
+        )
     enabled: set[str] = set()
     disabled: set[str] = set()
     star = False
@@ -161,7 +171,7 @@ def parse_controllers(items: Iterable[str]) -> frozenset[str]:
                 f"unknown controller {name!r} (known: {', '.join(KNOWN_CONTROLLERS)}, '*')",
             )
         (disabled if token.startswith("-") else enabled).add(name)
-    result = (set(KNOWN_CONTROLLERS) if star else set()) | enabled
+    result = (set(DEFAULT_CONTROLLERS) if star else set()) | enabled
     result -= disabled
     if not result:
         raise OptionsError("--controllers", f"no controller enabled by {','.join(tokens)!r}")
@@ -219,7 +229,7 @@ class Options:
     service_serving_trust_bundle: str
     cluster_service_domain: str = "cluster.local"
     signer_name: str = DEFAULT_SIGNER_NAME
-    controllers: frozenset[str] = field(default_factory=lambda: frozenset(KNOWN_CONTROLLERS))
+    controllers: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_CONTROLLERS))
     max_certificate_lifetime: float = KUBERNETES_SIGNER_MAX_LIFETIME
     concurrent_syncs: int = 4
     pcr_api_version: str = "auto"
@@ -242,14 +252,18 @@ class Options:
 
     def validate(self) -> None:
         """Raise `OptionsError` for the first unusable value."""
+        needs_material = bool(self.controllers & SIGNING_CONTROLLERS)
         for flag, path in (
             ("--service-serving-key", self.service_serving_key),
             ("--service-serving-cert", self.service_serving_cert),
             ("--service-serving-trust-bundle", self.service_serving_trust_bundle),
         ):
-            if not path:
+            if not path and needs_material:
                 raise OptionsError(flag, "required")
-        if os.path.abspath(self.service_serving_key) == os.path.abspath(self.service_serving_cert):
+        same_file = os.path.abspath(self.service_serving_key) == os.path.abspath(
+            self.service_serving_cert
+        )
+        if needs_material and same_file:
             raise OptionsError(
                 "--service-serving-cert", "must be a different file from --service-serving-key"
             )

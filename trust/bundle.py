@@ -1,8 +1,9 @@
-"""Trust bundles: what counts as one, its canonical text, its object name, and selection.
+"""Trust bundles: what counts as one, its canonical text and its object name.
 
 This is the project's single trust-bundle normalisation. The publisher uses it on the
 trust-bundle file, the signing-material loader uses it to validate that file, and
-`bundle resolve` uses it to unify the ClusterTrustBundles a KEP-6283 selector picks.
+`trust.selector` uses it to unify the ClusterTrustBundles a KEP-6283 selector picks (for
+`bundle resolve` and the injector).
 
 Decisions:
 
@@ -27,10 +28,9 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
@@ -187,112 +187,3 @@ def earliest_expiry(normalized: str) -> datetime:
     if not anchors:
         raise BundleError("the trust bundle contains no certificates")
     return min(cert.not_valid_after_utc for cert in anchors)
-
-
-# ClusterTrustBundleSelector (KEP-6283) ----------------------------------------------
-
-
-class SelectorError(BundleError):
-    """The selector is malformed, or (without `allow_missing`) matched nothing."""
-
-
-def resolve_selector(
-    bundles: Sequence[Mapping[str, Any]],
-    selector: Mapping[str, Any] | None,
-    *,
-    allow_missing: bool = False,
-) -> str:
-    """The unified, normalised trust bundle that a KEP-6283 `ClusterTrustBundleSelector`
-    picks out of `bundles` (ClusterTrustBundle objects as dicts).
-
-    `{"name": N}` selects that one object. `{"signerName": S, "labelSelector": L}` selects
-    every object with `spec.signerName == S` whose labels match `L`; as in kubelet, a
-    missing (nil) `labelSelector` matches nothing and an empty one (`{}`) matches every
-    bundle of the signer. A `None` selector matches nothing. When nothing matches, the
-    result is `""` if `allow_missing`, else `SelectorError`.
-    """
-    chosen = select_bundles(bundles, selector)
-    if not chosen:
-        if allow_missing:
-            return ""
-        raise SelectorError(f"selector {dict(selector or {})!r} matched zero ClusterTrustBundles")
-    return normalize_bundle("".join(_trust_bundle_of(obj) for obj in chosen))
-
-
-def select_bundles(
-    bundles: Sequence[Mapping[str, Any]], selector: Mapping[str, Any] | None
-) -> list[Mapping[str, Any]]:
-    """The objects of `bundles` that `selector` matches (see `resolve_selector`)."""
-    if selector is None:
-        return []
-    name = selector.get("name")
-    signer = selector.get("signerName")
-    if name and signer:
-        raise SelectorError("a ClusterTrustBundleSelector sets either name or signerName, not both")
-    if name:
-        return [obj for obj in bundles if _meta(obj).get("name") == name]
-    if not signer:
-        raise SelectorError("a ClusterTrustBundleSelector must set name or signerName")
-    label_selector = selector.get("labelSelector")
-    if label_selector is None:
-        return []
-    matcher = _label_matcher(label_selector)
-    return [
-        obj
-        for obj in bundles
-        if (obj.get("spec") or {}).get("signerName") == signer
-        and matcher(_meta(obj).get("labels") or {})
-    ]
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _trust_bundle_of(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("spec") or {}).get("trustBundle") or "")
-
-
-def _label_matcher(label_selector: Mapping[str, Any]) -> Callable[[Mapping[str, str]], bool]:
-    """`metav1.LabelSelectorAsSelector` for a non-nil selector: every matchLabels pair and
-    every matchExpressions requirement must hold; an empty selector matches everything."""
-    requirements: list[tuple[str, str, frozenset[str]]] = []
-    for key, value in (label_selector.get("matchLabels") or {}).items():
-        requirements.append((str(key), "In", frozenset([str(value)])))
-    for expr in label_selector.get("matchExpressions") or []:
-        key = str(expr.get("key", ""))
-        operator = str(expr.get("operator", ""))
-        values = frozenset(str(v) for v in expr.get("values") or [])
-        if not key:
-            raise SelectorError("a matchExpressions entry has no key")
-        if operator in ("In", "NotIn"):
-            if not values:
-                raise SelectorError(f"matchExpressions {key!r} {operator} needs values")
-        elif operator in ("Exists", "DoesNotExist"):
-            if values:
-                raise SelectorError(f"matchExpressions {key!r} {operator} takes no values")
-        else:
-            raise SelectorError(
-                f"matchExpressions {key!r} has unknown operator {operator!r} "
-                "(In, NotIn, Exists, DoesNotExist)"
-            )
-        requirements.append((key, operator, values))
-
-    def matches(labels: Mapping[str, str]) -> bool:
-        return all(_requirement_holds(labels, *req) for req in requirements)
-
-    return matches
-
-
-def _requirement_holds(
-    labels: Mapping[str, str], key: str, operator: str, values: Iterable[str]
-) -> bool:
-    present = key in labels
-    if operator == "In":
-        return present and labels[key] in values
-    if operator == "NotIn":
-        return not present or labels[key] not in values
-    if operator == "Exists":
-        return present
-    return not present

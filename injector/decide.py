@@ -1,0 +1,139 @@
+"""What one sync of one annotated object decides, from its record and the cached
+ClusterTrustBundles (pure: no client, no clock).
+
+Outcomes, in the order they are checked:
+
+1. `Ignore` — no annotation. The object is not ours to touch; a caBundle we wrote
+   before stays as it is (removing the annotation is how an owner takes the field back).
+2. `Invalid` — the annotation is not a valid `ClusterTrustBundleSelector`, or the object
+   cannot carry a caBundle (`targets.Target.not_applicable`). Nothing is written; a
+   Warning Event says why. Re-decided when the object changes.
+3. `Empty` — the selector is valid but picks no ClusterTrustBundle. The current caBundle
+   is kept: an empty caBundle makes kube-apiserver fall back to the system roots, and
+   dropping a working one because a bundle is being re-created would break every call.
+   A Warning Event says so. Re-decided when a matching bundle appears.
+4. `UpToDate` — every caBundle slot already holds the resolved bundle.
+5. `Inject` — write `ca_bundle` (base64 of the normalised PEM) to every slot.
+
+A resolved bundle is base64 of the exact text `trust.selector.resolve_selector` returns
+(header-less PEM, sorted, de-duplicated), so the comparison in 4 is a string compare and
+an object someone edited by hand is rewritten.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from injector.targets import ANNOTATION, Target, is_current
+from trust.bundle import BundleError
+from trust.selector import (
+    ClusterTrustBundleSelector,
+    SelectorError,
+    parse_selector_json,
+    resolve_selector,
+)
+
+REASON_INVALID_SELECTOR = "InvalidCABundleSelector"
+REASON_NOT_APPLICABLE = "CABundleNotApplicable"
+REASON_EMPTY = "NoClusterTrustBundles"
+
+
+@dataclass(frozen=True)
+class Ignore:
+    pass
+
+
+@dataclass(frozen=True)
+class Invalid:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Empty:
+    selector: ClusterTrustBundleSelector
+    message: str
+
+
+@dataclass(frozen=True)
+class UpToDate:
+    bundle: str
+    """The resolved bundle (PEM), for the expiry gauge."""
+
+
+@dataclass(frozen=True)
+class Inject:
+    bundle: str
+    ca_bundle: str
+    """`bundle` as the base64 text of a JSON `[]byte` field."""
+    sources: int
+    """How many ClusterTrustBundles were unified."""
+
+
+Decision = Ignore | Invalid | Empty | UpToDate | Inject
+
+
+def selector_of(target: Target) -> ClusterTrustBundleSelector | None:
+    """The target's valid selector, or None (no annotation or a bad one)."""
+    if target.annotation is None:
+        return None
+    try:
+        return parse_selector_json(target.annotation)
+    except SelectorError:
+        return None
+
+
+def selection_keys(selector: ClusterTrustBundleSelector) -> list[str]:
+    """Index values: which ClusterTrustBundle events can change what `selector` picks."""
+    if selector.name is not None:
+        return [f"name:{selector.name}"]
+    return [f"signer:{selector.signer_name}"]
+
+
+def bundle_keys(bundle: Mapping[str, Any]) -> list[str]:
+    """The index values a ClusterTrustBundle event re-drives (see `selection_keys`)."""
+    meta = bundle.get("metadata") or {}
+    keys = [f"name:{meta.get('name', '')}"]
+    signer = (bundle.get("spec") or {}).get("signerName")
+    if signer:
+        keys.append(f"signer:{signer}")
+    return keys
+
+
+def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
+    """The outcome for `target` given every cached ClusterTrustBundle."""
+    if target.annotation is None:
+        return Ignore()
+    try:
+        selector = parse_selector_json(target.annotation)
+    except SelectorError as err:
+        return Invalid(
+            REASON_INVALID_SELECTOR,
+            f"annotation {ANNOTATION}: {err}; the object is left unchanged",
+        )
+    if target.not_applicable is not None:
+        return Invalid(REASON_NOT_APPLICABLE, f"{target.not_applicable}; nothing injected")
+    candidates = list(bundles)
+    chosen = [b for b in candidates if selector.matches(b)]
+    try:
+        bundle = resolve_selector(chosen, selector, allow_missing=True)
+    except BundleError as err:
+        return Invalid(REASON_INVALID_SELECTOR, f"the selected ClusterTrustBundles: {err}")
+    if not bundle:
+        return Empty(
+            selector,
+            f"selector {_compact(selector)} matches no ClusterTrustBundle; "
+            "the current caBundle is kept",
+        )
+    ca_bundle = base64.b64encode(bundle.encode("ascii")).decode("ascii")
+    if is_current(target, ca_bundle):
+        return UpToDate(bundle)
+    return Inject(bundle, ca_bundle, len(chosen))
+
+
+def _compact(selector: ClusterTrustBundleSelector) -> str:
+    return json.dumps(selector.to_json(), separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,177 @@
+"""The four kinds of object whose caBundle fields the injector keeps, as compact records.
+
+What it decides (pure; no client):
+
+* **Which kinds and where their caBundle lives.** `webhooks[*].clientConfig.caBundle` of
+  Validating/MutatingWebhookConfigurations (every webhook of the configuration),
+  APIService `spec.caBundle`, CRD `spec.conversion.webhook.clientConfig.caBundle`.
+* **The record an informer keeps** (`Target`): kind, name, uid, our annotation's value,
+  the current caBundle of each slot, and the few fields that say whether a caBundle may
+  be set at all. Nothing else: a CRD's schema can be hundreds of KiB.
+* **When a caBundle cannot be set**, so the object is left alone with a reason instead
+  of a write kube-apiserver would reject: a local APIService (no `spec.service`), an
+  APIService with `insecureSkipTLSVerify: true` (validation forbids both together), a
+  CRD whose conversion strategy is not `Webhook`.
+* **The server-side apply body**: only the caBundle fields and the list-map keys that
+  locate them (`webhooks[].name`), so the injector's field manager owns exactly the
+  caBundles and nothing a user, Helm or a GitOps tool writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ANNOTATION = "service-serving-signer/ca-bundle-from"
+"""The annotation whose value is a KEP-6283 `ClusterTrustBundleSelector` as JSON."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One of the four kinds: how to list it and how to write its apply body."""
+
+    kind: str
+    group: str
+    version: str
+    resource: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def path(self) -> str:
+        return f"/apis/{self.group}/{self.version}/{self.resource}"
+
+
+VALIDATING_WEBHOOK = Kind(
+    "ValidatingWebhookConfiguration",
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+)
+MUTATING_WEBHOOK = Kind(
+    "MutatingWebhookConfiguration",
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+)
+API_SERVICE = Kind("APIService", "apiregistration.k8s.io", "v1", "apiservices")
+CRD = Kind("CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions")
+
+KINDS: tuple[Kind, ...] = (VALIDATING_WEBHOOK, MUTATING_WEBHOOK, API_SERVICE, CRD)
+KINDS_BY_NAME: Mapping[str, Kind] = {k.kind: k for k in KINDS}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One caBundle field: `webhook` names the webhook of a configuration (None for the
+    single field of an APIService or CRD); `ca_bundle` is its current base64 value."""
+
+    webhook: str | None
+    ca_bundle: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """The compact record of one object of the four kinds (see the module docstring)."""
+
+    kind: str
+    name: str
+    uid: str
+    annotation: str | None
+    slots: tuple[Slot, ...]
+    not_applicable: str | None = None
+    """Why no caBundle can be set on this object, or None."""
+
+    @property
+    def key(self) -> str:
+        return target_key(self.kind, self.name)
+
+
+def target_key(kind: str, name: str) -> str:
+    """The work-queue key: `<Kind>/<name>` (all four kinds are cluster-scoped)."""
+    return f"{kind}/{name}"
+
+
+def split_key(key: str) -> tuple[Kind, str]:
+    kind, _, name = key.partition("/")
+    return KINDS_BY_NAME[kind], name
+
+
+def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
+    """The informer transform for `kind`."""
+    meta = raw.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    annotation = annotations.get(ANNOTATION)
+    spec = raw.get("spec") or {}
+    slots: tuple[Slot, ...]
+    not_applicable: str | None = None
+    if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):
+        slots = tuple(
+            Slot(str(w.get("name", "")), _ca_bundle(w.get("clientConfig")))
+            for w in raw.get("webhooks") or []
+        )
+        if not slots:
+            not_applicable = "the configuration has no webhooks"
+    elif kind == API_SERVICE:
+        slots = (Slot(None, str(spec.get("caBundle") or "")),)
+        if not spec.get("service"):
+            not_applicable = (
+                "a local APIService (no spec.service) is served by kube-apiserver itself "
+                "and may not have a caBundle"
+            )
+        elif spec.get("insecureSkipTLSVerify"):
+            not_applicable = (
+                "spec.insecureSkipTLSVerify is true; kube-apiserver forbids a caBundle with "
+                "it (set it to false to verify the server against the injected bundle)"
+            )
+    else:
+        conversion = spec.get("conversion") or {}
+        webhook = conversion.get("webhook") or {}
+        slots = (Slot(None, _ca_bundle(webhook.get("clientConfig"))),)
+        if conversion.get("strategy") != "Webhook" or not webhook.get("clientConfig"):
+            not_applicable = (
+                "spec.conversion.strategy is not Webhook with a webhook.clientConfig; "
+                "a CRD has a caBundle only for its conversion webhook"
+            )
+    return Target(
+        kind=kind.kind,
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        annotation=annotation if isinstance(annotation, str) else None,
+        slots=slots,
+        not_applicable=not_applicable,
+    )
+
+
+def _ca_bundle(client_config: Any) -> str:
+    if not isinstance(client_config, Mapping):
+        return ""
+    return str(client_config.get("caBundle") or "")
+
+
+def is_current(target: Target, ca_bundle: str) -> bool:
+    """Every caBundle slot already holds `ca_bundle` (base64)."""
+    return all(slot.ca_bundle == ca_bundle for slot in target.slots)
+
+
+def apply_body(target: Target, ca_bundle: str) -> dict[str, Any]:
+    """The server-side apply configuration that sets every slot to `ca_bundle` (base64)."""
+    kind = KINDS_BY_NAME[target.kind]
+    body: dict[str, Any] = {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        "metadata": {"name": target.name},
+    }
+    client_config = {"caBundle": ca_bundle}
+    if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):
+        body["webhooks"] = [
+            {"name": slot.webhook, "clientConfig": dict(client_config)} for slot in target.slots
+        ]
+    elif kind == API_SERVICE:
+        body["spec"] = {"caBundle": ca_bundle}
+    else:
+        body["spec"] = {"conversion": {"webhook": {"clientConfig": client_config}}}
+    return body

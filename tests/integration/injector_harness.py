@@ -1,0 +1,277 @@
+"""What the injector's integration tests share: an issuer (our signer and publisher for a
+signer name unique to the test), a serving certificate issued through a kubelet-style PCR
+for a Service, the injector running in-process, and the annotated objects.
+
+Services here have one port, `https` = `SERVICE_PORT`; the test server binds to the
+Service's ClusterIP and that port, which is where kube-apiserver's ClusterIP service
+resolver (`--enable-aggregator-routing=false`, the default) sends webhook, aggregated
+API and conversion traffic. APIService availability also needs an EndpointSlice with a
+ready endpoint for the port name; without kube-controller-manager, `endpoint_slice`
+writes it by hand.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from injector.controller import InjectorController
+from injector.targets import ANNOTATION
+from kube.client import Client, is_not_found, path_segment
+from kube.events import EventRecorder
+from signer.ca import CertificateAuthority, key_pem
+from tests.integration.signer_harness import RunningSigner, eventually, wait_terminal
+from tests.integration.test_publisher import RunningPublisher, ctb_version
+from tests.integration.webhook_server import WebhookServer
+
+JSON = dict[str, Any]
+
+SERVICE_PORT = 8443
+VWC_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+APISERVICE_PATH = "/apis/apiregistration.k8s.io/v1/apiservices"
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+class Issuer:
+    """Our signer and publisher for one test's signer name, sharing one MaterialSource."""
+
+    def __init__(self, client: Client, ca: CertificateAuthority | None = None) -> None:
+        self.client = client
+        self.signer = RunningSigner(client, ca=ca)
+        self.publisher = RunningPublisher(
+            client,
+            Path(self.signer.files.key).parent,
+            self.signer.signer_name,
+            material=self.signer.material,
+        )
+
+    @property
+    def signer_name(self) -> str:
+        return self.signer.signer_name
+
+    def selector(self) -> str:
+        return json.dumps({"signerName": self.signer_name, "labelSelector": {}})
+
+    def bundle(self) -> str:
+        return self.signer.material.current().trust_bundle
+
+    def __enter__(self) -> Issuer:
+        self.signer.start()
+        self.publisher.start(with_material=False)
+        eventually(self.publisher.published, timeout=30, what="our ClusterTrustBundle")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.publisher.close()
+        self.signer.close()
+
+    def serving_certificate(self, namespace: str, service: str) -> tuple[bytes, bytes]:
+        """(chain PEM, key PEM) for `service`, issued through a PCR as kubelet sends it."""
+        kubelet = self.signer.kubelet
+        pod = kubelet.create_pod(
+            f"{service}-{uuid.uuid4().hex[:5]}", namespace, labels={"app": service}
+        )
+        pcr, key = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": service})
+        issued = wait_terminal(self.client, pcr, timeout=60)
+        chain = (issued.get("status") or {}).get("certificateChain")
+        assert chain, issued.get("status")
+        return str(chain).encode(), key_pem(key)
+
+
+def create_service(client: Client, namespace: str, name: str) -> str:
+    """A ClusterIP Service with one `https` port; returns its ClusterIP."""
+    created = client.create(
+        f"/api/v1/namespaces/{namespace}/services",
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "selector": {"app": name},
+                "ports": [{"name": "https", "port": SERVICE_PORT, "targetPort": SERVICE_PORT}],
+            },
+        },
+    )
+    return str(created["spec"]["clusterIP"])
+
+
+def endpoint_slice(client: Client, namespace: str, service: str) -> None:
+    """The EndpointSlice the endpoint-slice controller would write: APIService
+    availability requires a ready endpoint for the Service's port name. Its address is
+    never dialled (traffic goes to the ClusterIP), and the API refuses loopback
+    addresses, so it is one from TEST-NET-1 (RFC 5737)."""
+    client.create(
+        f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{service}-manual",
+                "namespace": namespace,
+                "labels": {"kubernetes.io/service-name": service},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["192.0.2.10"], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": SERVICE_PORT, "protocol": "TCP"}],
+        },
+    )
+
+
+def serve(issuer: Issuer, namespace: str, service: str) -> WebhookServer:
+    """A started test server for `service`, on its ClusterIP, with an issued certificate."""
+    cluster_ip = create_service(issuer.client, namespace, service)
+    chain, key = issuer.serving_certificate(namespace, service)
+    return WebhookServer(cluster_ip, SERVICE_PORT, chain, key).start()
+
+
+class RunningInjector:
+    """One InjectorController in a thread, with its own registry and event recorder."""
+
+    def __init__(self, client: Client, *, resync_period: float = 300.0) -> None:
+        self.client = client
+        self.registry = CollectorRegistry()
+        self.recorder = EventRecorder(client, "service-serving-signer", "injector-test")
+        self.controller = InjectorController(
+            client,
+            self.recorder,
+            ctb_version=ctb_version(client),
+            registry=self.registry,
+            resync_period=resync_period,
+        )
+        self.stop = threading.Event()
+        self.thread = threading.Thread(
+            target=self.controller.run, args=(self.stop,), name="injector", daemon=True
+        )
+
+    def __enter__(self) -> RunningInjector:
+        self.thread.start()
+        eventually(self.controller.has_synced, timeout=30, what="injector informers synced")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.recorder.stop()
+
+    def idle_after(self, kind: str, name: str, check: Any) -> None:
+        """Wait until the cache record of `kind/name` passes `check` and the queue is
+        idle: every sync that record can cause has run."""
+
+        def settled() -> bool:
+            record = self.controller.caches[kind].get(name)
+            return bool(record is not None and check(record) and self.controller.queue.idle())
+
+        eventually(settled, timeout=30, what=f"{kind}/{name} seen and synced")
+
+
+# the annotated objects ------------------------------------------------------------------
+
+
+def b64(text: str | bytes) -> str:
+    data = text.encode() if isinstance(text, str) else text
+    return base64.b64encode(data).decode()
+
+
+def validating_webhook(
+    name: str,
+    namespace: str,
+    service: str,
+    annotation: str | None,
+    *,
+    ca_bundle: str | None = None,
+    webhooks: int = 1,
+) -> JSON:
+    """A VWC whose webhooks validate ConfigMap creates in `namespace` only
+    (`failurePolicy: Fail`, so a TLS failure is a failed create)."""
+    meta: JSON = {"name": name}
+    if annotation is not None:
+        meta["annotations"] = {ANNOTATION: annotation}
+    client_config: JSON = {
+        "service": {
+            "namespace": namespace,
+            "name": service,
+            "path": "/validate",
+            "port": SERVICE_PORT,
+        }
+    }
+    if ca_bundle is not None:
+        client_config["caBundle"] = ca_bundle
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": meta,
+        "webhooks": [
+            {
+                "name": f"w{i}.{name}.example.com",
+                "clientConfig": client_config,
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["configmaps"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 10,
+            }
+            for i in range(webhooks)
+        ],
+    }
+
+
+def ca_bundles(obj: JSON) -> list[str]:
+    """Every caBundle field of a VWC/MWC, APIService or CRD, in order ('' when unset)."""
+    if "webhooks" in obj:
+        return [str((w.get("clientConfig") or {}).get("caBundle") or "") for w in obj["webhooks"]]
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "APIService":
+        return [str(spec.get("caBundle") or "")]
+    webhook = (spec.get("conversion") or {}).get("webhook") or {}
+    return [str((webhook.get("clientConfig") or {}).get("caBundle") or "")]
+
+
+def delete_quietly(client: Client, path: str, name: str) -> None:
+    try:
+        client.delete(f"{path}/{path_segment(name)}")
+    except Exception as err:
+        if not is_not_found(err):
+            raise
+
+
+def config_map(client: Client, namespace: str, name: str, *, reject: bool) -> str | None:
+    """Create a ConfigMap; return None on success, else the API error message."""
+    from kube.client import ApiError
+
+    labels = {"reject": "true"} if reject else {}
+    try:
+        client.create(
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            },
+        )
+    except ApiError as err:
+        return str(err)
+    return None
+
+
+def events_about(client: Client, name: str, reason: str) -> list[JSON]:
+    """Events (namespace `default`: the objects are cluster-scoped) about `name`."""
+    items = client.get("/apis/events.k8s.io/v1/namespaces/default/events")["items"]
+    return [
+        e
+        for e in items
+        if (e.get("regarding") or {}).get("name") == name and e.get("reason") == reason
+    ]

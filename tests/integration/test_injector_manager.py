@@ -1,0 +1,74 @@
+"""The injector through the real CLI next to the signer and publisher: `*` does not run
+it (kube-controller-manager's opt-in style), `*,injector` does, in one process."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from controlplane import ControlPlane
+from kube.client import Client
+from signer.ca import write_ca
+from tests.integration.injector_harness import (
+    VWC_PATH,
+    b64,
+    ca_bundles,
+    delete_quietly,
+    validating_webhook,
+)
+from tests.integration.manager_process import SignerProcess, eventually
+from tests.integration.test_publisher import bundles_of, delete_ctb
+from trust.bundle import normalize_bundle
+
+pytestmark = pytest.mark.integration
+
+
+def test_star_leaves_the_injector_off_and_star_injector_turns_it_on(
+    control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
+) -> None:
+    signer_name = f"t{uuid.uuid4().hex[:8]}.example.com/serving"
+    files = write_ca(tmp_path / "ca")
+    name = f"both-{uuid.uuid4().hex[:8]}"
+    selector = json.dumps({"signerName": signer_name, "labelSelector": {}})
+    client.create(VWC_PATH, validating_webhook(name, namespace, "absent", selector))
+    try:
+        default = SignerProcess(
+            control_plane.kubeconfig,
+            files.key.parent,
+            tmp_path / "default.log",
+            "--leader-elect=false",
+            signer_name=signer_name,
+        )
+        try:
+            assert eventually(default.ready, 60), "\n".join(default.log_lines()[-20:])
+            code, metrics = default.get("/metrics")
+            assert code == 200 and "clustertrustbundle_publisher_sync_total" in metrics
+            assert "cabundle_injector_sync_total" not in metrics
+        finally:
+            assert default.stop() == 0
+        assert ca_bundles(client.get(f"{VWC_PATH}/{name}")) == [""]
+
+        both = SignerProcess(
+            control_plane.kubeconfig,
+            files.key.parent,
+            tmp_path / "both.log",
+            "--leader-elect=false",
+            "--controllers=*,injector",
+            signer_name=signer_name,
+        )
+        try:
+            assert eventually(both.ready, 60), "\n".join(both.log_lines()[-20:])
+            # The publisher publishes the file's root; the injector puts it in the webhook.
+            expected = b64(normalize_bundle(files.trust_bundle.read_bytes()))
+            assert eventually(
+                lambda: ca_bundles(client.get(f"{VWC_PATH}/{name}")) == [expected], 30
+            ), "\n".join(both.log_lines()[-20:])
+        finally:
+            assert both.stop() == 0
+    finally:
+        delete_quietly(client, VWC_PATH, name)
+        for bundle in bundles_of(client, signer_name):
+            delete_ctb(client, bundle["metadata"]["name"])

@@ -1,0 +1,428 @@
+"""The injector's records, decisions and sync, against seeded caches and a recording
+client (no server): what is written, when nothing is, and which Events say why."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, cast
+
+import pytest
+from cryptography.hazmat.primitives.serialization import Encoding
+from prometheus_client import CollectorRegistry
+
+from injector import decide as decisions
+from injector.controller import (
+    APPLY_PATCH,
+    FIELD_MANAGER,
+    SELECTION_INDEX,
+    InjectorController,
+    NotSynced,
+    bundle_record,
+)
+from injector.targets import (
+    ANNOTATION,
+    API_SERVICE,
+    CRD,
+    MUTATING_WEBHOOK,
+    VALIDATING_WEBHOOK,
+    Target,
+    apply_body,
+    to_target,
+)
+from kube.client import ApiError, Client
+from kube.events import ObjectRef
+from tests.unit import pki
+from trust.bundle import normalize_bundle
+from trust.selector import parse_selector_json
+
+SIGNER = "kubernetes.io/service-serving"
+SELECT_ALL = json.dumps({"signerName": SIGNER, "labelSelector": {}})
+
+
+def pem(name: str) -> str:
+    return pki.ca(name).cert.public_bytes(Encoding.PEM).decode()
+
+
+def ctb(name: str, roots: list[str], *, signer: str = SIGNER, labels: Any = None) -> Any:
+    return bundle_record(
+        {
+            "metadata": {"name": name, "labels": labels or {}, "uid": "u", "managedFields": []},
+            "spec": {"signerName": signer, "trustBundle": "".join(pem(r) for r in roots)},
+        }
+    )
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def webhook_config(
+    name: str = "hooks",
+    annotation: str | None = SELECT_ALL,
+    ca_bundles: tuple[str, ...] = ("", ""),
+    kind: str = "ValidatingWebhookConfiguration",
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "uid": f"uid-{name}"}
+    if annotation is not None:
+        meta["annotations"] = {ANNOTATION: annotation, "other": "x"}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": meta,
+        "webhooks": [
+            {
+                "name": f"w{i}.example.com",
+                "clientConfig": {"service": {"namespace": "ns", "name": "svc"}, "caBundle": ca},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "rules": [{"operations": ["CREATE"]}],
+            }
+            for i, ca in enumerate(ca_bundles)
+        ],
+    }
+
+
+def api_service(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "v1.example.com", "uid": "u", "annotations": {ANNOTATION: SELECT_ALL}},
+        "spec": {"group": "example.com", "version": "v1", "groupPriorityMinimum": 1, **spec},
+    }
+
+
+def crd(conversion: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "things.example.com", "uid": "u", "annotations": {ANNOTATION: "{}"}},
+        "spec": {"group": "example.com", "versions": [{"name": "v1", "schema": {"huge": 1}}]}
+        | ({"conversion": conversion} if conversion is not None else {}),
+    }
+
+
+# records and apply bodies -------------------------------------------------------------
+
+
+def test_webhook_record_keeps_only_names_and_ca_bundles() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(ca_bundles=("QQ==", "")))
+    assert target.annotation == SELECT_ALL
+    assert [(s.webhook, s.ca_bundle) for s in target.slots] == [
+        ("w0.example.com", "QQ=="),
+        ("w1.example.com", ""),
+    ]
+    assert target.not_applicable is None
+    assert target.key == "ValidatingWebhookConfiguration/hooks"
+
+
+def test_apply_body_owns_only_ca_bundles_and_list_keys() -> None:
+    target = to_target(MUTATING_WEBHOOK, webhook_config(kind="MutatingWebhookConfiguration"))
+    assert apply_body(target, "Q0E=") == {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "hooks"},
+        "webhooks": [
+            {"name": "w0.example.com", "clientConfig": {"caBundle": "Q0E="}},
+            {"name": "w1.example.com", "clientConfig": {"caBundle": "Q0E="}},
+        ],
+    }
+    service = to_target(API_SERVICE, api_service(service={"namespace": "n", "name": "s"}))
+    assert apply_body(service, "Q0E=")["spec"] == {"caBundle": "Q0E="}
+    conversion = {"strategy": "Webhook", "webhook": {"clientConfig": {"url": "https://x"}}}
+    definition = to_target(CRD, crd(conversion))
+    assert apply_body(definition, "Q0E=")["spec"] == {
+        "conversion": {"webhook": {"clientConfig": {"caBundle": "Q0E="}}}
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "raw", "fragment"),
+    [
+        (API_SERVICE, api_service(), "local APIService"),
+        (
+            API_SERVICE,
+            api_service(service={"name": "s", "namespace": "n"}, insecureSkipTLSVerify=True),
+            "insecureSkipTLSVerify",
+        ),
+        (CRD, crd(None), "conversion.strategy"),
+        (CRD, crd({"strategy": "None"}), "conversion.strategy"),
+        (VALIDATING_WEBHOOK, webhook_config(ca_bundles=()), "no webhooks"),
+    ],
+    ids=["local-apiservice", "insecure-apiservice", "crd-no-conversion", "crd-none", "no-hooks"],
+)
+def test_objects_that_cannot_carry_a_ca_bundle_say_why(kind: Any, raw: Any, fragment: str) -> None:
+    target = to_target(kind, raw)
+    assert target.not_applicable is not None and fragment in target.not_applicable
+    decision = decisions.decide(
+        Target(**{**target.__dict__, "annotation": SELECT_ALL}), [ctb("b", ["a"])]
+    )
+    assert isinstance(decision, decisions.Invalid)
+    assert decision.reason == decisions.REASON_NOT_APPLICABLE
+
+
+# decisions ----------------------------------------------------------------------------
+
+
+def test_decide_unifies_every_selected_bundle_into_every_slot() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    bundles = [ctb("b1", ["a", "b"]), ctb("b2", ["b", "c"]), ctb("o", ["d"], signer="x.io/y")]
+    decision = decisions.decide(target, bundles)
+    assert isinstance(decision, decisions.Inject)
+    assert decision.sources == 2
+    assert decision.bundle == normalize_bundle(pem("a") + pem("b") + pem("c"))
+    assert base64.b64decode(decision.ca_bundle).decode() == decision.bundle
+
+
+def test_decide_up_to_date_when_every_slot_matches() -> None:
+    bundle = normalize_bundle(pem("a"))
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(ca_bundles=(b64(bundle), b64(bundle))))
+    assert isinstance(decisions.decide(target, [ctb("b", ["a"])]), decisions.UpToDate)
+
+
+def test_decide_rewrites_when_one_slot_drifted() -> None:
+    bundle = normalize_bundle(pem("a"))
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(ca_bundles=(b64(bundle), b64(pem("b")))))
+    assert isinstance(decisions.decide(target, [ctb("b", ["a"])]), decisions.Inject)
+
+
+def test_decide_ignores_objects_without_the_annotation() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=None))
+    assert decisions.decide(target, [ctb("b", ["a"])]) == decisions.Ignore()
+
+
+BAD_ANNOTATIONS = [
+    ("{signerName: x}", "not valid JSON"),
+    ('{"name": "b", "signerName": "kubernetes.io/service-serving"}', "not both"),
+    ('{"name": "b", "labelSelector": {}}', "exclusive with labelSelector"),
+    ('{"labelSelector": {}}', "labelSelector requires signerName"),
+    ('{"signerName": "kubernetes.io/service-serving", "labelSelectr": {}}', "unknown field"),
+    (
+        '{"signerName": "kubernetes.io/service-serving", "labelSelector": '
+        '{"matchExpressions": [{"key": "a", "operator": "Near"}]}}',
+        "unknown operator",
+    ),
+]
+
+
+@pytest.mark.parametrize(("annotation", "fragment"), BAD_ANNOTATIONS)
+def test_decide_bad_annotation_is_invalid_with_the_problem(annotation: str, fragment: str) -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=annotation))
+    decision = decisions.decide(target, [ctb("b", ["a"])])
+    assert isinstance(decision, decisions.Invalid)
+    assert decision.reason == decisions.REASON_INVALID_SELECTOR
+    assert fragment in decision.message and ANNOTATION in decision.message
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        json.dumps({"signerName": SIGNER}),
+        json.dumps({"signerName": SIGNER, "labelSelector": {"matchLabels": {"x": "y"}}}),
+        json.dumps({"name": "missing"}),
+    ],
+    ids=["nil-label-selector", "no-label-match", "no-such-name"],
+)
+def test_decide_empty_selection_keeps_current(annotation: str) -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=annotation))
+    decision = decisions.decide(target, [ctb("b", ["a"])])
+    assert isinstance(decision, decisions.Empty)
+    assert "current caBundle is kept" in decision.message
+
+
+def test_selection_index_values_match_bundle_keys() -> None:
+    by_name = decisions.selection_keys(parse_selector_json('{"name": "b1"}'))
+    by_signer = decisions.selection_keys(parse_selector_json(SELECT_ALL))
+    keys = decisions.bundle_keys(ctb("b1", ["a"]))
+    assert set(by_name) <= set(keys) and set(by_signer) <= set(keys)
+    assert decisions.bundle_keys(ctb("b2", ["a"], signer="x.io/y")) == ["name:b2", "signer:x.io/y"]
+
+
+# the sync, against seeded caches ------------------------------------------------------
+
+
+class Cache:
+    def __init__(self, items: list[Any] | None = None, synced: bool = True) -> None:
+        self.items: dict[str, Any] = {}
+        self.synced = synced
+        for item in items or []:
+            self.put(item)
+
+    def put(self, item: Any) -> None:
+        name = item.name if isinstance(item, Target) else item["metadata"]["name"]
+        self.items[name] = item
+
+    def has_synced(self) -> bool:
+        return self.synced
+
+    def get(self, key: str) -> Any:
+        return self.items.get(key)
+
+    def keys(self) -> list[str]:
+        return list(self.items)
+
+    def by_index(self, index_name: str, value: str) -> list[Any]:
+        assert index_name == SELECTION_INDEX
+        out = []
+        for item in self.items.values():
+            selector = decisions.selector_of(item)
+            if selector is not None and value in decisions.selection_keys(selector):
+                out.append(item)
+        return out
+
+    def list(self) -> Any:  # last: from here on `list` in the class means this method
+        return [*self.items.values()]
+
+
+class FakeClient:
+    def __init__(self, error: ApiError | None = None) -> None:
+        self.patches: list[tuple[str, Any, str, Any]] = []
+        self.error = error
+
+    def patch(self, path: str, body: Any, *, patch_type: str, params: Any, **_: Any) -> Any:
+        self.patches.append((path, body, patch_type, params))
+        if self.error is not None:
+            raise self.error
+        return {}
+
+
+class Events:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, ObjectRef, str, str]] = []
+
+    def warning(self, regarding: ObjectRef, reason: str, note: str, action: str) -> None:
+        self.events.append(("Warning", regarding, reason, note))
+
+
+def controller(
+    targets: list[Any], bundles: list[Any], client: FakeClient | None = None, **kw: Any
+) -> tuple[InjectorController, FakeClient, Events, dict[str, Cache]]:
+    fake = client or FakeClient()
+    events = Events()
+    caches = {k.kind: Cache() for k in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK, API_SERVICE, CRD)}
+    for target in targets:
+        caches[target.kind].put(target)
+    ctrl = InjectorController(
+        cast(Client, fake),
+        events,
+        registry=CollectorRegistry(),
+        caches=caches,
+        bundles=Cache(bundles, **kw),
+    )
+    return ctrl, fake, events, caches
+
+
+def test_sync_applies_under_own_field_manager_without_an_event() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    ctrl, client, events, _ = controller([target], [ctb("b1", ["a"])])
+    ctrl.sync(target.key)
+    [(path, body, patch_type, params)] = client.patches
+    assert path == "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/hooks"
+    assert patch_type == APPLY_PATCH
+    assert params == {"fieldManager": FIELD_MANAGER, "force": True}
+    assert body == apply_body(target, b64(normalize_bundle(pem("a"))))
+    assert events.events == []
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "injected") == 1
+    expiry = ctrl.metrics.registry.get_sample_value("cabundle_injector_anchor_expiry_seconds")
+    assert expiry == pki.ca("a").cert.not_valid_after_utc.timestamp()
+
+
+def test_sync_writes_nothing_when_current() -> None:
+    bundle = b64(normalize_bundle(pem("a")))
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(ca_bundles=(bundle, bundle)))
+    ctrl, client, events, _ = controller([target], [ctb("b1", ["a"])])
+    ctrl.sync(target.key)
+    assert client.patches == [] and events.events == []
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "unchanged") == 1
+
+
+@pytest.mark.parametrize(("annotation", "fragment"), BAD_ANNOTATIONS)
+def test_sync_bad_annotation_warns_and_writes_nothing(annotation: str, fragment: str) -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=annotation))
+    ctrl, client, events, _ = controller([target], [ctb("b1", ["a"])])
+    ctrl.sync(target.key)
+    assert client.patches == []
+    [(type_, ref, reason, note)] = events.events
+    assert (type_, ref.name, reason) == ("Warning", "hooks", decisions.REASON_INVALID_SELECTOR)
+    assert (ref.kind, ref.namespace, ref.uid) == ("ValidatingWebhookConfiguration", "", "uid-hooks")
+    assert fragment in note
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "invalid") == 1
+
+
+def test_sync_empty_selection_warns_and_keeps_current() -> None:
+    target = to_target(
+        VALIDATING_WEBHOOK,
+        webhook_config(annotation='{"name": "gone"}', ca_bundles=("QQ==", "QQ==")),
+    )
+    ctrl, client, events, _ = controller([target], [ctb("b1", ["a"])])
+    ctrl.sync(target.key)
+    assert client.patches == []
+    assert [(e[0], e[2]) for e in events.events] == [("Warning", decisions.REASON_EMPTY)]
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "empty") == 1
+
+
+def test_sync_ignores_unannotated_and_missing_objects() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=None))
+    ctrl, client, events, _ = controller([target], [ctb("b1", ["a"])])
+    ctrl.sync(target.key)
+    ctrl.sync("APIService/v1.nothing.example.com")
+    assert client.patches == [] and events.events == []
+    assert sum(ctrl.metrics.count(k, "unchanged") for k in ctrl.caches) == 0
+
+
+def test_sync_waits_for_bundle_cache() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    ctrl, client, _, _ = controller([target], [], synced=False)
+    with pytest.raises(NotSynced):
+        ctrl.sync(target.key)
+    assert client.patches == []
+
+
+def test_sync_counts_error_and_raises_for_retry() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    ctrl, _, events, _ = controller(
+        [target], [ctb("b1", ["a"])], FakeClient(ApiError(503, "Service Unavailable"))
+    )
+    with pytest.raises(ApiError):
+        ctrl.sync(target.key)
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "error") == 1
+    assert events.events == []
+
+
+def test_sync_object_deleted_meanwhile_is_not_an_error() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    ctrl, _, _, _ = controller([target], [ctb("b1", ["a"])], FakeClient(ApiError(404, "Not Found")))
+    ctrl.sync(target.key)
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "error") == 0
+
+
+def test_bundle_event_requeues_only_objects_selecting_it() -> None:
+    by_signer = to_target(VALIDATING_WEBHOOK, webhook_config("by-signer"))
+    by_name = to_target(VALIDATING_WEBHOOK, webhook_config("by-name", '{"name": "b1"}'))
+    other = to_target(VALIDATING_WEBHOOK, webhook_config("other", '{"name": "b2"}'))
+    elsewhere = to_target(
+        MUTATING_WEBHOOK,
+        webhook_config("elsewhere", json.dumps({"signerName": "x.io/y", "labelSelector": {}})),
+    )
+    ctrl, _, _, _ = controller([by_signer, by_name, other, elsewhere], [])
+    ctrl.enqueue_selecting(ctb("b1", ["a"]))
+    queued = set()
+    while len(ctrl.queue):
+        key, _ = ctrl.queue.get()
+        assert key is not None
+        queued.add(key)
+        ctrl.queue.done(key)
+    assert queued == {by_signer.key, by_name.key}
+
+
+def test_resync_covers_annotated_objects_only() -> None:
+    annotated = to_target(API_SERVICE, api_service(service={"namespace": "n", "name": "s"}))
+    plain = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=None))
+    ctrl, _, _, _ = controller([annotated, plain], [])
+    assert ctrl.resync() == ["APIService/v1.example.com"]
+
+
+def test_deleted_object_leaves_the_expiry_gauge() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    ctrl, _, _, caches = controller([target], [ctb("b1", ["a"])])
+    ctrl.sync(target.key)
+    del caches["ValidatingWebhookConfiguration"].items["hooks"]
+    ctrl.sync(target.key)
+    value = ctrl.metrics.registry.get_sample_value("cabundle_injector_anchor_expiry_seconds")
+    assert value is not None and value != value  # NaN: no caBundle kept
