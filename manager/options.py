@@ -182,23 +182,53 @@ def parse_controllers(items: Iterable[str]) -> frozenset[str]:
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
-_SIGNER_PATH = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
+_DNS1123_LABEL_MAX = 63
+_DNS1123_SUBDOMAIN_MAX = 253
+_SIGNER_NAME_MAX = _DNS1123_SUBDOMAIN_MAX + (_DNS1123_SUBDOMAIN_MAX + _DNS1123_LABEL_MAX + 1) + 1
+
+
+def signer_name_problem(name: str) -> str | None:
+    """Why kube-apiserver would reject `name` as a signerName, or None.
+
+    A port of `ValidateSignerName` (k8s.io/kubernetes pkg/apis/core/validation/names.go,
+    v1.37): exactly one `/`; the domain at most 253 characters, at least two dot-separated
+    DNS-1123 labels (each at most 63, lowercase); the path dot-separated pieces, each a
+    DNS-1123 subdomain (so lowercase, no `_`, at most 253); the whole at most 571."""
+    if not name:
+        return "must not be empty"
+    segments = name.split("/")
+    if len(segments) != 2:
+        return "must be a fully qualified domain and path of the form 'example.com/signer-name'"
+    domain, path = segments
+    if len(domain) > _DNS1123_SUBDOMAIN_MAX:
+        return f"domain {domain!r} is longer than {_DNS1123_SUBDOMAIN_MAX} characters"
+    labels = domain.split(".")
+    for label in labels:
+        if len(label) > _DNS1123_LABEL_MAX or not _DNS1123_LABEL_RE.fullmatch(label):
+            return (
+                f"domain label {label!r} is not a lowercase RFC 1123 label (a-z, 0-9, '-', "
+                f"starting and ending alphanumeric, at most {_DNS1123_LABEL_MAX} characters)"
+            )
+    if len(labels) < 2:
+        return f"domain {domain!r} must have at least two segments separated by dots"
+    for piece in path.split("."):
+        if len(piece) > _DNS1123_SUBDOMAIN_MAX or not _DNS1123_LABEL_RE.fullmatch(piece):
+            return (
+                f"path label {piece!r} is not a lowercase RFC 1123 subdomain (a-z, 0-9, '-', "
+                "'.', starting and ending alphanumeric)"
+            )
+    if len(name) > _SIGNER_NAME_MAX:
+        return f"is longer than {_SIGNER_NAME_MAX} characters"
+    return None
 
 
 def validate_signer_name(name: str) -> None:
-    """`<domain>/<path>` as the certificates API requires for signer names."""
-    domain, sep, path = name.partition("/")
-    if (
-        not sep
-        or len(domain) > 253
-        or not _DNS1123_SUBDOMAIN.fullmatch(domain)
-        or not path
-        or "/" in path
-        or not _SIGNER_PATH.fullmatch(path)
-    ):
-        raise OptionsError(
-            "--signer-name", f"{name!r} is not <domain>/<name> (e.g. example.com/serving)"
-        )
+    """Reject what kube-apiserver would reject (`signer_name_problem`): a name it refuses
+    would make every ClusterTrustBundle create a 422, retried for ever."""
+    problem = signer_name_problem(name)
+    if problem:
+        raise OptionsError("--signer-name", f"{name!r}: {problem} (e.g. example.com/serving)")
 
 
 def default_leader_election_namespace(
