@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from manager.ops import Checks, OpsServer, start_servers
+from manager.ops import BindError, Checks, OpsServer, start_servers
 from manager.options import SIGNING_CONTROLLERS, Options
 
 log = logging.getLogger(__name__)
@@ -315,6 +315,18 @@ def _material_loaded(material: Any) -> bool:
     return True
 
 
+def _bind_flag(opts: Options, err: BindError) -> str:
+    flags = [
+        flag
+        for flag, address in (
+            ("--metrics-bind-address", opts.metrics_bind_address),
+            ("--health-probe-bind-address", opts.health_probe_bind_address),
+        )
+        if address == err.address
+    ]
+    return "/".join(flags) or "bind address"
+
+
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
@@ -336,12 +348,16 @@ def install_signal_handlers(stop: threading.Event) -> None:
 def serve(proc: Process) -> int:
     """Start everything `build` prepared and block until `proc.stop` is set."""
     opts = proc.opts
-    proc.servers = start_servers(
-        opts.metrics_bind_address,
-        opts.health_probe_bind_address,
-        registry=proc.registry,
-        checks=proc.checks,
-    )
+    try:
+        proc.servers = start_servers(
+            opts.metrics_bind_address,
+            opts.health_probe_bind_address,
+            registry=proc.registry,
+            checks=proc.checks,
+        )
+    except BindError as err:
+        proc.shutdown_background()
+        raise StartupFailure(f"{_bind_flag(opts, err)}={err}") from None
     for index, warm in enumerate(proc.warmers):
         proc.start_background(f"material-{index}", warm)
     proc.start_informers()
