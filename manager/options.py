@@ -256,7 +256,7 @@ class Options:
 
     service_serving_key: str
     service_serving_cert: str
-    service_serving_trust_bundle: str
+    service_serving_trust_bundle: str  # each may be "" when no enabled controller needs it
     cluster_service_domain: str = "cluster.local"
     signer_name: str = DEFAULT_SIGNER_NAME
     controllers: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_CONTROLLERS))
@@ -282,18 +282,20 @@ class Options:
 
     def validate(self) -> None:
         """Raise `OptionsError` for the first unusable value."""
-        needs_material = bool(self.controllers & SIGNING_CONTROLLERS)
-        for flag, path in (
-            ("--service-serving-key", self.service_serving_key),
-            ("--service-serving-cert", self.service_serving_cert),
-            ("--service-serving-trust-bundle", self.service_serving_trust_bundle),
-        ):
-            if not path and needs_material:
-                raise OptionsError(flag, "required")
-        same_file = os.path.abspath(self.service_serving_key) == os.path.abspath(
-            self.service_serving_cert
-        )
-        if needs_material and same_file:
+        # The signer needs the CA key and cert and the bundle; the publisher only the
+        # bundle; the injector none of them.
+        if "signer" in self.controllers:
+            for flag, path in (
+                ("--service-serving-key", self.service_serving_key),
+                ("--service-serving-cert", self.service_serving_cert),
+            ):
+                if not path:
+                    raise OptionsError(flag, "required by the signer controller")
+        if self.controllers & SIGNING_CONTROLLERS and not self.service_serving_trust_bundle:
+            raise OptionsError("--service-serving-trust-bundle", "required")
+        if "signer" in self.controllers and os.path.abspath(
+            self.service_serving_key
+        ) == os.path.abspath(self.service_serving_cert):
             raise OptionsError(
                 "--service-serving-cert", "must be a different file from --service-serving-key"
             )

@@ -613,7 +613,6 @@ class MaterialSource:
 
     def reload_now(self) -> None:
         """Re-read the files at once (SIGHUP), instead of at the next poll."""
-        log.info("re-reading the signing-material files now")
         self._wake.set()
 
     def poll(self) -> bool:

@@ -271,3 +271,17 @@ def test_signer_names_kube_apiserver_rejects_fail_with_one_line_reason(
     assert text.startswith("--signer-name: ")
     assert fragment in text, text
     assert "\n" not in text
+
+
+def test_publisher_only_needs_no_ca_key_or_cert() -> None:
+    opts = Options(
+        service_serving_key="",
+        service_serving_cert="",
+        service_serving_trust_bundle="/etc/ca/bundle.pem",
+        controllers=frozenset({"publisher"}),
+    )
+    assert opts.controllers == {"publisher"}
+    with pytest.raises(OptionsError, match="--service-serving-key: required by the signer"):
+        replace(opts, controllers=frozenset({"signer", "publisher"}))
+    with pytest.raises(OptionsError, match="--service-serving-trust-bundle: required"):
+        replace(opts, service_serving_trust_bundle="")
