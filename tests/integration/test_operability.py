@@ -219,9 +219,8 @@ def test_new_leader_with_a_stale_bundle_file_keeps_the_new_root_published(
         # Runbook step 1 reaches A's node first: A publishes old + new root.
         put(a_dir / "trust-bundle.pem", cert_pem(old.cert, new.cert))
         assert eventually(lambda: bundle_names(client, signer) == {bundle_name(signer, both)}, 30)
-        # What the runbook has the operator watch: B still reports the old bundle.
-        assert (material_info(a) or {}).get("trust_bundle") == bundle_digest(both)
-        assert (material_info(b) or {}).get("trust_bundle") == bundle_digest(one)
+        # What the runbook has the operator watch (asserted below): B reports the old bundle.
+        a_info, b_info = material_info(a), material_info(b)
 
         # A goes away (rollout, node drain); B, whose volume is still stale, leads.
         syncs_before = b.metric("clustertrustbundle_publisher_sync_total", 'code="200"') or 0
@@ -237,6 +236,8 @@ def test_new_leader_with_a_stale_bundle_file_keeps_the_new_root_published(
         ), "B has reconciled"
         names = bundle_names(client, signer)
         assert bundle_name(signer, both) in names, "the new root was not taken back out"
+        assert (a_info or {}).get("trust_bundle") == bundle_digest(both)
+        assert (b_info or {}).get("trust_bundle") == bundle_digest(one)
 
         # B's volume catches up: one bundle again, with both roots.
         put(b_dir / "trust-bundle.pem", cert_pem(old.cert, new.cert))
