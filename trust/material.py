@@ -50,7 +50,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -59,7 +59,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from trust.bundle import BundleError, TrustBundle, decode_pem, normalize_bundle, parse_anchors
-from trust.probe import LeafIssuer, chain_problem
+from trust.probe import chain_problem
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,21 @@ _MAX_CHAIN_DEPTH = 10
 MIN_REMAINING = timedelta(hours=1)
 """A signing certificate must outlive this, or nothing could be issued (SPEC §5.3)."""
 DEFAULT_DOMAIN = "cluster.local"
+
+
+class LeafIssuer(Protocol):
+    """Issue a serving certificate with `material` for `public_key` and `dns_names` at
+    `now`; return the PEM chain (leaf first) as it would go into a request's status.
+    Raises when the set cannot issue (e.g. its signing cert expires too soon). The
+    manager passes `signer.authority.issue_probe`."""
+
+    def __call__(
+        self,
+        material: SigningMaterial,
+        public_key: ec.EllipticCurvePublicKey,
+        dns_names: Sequence[str],
+        now: datetime,
+    ) -> str: ...
 
 
 class MaterialError(Exception):
@@ -271,7 +286,13 @@ def validate_material(
     digest.update(bundle.encode("ascii"))
     material = SigningMaterial(key, chain, bundle, anchors, digest.hexdigest())
     if issuer is not None:
-        problem = chain_problem(material, issuer, domain, now)
+        problem = chain_problem(
+            lambda public_key, names, at: issuer(material, public_key, names, at),
+            anchors,
+            bundle,
+            domain,
+            now,
+        )
         if problem:
             raise MaterialError(
                 cert_path,

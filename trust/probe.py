@@ -9,9 +9,10 @@ client rejects. Rather than re-implementing those rules, a second implementation
 
 Decisions:
 
-- The leaf is issued by an injected `LeafIssuer`: the signer's own certificate profile
-  (`signer.authority.issue`, wired by the manager), so the probe tests exactly what
-  kubelet will be handed. `trust/` does not import `signer/`.
+- The leaf is issued by an injected callable: the signer's own certificate profile
+  (`signer.authority.issue_probe` as `trust.material.LeafIssuer`, wired by the manager),
+  so the probe tests exactly what kubelet will be handed. `trust/` does not import
+  `signer/`, and this module knows nothing of signing material, only of a chain.
 - Its names are the two forms the signer writes for a Service (`<svc>.<ns>.svc.<domain>`
   and `<svc>.<ns>.svc`), for a Service `service-serving-signer-probe` in `default`; the
   public key is a P-256 key made once per process and never used for anything else.
@@ -33,31 +34,24 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-if TYPE_CHECKING:
-    from trust.material import SigningMaterial
-
 PROBE_SERVICE = "service-serving-signer-probe"
 PROBE_NAMESPACE = "default"
 
 
-class LeafIssuer(Protocol):
-    """Issue a serving certificate with `material` for `public_key` and `dns_names` at
-    `now`; return the PEM chain (leaf first) as it would go into a request's status.
-    Raises when the set cannot issue (e.g. the signing cert expires too soon)."""
+class Issue(Protocol):
+    """Issue a serving certificate with the set under test for `public_key` and
+    `dns_names` at `now`; return the PEM chain (leaf first) as it would go into a
+    request's status. Raises when the set cannot issue."""
 
     def __call__(
-        self,
-        material: SigningMaterial,
-        public_key: ec.EllipticCurvePublicKey,
-        dns_names: Sequence[str],
-        now: datetime,
+        self, public_key: ec.EllipticCurvePublicKey, dns_names: Sequence[str], now: datetime
     ) -> str: ...
 
 
@@ -73,22 +67,26 @@ def _probe_key() -> ec.EllipticCurvePrivateKey:
 
 
 def chain_problem(
-    material: SigningMaterial, issuer: LeafIssuer, domain: str, now: datetime
+    issue: Issue,
+    anchors: Sequence[x509.Certificate],
+    anchors_pem: str,
+    domain: str,
+    now: datetime,
 ) -> str | None:
-    """Why a leaf issued with `material` does not verify for server auth against its
-    anchors, or None when it does. One line."""
+    """Why a leaf from `issue` does not verify for server auth against `anchors` (the
+    same certificates as `anchors_pem`), or None when it does. One line."""
     names = probe_names(domain)
     key = _probe_key()
     try:
-        chain_pem = issuer(material, key.public_key(), names, now)
+        chain_pem = issue(key.public_key(), names, now)
     except Exception as err:
         return f"cannot issue a certificate: {_one_line(err)}"
     certs = x509.load_pem_x509_certificates(chain_pem.encode("ascii"))
-    if any(_is_ed25519(c) for c in (*certs, *material.anchors)):
-        return _openssl_problem(chain_pem, key, material.trust_bundle, names[1])
+    if any(_is_ed25519(c) for c in (*certs, *anchors)):
+        return _openssl_problem(chain_pem, key, anchors_pem, names[1])
     verifier = (
         PolicyBuilder()
-        .store(Store(list(material.anchors)))
+        .store(Store(list(anchors)))
         .time(now)
         .build_server_verifier(x509.DNSName(names[1]))
     )
