@@ -13,7 +13,8 @@ Decisions:
 - One validation per unit serves start-up and hot reload: a set that would fail start-up
   is never swapped in.
 - A signing set is accepted only if it can issue: its signing certificate must outlive
-  the next hour (nothing shorter than 1 h is issued, SPEC §5.3), and a throw-away leaf
+  the next hour (nothing shorter than 1 h is issued, SPEC §5.3; at start-up, with no
+  other set to keep, such a cert is accepted with a warning), and a throw-away leaf
   issued with it must verify for server auth against its own anchors (`trust.probe`,
   when a `LeafIssuer` is given — the manager always gives the signer's).
 - An anchor of the bundle that has expired is published (the file is the operator's
@@ -234,7 +235,9 @@ def load_material(
     key_p, cert_p, bundle_p = os.fspath(key_path), os.fspath(cert_path), os.fspath(bundle_path)
     check_distinct(key_p, cert_p)
     files = read_files(key_p, cert_p, bundle_p)
-    material = validate_material(files, key_p, cert_p, bundle_p, now, issuer=issuer, domain=domain)
+    material = validate_material(
+        files, key_p, cert_p, bundle_p, now, issuer=issuer, domain=domain, starting=True
+    )
     warning = key_file_warning(key_p)
     if warning:
         log.warning(warning)
@@ -264,15 +267,22 @@ def validate_material(
     *,
     issuer: LeafIssuer | None = None,
     domain: str = DEFAULT_DOMAIN,
+    starting: bool = False,
 ) -> SigningMaterial:
     """The signer's unit, SPEC §2 on bytes already read; the paths only name files in
     errors. With `issuer`, a throw-away leaf issued with the set must verify for server
-    auth against the set's anchors (`trust.probe`)."""
+    auth against the set's anchors (`trust.probe`).
+
+    A signing cert with less than `MIN_REMAINING` left is refused, except at start-up
+    (`starting`), where there is no better set to keep: it is accepted with a warning
+    (and without the probe, which cannot issue with it), so the process runs, publishes,
+    reports `SignerCertificateExpiring` and picks up rotated files within seconds
+    instead of crash-looping behind kubelet's back-off."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
     key = _parse_key(files.key, key_path)
     chain = _parse_chain(files.cert, cert_path)
     signing = chain[0]
-    _check_signing_ca(signing, cert_path, now)
+    short = _check_signing_ca(signing, cert_path, now, allow_short=starting)
     _check_key_matches(key, signing, key_path, cert_path)
     try:
         bundle = normalize_bundle(files.bundle)
@@ -285,7 +295,13 @@ def validate_material(
         digest.update(cert.public_bytes(serialization.Encoding.DER))
     digest.update(bundle.encode("ascii"))
     material = SigningMaterial(key, chain, bundle, anchors, digest.hexdigest())
-    if issuer is not None:
+    if short:
+        log.warning(
+            "signing certificate expires within the hour; nothing can be issued until the "
+            "files are rotated",
+            extra={"file": cert_path, "notAfter": signing.not_valid_after_utc.isoformat()},
+        )
+    elif issuer is not None:
         problem = chain_problem(
             lambda public_key, names, at: issuer(material, public_key, names, at),
             anchors,
@@ -409,15 +425,21 @@ def _validity_problem(cert: x509.Certificate, now: datetime) -> str | None:
     return None
 
 
-def _check_signing_ca(cert: x509.Certificate, path: str, now: datetime) -> None:
+def _check_signing_ca(
+    cert: x509.Certificate, path: str, now: datetime, *, allow_short: bool
+) -> bool:
+    """Raise unless `cert` can sign now; True when it expires within `MIN_REMAINING`
+    (an error unless `allow_short`)."""
     problem = _ca_problem(cert) or _validity_problem(cert, now)
-    if problem is None and cert.not_valid_after_utc - now < MIN_REMAINING:
+    short = problem is None and cert.not_valid_after_utc - now < MIN_REMAINING
+    if short and not allow_short:
         problem = (
             f"expires at {cert.not_valid_after_utc.isoformat()}, within the hour: no "
             f"certificate of at least {MIN_REMAINING} could be issued"
         )
     if problem:
         raise MaterialError(path, f"signing certificate {_describe(cert)} {problem}")
+    return short
 
 
 def _spki(key: object) -> bytes:
@@ -587,7 +609,7 @@ class MaterialSource:
         if self.key_path is not None and self.cert_path is not None:
             check_distinct(self.key_path, self.cert_path)
             files = read_files(self.key_path, self.cert_path, self.bundle_path)
-            self._material = self._validate(files)
+            self._material = self._validate(files, starting=True)
             self._digest = files.digest
             self._warn_key_mode()
         self._warn_expired_anchors(self._bundle)
@@ -709,7 +731,7 @@ class MaterialSource:
         self._notify(self._listeners, material)
         return True
 
-    def _validate(self, files: MaterialFiles) -> SigningMaterial:
+    def _validate(self, files: MaterialFiles, *, starting: bool = False) -> SigningMaterial:
         assert self.key_path is not None and self.cert_path is not None
         return validate_material(
             files,
@@ -719,6 +741,7 @@ class MaterialSource:
             self._clock(),
             issuer=self._issuer,
             domain=self._domain,
+            starting=starting,
         )
 
     def _read_bundle(self) -> tuple[bytes, datetime]:

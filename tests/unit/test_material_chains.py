@@ -282,3 +282,17 @@ def test_start_up_refuses_a_set_that_cannot_issue(tmp_path: Path) -> None:
         MaterialSource(
             tmp_path / "ca.key", tmp_path / "ca.crt", tmp_path / "bundle.pem", issuer=issue_probe
         )
+
+
+def test_start_up_accepts_a_signing_cert_expiring_within_the_hour_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Nothing better to keep: run (and publish, and report SignerCertificateExpiring)
+    # rather than crash-loop until the files are rotated.
+    write(tmp_path, signing_cert_expiring_within_the_hour())
+    with caplog.at_level(logging.WARNING):
+        source = MaterialSource(
+            tmp_path / "ca.key", tmp_path / "ca.crt", tmp_path / "bundle.pem", issuer=issue_probe
+        )
+    assert source.current().signing_cert.subject.rfc4514_string() == "CN=signing"
+    assert any("expires within the hour" in r.getMessage() for r in caplog.records)
