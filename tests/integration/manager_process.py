@@ -32,6 +32,8 @@ def eventually(probe: Callable[[], bool], timeout: float, interval: float = 0.05
 class SignerProcess:
     """One `run` process. `stop()` is idempotent; the log is JSON lines."""
 
+    host = "127.0.0.1"  # where the ops servers listen, as a URL host (`[::1]` for IPv6)
+
     def __init__(
         self,
         kubeconfig: Path | str,
