@@ -2,7 +2,8 @@
 
 This module decides what every SPEC §2 flag *means*: Go-style durations (`24h`, `90m`,
 `1h30m`), kube-controller-manager's `--controllers` syntax (`*`, `signer`, `-publisher`),
-bind addresses (`:10358`, `127.0.0.1:9000`, `[::1]:9000`, `0` = disabled), the leader
+bind addresses (`:10358`, `127.0.0.1:9000`, `[::1]:9000`, `0` = disabled), signer names
+(exactly what kube-apiserver's `ValidateSignerName` accepts), the leader
 election namespace default (the Pod's own namespace, else `kube-system`), and the
 cross-flag rules (a `kubernetes.io/*` signer never issues for more than 24 h; the lease
 duration exceeds the renew deadline, which exceeds the retry period). It parses strings

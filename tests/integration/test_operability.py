@@ -12,6 +12,8 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,27 @@ def invalid(process: SignerProcess) -> float | None:
     return process.metric("service_serving_ca_controller_material_invalid")
 
 
+@contextmanager
+def running(
+    client: Client,
+    plane: ControlPlane,
+    ca_dir: Path,
+    log: Path,
+    signer: str,
+    *args: str,
+    **kw: object,
+) -> Iterator[SignerProcess]:
+    """A `run` process for `signer`; stopped (SIGTERM must exit 0) and its bundles deleted
+    afterwards."""
+    process = start(plane, ca_dir, log, signer, *args, **kw)
+    try:
+        yield process
+    finally:
+        code = process.stop()
+        cleanup(client, signer)
+    assert code == 0, "SIGTERM exits 0"
+
+
 def start(
     plane: ControlPlane, ca_dir: Path, log: Path, signer: str, *args: str, **kw: object
 ) -> SignerProcess:
@@ -87,14 +110,14 @@ def test_rejected_rotation_shows_material_invalid_and_keeps_the_fingerprint_unti
     signer = unique_signer()
     old, new = generate_ca("rejected old"), generate_ca("rejected new")
     files = write_ca(tmp_path / "ca", ca=old)
-    process = start(
+    with running(
+        client,
         control_plane,
         files.key.parent,
         tmp_path / "signer.log",
         signer,
         f"--leader-elect-resource-namespace={namespace}",
-    )
-    try:
+    ) as process:
         assert eventually(process.ready, 60), "ready"
         before = material_info(process)
         assert before is not None
@@ -124,9 +147,6 @@ def test_rejected_rotation_shows_material_invalid_and_keeps_the_fingerprint_unti
         assert after["signing_certificate"] == new.cert.fingerprint(hashes.SHA256()).hex()
         both = normalize_bundle(cert_pem(old.cert, new.cert))
         assert after["trust_bundle"] == bundle_digest(both)
-    finally:
-        assert process.stop() == 0
-        cleanup(client, signer)
 
 
 # item 4: the bundle is the publisher's unit ------------------------------------------
@@ -139,7 +159,8 @@ def test_publisher_only_runs_without_a_ca_key(
     files = write_ca(tmp_path / "ca")
     files.key.unlink()
     files.cert.unlink()
-    process = start(
+    with running(
+        client,
         control_plane,
         files.key.parent,
         tmp_path / "publisher.log",
@@ -147,17 +168,13 @@ def test_publisher_only_runs_without_a_ca_key(
         "--controllers=publisher",
         f"--leader-elect-resource-namespace={namespace}",
         key_and_cert=False,
-    )
-    try:
+    ) as process:
         bundle = normalize_bundle(files.trust_bundle.read_bytes())
         assert eventually(lambda: bundle_names(client, signer) == {bundle_name(signer, bundle)}, 60)
         assert material_info(process) == {
             "trust_bundle": bundle_digest(bundle),
             "signing_certificate": "",
         }
-    finally:
-        assert process.stop() == 0
-        cleanup(client, signer)
 
 
 def test_new_bundle_is_published_while_the_signers_key_is_broken(
@@ -166,14 +183,14 @@ def test_new_bundle_is_published_while_the_signers_key_is_broken(
     signer = unique_signer()
     old, new = generate_ca("broken-key old"), generate_ca("broken-key new")
     files = write_ca(tmp_path / "ca", ca=old)
-    process = start(
+    with running(
+        client,
         control_plane,
         files.key.parent,
         tmp_path / "signer.log",
         signer,
         f"--leader-elect-resource-namespace={namespace}",
-    )
-    try:
+    ) as process:
         assert eventually(lambda: len(bundle_names(client, signer)) == 1, 60)
         put(files.key, key_pem(new.key))  # broken: does not match the cert
         assert eventually(lambda: invalid(process) == 1, 30)
@@ -185,9 +202,6 @@ def test_new_bundle_is_published_while_the_signers_key_is_broken(
             "trust_bundle": bundle_digest(both),
             "signing_certificate": old.cert.fingerprint(hashes.SHA256()).hex(),
         }
-    finally:
-        assert process.stop() == 0
-        cleanup(client, signer)
 
 
 # item 5: a new leader with a stale ConfigMap volume --------------------------------
@@ -257,24 +271,22 @@ def test_new_leader_with_a_stale_bundle_file_keeps_the_new_root_published(
 
 
 def test_ops_endpoints_serve_on_ipv6_loopback(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
+    control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
 ) -> None:
     files = write_ca(tmp_path / "ca")
-    process = start(
+    with running(
+        client,
         control_plane,
         files.key.parent,
         tmp_path / "signer.log",
         unique_signer(),
         f"--leader-elect-resource-namespace={namespace}",
         host="::1",
-    )
-    try:
+    ) as process:
         assert eventually(process.ready, 60), process.log_path.read_text()[-2000:]
         assert process.url("/readyz").startswith("http://[::1]:")
         assert process.get("/healthz")[0] == 200
         assert process.metric("service_serving_ca_controller_material_invalid") == 0
-    finally:
-        assert process.stop() == 0
 
 
 def test_sighup_rereads_the_files_and_keeps_running_and_leading(
@@ -283,15 +295,15 @@ def test_sighup_rereads_the_files_and_keeps_running_and_leading(
     signer = unique_signer()
     files = write_ca(tmp_path / "ca")
     lease = f"hup-{uuid.uuid4().hex[:8]}"
-    process = start(
+    with running(
+        client,
         control_plane,
         files.key.parent,
         tmp_path / "signer.log",
         signer,
         f"--leader-elect-resource-namespace={namespace}",
         f"--leader-elect-resource-name={lease}",
-    )
-    try:
+    ) as process:
         assert eventually(process.leading, 60)
         process.proc.send_signal(signal.SIGHUP)
         assert eventually(
@@ -301,9 +313,6 @@ def test_sighup_rereads_the_files_and_keeps_running_and_leading(
         assert process.leading()
         holder = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}")
         assert holder["spec"].get("holderIdentity")
-    finally:
-        assert process.stop() == 0
-        cleanup(client, signer)
     released = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}")
     assert not released["spec"].get("holderIdentity"), "SIGTERM after SIGHUP still releases"
 
