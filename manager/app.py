@@ -8,6 +8,10 @@ start-up (any failure is one `StartupFailure` line, exit 1):
   material watcher and informers warming up (a standby replica has warm caches and is
   ready) → leader election; the controllers' workers start only while leading.
 
+SIGHUP re-reads the signing-material files at once and changes nothing else.
+
+A bind address that cannot be listened on is one `StartupFailure` line naming the flag.
+
 shutdown (SIGTERM/SIGINT, or the leader-less `--leader-elect=false` run ending):
   stop the workers and wait for them → release the Lease (a standby takes over at once)
   → stop the informers and the material watcher → flush events → close the ops servers
@@ -32,7 +36,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from manager.ops import Checks, OpsServer, start_servers
+from manager.ops import BindError, Checks, OpsServer, start_servers
 from manager.options import SIGNING_CONTROLLERS, Options
 
 log = logging.getLogger(__name__)
@@ -71,6 +75,7 @@ class Process:
     warmers: list[Callable[[threading.Event], None]] = field(default_factory=list)
     informer_starters: list[Callable[[threading.Event], object]] = field(default_factory=list)
     closers: list[Callable[[], None]] = field(default_factory=list)
+    reloaders: list[Callable[[], None]] = field(default_factory=list)
     servers: list[OpsServer] = field(default_factory=list)
     client: Any = None
     exit: Callable[[int], None] = os._exit
@@ -197,17 +202,28 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
     proc = Process(opts=opts, registry=registry, checks=Checks(), identity=identity())
 
     material: Any = None
+    signing = "signer" in opts.controllers
     if opts.controllers & SIGNING_CONTROLLERS:
+        issuer = None
+        if signing:
+            from signer.authority import issue_probe
+
+            issuer = issue_probe
         try:
+            # The publisher needs only the bundle; the signer also the key and cert, and
+            # they must issue a leaf that verifies (trust.probe, with the signer's profile).
             material = MaterialSource(
-                opts.service_serving_key,
-                opts.service_serving_cert,
+                opts.service_serving_key if signing else None,
+                opts.service_serving_cert if signing else None,
                 opts.service_serving_trust_bundle,
                 registry,
+                issuer=issuer,
+                domain=opts.cluster_service_domain,
             )
         except MaterialError as err:
             raise StartupFailure(str(err)) from None
-        proc.checks.add_readiness("signing-material", lambda: _material_loaded(material))
+        proc.checks.add_readiness("signing-material", lambda: _material_loaded(material, signing))
+        proc.reloaders.append(material.reload_now)
 
     try:
         client = Client.from_kubeconfig(
@@ -231,12 +247,12 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
                 )
             publisher = PublisherController(
                 client,
-                lambda: material.current().trust_bundle,
+                material.trust_bundle,
                 signer_name=opts.signer_name,
                 ctb_version=ctb_version,
                 registry=registry,
             )
-            material.add_listener(publisher.trigger)
+            material.add_bundle_listener(publisher.trigger)
             proc.controllers["publisher"] = publisher
             log.info("publisher configured", extra={"clustertrustbundles": ctb_version})
 
@@ -307,20 +323,39 @@ def _build_injector(proc: Process, client: Any, registry: CollectorRegistry) -> 
     log.info("injector configured", extra={"clustertrustbundles": ctb_version})
 
 
-def _material_loaded(material: Any) -> bool:
+def _material_loaded(material: Any, signing: bool) -> bool:
     try:
-        material.current()
+        material.trust_bundle()
+        if signing:
+            material.current()
     except Exception:
         return False
     return True
+
+
+def _bind_flag(opts: Options, err: BindError) -> str:
+    flags = [
+        flag
+        for flag, address in (
+            ("--metrics-bind-address", opts.metrics_bind_address),
+            ("--health-probe-bind-address", opts.health_probe_bind_address),
+        )
+        if address == err.address
+    ]
+    return "/".join(flags) or "bind address"
 
 
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def install_signal_handlers(stop: threading.Event) -> None:
-    """SIGTERM/SIGINT set `stop`; a second signal exits at once."""
+def install_signal_handlers(
+    stop: threading.Event, reloaders: list[Callable[[], None]] | None = None
+) -> None:
+    """SIGTERM/SIGINT set `stop`; a second one exits at once. SIGHUP (a terminal hang-up,
+    or an operator's `kill -HUP`) re-reads the signing-material files now, as daemons
+    conventionally do — it never stops the process (Python's default would kill it
+    without releasing the Lease)."""
 
     def handle(signum: int, _frame: object) -> None:
         if stop.is_set():
@@ -329,19 +364,29 @@ def install_signal_handlers(stop: threading.Event) -> None:
         log.info("shutting down", extra={"signal": signal.Signals(signum).name})
         stop.set()
 
+    def hang_up(_signum: int, _frame: object) -> None:
+        log.info("SIGHUP: re-reading the signing-material files", extra={"signal": "SIGHUP"})
+        for reload in reloaders or []:
+            reload()
+
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGHUP, hang_up)
 
 
 def serve(proc: Process) -> int:
     """Start everything `build` prepared and block until `proc.stop` is set."""
     opts = proc.opts
-    proc.servers = start_servers(
-        opts.metrics_bind_address,
-        opts.health_probe_bind_address,
-        registry=proc.registry,
-        checks=proc.checks,
-    )
+    try:
+        proc.servers = start_servers(
+            opts.metrics_bind_address,
+            opts.health_probe_bind_address,
+            registry=proc.registry,
+            checks=proc.checks,
+        )
+    except BindError as err:
+        proc.shutdown_background()
+        raise StartupFailure(f"{_bind_flag(opts, err)}={err}") from None
     for index, warm in enumerate(proc.warmers):
         proc.start_background(f"material-{index}", warm)
     proc.start_informers()
@@ -397,5 +442,5 @@ def run(opts: Options, *, stop: threading.Event | None = None) -> int:
     if stop is not None:
         proc.stop = stop
     if threading.current_thread() is threading.main_thread():
-        install_signal_handlers(proc.stop)
+        install_signal_handlers(proc.stop, proc.reloaders)
     return serve(proc)

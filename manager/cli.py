@@ -147,14 +147,14 @@ class KlogVerbosity(click.IntRange):
     "--service-serving-key",
     default="",
     metavar="FILE",
-    help="PEM private key of the signing CA. Required with the signer or publisher.",
+    help="PEM private key of the signing CA (required with the signer controller).",
 )
 @flag(
     "--service-serving-cert",
     default="",
     metavar="FILE",
     help="PEM signing certificate, then intermediates (not the root). Not the key file. "
-    "Required with the signer or publisher.",
+    "Required with the signer controller.",
 )
 @flag(
     "--service-serving-trust-bundle",

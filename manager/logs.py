@@ -4,9 +4,14 @@ Decisions:
 - Structured key/values travel in `logging`'s `extra=` (`log.info("issued",
   extra={"pcr": key, "sans": 3})`) and appear as `key=value` in text and as top-level
   keys in JSON.
-- JSON is one object per line with klog/component-base's keys: `ts` (float Unix
-  seconds), `v` (verbosity of an info line), `level`, `logger`, `msg`, `err` for an
-  exception's message (plus `stacktrace`), then the structured key/values.
+- JSON is one object per line with klog/component-base's keys (`logs/json`): `ts` (float
+  milliseconds since the epoch, as component-base's `epochMillisTimeEncoder` writes it —
+  log pipelines for Kubernetes components parse it so), `v` (verbosity of an info line),
+  `level`, `logger`, `msg`, `err` for an error, then the structured key/values.
+- An error goes under `err`, as klog's `ErrorS(err, msg)`/zapr's `ErrorKey("err")` put it:
+  either the logged exception (`exc_info`, plus `stacktrace`) or `extra={"err": error}`
+  (an exception is written as its message). The message itself stays constant, so log
+  queries can group on `msg`.
 - Verbosity: `-v 0` shows INFO and above; `V(1)`..`V(3)` are the levels 19..17 between
   INFO and DEBUG; `-v 4` and above include DEBUG. Third-party transports (urllib3, the
   official client) stay at WARNING below `-v 9`, where klog starts logging HTTP traffic.
@@ -68,7 +73,7 @@ class JSONFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": record.created,
+            "ts": record.created * 1000.0,
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

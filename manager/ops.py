@@ -15,18 +15,27 @@ Decisions:
   `<path> check failed`. A check that raises counts as failed; the reason is logged,
   not returned.
 - Request logging is off: probes arrive every few seconds.
+- Listening follows Go's `net.Listen("tcp", addr)`, since the flags have Go syntax: `:port`
+  (empty host) is every address, IPv6 and IPv4 on one dual-stack socket (`AF_INET6` with
+  `IPV6_V6ONLY=0`), falling back to IPv4 `0.0.0.0` where the kernel has no IPv6; `[::]:port`
+  and `[::1]:port` are IPv6 (`::` dual-stack too, as in Go); `0.0.0.0:port` and
+  `127.0.0.1:port` IPv4. A single-stack IPv6 cluster thus probes the default `:10359`.
+- A socket that cannot be bound (port in use, address not on this host) is a `BindError`
+  naming the address and the reason, never a traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import socketserver
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
@@ -81,9 +90,82 @@ def run_checks(path: str, checks: Iterable[tuple[str, Check]]) -> tuple[bool, li
     return ok, lines
 
 
+class BindError(OSError):
+    """An ops address cannot be listened on. `str()` is one line: `<address>: <reason>`."""
+
+    def __init__(self, address: BindAddress, reason: str) -> None:
+        self.address = address
+        self.reason = reason
+        super().__init__(f"{address}: {reason}")
+
+
+def _no_ipv6(err: OSError) -> bool:
+    return err.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT)
+
+
+def _socket(family: int, dual_stack: bool) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual_stack else 1)
+    return sock
+
+
+def bind_socket(address: BindAddress) -> socket.socket:
+    """A bound (not yet listening) TCP socket for `address`, with Go's semantics (see the
+    module docstring). Raises `BindError`."""
+    host, port = address.host, address.port
+    try:
+        if host in ("", "::"):
+            try:
+                sock = _socket(socket.AF_INET6, dual_stack=True)
+            except OSError as err:
+                if host or not _no_ipv6(err):
+                    raise
+                sock = _socket(socket.AF_INET, dual_stack=False)
+                sock_addr: tuple[Any, ...] = ("0.0.0.0", port)
+            else:
+                sock_addr = ("::", port)
+        else:
+            info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+                0
+            ]
+            sock = _socket(info[0], dual_stack=False)
+            sock_addr = info[4]
+    except socket.gaierror as err:
+        raise BindError(address, f"cannot resolve host {host!r} ({err.strerror})") from None
+    except OSError as err:
+        raise BindError(address, err.strerror or type(err).__name__) from None
+    try:
+        sock.bind(sock_addr)
+    except OSError as err:
+        sock.close()
+        if not host and _no_ipv6(err) and sock.family == socket.AF_INET6:
+            return bind_socket(BindAddress("0.0.0.0", port))
+        raise BindError(address, err.strerror or type(err).__name__) from None
+    return sock
+
+
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A WSGI server on a socket bound by `bind_socket` (any address family)."""
+
     daemon_threads = True
-    allow_reuse_address = True
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.address_family = sock.family
+        super().__init__(sock.getsockname()[:2], _QuietHandler, bind_and_activate=False)
+        self.socket.close()
+        self.socket = sock
+        # What HTTPServer.server_bind would set, without its reverse-DNS lookup.
+        self.server_address = sock.getsockname()
+        self.server_name = str(self.server_address[0])
+        self.server_port = int(self.server_address[1])
+        self.setup_environ()
+        try:
+            self.server_activate()
+        except OSError:
+            self.server_close()
+            raise
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -141,13 +223,8 @@ class OpsServer:
         checks: Checks | None = None,
     ) -> None:
         self.address = address
-        self._server = make_server(
-            address.host,
-            address.port,
-            make_app(registry, checks),
-            server_class=_ThreadingWSGIServer,
-            handler_class=_QuietHandler,
-        )
+        self._server = _ThreadingWSGIServer(bind_socket(address))
+        self._server.set_app(make_app(registry, checks))
         self._thread: threading.Thread | None = None
 
     @property
@@ -180,16 +257,22 @@ def start_servers(
     registry: CollectorRegistry,
     checks: Checks,
 ) -> list[OpsServer]:
-    """Start the servers the flags ask for (none when both are `0`)."""
+    """Start the servers the flags ask for (none when both are `0`). Raises `BindError`
+    (after closing any server already bound)."""
     servers: list[OpsServer] = []
-    if metrics is not None and metrics == health and metrics.port != 0:
-        servers.append(OpsServer(metrics, registry=registry, checks=checks))
-    else:
-        if metrics is not None:
-            servers.append(OpsServer(metrics, registry=registry))
-        if health is not None:
-            servers.append(OpsServer(health, checks=checks))
+    try:
+        if metrics is not None and metrics == health and metrics.port != 0:
+            servers.append(OpsServer(metrics, registry=registry, checks=checks))
+        else:
+            if metrics is not None:
+                servers.append(OpsServer(metrics, registry=registry))
+            if health is not None:
+                servers.append(OpsServer(health, checks=checks))
+    except BindError:
+        for server in servers:
+            server.stop()
+        raise
     for server in servers:
         server.start()
-        log.info("serving", extra={"address": f"{server.address.host}:{server.port}"})
+        log.info("serving", extra={"address": str(BindAddress(server.address.host, server.port))})
     return servers

@@ -2,7 +2,8 @@
 
 This module decides what every SPEC §2 flag *means*: Go-style durations (`24h`, `90m`,
 `1h30m`), kube-controller-manager's `--controllers` syntax (`*`, `signer`, `-publisher`),
-bind addresses (`:10358`, `127.0.0.1:9000`, `[::1]:9000`, `0` = disabled), the leader
+bind addresses (`:10358`, `127.0.0.1:9000`, `[::1]:9000`, `0` = disabled), signer names
+(exactly what kube-apiserver's `ValidateSignerName` accepts), the leader
 election namespace default (the Pod's own namespace, else `kube-system`), and the
 cross-flag rules (a `kubernetes.io/*` signer never issues for more than 24 h; the lease
 duration exceeds the renew deadline, which exceeds the retry period). It parses strings
@@ -182,23 +183,53 @@ def parse_controllers(items: Iterable[str]) -> frozenset[str]:
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
-_SIGNER_PATH = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
+_DNS1123_LABEL_MAX = 63
+_DNS1123_SUBDOMAIN_MAX = 253
+_SIGNER_NAME_MAX = _DNS1123_SUBDOMAIN_MAX + (_DNS1123_SUBDOMAIN_MAX + _DNS1123_LABEL_MAX + 1) + 1
+
+
+def signer_name_problem(name: str) -> str | None:
+    """Why kube-apiserver would reject `name` as a signerName, or None.
+
+    A port of `ValidateSignerName` (k8s.io/kubernetes pkg/apis/core/validation/names.go,
+    v1.37): exactly one `/`; the domain at most 253 characters, at least two dot-separated
+    DNS-1123 labels (each at most 63, lowercase); the path dot-separated pieces, each a
+    DNS-1123 subdomain (so lowercase, no `_`, at most 253); the whole at most 571."""
+    if not name:
+        return "must not be empty"
+    segments = name.split("/")
+    if len(segments) != 2:
+        return "must be a fully qualified domain and path of the form 'example.com/signer-name'"
+    domain, path = segments
+    if len(domain) > _DNS1123_SUBDOMAIN_MAX:
+        return f"domain {domain!r} is longer than {_DNS1123_SUBDOMAIN_MAX} characters"
+    labels = domain.split(".")
+    for label in labels:
+        if len(label) > _DNS1123_LABEL_MAX or not _DNS1123_LABEL_RE.fullmatch(label):
+            return (
+                f"domain label {label!r} is not a lowercase RFC 1123 label (a-z, 0-9, '-', "
+                f"starting and ending alphanumeric, at most {_DNS1123_LABEL_MAX} characters)"
+            )
+    if len(labels) < 2:
+        return f"domain {domain!r} must have at least two segments separated by dots"
+    for piece in path.split("."):
+        if len(piece) > _DNS1123_SUBDOMAIN_MAX or not _DNS1123_LABEL_RE.fullmatch(piece):
+            return (
+                f"path label {piece!r} is not a lowercase RFC 1123 subdomain (a-z, 0-9, '-', "
+                "'.', starting and ending alphanumeric)"
+            )
+    if len(name) > _SIGNER_NAME_MAX:
+        return f"is longer than {_SIGNER_NAME_MAX} characters"
+    return None
 
 
 def validate_signer_name(name: str) -> None:
-    """`<domain>/<path>` as the certificates API requires for signer names."""
-    domain, sep, path = name.partition("/")
-    if (
-        not sep
-        or len(domain) > 253
-        or not _DNS1123_SUBDOMAIN.fullmatch(domain)
-        or not path
-        or "/" in path
-        or not _SIGNER_PATH.fullmatch(path)
-    ):
-        raise OptionsError(
-            "--signer-name", f"{name!r} is not <domain>/<name> (e.g. example.com/serving)"
-        )
+    """Reject what kube-apiserver would reject (`signer_name_problem`): a name it refuses
+    would make every ClusterTrustBundle create a 422, retried for ever."""
+    problem = signer_name_problem(name)
+    if problem:
+        raise OptionsError("--signer-name", f"{name!r}: {problem} (e.g. example.com/serving)")
 
 
 def default_leader_election_namespace(
@@ -226,7 +257,7 @@ class Options:
 
     service_serving_key: str
     service_serving_cert: str
-    service_serving_trust_bundle: str
+    service_serving_trust_bundle: str  # each may be "" when no enabled controller needs it
     cluster_service_domain: str = "cluster.local"
     signer_name: str = DEFAULT_SIGNER_NAME
     controllers: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_CONTROLLERS))
@@ -252,18 +283,20 @@ class Options:
 
     def validate(self) -> None:
         """Raise `OptionsError` for the first unusable value."""
-        needs_material = bool(self.controllers & SIGNING_CONTROLLERS)
-        for flag, path in (
-            ("--service-serving-key", self.service_serving_key),
-            ("--service-serving-cert", self.service_serving_cert),
-            ("--service-serving-trust-bundle", self.service_serving_trust_bundle),
-        ):
-            if not path and needs_material:
-                raise OptionsError(flag, "required")
-        same_file = os.path.abspath(self.service_serving_key) == os.path.abspath(
-            self.service_serving_cert
-        )
-        if needs_material and same_file:
+        # The signer needs the CA key and cert and the bundle; the publisher only the
+        # bundle; the injector none of them.
+        if "signer" in self.controllers:
+            for flag, path in (
+                ("--service-serving-key", self.service_serving_key),
+                ("--service-serving-cert", self.service_serving_cert),
+            ):
+                if not path:
+                    raise OptionsError(flag, "required by the signer controller")
+        if self.controllers & SIGNING_CONTROLLERS and not self.service_serving_trust_bundle:
+            raise OptionsError("--service-serving-trust-bundle", "required")
+        if "signer" in self.controllers and os.path.abspath(
+            self.service_serving_key
+        ) == os.path.abspath(self.service_serving_cert):
             raise OptionsError(
                 "--service-serving-cert", "must be a different file from --service-serving-key"
             )

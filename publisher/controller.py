@@ -10,6 +10,15 @@ What one sync decides, from the current normalised trust bundle:
 2. only then, every other bundle whose `spec.signerName` is ours is deleted (with a UID
    precondition, so a re-created object of the same name is not hit). Creating before
    deleting means a content change never leaves the signer without a bundle.
+3. except a **newer bundle of ours that holds an anchor our file lacks**: one with our
+   managed-by label, created after the content of our trust-bundle file reached this host
+   (the file's mtime). That is what another replica publishes when its ConfigMap volume
+   was refreshed before ours (kubelet refreshes volumes per node, a minute or more
+   apart): deleting it would take the new root of a rotation back out. It is kept until
+   our own file changes (then its content is newer than that bundle and decides).
+   Removing an anchor (runbook step 3) is unaffected: the older bundle is deleted, and a
+   bundle that only lacks anchors of ours is never protected. Our own bundle is still
+   created, so the union of published anchors covers both files.
 
 Bundles of other signers are never touched: the informer only sees ours (field selector
 `spec.signerName=<signer>`) and `sync` re-checks the field.
@@ -26,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -43,7 +53,7 @@ from kube.controller import Controller, Requeue
 from kube.informer import Informer
 from kube.workqueue import RateLimitingQueue
 from publisher.metrics import PublisherMetrics
-from trust.bundle import bundle_name, earliest_expiry
+from trust.bundle import BundleError, TrustBundle, anchor_ders, bundle_name, earliest_expiry
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +79,13 @@ class NotSynced(Exception):
 
 
 class PublisherController:
-    """Keeps exactly one ClusterTrustBundle for `signer_name`, holding the bundle that
-    `bundle_source()` returns (already normalised)."""
+    """Keeps exactly one ClusterTrustBundle for `signer_name`, holding the trust bundle
+    that `bundle_source()` returns (normalised, with its file's mtime)."""
 
     def __init__(
         self,
         client: Client,
-        bundle_source: Callable[[], str],
+        bundle_source: Callable[[], TrustBundle],
         *,
         signer_name: str,
         ctb_version: str,
@@ -108,6 +118,7 @@ class PublisherController:
                 lambda _obj: self.trigger(),
             )
         self.cache: BundleCache = informer
+        self._kept: set[str] = set()
         self.loop = Controller(
             "publisher",
             self._sync_key,
@@ -159,31 +170,42 @@ class PublisherController:
         try:
             bundle = self.bundle_source()
             self._sync(bundle)
-            self.metrics.trust_bundle_expiry.set(earliest_expiry(bundle).timestamp())
+            self.metrics.trust_bundle_expiry.set(earliest_expiry(bundle.pem).timestamp())
         except BaseException as e:
             err = e
             raise
         finally:
             self.metrics.observe(err, time.monotonic() - started)
 
-    def _sync(self, bundle: str) -> None:
+    def _sync(self, bundle: TrustBundle) -> None:
         if not self.cache.has_synced():
             raise NotSynced("ClusterTrustBundle cache not synced")
-        name = bundle_name(self.signer_name, bundle)
+        name = bundle_name(self.signer_name, bundle.pem)
         existing = self.cache.get(name)
         if existing is None:
-            self._create(name, bundle)
-        elif not self._up_to_date(existing, bundle):
-            self._replace(existing, bundle)
+            self._create(name, bundle.pem)
+        elif not self._up_to_date(existing, bundle.pem):
+            self._replace(existing, bundle.pem)
         errors: list[ApiError] = []
+        kept: set[str] = set()
         for obj in self.cache.list():
             other = _name(obj)
             if other == name or _signer(obj) != self.signer_name:
+                continue
+            if _newer_with_anchors_we_lack(obj, bundle):
+                kept.add(other)
                 continue
             try:
                 self._delete(obj)
             except ApiError as e:
                 errors.append(e)
+        for other in sorted(kept - self._kept):
+            log.warning(
+                "keeping a newer ClusterTrustBundle of ours that holds anchors our trust-bundle "
+                "file lacks (is this replica's ConfigMap volume stale?) until the file changes",
+                extra={"bundle": other, "trustBundle": bundle.fingerprint},
+            )
+        self._kept = kept
         if errors:
             raise errors[0]
 
@@ -237,6 +259,33 @@ class PublisherController:
                 return
             raise
         log.info("deleted stale ClusterTrustBundle", extra={"bundle": name})
+
+
+def _newer_with_anchors_we_lack(obj: JSON, bundle: TrustBundle) -> bool:
+    """Another replica's bundle published from a newer file than ours (see the module
+    docstring, point 3)."""
+    metadata = obj.get("metadata") or {}
+    if (metadata.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY:
+        return False
+    created = _timestamp(metadata.get("creationTimestamp"))
+    # creationTimestamp has whole seconds: compare with the mtime's second.
+    if created is None or created < bundle.modified.replace(microsecond=0):
+        return False
+    try:
+        theirs = anchor_ders(str((obj.get("spec") or {}).get("trustBundle") or ""))
+    except BundleError:
+        return False
+    return bool(theirs - anchor_ders(bundle.pem))
+
+
+def _timestamp(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _name(obj: JSON) -> str:

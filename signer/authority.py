@@ -154,6 +154,18 @@ def issue(
     )
 
 
+def issue_probe(
+    material: SigningMaterial,
+    public_key: PublicKey,
+    dns_names: Sequence[str],
+    now: datetime,
+) -> str:
+    """`trust.probe.LeafIssuer`: the PEM chain of a one-hour certificate issued exactly as
+    for a request, so material validation judges the real profile."""
+    seconds = int(MIN_LIFETIME.total_seconds())
+    return issue(material, public_key, dns_names, seconds, seconds, now).chain_pem
+
+
 def _authority_key_identifier(signing: x509.Certificate) -> x509.AuthorityKeyIdentifier:
     try:
         ski = signing.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value

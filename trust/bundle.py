@@ -174,11 +174,36 @@ def parse_anchors(normalized: str) -> list[x509.Certificate]:
     return [x509.load_der_x509_certificate(block.der) for block in decode_pem(normalized)]
 
 
+def bundle_digest(normalized: str) -> str:
+    """The first 12 bytes of sha256(bundle) as 24 hex characters: the end of the bundle's
+    ClusterTrustBundle name, and the bundle's fingerprint in our metrics."""
+    return hashlib.sha256(normalized.encode("ascii")).hexdigest()[:24]
+
+
 def bundle_name(signer_name: str, normalized: str) -> str:
     """The ClusterTrustBundle name kube-controller-manager's publisher uses:
     `<signer with "/" → ":">:<first 12 bytes of sha256(bundle) as hex>`."""
-    digest = hashlib.sha256(normalized.encode("ascii")).hexdigest()[:24]
-    return f"{signer_name.replace('/', ':')}:{digest}"
+    return f"{signer_name.replace('/', ':')}:{bundle_digest(normalized)}"
+
+
+@dataclass(frozen=True)
+class TrustBundle:
+    """A normalised trust bundle read from a file: its text, its anchors (bundle order),
+    and `modified` — when this content was written to the file on this host (its mtime),
+    which is how the publisher tells a stale ConfigMap volume from a newer one."""
+
+    pem: str
+    anchors: tuple[x509.Certificate, ...]
+    modified: datetime
+
+    @property
+    def fingerprint(self) -> str:
+        return bundle_digest(self.pem)
+
+
+def anchor_ders(normalized: str) -> frozenset[bytes]:
+    """The DER bytes of each certificate of a bundle (normalised or not)."""
+    return frozenset(block.der for block in decode_pem(normalized) if block.type == "CERTIFICATE")
 
 
 def earliest_expiry(normalized: str) -> datetime:

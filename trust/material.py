@@ -4,17 +4,36 @@ a set of files is acceptable (SPEC §2), and when a changed set replaces the cur
 
 Decisions:
 
-- One validation, `validate_material`, serves start-up and hot reload: a set that would
-  fail start-up is never swapped in.
+- Two units, validated and swapped independently: the **trust bundle** (the publisher's
+  input: the bundle file alone, `validate_trust_bundle`) and the **signing set** (the
+  signer's: key, cert file, and the chain from the cert to an anchor of the bundle,
+  `validate_material`). A new bundle is published while a broken key or cert is
+  rejected, and a process running only the publisher needs no key at all. Each error
+  names the file at fault.
+- One validation per unit serves start-up and hot reload: a set that would fail start-up
+  is never swapped in.
+- A signing set is accepted only if it can issue: its signing certificate must outlive
+  the next hour (nothing shorter than 1 h is issued, SPEC §5.3; at start-up, with no
+  other set to keep, such a cert is accepted with a warning), and a throw-away leaf
+  issued with it must verify for server auth against its own anchors (`trust.probe`,
+  when a `LeafIssuer` is given — the manager always gives the signer's).
+- An anchor of the bundle that has expired is published (the file is the operator's
+  word) but warned about, once per bundle content.
+- While files on disk are rejected, `service_serving_ca_controller_material_invalid` is 1
+  (the reason is in the log); `service_serving_ca_controller_material_info` carries the
+  fingerprints of what is in use as labels (`trust_bundle`: the 24 hex that end the
+  ClusterTrustBundle's name; `signing_certificate`: sha256 of the signing cert's DER, as
+  `openssl x509 -fingerprint -sha256` prints it without colons, lowercase), so every
+  replica's view can be compared during a rotation.
 - The three files are read together and re-read if any content hash changed during the
   read, so a key from one version is never paired with a cert from another. Validation
   then works on the bytes read, never on the paths again.
 - Change detection polls content hashes (default every 2 s). It follows symlinks on every
   read, so Kubernetes' atomic `..data` swaps and in-place rewrites both show up.
 - An invalid set leaves the last good set in place. It is retried on every poll (a cert
-  whose notBefore is a second in the future becomes valid on its own), but logged and
-  counted in `material_reload_total{result="invalid"}` once per distinct (content,
-  problem) pair.
+  whose notBefore is a second in the future becomes valid on its own), but logged (the
+  problem under `err`) and counted in `material_reload_total{result="invalid"}` once per
+  distinct (content, problem) pair. `reload_now()` (SIGHUP) polls at once.
 - Errors are `MaterialError(path, problem)`: one line, naming the file; cryptography's
   exception texts are not passed through, so no key bytes can leak into a log.
 - Accepted signing keys: RSA ≥ 2048 bits, ECDSA P-256/P-384/P-521, Ed25519, as PKCS#8,
@@ -31,16 +50,17 @@ import stat
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TypeAlias
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol, TypeAlias
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from trust.bundle import BundleError, decode_pem, normalize_bundle, parse_anchors
+from trust.bundle import BundleError, TrustBundle, decode_pem, normalize_bundle, parse_anchors
+from trust.probe import chain_problem
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +68,24 @@ SigningKey: TypeAlias = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519
 
 _CURVES = ("secp256r1", "secp384r1", "secp521r1")
 _MAX_CHAIN_DEPTH = 10
+MIN_REMAINING = timedelta(hours=1)
+"""A signing certificate must outlive this, or nothing could be issued (SPEC §5.3)."""
+DEFAULT_DOMAIN = "cluster.local"
+
+
+class LeafIssuer(Protocol):
+    """Issue a serving certificate with `material` for `public_key` and `dns_names` at
+    `now`; return the PEM chain (leaf first) as it would go into a request's status.
+    Raises when the set cannot issue (e.g. its signing cert expires too soon). The
+    manager passes `signer.authority.issue_probe`."""
+
+    def __call__(
+        self,
+        material: SigningMaterial,
+        public_key: ec.EllipticCurvePublicKey,
+        dns_names: Sequence[str],
+        now: datetime,
+    ) -> str: ...
 
 
 class MaterialError(Exception):
@@ -74,6 +112,11 @@ class SigningMaterial:
     @property
     def signing_cert(self) -> x509.Certificate:
         return self.chain[0]
+
+    @functools.cached_property
+    def signing_fingerprint(self) -> str:
+        """sha256 of the signing certificate's DER, lowercase hex."""
+        return hashlib.sha256(self.chain[0].public_bytes(serialization.Encoding.DER)).hexdigest()
 
     @functools.cached_property
     def issuer_chain_pem(self) -> bytes:
@@ -182,6 +225,9 @@ def load_material(
     cert_path: str | os.PathLike[str],
     bundle_path: str | os.PathLike[str],
     now: datetime | None = None,
+    *,
+    issuer: LeafIssuer | None = None,
+    domain: str = DEFAULT_DOMAIN,
 ) -> SigningMaterial:
     """Read and validate the three files (SPEC §2). Raises `MaterialError`. A usable key
     file readable by group or others is logged as a warning (only once the set is valid,
@@ -189,11 +235,27 @@ def load_material(
     key_p, cert_p, bundle_p = os.fspath(key_path), os.fspath(cert_path), os.fspath(bundle_path)
     check_distinct(key_p, cert_p)
     files = read_files(key_p, cert_p, bundle_p)
-    material = validate_material(files, key_p, cert_p, bundle_p, now)
+    material = validate_material(
+        files, key_p, cert_p, bundle_p, now, issuer=issuer, domain=domain, starting=True
+    )
     warning = key_file_warning(key_p)
     if warning:
         log.warning(warning)
     return material
+
+
+def validate_trust_bundle(data: bytes, bundle_path: str, modified: datetime) -> TrustBundle:
+    """The publisher's unit: the bundle file on its own (SPEC §2, last bullet)."""
+    try:
+        pem = normalize_bundle(data)
+    except BundleError as err:
+        raise MaterialError(bundle_path, f"invalid trust bundle: {err}") from None
+    return TrustBundle(pem, tuple(parse_anchors(pem)), modified)
+
+
+def expired_anchors(bundle: TrustBundle, now: datetime) -> list[x509.Certificate]:
+    """Anchors of `bundle` whose notAfter has passed: published, but they verify nothing."""
+    return [a for a in bundle.anchors if a.not_valid_after_utc <= now]
 
 
 def validate_material(
@@ -202,13 +264,25 @@ def validate_material(
     cert_path: str,
     bundle_path: str,
     now: datetime | None = None,
+    *,
+    issuer: LeafIssuer | None = None,
+    domain: str = DEFAULT_DOMAIN,
+    starting: bool = False,
 ) -> SigningMaterial:
-    """SPEC §2 on bytes already read; the paths only name files in errors."""
+    """The signer's unit, SPEC §2 on bytes already read; the paths only name files in
+    errors. With `issuer`, a throw-away leaf issued with the set must verify for server
+    auth against the set's anchors (`trust.probe`).
+
+    A signing cert with less than `MIN_REMAINING` left is refused, except at start-up
+    (`starting`), where there is no better set to keep: it is accepted with a warning
+    (and without the probe, which cannot issue with it), so the process runs, publishes,
+    reports `SignerCertificateExpiring` and picks up rotated files within seconds
+    instead of crash-looping behind kubelet's back-off."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
     key = _parse_key(files.key, key_path)
     chain = _parse_chain(files.cert, cert_path)
     signing = chain[0]
-    _check_signing_ca(signing, cert_path, now)
+    short = _check_signing_ca(signing, cert_path, now, allow_short=starting)
     _check_key_matches(key, signing, key_path, cert_path)
     try:
         bundle = normalize_bundle(files.bundle)
@@ -220,7 +294,28 @@ def validate_material(
     for cert in chain:
         digest.update(cert.public_bytes(serialization.Encoding.DER))
     digest.update(bundle.encode("ascii"))
-    return SigningMaterial(key, chain, bundle, anchors, digest.hexdigest())
+    material = SigningMaterial(key, chain, bundle, anchors, digest.hexdigest())
+    if short:
+        log.warning(
+            "signing certificate expires within the hour; nothing can be issued until the "
+            "files are rotated",
+            extra={"file": cert_path, "notAfter": signing.not_valid_after_utc.isoformat()},
+        )
+    elif issuer is not None:
+        problem = chain_problem(
+            lambda public_key, names, at: issuer(material, public_key, names, at),
+            anchors,
+            bundle,
+            domain,
+            now,
+        )
+        if problem:
+            raise MaterialError(
+                cert_path,
+                f"a test certificate issued with this set does not verify for server auth "
+                f"against the anchors of {bundle_path}: {problem}",
+            )
+    return material
 
 
 def _parse_key(data: bytes, path: str) -> SigningKey:
@@ -330,10 +425,21 @@ def _validity_problem(cert: x509.Certificate, now: datetime) -> str | None:
     return None
 
 
-def _check_signing_ca(cert: x509.Certificate, path: str, now: datetime) -> None:
+def _check_signing_ca(
+    cert: x509.Certificate, path: str, now: datetime, *, allow_short: bool
+) -> bool:
+    """Raise unless `cert` can sign now; True when it expires within `MIN_REMAINING`
+    (an error unless `allow_short`)."""
     problem = _ca_problem(cert) or _validity_problem(cert, now)
+    short = problem is None and cert.not_valid_after_utc - now < MIN_REMAINING
+    if short and not allow_short:
+        problem = (
+            f"expires at {cert.not_valid_after_utc.isoformat()}, within the hour: no "
+            f"certificate of at least {MIN_REMAINING} could be issued"
+        )
     if problem:
         raise MaterialError(path, f"signing certificate {_describe(cert)} {problem}")
+    return short
 
 
 def _spki(key: object) -> bytes:
@@ -422,114 +528,282 @@ def _check_chains_to_anchor(
 # hot reload ---------------------------------------------------------------------------
 
 Listener = Callable[[SigningMaterial], object]
+BundleListener = Callable[[TrustBundle], object]
+_Digest: TypeAlias = tuple[str, ...]
+
+
+class MaterialMetrics:
+    """`material_reload_total{result}`, `material_invalid` and `material_info{...}`."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        registry = registry if registry is not None else CollectorRegistry()
+        self.reloads = Counter(
+            "service_serving_ca_controller_material_reload_total",
+            "Reloads of the signing key, certificate and trust bundle files, by result.",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("ok", "invalid"):
+            self.reloads.labels(result)
+        self.invalid = Gauge(
+            "service_serving_ca_controller_material_invalid",
+            "1 while the signing-material files on disk are rejected (the last good set "
+            "stays in use; the reason is logged), else 0.",
+            registry=registry,
+        )
+        self.info = Gauge(
+            "service_serving_ca_controller_material_info",
+            "Always 1; the labels fingerprint the material in use: trust_bundle (the hash "
+            "that ends the ClusterTrustBundle name) and signing_certificate (sha256 of DER).",
+            ["trust_bundle", "signing_certificate"],
+            registry=registry,
+        )
+
+    def show(self, bundle: TrustBundle, material: SigningMaterial | None) -> None:
+        self.info.clear()
+        signing = material.signing_fingerprint if material is not None else ""
+        self.info.labels(bundle.fingerprint, signing).set(1)
 
 
 class MaterialSource:
-    """The current signing material, re-read when the files change.
+    """The current trust bundle and signing set, re-read when the files change.
 
-    Constructing it loads and validates the files (raises `MaterialError`). `run(stop)`
-    polls; each poll that sees changed content validates the new set and either swaps it
-    in (then calls every listener with it) or keeps the old one.
+    Constructing it loads and validates the files (raises `MaterialError`). Without
+    `key_path`/`cert_path` only the trust bundle is watched (a publisher-only process).
+    `run(stop)` polls; each poll that sees changed content validates each changed unit
+    and either swaps it in (then calls that unit's listeners) or keeps the old one.
     """
 
     def __init__(
         self,
-        key_path: str | os.PathLike[str],
-        cert_path: str | os.PathLike[str],
+        key_path: str | os.PathLike[str] | None,
+        cert_path: str | os.PathLike[str] | None,
         bundle_path: str | os.PathLike[str],
         registry: CollectorRegistry | None = None,
         poll_interval: float = 2.0,
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        issuer: LeafIssuer | None = None,
+        domain: str = DEFAULT_DOMAIN,
     ) -> None:
-        self.key_path = os.fspath(key_path)
-        self.cert_path = os.fspath(cert_path)
+        if (key_path is None) != (cert_path is None):
+            raise ValueError("key_path and cert_path are given together or not at all")
+        self.key_path = os.fspath(key_path) if key_path is not None else None
+        self.cert_path = os.fspath(cert_path) if cert_path is not None else None
         self.bundle_path = os.fspath(bundle_path)
         self.poll_interval = poll_interval
         self._clock = clock
+        self._issuer = issuer
+        self._domain = domain
         self._lock = threading.Lock()
+        self._wake = threading.Event()
         self._listeners: list[Listener] = []
-        self._reloads = Counter(
-            "service_serving_ca_controller_material_reload_total",
-            "Reloads of the signing key, certificate and trust bundle files, by result.",
-            ["result"],
-            registry=registry if registry is not None else CollectorRegistry(),
-        )
-        for result in ("ok", "invalid"):
-            self._reloads.labels(result)
-        check_distinct(self.key_path, self.cert_path)
-        files = read_files(self.key_path, self.cert_path, self.bundle_path)
-        self._current = validate_material(
-            files, self.key_path, self.cert_path, self.bundle_path, clock()
-        )
-        self._warn_key_mode()
-        self._digest = files.digest
-        self._failure: tuple[tuple[str, str, str] | None, str] | None = None
+        self._bundle_listeners: list[BundleListener] = []
+        self._metrics = MaterialMetrics(registry)
+        self._failures: dict[str, tuple[_Digest | None, str]] = {}
+        data, modified = self._read_bundle()
+        self._bundle = validate_trust_bundle(data, self.bundle_path, modified)
+        self._bundle_digest: _Digest = (hashlib.sha256(data).hexdigest(),)
+        self._material: SigningMaterial | None = None
+        self._digest: _Digest = ()
+        if self.key_path is not None and self.cert_path is not None:
+            check_distinct(self.key_path, self.cert_path)
+            files = read_files(self.key_path, self.cert_path, self.bundle_path)
+            self._material = self._validate(files, starting=True)
+            self._digest = files.digest
+            self._warn_key_mode()
+        self._warn_expired_anchors(self._bundle)
+        self._metrics.show(self._bundle, self._material)
+
+    # what is in use --------------------------------------------------------------------
 
     def current(self) -> SigningMaterial:
+        """The signing set in use. Raises `RuntimeError` when none is configured."""
         with self._lock:
-            return self._current
+            material = self._material
+        if material is None:
+            raise RuntimeError("no signing key and certificate configured")
+        return material
+
+    def trust_bundle(self) -> TrustBundle:
+        """The trust bundle in use (the publisher's input)."""
+        with self._lock:
+            return self._bundle
 
     def add_listener(self, listener: Listener) -> None:
-        """`listener(material)` runs on the polling thread after each swap."""
+        """`listener(material)` runs on the polling thread after each signing-set swap."""
         self._listeners.append(listener)
 
+    def add_bundle_listener(self, listener: BundleListener) -> None:
+        """`listener(bundle)` runs on the polling thread after each trust-bundle swap."""
+        self._bundle_listeners.append(listener)
+
+    # polling ---------------------------------------------------------------------------
+
     def run(self, stop: threading.Event) -> None:
-        """Poll until `stop` is set."""
-        while not stop.wait(self.poll_interval):
-            self.poll()
+        """Poll every `poll_interval`, or at once after `reload_now()`, until `stop`."""
+        interval = min(self.poll_interval, 0.2)
+        waited = 0.0
+        while not stop.is_set():
+            woken = self._wake.wait(interval)
+            waited += interval
+            if stop.is_set():
+                return
+            if woken or waited >= self.poll_interval:
+                self._wake.clear()
+                waited = 0.0
+                self.poll()
+
+    def reload_now(self) -> None:
+        """Re-read the files at once (SIGHUP), instead of at the next poll."""
+        self._wake.set()
 
     def poll(self) -> bool:
-        """Check the files once. True when a new set was swapped in."""
-        digest: tuple[str, str, str] | None = None
+        """Check the files once. True when a new trust bundle or signing set was swapped
+        in."""
+        swapped = self._poll_bundle()
+        if self.key_path is not None:
+            swapped = self._poll_signing_set() or swapped
+        if swapped:
+            self._metrics.reloads.labels("ok").inc()
+            with self._lock:
+                bundle, material = self._bundle, self._material
+            self._metrics.show(bundle, material)
+        return swapped
+
+    def _poll_bundle(self) -> bool:
+        digest: _Digest | None = None
+        try:
+            data, modified = self._read_bundle()
+            digest = (hashlib.sha256(data).hexdigest(),)
+            if digest == self._bundle_digest:
+                self._clear_failure("bundle")
+                return False
+            bundle = validate_trust_bundle(data, self.bundle_path, modified)
+        except MaterialError as err:
+            self._record_failure("bundle", digest, str(err))
+            return False
+        with self._lock:
+            previous, self._bundle = self._bundle, bundle
+            self._bundle_digest = digest
+        self._clear_failure("bundle")
+        log.info(
+            "trust bundle reloaded",
+            extra={
+                "file": self.bundle_path,
+                "trustBundle": bundle.fingerprint,
+                "previous": previous.fingerprint,
+                "anchors": len(bundle.anchors),
+            },
+        )
+        self._warn_expired_anchors(bundle)
+        self._notify(self._bundle_listeners, bundle)
+        return True
+
+    def _poll_signing_set(self) -> bool:
+        assert self.key_path is not None and self.cert_path is not None
+        digest: _Digest | None = None
         try:
             check_distinct(self.key_path, self.cert_path)
             files = read_files(self.key_path, self.cert_path, self.bundle_path)
             digest = files.digest
             if digest == self._digest:
-                self._failure = None
+                self._clear_failure("signing")
                 return False
-            material = validate_material(
-                files, self.key_path, self.cert_path, self.bundle_path, self._clock()
-            )
+            material = self._validate(files)
         except MaterialError as err:
-            self._record_failure(digest, str(err))
+            self._record_failure("signing", digest, str(err))
             return False
         with self._lock:
-            previous = self._current
-            self._current = material
+            previous, self._material = self._material, material
             self._digest = digest
-        self._failure = None
-        self._reloads.labels("ok").inc()
+        self._clear_failure("signing")
         self._warn_key_mode()
         log.info(
             "signing material reloaded",
             extra={
                 "fingerprint": material.fingerprint,
-                "previous": previous.fingerprint,
+                "previous": previous.fingerprint if previous is not None else None,
+                "signingCertificate": material.signing_fingerprint,
                 "signingCertNotAfter": material.signing_cert.not_valid_after_utc.isoformat(),
             },
         )
-        for listener in list(self._listeners):
-            try:
-                listener(material)
-            except Exception:
-                log.exception("signing-material listener failed")
+        self._notify(self._listeners, material)
         return True
 
-    def _record_failure(self, digest: tuple[str, str, str] | None, message: str) -> None:
-        failure = (digest, message)
-        if failure == self._failure:
-            return
-        self._failure = failure
-        self._reloads.labels("invalid").inc()
-        log.error(
-            "signing material rejected; still using the previous set: %s",
-            message,
-            extra={"fingerprint": self.current().fingerprint},
+    def _validate(self, files: MaterialFiles, *, starting: bool = False) -> SigningMaterial:
+        assert self.key_path is not None and self.cert_path is not None
+        return validate_material(
+            files,
+            self.key_path,
+            self.cert_path,
+            self.bundle_path,
+            self._clock(),
+            issuer=self._issuer,
+            domain=self._domain,
+            starting=starting,
         )
 
+    def _read_bundle(self) -> tuple[bytes, datetime]:
+        data = _read(self.bundle_path)
+        try:
+            modified = datetime.fromtimestamp(os.stat(self.bundle_path).st_mtime, UTC)
+        except OSError:
+            modified = self._clock()
+        return data, modified
+
+    @staticmethod
+    def _notify(listeners: Sequence[Callable[[Any], object]], value: object) -> None:
+        for listener in list(listeners):
+            try:
+                listener(value)
+            except Exception:
+                log.exception("signing-material listener failed")
+
+    # failures --------------------------------------------------------------------------
+
+    def _record_failure(self, unit: str, digest: _Digest | None, message: str) -> None:
+        failure = (digest, message)
+        if self._failures.get(unit) == failure:
+            return
+        already_said = any(m == message for u, (_, m) in self._failures.items() if u != unit)
+        self._failures[unit] = failure
+        self._metrics.invalid.set(1)
+        if already_said:
+            return
+        self._metrics.reloads.labels("invalid").inc()
+        with self._lock:
+            in_use = self._bundle.fingerprint if unit == "bundle" else self._in_use_fingerprint()
+        log.error(
+            "signing material rejected; still using the previous set"
+            if unit == "signing"
+            else "trust bundle rejected; still publishing the previous one",
+            extra={"err": message, "fingerprint": in_use},
+        )
+
+    def _in_use_fingerprint(self) -> str | None:
+        return self._material.fingerprint if self._material is not None else None
+
+    def _clear_failure(self, unit: str) -> None:
+        if self._failures.pop(unit, None) is not None and not self._failures:
+            self._metrics.invalid.set(0)
+            log.info("signing-material files accepted again")
+
     def _warn_key_mode(self) -> None:
+        if self.key_path is None:
+            return
         warning = key_file_warning(self.key_path)
         if warning:
             log.warning(warning)
+
+    def _warn_expired_anchors(self, bundle: TrustBundle) -> None:
+        for anchor in expired_anchors(bundle, self._clock()):
+            log.warning(
+                "trust bundle holds an expired anchor; it is published but verifies nothing "
+                "(remove it from the file)",
+                extra={
+                    "file": self.bundle_path,
+                    "anchor": anchor.subject.rfc4514_string(),
+                    "notAfter": anchor.not_valid_after_utc.isoformat(),
+                },
+            )

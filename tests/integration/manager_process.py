@@ -32,6 +32,8 @@ def eventually(probe: Callable[[], bool], timeout: float, interval: float = 0.05
 class SignerProcess:
     """One `run` process. `stop()` is idempotent; the log is JSON lines."""
 
+    host = "127.0.0.1"  # where the ops servers listen, as a URL host (`[::1]` for IPv6)
+
     def __init__(
         self,
         kubeconfig: Path | str,
@@ -39,22 +41,28 @@ class SignerProcess:
         log_path: Path,
         *args: str,
         signer_name: str = PRODUCT_SIGNER,
+        host: str = "127.0.0.1",
+        key_and_cert: bool = True,
     ) -> None:
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.log_path = log_path
+        self.host = f"[{host}]" if ":" in host else host
+        ca_files = [
+            f"--service-serving-key={ca_dir / 'ca.key'}",
+            f"--service-serving-cert={ca_dir / 'ca.crt'}",
+        ]
         self.args = [
             sys.executable,
             "-m",
             "manager",
             "run",
             f"--kubeconfig={kubeconfig}",
-            f"--service-serving-key={ca_dir / 'ca.key'}",
-            f"--service-serving-cert={ca_dir / 'ca.crt'}",
+            *(ca_files if key_and_cert else []),
             f"--service-serving-trust-bundle={ca_dir / 'trust-bundle.pem'}",
             f"--signer-name={signer_name}",
-            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+            f"--metrics-bind-address={self.host}:{self.metrics_port}",
+            f"--health-probe-bind-address={self.host}:{self.health_port}",
             "--log-format=json",
             *args,
         ]
@@ -63,7 +71,7 @@ class SignerProcess:
 
     def url(self, path: str) -> str:
         port = self.metrics_port if path == "/metrics" else self.health_port
-        return f"http://127.0.0.1:{port}{path}"
+        return f"http://{self.host}:{port}{path}"
 
     def get(self, path: str) -> tuple[int, str]:
         return http_get(self.url(path))

@@ -95,13 +95,13 @@ class RunningPublisher:
         )
         self.controller = PublisherController(
             client,
-            lambda: self.material.current().trust_bundle,
+            self.material.trust_bundle,
             signer_name=signer,
             ctb_version=ctb_version(client),
             registry=self.registry,
             resync_period=2.0,
         )
-        self.material.add_listener(self.controller.trigger)
+        self.material.add_bundle_listener(self.controller.trigger)
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
 
@@ -122,7 +122,7 @@ class RunningPublisher:
 
     def published(self) -> JSON | None:
         """The one bundle of our signer with the expected name and content, or None."""
-        bundle = self.material.current().trust_bundle
+        bundle = self.material.trust_bundle().pem
         objs = bundles_of(self.client, self.signer)
         name = bundle_name(self.signer, bundle)
         if [o["metadata"]["name"] for o in objs] != [name]:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
@@ -355,7 +355,8 @@ def test_keeps_last_good_set_on_mismatched_pair_then_takes_the_fixed_one(
             assert source.poll() is False
     assert source.current() is good
     assert reload_count(registry, "invalid") == 1  # once per distinct failure
-    assert caplog.text.count("does not match") == 1
+    errors = [str(getattr(r, "err", "")) for r in caplog.records]
+    assert sum("does not match" in e for e in errors) == 1
     (tmp_path / "ca.crt").write_bytes(cert_pem(new.cert))
     assert source.poll() is True
     assert source.current().signing_cert == new.cert
@@ -382,8 +383,9 @@ def test_retries_a_set_that_becomes_valid_with_time(tmp_path: Path) -> None:
     source = MaterialSource(*paths(tmp_path), registry, clock=lambda: now[0])
     future = generate_ca("soon", not_before=now[0] + timedelta(seconds=30))
     write_ca(tmp_path, ca=future, overwrite=True)
+    source.poll()  # the new bundle alone is valid and swapped in; the signing set is not
     assert source.poll() is False
-    assert source.poll() is False
+    assert source.current().signing_cert != future.cert
     now[0] += timedelta(minutes=1)
     assert source.poll() is True
     assert source.current().signing_cert == future.cert
@@ -418,4 +420,130 @@ def test_run_polls_until_stopped(ca_dir: Path) -> None:
     assert swapped.wait(5)
     stop.set()
     thread.join(5)
+    assert not thread.is_alive()
+
+
+# two units: the trust bundle (publisher) and the signing set (signer) -----------------
+
+
+def sample(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> float:
+    value = registry.get_sample_value(name, labels or {})
+    assert value is not None, name
+    return value
+
+
+def info_labels(registry: CollectorRegistry) -> dict[str, str]:
+    for metric in registry.collect():
+        if metric.name == "service_serving_ca_controller_material_info":
+            (s,) = [s for s in metric.samples if s.value == 1]
+            return dict(s.labels)
+    raise AssertionError("no material_info")
+
+
+def test_new_bundle_is_taken_while_the_key_is_broken(tmp_path: Path) -> None:
+    write_ca(tmp_path, ca=pki.ca("material"))
+    registry = CollectorRegistry()
+    source = MaterialSource(*paths(tmp_path), registry)
+    bundles: list[str] = []
+    source.add_bundle_listener(lambda b: bundles.append(b.pem))
+    good = source.current()
+    (tmp_path / "ca.key").write_bytes(key_pem(pki.ca("other").key))  # mismatched key
+    both = cert_pem(pki.ca("material").cert, pki.ca("material-2").cert)
+    (tmp_path / "trust-bundle.pem").write_bytes(both)
+    assert source.poll() is True
+    assert len(source.trust_bundle().anchors) == 2
+    assert bundles == [source.trust_bundle().pem]
+    assert source.current() is good  # the signing set keeps the last good one
+    assert sample(registry, "service_serving_ca_controller_material_invalid") == 1
+
+
+def test_bad_bundle_is_refused_naming_the_bundle_file_and_the_old_one_kept(tmp_path: Path) -> None:
+    write_ca(tmp_path, ca=pki.ca("material"))
+    source = MaterialSource(*paths(tmp_path), CollectorRegistry())
+    good = source.trust_bundle()
+    (tmp_path / "trust-bundle.pem").write_text("-----BEGIN CERTIFICATE-----\nMII")
+    assert source.poll() is False
+    assert source.trust_bundle() is good
+    with pytest.raises(MaterialError, match=r"trust-bundle\.pem: invalid trust bundle"):
+        MaterialSource(*paths(tmp_path), CollectorRegistry())
+
+
+def test_bundle_only_source_needs_no_key_or_cert(tmp_path: Path) -> None:
+    write_ca(tmp_path, ca=pki.ca("material"))
+    (tmp_path / "ca.key").unlink()
+    registry = CollectorRegistry()
+    source = MaterialSource(None, None, tmp_path / "trust-bundle.pem", registry)
+    assert source.trust_bundle().anchors == (pki.ca("material").cert,)
+    with pytest.raises(RuntimeError):
+        source.current()
+    assert info_labels(registry) == {
+        "trust_bundle": source.trust_bundle().fingerprint,
+        "signing_certificate": "",
+    }
+
+
+def test_invalid_gauge_is_one_while_files_are_rejected_and_info_names_what_is_in_use(
+    tmp_path: Path,
+) -> None:
+    from trust.bundle import bundle_name
+
+    write_ca(tmp_path, ca=pki.ca("material"))
+    registry = CollectorRegistry()
+    source = MaterialSource(*paths(tmp_path), registry)
+    assert sample(registry, "service_serving_ca_controller_material_invalid") == 0
+    first = info_labels(registry)
+    assert bundle_name("x/y", source.trust_bundle().pem).endswith(":" + first["trust_bundle"])
+    expected = pki.ca("material").cert.fingerprint(hashes.SHA256()).hex()
+    assert first["signing_certificate"] == expected
+    (tmp_path / "ca.key").write_bytes(key_pem(pki.ca("other").key))
+    source.poll()
+    assert sample(registry, "service_serving_ca_controller_material_invalid") == 1
+    source.poll()
+    assert sample(registry, "service_serving_ca_controller_material_invalid") == 1
+    assert info_labels(registry) == first
+    write_ca(tmp_path, ca=pki.ca("other"), overwrite=True)
+    assert source.poll() is True
+    assert sample(registry, "service_serving_ca_controller_material_invalid") == 0
+    now = info_labels(registry)
+    assert now["signing_certificate"] == pki.ca("other").cert.fingerprint(hashes.SHA256()).hex()
+    assert now["trust_bundle"] != first["trust_bundle"]
+
+
+def test_expired_anchor_is_kept_but_warned_about_once_per_bundle(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = generate_ca(
+        "expired root",
+        not_before=datetime(2019, 1, 1, tzinfo=UTC),
+        validity=timedelta(days=365),
+    )
+    write_ca(tmp_path, ca=pki.ca("material"))
+    (tmp_path / "trust-bundle.pem").write_bytes(cert_pem(pki.ca("material").cert, old.cert))
+    with caplog.at_level(logging.WARNING):
+        source = MaterialSource(*paths(tmp_path), CollectorRegistry())
+        source.poll()
+        source.poll()
+    assert len(source.trust_bundle().anchors) == 2
+    warnings = [r for r in caplog.records if "expired anchor" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].__dict__["anchor"] == "CN=expired root"
+
+
+def test_reload_now_polls_without_waiting_for_the_interval(ca_dir: Path) -> None:
+    import threading
+
+    source = MaterialSource(*paths(ca_dir), CollectorRegistry(), poll_interval=3600)
+    swapped = threading.Event()
+    source.add_bundle_listener(lambda _b: swapped.set())
+    stop = threading.Event()
+    thread = threading.Thread(target=source.run, args=(stop,))
+    thread.start()
+    try:
+        bundle = ca_dir / "trust-bundle.pem"
+        bundle.write_bytes(bundle.read_bytes() + cert_pem(pki.ca("other").cert))
+        source.reload_now()
+        assert swapped.wait(10)
+    finally:
+        stop.set()
+        thread.join(5)
     assert not thread.is_alive()

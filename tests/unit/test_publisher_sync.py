@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -11,13 +13,14 @@ from kube.client import JSON, ApiError
 from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, NotSynced, PublisherController
 from signer.ca import cert_pem
 from tests.unit import pki
-from trust.bundle import bundle_name, earliest_expiry, normalize_bundle
+from trust.bundle import TrustBundle, bundle_name, earliest_expiry, normalize_bundle, parse_anchors
 
 SIGNER = "kubernetes.io/service-serving"
 PATH = "/apis/certificates.k8s.io/v1/clustertrustbundles"
 BUNDLE = normalize_bundle(cert_pem(pki.ca("pub-a").cert))
 OTHER_BUNDLE = normalize_bundle(cert_pem(pki.ca("pub-b").cert))
 NAME = bundle_name(SIGNER, BUNDLE)
+FILE_MODIFIED = datetime(2026, 12, 1, 10, 0, 0, 500000, tzinfo=UTC)
 
 
 class FakeClient:
@@ -56,26 +59,42 @@ class FakeCache:
         return list(self.objects.values())
 
 
-def ctb(name: str, bundle: str, signer: str = SIGNER, labels: dict[str, str] | None = None) -> JSON:
+def ctb(
+    name: str,
+    bundle: str,
+    signer: str = SIGNER,
+    labels: dict[str, str] | None = None,
+    created: datetime | None = None,
+) -> JSON:
+    metadata: JSON = {
+        "name": name,
+        "uid": f"uid-{name}",
+        "resourceVersion": "7",
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY} if labels is None else labels,
+    }
+    if created is not None:
+        metadata["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "certificates.k8s.io/v1",
         "kind": "ClusterTrustBundle",
-        "metadata": {
-            "name": name,
-            "uid": f"uid-{name}",
-            "resourceVersion": "7",
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY} if labels is None else labels,
-        },
+        "metadata": metadata,
         "spec": {"signerName": signer, "trustBundle": bundle},
     }
 
 
+def trust_bundle(pem: str = BUNDLE, modified: datetime = FILE_MODIFIED) -> TrustBundle:
+    return TrustBundle(pem, tuple(parse_anchors(pem)), modified)
+
+
 def controller(
-    cache: FakeCache, client: FakeClient, registry: CollectorRegistry | None = None
+    cache: FakeCache,
+    client: FakeClient,
+    registry: CollectorRegistry | None = None,
+    source: TrustBundle | None = None,
 ) -> PublisherController:
     return PublisherController(
         client,  # type: ignore[arg-type]
-        lambda: BUNDLE,
+        lambda: source or trust_bundle(),
         signer_name=SIGNER,
         ctb_version="v1",
         registry=registry or CollectorRegistry(),
@@ -172,3 +191,66 @@ def test_success_counts_200_and_sets_expiry_gauge() -> None:
         registry.get_sample_value("service_serving_ca_controller_trust_bundle_expiry_seconds")
         == earliest_expiry(BUNDLE).timestamp()
     )
+
+
+# a replica with a stale ConfigMap volume (issue 10, item 5) -------------------------
+
+BOTH = normalize_bundle(cert_pem(pki.ca("pub-a").cert, pki.ca("pub-b").cert))
+
+
+def deletes(client: FakeClient) -> list[str]:
+    return [unquote(path.rsplit("/", 1)[1]) for verb, path, _ in client.actions if verb == "delete"]
+
+
+def test_keeps_a_newer_bundle_of_ours_holding_an_anchor_our_file_lacks() -> None:
+    # Another replica published old + new root after our file was last written here.
+    newer = ctb(bundle_name(SIGNER, BOTH), BOTH, created=FILE_MODIFIED + timedelta(minutes=1))
+    client = FakeClient()
+    controller(FakeCache([newer]), client).sync()
+    assert [verb for verb, _, _ in client.actions] == ["create"]  # ours, beside it
+    assert deletes(client) == []
+
+
+def test_keeps_it_when_created_in_the_same_second_as_our_file_changed() -> None:
+    newer = ctb(bundle_name(SIGNER, BOTH), BOTH, created=FILE_MODIFIED.replace(microsecond=0))
+    client = FakeClient()
+    controller(FakeCache([ctb(NAME, BUNDLE), newer]), client).sync()
+    assert deletes(client) == []
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "older-than-our-file",
+        "no-managed-by-label",
+        "lacks-anchors-instead",
+        "no-creation-timestamp",
+    ],
+)
+def test_deletes_other_bundles_that_are_not_newer_and_ours(case: str) -> None:
+    created: datetime | None = FILE_MODIFIED + timedelta(minutes=1)
+    labels: dict[str, str] | None = None
+    ours, theirs = BUNDLE, BOTH
+    if case == "older-than-our-file":
+        created = FILE_MODIFIED - timedelta(minutes=1)
+    elif case == "no-managed-by-label":
+        labels = {}
+    elif case == "lacks-anchors-instead":  # runbook step 3: our file dropped the old root
+        ours, theirs = BOTH, BUNDLE
+    else:
+        created = None
+    other = ctb(bundle_name(SIGNER, theirs), theirs, labels=labels, created=created)
+    client = FakeClient()
+    pub = controller(
+        FakeCache([ctb(bundle_name(SIGNER, ours), ours), other]), client, None, trust_bundle(ours)
+    )
+    pub.sync()
+    assert deletes(client) == [bundle_name(SIGNER, theirs)]
+
+
+def test_deletes_the_kept_bundle_once_our_file_changes_after_it() -> None:
+    newer = ctb(bundle_name(SIGNER, BOTH), BOTH, created=FILE_MODIFIED + timedelta(minutes=1))
+    client = FakeClient()
+    later = trust_bundle(BUNDLE, FILE_MODIFIED + timedelta(minutes=5))  # e.g. a revert
+    controller(FakeCache([ctb(NAME, BUNDLE), newer]), client, None, later).sync()
+    assert deletes(client) == [bundle_name(SIGNER, BOTH)]

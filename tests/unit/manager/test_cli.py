@@ -180,7 +180,7 @@ def test_bad_options_fail_with_one_error_line_and_status_1(
 
 
 def test_missing_required_file_flag_is_one_line(captured: list[Options]) -> None:
-    result = invoke(["run", FILES[0]])
+    result = invoke(["run", FILES[0], FILES[2]])
     assert result.exit_code == 1
     assert result.stderr.count("\n") == 1
     assert "--service-serving-cert" in result.stderr

@@ -100,3 +100,25 @@ def test_transport_loggers_are_quiet_below_v9() -> None:
     stream, _ = emit("text", 9)
     logging.getLogger("urllib3.connectionpool").debug("Starting new HTTPS connection")
     assert "Starting new HTTPS connection" in stream.getvalue()
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_json_ts_is_milliseconds_since_the_epoch_like_klog() -> None:
+    import time
+
+    stream, log = emit("json")
+    before = time.time() * 1000.0
+    log.info("tick")
+    after = time.time() * 1000.0
+    entry = json.loads(stream.getvalue())
+    assert isinstance(entry["ts"], float)
+    assert before - 1 <= entry["ts"] <= after + 1
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_json_error_passed_as_value_is_a_string_under_err() -> None:
+    stream, log = emit("json")
+    log.error("signing material rejected", extra={"err": ValueError("/ca/tls.key: no key")})
+    entry = json.loads(stream.getvalue())
+    assert entry["msg"] == "signing material rejected"
+    assert entry["err"] == "/ca/tls.key: no key"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -10,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from manager.ops import Checks, OpsServer, start_servers
-from manager.options import BindAddress
+from manager.ops import BindError, Checks, OpsServer, bind_socket, start_servers
+from manager.options import BindAddress, parse_bind_address
 
 LOCAL = BindAddress("127.0.0.1", 0)
 
@@ -156,3 +158,91 @@ def test_equal_addresses_share_one_server(registry: CollectorRegistry) -> None:
 
 def test_zero_disables_both(registry: CollectorRegistry) -> None:
     assert start_servers(None, None, registry=registry, checks=Checks()) == []
+
+
+# listening: Go's net.Listen semantics, IPv6 ------------------------------------------
+
+
+def get_url(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_ipv6_loopback_address_serves_health_and_metrics(registry: CollectorRegistry) -> None:
+    address = parse_bind_address("[::1]:0")
+    assert address is not None
+    ops = OpsServer(address, registry=registry, checks=Checks())
+    ops.start()
+    try:
+        assert get_url(f"http://[::1]:{ops.port}/healthz") == (200, "ok\n")
+        status, body = get_url(f"http://[::1]:{ops.port}/metrics")
+        assert status == 200
+        assert "service_serving_ca_controller_requests_total" in body
+    finally:
+        ops.stop()
+
+
+@pytest.mark.parametrize("text", [":0", "[::]:0"])
+def test_any_address_binds_one_dual_stack_ipv6_socket_like_go(text: str) -> None:
+    # Bound but never listening: nothing is exposed beyond loopback.
+    address = parse_bind_address(text)
+    assert address is not None
+    sock = bind_socket(address)
+    try:
+        assert sock.family == socket.AF_INET6
+        assert sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 0
+        assert sock.getsockname()[0] == "::"
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize(("text", "host"), [("0.0.0.0:0", "0.0.0.0"), ("127.0.0.1:0", "127.0.0.1")])
+def test_ipv4_addresses_bind_ipv4(text: str, host: str) -> None:
+    address = parse_bind_address(text)
+    assert address is not None
+    sock = bind_socket(address)
+    try:
+        assert sock.family == socket.AF_INET
+        assert sock.getsockname()[0] == host
+    finally:
+        sock.close()
+
+
+def test_any_address_falls_back_to_ipv4_on_a_host_without_ipv6(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_socket = socket.socket
+
+    def no_ipv6(family: int = socket.AF_INET, *args: object, **kwargs: object) -> socket.socket:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real_socket(family, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "socket", no_ipv6)
+    sock = bind_socket(BindAddress("", 0))
+    try:
+        assert sock.family == socket.AF_INET
+        assert sock.getsockname()[0] == "0.0.0.0"
+    finally:
+        sock.close()
+
+
+def test_address_in_use_is_a_one_line_bind_error(registry: CollectorRegistry) -> None:
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(BindError) as info:
+            start_servers(
+                BindAddress("127.0.0.1", 0),
+                BindAddress("127.0.0.1", port),
+                registry=registry,
+                checks=Checks(),
+            )
+        assert str(info.value) == f"127.0.0.1:{port}: Address already in use"
+    finally:
+        taken.close()

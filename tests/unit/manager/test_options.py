@@ -17,6 +17,8 @@ from manager.options import (
     parse_bind_address,
     parse_controllers,
     parse_duration,
+    signer_name_problem,
+    validate_signer_name,
 )
 
 
@@ -154,8 +156,8 @@ def test_options_are_immutable() -> None:
         ({"max_certificate_lifetime": 25 * 3600}, "--max-certificate-lifetime", "exceeds 24h"),
         ({"max_certificate_lifetime": 59 * 60}, "--max-certificate-lifetime", "1h minimum"),
         ({"cluster_service_domain": "Cluster.Local"}, "--cluster-service-domain", "DNS"),
-        ({"signer_name": "no-slash"}, "--signer-name", "<domain>/<name>"),
-        ({"signer_name": "example.com/a/b"}, "--signer-name", "<domain>/<name>"),
+        ({"signer_name": "no-slash"}, "--signer-name", "domain and path"),
+        ({"signer_name": "example.com/a/b"}, "--signer-name", "domain and path"),
         ({"concurrent_syncs": 0}, "--concurrent-syncs", "at least 1"),
         ({"pcr_api_version": "v2"}, "--pcr-api-version", "not one of"),
         ({"kube_api_burst": 0}, "--kube-api-burst", "at least 1"),
@@ -216,3 +218,70 @@ def test_lease_namespace_falls_back_to_pod_namespace_env_then_kube_system(
     missing = str(tmp_path / "absent")
     assert default_leader_election_namespace(missing, {"POD_NAMESPACE": "ops"}) == "ops"
     assert default_leader_election_namespace(missing, {}) == "kube-system"
+
+
+# --signer-name: kube-apiserver's ValidateSignerName ----------------------------------
+
+ACCEPTED_SIGNER_NAMES = [
+    "kubernetes.io/service-serving",
+    "example.com/serving",
+    "a.b/c",
+    "sub.example.com/ns.name",  # <fqdn>/<namespace>.<name>
+    "example.com/1serving",
+    "x-1.example.com/a-b.c-d",
+    "example.com/" + "a" * 253,
+    ".".join(["a" * 63] * 3) + "." + "b" * 61 + "/" + "p" * 253 + "." + "q" * 63,  # 571
+]
+
+REJECTED_SIGNER_NAMES = [
+    ("", "must not be empty"),
+    ("example.com", "domain and path"),
+    ("example.com/", "path label ''"),
+    ("/serving", "domain label ''"),
+    ("example.com/a/b", "domain and path"),
+    ("Example.com/serving", "domain label 'Example'"),
+    ("example.com/Serving", "path label 'Serving'"),
+    ("example.com/my_signer", "path label 'my_signer'"),
+    ("my_domain.com/serving", "domain label 'my_domain'"),
+    ("localhost/serving", "at least two segments"),
+    ("example.com/a..b", "path label ''"),
+    ("example.com/-a", "path label '-a'"),
+    ("example..com/a", "domain label ''"),
+    ("example.com./a", "domain label ''"),
+    ("a" * 64 + ".com/serving", "domain label"),
+    ("example.com/" + "a" * 254, "path label"),
+    (".".join(["a" * 63] * 4) + ".b/c", "longer than 253"),
+    (".".join(["a" * 63] * 3) + "." + "b" * 61 + "/" + "p" * 253 + "." + "q" * 64, "571"),
+]
+
+
+@pytest.mark.parametrize("name", ACCEPTED_SIGNER_NAMES, ids=lambda n: n[:40])
+def test_signer_names_kube_apiserver_accepts_are_accepted(name: str) -> None:
+    assert signer_name_problem(name) is None
+    validate_signer_name(name)
+
+
+@pytest.mark.parametrize(("name", "fragment"), REJECTED_SIGNER_NAMES, ids=lambda v: str(v)[:40])
+def test_signer_names_kube_apiserver_rejects_fail_with_one_line_reason(
+    name: str, fragment: str
+) -> None:
+    with pytest.raises(OptionsError) as info:
+        validate_signer_name(name)
+    text = str(info.value)
+    assert text.startswith("--signer-name: ")
+    assert fragment in text, text
+    assert "\n" not in text
+
+
+def test_publisher_only_needs_no_ca_key_or_cert() -> None:
+    opts = Options(
+        service_serving_key="",
+        service_serving_cert="",
+        service_serving_trust_bundle="/etc/ca/bundle.pem",
+        controllers=frozenset({"publisher"}),
+    )
+    assert opts.controllers == {"publisher"}
+    with pytest.raises(OptionsError, match="--service-serving-key: required by the signer"):
+        replace(opts, controllers=frozenset({"signer", "publisher"}))
+    with pytest.raises(OptionsError, match="--service-serving-trust-bundle: required"):
+        replace(opts, service_serving_trust_bundle="")
