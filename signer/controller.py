@@ -4,7 +4,8 @@ For each request of our signer (SPEC §5) `sync` decides, from the informer cach
 four outcomes, in the order of SPEC §5.2:
 
 - **Denied / Failed** (final): bad annotations or key, Pod gone or not the one the request
-  names, Pod without hostname/subdomain for `add-pod-fqdn`. Written once, never retried.
+  names, Pod without hostname/subdomain for `add-pod-fqdn`. Written once, never retried,
+  with a Warning Event on the Pod (reason = the condition's reason).
 - **Wait**: a Service it names is missing or does not select the Pod. A Warning Event goes
   on the Pod, the request is recorded in the waiting index, and nothing is written — the
   request is re-driven by the Service (or Pod label) event that can make it succeed, not
@@ -475,18 +476,27 @@ class SignerController:
             )
             self.metrics.failed(decision.reason)
             self.index.forget(pcr.key)
+            self._record_final(pcr, decision)
             return None
         return Requeue()
 
+    def _record_final(self, pcr: PCRRecord, decision: Final) -> None:
+        """A Warning on the Pod for a Denied or Failed request (SPEC §6): kubelet 1.37's
+        own Event garbles its message (the format arguments are shifted), so without ours
+        the owner of a Pod that never starts cannot read why. The Pod is named from the
+        request (it may be gone: `PodNotFound`), so the Event is still listed under it."""
+        self.recorder.warning(
+            ObjectRef("Pod", pcr.namespace, pcr.pod_name, pcr.pod_uid),
+            decision.reason,
+            f"PodCertificateRequest {pcr.key} {decision.condition.lower()} "
+            f"(final; the Pod cannot start until a new request succeeds): {decision.message}",
+            "Sign",
+            self._pcr_ref(pcr),
+        )
+
     def _wait(self, pcr: PCRRecord, decision: Wait) -> None:
         pod_ref = ObjectRef("Pod", decision.pod.namespace, decision.pod.name, decision.pod.uid)
-        pcr_ref = ObjectRef(
-            "PodCertificateRequest",
-            pcr.namespace,
-            pcr.name,
-            pcr.uid,
-            api_version=f"{PCR_GROUP}/{self.pcr_version}",
-        )
+        pcr_ref = self._pcr_ref(pcr)
         for blocker in decision.blockers:
             self.recorder.warning(pod_ref, blocker.reason, blocker.message, "Sign", pcr_ref)
         self.index.wait(
@@ -505,6 +515,15 @@ class SignerController:
         seen_labels = decision.seen_pod.labels if decision.seen_pod else None
         if current_pod is not None and current_pod.labels != seen_labels:
             self.queue.add(pcr.key)
+
+    def _pcr_ref(self, pcr: PCRRecord) -> ObjectRef:
+        return ObjectRef(
+            "PodCertificateRequest",
+            pcr.namespace,
+            pcr.name,
+            pcr.uid,
+            api_version=f"{PCR_GROUP}/{self.pcr_version}",
+        )
 
     def _issue(self, pcr: PCRRecord, decision: Sign) -> Requeue | None:
         material = self.material_source.current()

@@ -883,3 +883,46 @@ def test_signer_takes_no_new_request_once_stop_is_set(h: Harness) -> None:
     thread.join(10)
     assert not thread.is_alive()
     assert synced == [f"{NS}/req-0"]
+
+
+# events on final decisions (issue 9 item 9) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("condition_type", "reason"),
+    [("Denied", "InvalidUnverifiedUserAnnotations"), ("Failed", "PodNotFound")],
+)
+def test_denied_and_failed_requests_put_a_warning_with_the_reason_on_the_pod(
+    h: Harness, condition_type: str, reason: str
+) -> None:
+    if reason == "PodNotFound":
+        pod = h.pod(cached=False)
+        pcr = h.pcr(pod)
+    else:
+        pod = h.pod()
+        pcr = h.pcr(pod, {"kubernetes.io/service-names": "web", "example.com/x": "y"})
+    h.service()
+
+    h.controller.sync(pcr.key)
+
+    condition = h.written_status()["conditions"][0]
+    assert (condition["type"], condition["reason"]) == (condition_type, reason)
+    [warning] = h.recorder.warnings
+    assert warning.reason == reason
+    assert warning.regarding == ObjectRef("Pod", NS, "web-0", pod["metadata"]["uid"])
+    assert warning.related is not None and warning.related.name == pcr.name
+    assert condition["message"] in warning.note and pcr.key in warning.note
+
+
+def test_no_warning_when_another_replica_finished_the_request_first(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod, {"kubernetes.io/service-names": "Web"})
+    h.client.patch_results[h.status_path()] = [ApiError(409, "Conflict")]
+    h.client.objects[h.status_path().removesuffix("/status")] = {
+        "status": {"conditions": [{"type": "Denied", "status": "True"}]}
+    }
+
+    h.controller.sync(pcr.key)
+
+    assert h.recorder.warnings == []
