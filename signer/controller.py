@@ -204,7 +204,7 @@ class SignerController:
 
         self.pcr_informer.add_handler(self._on_pcr_add, self._on_pcr_update, self._on_pcr_delete)
         self.service_informer.add_handler(self._on_service, self._on_service_update, None)
-        self.pod_informer.add_handler(None, self._on_pod_update, None)
+        self.pod_informer.add_handler(self._on_pod_add, self._on_pod_update, None)
         material_source.add_listener(self._on_material_change)
         self.loop = Controller(
             "signer",
@@ -257,12 +257,23 @@ class SignerController:
             self.queue.add(key)
 
     def _on_service_update(self, old: ServiceRecord, new: ServiceRecord) -> None:
-        self._on_service(new)
+        # The record holds exactly what a decision reads of a Service (selector, type,
+        # clusterIP); annotation, label, status and managedFields churn leave it equal
+        # and must not cost a re-drive (and an Event) per waiting request.
+        if old != new:
+            self._on_service(new)
+
+    def _on_pod_add(self, pod: PodRecord) -> None:
+        # A Pod first cached on a relist (or after its informer restarted) may carry the
+        # labels a waiting request needs; nobody else would wake it.
+        for key in self.index.waiting_on_pod(pod.key):
+            self.queue.add(key)
 
     def _on_pod_update(self, old: PodRecord, new: PodRecord) -> None:
+        # Labels are what can turn a waiting request into an issued one (SPEC §5.2.6);
+        # the rest of a Pod a decision reads is immutable once it is bound to a node.
         if old.labels != new.labels:
-            for key in self.index.waiting_on_pod(new.key):
-                self.queue.add(key)
+            self._on_pod_add(new)
 
     def _on_material_change(self, _material: SigningMaterial) -> None:
         """New signing material: retry at once what was blocked on the old one's expiry
@@ -330,9 +341,10 @@ class SignerController:
             )
 
         seen_services: dict[str, ServiceRecord | None] = {}
+        resolved: dict[str, ServiceRecord | None] = {}
         blockers: list[Blocker] = []
         for service_name in names.service_names:
-            service = self._service(pod.namespace, service_name, seen_services)
+            service = self._service(pod.namespace, service_name, seen_services, resolved)
             blocker = self._service_blocker(pcr, pod, service_name, service, headless=False)
             if blocker is not None:
                 blockers.append(blocker)
@@ -346,7 +358,7 @@ class SignerController:
                     "and spec.subdomain (and a headless Service named like spec.subdomain "
                     "selecting it); Pod specs are immutable, so recreate the Pod with both",
                 )
-            service = self._service(pod.namespace, pod.subdomain, seen_services)
+            service = self._service(pod.namespace, pod.subdomain, seen_services, resolved)
             blocker = self._service_blocker(pcr, pod, pod.subdomain, service, headless=True)
             if blocker is not None:
                 blockers.append(blocker)
@@ -395,28 +407,35 @@ class SignerController:
         return pcr_record(raw).pkix_public_key
 
     def _service(
-        self, namespace: str, name: str, seen: dict[str, ServiceRecord | None]
+        self,
+        namespace: str,
+        name: str,
+        seen: dict[str, ServiceRecord | None],
+        resolved: dict[str, ServiceRecord | None],
     ) -> ServiceRecord | None:
-        """The Service from the cache, else one live GET; `seen` records what the cache
-        held (for the lost-wake-up check) and memoises per decision."""
+        """The Service from the cache, else one live GET, read once per decision: a
+        Service named twice (`service-names: db` and `add-pod-fqdn` with subdomain `db`)
+        is judged on one read. `seen` keeps what the cache held at that first read — the
+        lost-wake-up check in `_wait` compares against it, so a Service added after it is
+        never mistaken for one the decision already saw."""
         key = f"{namespace}/{name}"
-        if key in seen:
-            cached = seen[key]
-            if cached is not None:
-                return cached
+        if key in resolved:
+            return resolved[key]
         cached = self.services.get(key)
         seen[key] = cached
-        if cached is not None:
-            return cached
-        try:
-            live = self.client.get(
-                f"/api/v1/namespaces/{path_segment(namespace)}/services/{path_segment(name)}"
-            )
-        except ApiError as err:
-            if is_not_found(err):
-                return None
-            raise
-        return service_record(live)
+        service = cached
+        if cached is None:
+            try:
+                live = self.client.get(
+                    f"/api/v1/namespaces/{path_segment(namespace)}/services/{path_segment(name)}"
+                )
+            except ApiError as err:
+                if not is_not_found(err):
+                    raise
+            else:
+                service = service_record(live)
+        resolved[key] = service
+        return service
 
     def _service_blocker(
         self,
@@ -505,6 +524,15 @@ class SignerController:
             (b.service_key for b in decision.blockers),
             since=pcr.created.timestamp() if pcr.created else None,
         )
+        # The request may have been deleted (the cleaner deletes exactly the waiting ones)
+        # or finished by another replica after `sync` read it: its handler ran before our
+        # entry existed and removed nothing. The informer updates the cache before it runs
+        # handlers, so whichever comes second sees the other: if the cache still holds the
+        # request as it was, a later delete or update will find and drop our entry.
+        current = self.pcrs.get(pcr.key)
+        if current is None or current.uid != pcr.uid or current.terminal is not None:
+            self.index.forget(pcr.key)
+            return
         # An event that changed a Service or the Pod after we read the cache but before
         # the request entered the index found nobody waiting: re-drive it ourselves.
         for service_key, seen in decision.seen_services.items():
