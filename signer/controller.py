@@ -72,6 +72,12 @@ PCR_GROUP = "certificates.k8s.io"
 PCR_VERSIONS = ("v1", "v1beta1")
 QUEUE_NAME = "service_serving_signer"
 KUBERNETES_MAX_LIFETIME = 86400
+# Default of --waiting-resync-period: a third of a request's 15-minute life (the PCR
+# cleaner deletes it then), so a missed wake-up costs at most 5 minutes; the same as
+# KCM's own periodic syncs of derived state (--resource-quota-sync-period,
+# --namespace-sync-period: 5m). KCM's informer resync (--min-resync-period, 12h) is far
+# longer because it re-delivers every object; this re-drives only the waiting ones.
+WAITING_RESYNC_PERIOD = 300.0
 
 
 T = TypeVar("T", covariant=True)
@@ -159,6 +165,7 @@ class SignerController:
         registry: CollectorRegistry,
         recorder: Recorder | EventRecorder,
         max_lifetime_seconds: int = KUBERNETES_MAX_LIFETIME,
+        waiting_resync_period: float | None = WAITING_RESYNC_PERIOD,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if pcr_version not in PCR_VERSIONS:
@@ -213,6 +220,8 @@ class SignerController:
             informers=(self.pcr_informer, self.pod_informer, self.service_informer),
             workers=self.workers,
             on_error=lambda _key, _err: self.metrics.error(),
+            resync_period=waiting_resync_period or None,
+            resync_keys=self._waiting_keys_to_resync,
         )
 
     # lifecycle: the shared controller loop (kube.controller) ------------------------------
@@ -274,6 +283,14 @@ class SignerController:
         # the rest of a Pod a decision reads is immutable once it is bound to a node.
         if old.labels != new.labels:
             self._on_pod_add(new)
+
+    def _waiting_keys_to_resync(self) -> list[str]:
+        """The periodic resync re-drives the waiting requests only — O(waiting), not
+        O(requests): the safety net kube-controller-manager's controllers keep against a
+        missed or mishandled event (SPEC §5.2.6)."""
+        keys = self.index.waiting_keys()
+        self.metrics.waiting_resynced(len(keys))
+        return keys
 
     def _on_material_change(self, _material: SigningMaterial) -> None:
         """New signing material: retry at once what was blocked on the old one's expiry

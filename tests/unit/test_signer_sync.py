@@ -122,7 +122,7 @@ class FakeMaterialSource:
 
 
 class Harness:
-    def __init__(self, version: str = "v1") -> None:
+    def __init__(self, version: str = "v1", **controller_options: Any) -> None:
         self.client = FakeClient()
         self.recorder = FakeRecorder()
         self.registry = CollectorRegistry()
@@ -136,6 +136,7 @@ class Harness:
             workers=1,
             registry=self.registry,
             recorder=self.recorder,
+            **controller_options,
         )
         self.pcrs: dict[str, PCRRecord] = {}
         self.pods: dict[str, PodRecord] = {}
@@ -1067,3 +1068,43 @@ def test_service_update_that_changes_nothing_a_decision_reads_enqueues_nobody(
         h.controller._on_service_update(old, changed)
         assert h.controller.queue.get() == (f"{NS}/req-a", False)
         h.controller.queue.done(f"{NS}/req-a")
+
+
+# the periodic resync of waiting requests (issue 9 item 4) ----------------------------------
+
+
+def test_periodic_resync_re_drives_only_the_waiting_requests_and_counts_them() -> None:
+    import threading
+
+    h = Harness(waiting_resync_period=0.05)
+    waiting = h.pcr(h.pod(), name="req-1")
+    h.controller.sync(waiting.key)
+    assert h.controller.index.is_waiting(waiting.key)
+    synced: list[str] = []
+    sync = h.controller.sync
+
+    def recording_sync(key: str) -> Requeue | None:
+        synced.append(key)
+        return sync(key)
+
+    h.controller.loop._sync = recording_sync
+    h.controller.loop.has_synced = lambda: True  # type: ignore[method-assign]  # dict stores
+    stop = threading.Event()
+    thread = threading.Thread(target=h.controller.run_workers, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(synced) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert synced[:2] == [waiting.key, waiting.key]
+        assert h.gauge("waiting_resyncs_total") >= 2
+
+        h.service()  # a Service whose event we "missed": the next resync issues
+        deadline = time.monotonic() + 10
+        while h.controller.index.is_waiting(waiting.key) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not h.controller.index.is_waiting(waiting.key)
+        assert h.count("issued") == 1
+    finally:
+        stop.set()
+        thread.join(10)
