@@ -4,7 +4,8 @@ shared informer, over our JSON `kube.client.Client`.
 What it decides:
 
 * **Listing.** A paginated LIST (`limit`/`continue`, `page_size` per page) of plain dicts
-  fills the cache; `has_synced()` turns true once the first LIST is in and its handlers
+  fills the cache (a 410 on a continue token falls back to one unpaged LIST, as
+  client-go's pager does); `has_synced()` turns true once the first LIST is in and its handlers
   have run. Every later relist (after 410 Gone) is diffed against the cache: new keys
   fire `on_add`, keys whose resourceVersion changed fire `on_update(old, new)`, keys gone
   fire `on_delete(last cached record)`; unchanged objects fire nothing.
@@ -280,7 +281,18 @@ class Informer(Generic[T]):
         fresh: dict[str, tuple[T, str]] = {}
         resource_version = ""
         while True:
-            page = self.client.get(self.list_path, params)
+            try:
+                page = self.client.get(self.list_path, params)
+            except ApiError as err:
+                if err.status != 410 or "continue" not in params:
+                    raise
+                # The continue token outlived its snapshot (etcd compacted it): like
+                # client-go's pager (FullListIfExpired), one unpaged LIST replaces the
+                # pages read so far, instead of a backoff and a fresh paged relist.
+                log.info("informer %s: continue token expired; listing in full", self.name)
+                params = {k: v for k, v in params.items() if k not in ("continue", "limit")}
+                fresh.clear()
+                page = self.client.get(self.list_path, params)
             for raw in page.get("items") or []:
                 record = self._safe_transform(raw)
                 if record is not None:

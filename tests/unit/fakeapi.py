@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -114,6 +114,7 @@ class _Failure:
     times: int
     watch: bool | None
     retry_after: str | None
+    when: Callable[[Request], bool] | None = None
 
 
 @dataclass
@@ -290,10 +291,14 @@ class FakeApi:
         times: int = 1,
         watch: bool | None = None,
         retry_after: str | None = None,
+        when: Callable[[Request], bool] | None = None,
     ) -> None:
-        """Answer the next `times` matching requests with `status` (a Status body)."""
+        """Answer the next `times` matching requests (and, with `when`, only those it
+        accepts) with `status` (a Status body)."""
         with self.lock:
-            self._failures.append(_Failure(method, path, status, times, watch, retry_after))
+            self._failures.append(
+                _Failure(method, path, status, times, watch, retry_after, when)
+            )
 
     def count(
         self, method: str | None = None, path: str | None = None, *, watch: bool | None = None
@@ -339,6 +344,8 @@ class FakeApi:
                 if f.times <= 0 or f.method != req.method or f.path != req.path:
                     continue
                 if f.watch is not None and f.watch != req.watch:
+                    continue
+                if f.when is not None and not f.when(req):
                     continue
                 f.times -= 1
                 return f
