@@ -238,8 +238,13 @@ class Client:
         except (urllib3.exceptions.HTTPError, OSError) as err:
             raise ApiError(0, f"{type(err).__name__}: {err}") from err
         if resp.status >= 400:
-            raw = resp.read()
-            resp.release_conn()
+            try:
+                raw = resp.read()
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                resp.close()
+                raise ApiError(0, f"{type(err).__name__}: {err}") from err
+            finally:
+                resp.release_conn()
             raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
         response: urllib3.BaseHTTPResponse = resp
         return response
@@ -413,7 +418,7 @@ def _timeout(seconds: float | None) -> urllib3.Timeout | None:
     """A whole-request bound: connect and each read within `seconds` (None: default)."""
     if seconds is None:
         return None
-    return urllib3.Timeout(connect=min(10.0, seconds), read=seconds)
+    return urllib3.Timeout(total=seconds, connect=min(10.0, seconds), read=seconds)
 
 
 def _query(params: Mapping[str, Any] | None) -> str:

@@ -100,6 +100,7 @@ class Request:
     query: dict[str, str]
     body: Any
     at: float
+    user_agent: str = ""
 
     @property
     def watch(self) -> bool:
@@ -197,6 +198,7 @@ class FakeApi:
         self._rv = 100
         self._scripts: dict[str, deque[list[Action]]] = {}
         self._failures: list[_Failure] = []
+        self._holes: list[tuple[Callable[[Request], bool], threading.Event]] = []
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -296,9 +298,16 @@ class FakeApi:
         """Answer the next `times` matching requests (and, with `when`, only those it
         accepts) with `status` (a Status body)."""
         with self.lock:
-            self._failures.append(
-                _Failure(method, path, status, times, watch, retry_after, when)
-            )
+            self._failures.append(_Failure(method, path, status, times, watch, retry_after, when))
+
+    def black_hole(self, when: Callable[[Request], bool]) -> threading.Event:
+        """From now on, requests `when` accepts get no answer at all (the connection stays
+        open and silent, as behind a partition) until the returned event is set or the
+        server stops; then the connection is closed without a response."""
+        release = threading.Event()
+        with self.lock:
+            self._holes.append((when, release))
+        return release
 
     def count(
         self, method: str | None = None, path: str | None = None, *, watch: bool | None = None
@@ -459,9 +468,22 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         body = json.loads(raw) if raw else None
         fake = self.fake
-        req = Request(self.command, parts.path, query, body, time.monotonic())
+        req = Request(
+            self.command,
+            parts.path,
+            query,
+            body,
+            time.monotonic(),
+            self.headers.get("User-Agent") or "",
+        )
         with fake.lock:
             fake.requests.append(req)
+            hole = next((r for (when, r) in fake._holes if not r.is_set() and when(req)), None)
+        if hole is not None:
+            while not hole.wait(0.05) and not fake._stopping.is_set():
+                pass
+            self.close_connection = True
+            return
 
         failure = fake._take_failure(req)
         if failure is not None:
