@@ -243,7 +243,7 @@ def black_hole_overlap(
     acquired the Lease (> 0: two leaders at once). The standby waits `lease_duration`
     from its own read of the last record the leader wrote, so the earliest moment is that
     write's arrival at the server plus `lease_duration`."""
-    timings = {
+    timings: dict[str, Any] = {
         "lease_duration": lease_duration,
         "renew_deadline": renew_deadline,
         "retry_period": retry_period,
