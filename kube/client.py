@@ -8,11 +8,18 @@ models cost several times the CPU and reject fields they do not know; the standa
 status body), watch bodies are streamed line by line, every request has a read
 timeout, errors carry the status code and `Retry-After`, and writes pass a client-side
 token bucket (`--kube-api-qps` / `--kube-api-burst`) like client-go's.
+
+Connection liveness (SPEC §6): every socket has TCP keepalive and a user timeout (a
+black-holed peer is noticed in ~45 s, as client-go's HTTP/2 ping does), every request a
+read timeout, and a timeout closes the pool's idle connections too, so the retry dials
+a fresh connection instead of meeting the next dead one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -24,10 +31,34 @@ import orjson
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
 JSON = dict[str, Any]
 
 DEFAULT_TIMEOUT = urllib3.Timeout(connect=10.0, read=30.0)
+
+# TCP keepalive on every connection, tuned to notice a silently dead peer (a NAT or
+# load-balancer drop) about as fast as client-go's HTTP/2 health check does (ping after
+# 30 s of silence, dead 15 s later): first probe after 30 s idle, then every 5 s, dead
+# after 3 unanswered; TCP_USER_TIMEOUT bounds data left unacknowledged the same way.
+# (The kubernetes client's own keepalive defaults, idle 30 s x 9 probes of 15 s, take
+# 165 s.) A peer whose kernel still answers — a frozen proxy, a hung server — is caught
+# by the read timeouts instead: `DEFAULT_TIMEOUT` here, the bookmark-derived watch read
+# timeout in `kube.informer`.
+KEEPALIVE_IDLE = 30
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 3
+USER_TIMEOUT_MS = (KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT) * 1000
+
+
+def socket_options() -> list[tuple[int, int, int]]:
+    """urllib3 socket options: its defaults (TCP_NODELAY), keepalive, user timeout."""
+    options: list[tuple[int, int, int]] = tcp_keepalive_socket_options(
+        idle=KEEPALIVE_IDLE, interval=KEEPALIVE_INTERVAL, count=KEEPALIVE_COUNT
+    )
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        options.append((socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS))
+    return options
 
 
 class ApiError(Exception):
@@ -124,6 +155,8 @@ class Client:
         configuration.connection_pool_maxsize = max(
             getattr(configuration, "connection_pool_maxsize", 4) or 4, 32
         )
+        if configuration.socket_options is None:
+            configuration.socket_options = socket_options()
         self._api = k8s_client.ApiClient(configuration)
         self._pool = self._api.rest_client.pool_manager
         self.host = configuration.host.rstrip("/")
@@ -236,12 +269,14 @@ class Client:
                     retries=False,
                 )
         except (urllib3.exceptions.HTTPError, OSError) as err:
+            self._transport_failed(err)
             raise ApiError(0, f"{type(err).__name__}: {err}") from err
         if resp.status >= 400:
             try:
                 raw = resp.read()
             except (urllib3.exceptions.HTTPError, OSError) as err:
                 resp.close()
+                self._transport_failed(err)
                 raise ApiError(0, f"{type(err).__name__}: {err}") from err
             finally:
                 resp.release_conn()
@@ -249,11 +284,45 @@ class Client:
         response: urllib3.BaseHTTPResponse = resp
         return response
 
+    def _transport_failed(self, err: BaseException) -> None:
+        """A request timed out: the connection it used is dead or hung (urllib3 has
+        already closed it), and the idle ones in the pool went the same way to the same
+        server, so retries would meet them one timeout at a time. Close them all, as an
+        HTTP/2 client loses every stream with its one connection; the next requests
+        dial afresh. Other failures (refused, reset) leave the pool alone."""
+        if isinstance(err, urllib3.exceptions.TimeoutError | TimeoutError):
+            self.drop_idle_connections()
+
+    def drop_idle_connections(self) -> None:
+        """Close every idle pooled connection (connections in use are left alone)."""
+        if self._host_pool is None:
+            self._pool.clear()
+            return
+        slots: Any = self._host_pool.pool  # a LifoQueue of connections or None slots
+        if slots is None:
+            return
+        taken = 0
+        while True:
+            try:
+                conn = slots.get(block=False)
+            except queue.Empty:
+                break
+            taken += 1
+            if conn is not None:
+                conn.close()
+        for _ in range(taken):
+            try:
+                slots.put(None, block=False)
+            except queue.Full:  # a connection came back meanwhile and took the slot
+                break
+
     def _json(self, method: str, path: str, *, discard: bool = False, **kwargs: Any) -> JSON:
         resp = self._send(method, path, **kwargs)
         try:
             raw = resp.read()
         except (urllib3.exceptions.HTTPError, OSError) as err:
+            resp.close()
+            self._transport_failed(err)
             raise ApiError(0, f"{type(err).__name__}: {err}") from err
         finally:
             resp.release_conn()
@@ -346,6 +415,8 @@ class Client:
                 try:
                     chunk = resp.read1(65536)
                 except (urllib3.exceptions.HTTPError, OSError, ValueError) as err:
+                    if not (canceller and canceller.cancelled):
+                        self._transport_failed(err)
                     raise ApiError(0, f"watch stream: {type(err).__name__}: {err}") from err
                 if not chunk:
                     break
