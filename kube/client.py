@@ -1,7 +1,8 @@
 """A small JSON REST client on top of the official `kubernetes` client's transport.
 
 The official client owns what it does well — kubeconfig and in-cluster loading, TLS,
-client certificates, bearer-token refresh, the urllib3 pool — and we own the rest:
+client certificates, the urllib3 pool — and we own the rest: credentials cached and
+re-read on a timer and after a 401 (`kube.credentials`),
 requests and responses are plain dicts parsed with `orjson` (the generated pydantic
 models cost several times the CPU and reject fields they do not know; the standard
 `json` module takes ~3x orjson's CPU to decode a watch event and ~10x to encode a
@@ -31,7 +32,10 @@ import orjson
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+from kubernetes.config import kube_config
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
+
+from kube.credentials import IN_CLUSTER_TOKEN_FILE, Credentials, kubeconfig_token_file
 
 JSON = dict[str, Any]
 
@@ -150,8 +154,10 @@ class Client:
         qps: float = 50.0,
         burst: int = 100,
         user_agent: str = "service-serving-signer",
+        credentials: Credentials | None = None,
     ) -> None:
         self.configuration = configuration
+        self.credentials = credentials or Credentials.from_configuration(configuration)
         configuration.connection_pool_maxsize = max(
             getattr(configuration, "connection_pool_maxsize", 4) or 4, 32
         )
@@ -186,12 +192,26 @@ class Client:
             try:
                 load_incluster: Any = k8s_config.load_incluster_config  # untyped upstream
                 load_incluster(client_configuration=configuration)
-                return cls(configuration, qps=qps, burst=burst)
             except k8s_config.ConfigException:
                 pass
-        load_kubeconfig: Any = k8s_config.load_kube_config  # untyped upstream
-        load_kubeconfig(config_file=kubeconfig, client_configuration=configuration)
-        return cls(configuration, qps=qps, burst=burst)
+            else:
+                # The projected ServiceAccount token: ours to re-read (kube.credentials).
+                configuration.refresh_api_key_hook = None
+                credentials = Credentials.token_file(IN_CLUSTER_TOKEN_FILE)
+                return cls(configuration, qps=qps, burst=burst, credentials=credentials)
+        loader: Any = kube_config._get_kube_config_loader(  # untyped upstream
+            filename=kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION,
+            persist_config=False,
+        )
+        loader.load_and_set(configuration)
+        token_file = kubeconfig_token_file(loader)
+        if token_file is None:
+            return cls(configuration, qps=qps, burst=burst)
+        # The official loader read the file once; we re-read it (kube.credentials).
+        configuration.refresh_api_key_hook = None
+        return cls(
+            configuration, qps=qps, burst=burst, credentials=Credentials.token_file(token_file)
+        )
 
     def with_token(self, token: str) -> Client:
         """Same server and CA, but authenticating with a bearer token instead (tests use
@@ -202,7 +222,12 @@ class Client:
         configuration.verify_ssl = self.configuration.verify_ssl
         configuration.api_key = {"BearerToken": token}
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
-        return Client(configuration, qps=self.write_limiter.qps, burst=self.write_limiter.burst)
+        return Client(
+            configuration,
+            qps=self.write_limiter.qps,
+            burst=self.write_limiter.burst,
+            credentials=Credentials.static({"Authorization": f"Bearer {token}"}),
+        )
 
     def close(self) -> None:
         api: Any = self._api  # ApiClient.close is untyped upstream
@@ -214,14 +239,10 @@ class Client:
         with self._count_lock:
             return RequestCount(dict(self._counts))
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+    def _headers(self, content_type: str | None, auth: Mapping[str, str]) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent, **auth}
         if content_type:
             headers["Content-Type"] = content_type
-        settings: Mapping[str, Any] = self.configuration.auth_settings()
-        for auth in settings.values():
-            if auth["in"] == "header":
-                headers[auth["key"]] = auth["value"]
         return headers
 
     def url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
@@ -246,31 +267,15 @@ class Client:
         if body is not None:
             data = orjson.dumps(body)
             content_type = content_type or "application/json"
-        try:
-            if self._host_pool is not None:
-                resp = self._host_pool.urlopen(
-                    method,
-                    f"{self._path_prefix}{path}{_query(params)}",
-                    body=data,
-                    headers=self._headers(content_type),
-                    timeout=timeout or DEFAULT_TIMEOUT,
-                    preload_content=False,
-                    retries=False,
-                    redirect=False,
-                )
-            else:
-                resp = self._pool.request(
-                    method,
-                    self.url(path, params),
-                    body=data,
-                    headers=self._headers(content_type),
-                    timeout=timeout or DEFAULT_TIMEOUT,
-                    preload_content=False,
-                    retries=False,
-                )
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            self._transport_failed(err)
-            raise ApiError(0, f"{type(err).__name__}: {err}") from err
+        auth = self.credentials.headers()
+        resp = self._urlopen(method, path, params, data, self._headers(content_type, auth), timeout)
+        if resp.status == 401 and self.credentials.after_unauthorized(auth):
+            # Rotated credentials (a re-read token file): the request was not acted on,
+            # so send it once more with the new ones.
+            _discard(resp)
+            auth = self.credentials.headers()
+            headers = self._headers(content_type, auth)
+            resp = self._urlopen(method, path, params, data, headers, timeout)
         if resp.status >= 400:
             try:
                 raw = resp.read()
@@ -283,6 +288,42 @@ class Client:
             raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
         response: urllib3.BaseHTTPResponse = resp
         return response
+
+    def _urlopen(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        data: bytes | None,
+        headers: dict[str, str],
+        timeout: urllib3.Timeout | None,
+    ) -> urllib3.BaseHTTPResponse:
+        try:
+            if self._host_pool is not None:
+                resp: urllib3.BaseHTTPResponse = self._host_pool.urlopen(
+                    method,
+                    f"{self._path_prefix}{path}{_query(params)}",
+                    body=data,
+                    headers=headers,
+                    timeout=timeout or DEFAULT_TIMEOUT,
+                    preload_content=False,
+                    retries=False,
+                    redirect=False,
+                )
+            else:
+                resp = self._pool.request(
+                    method,
+                    self.url(path, params),
+                    body=data,
+                    headers=headers,
+                    timeout=timeout or DEFAULT_TIMEOUT,
+                    preload_content=False,
+                    retries=False,
+                )
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            self._transport_failed(err)
+            raise ApiError(0, f"{type(err).__name__}: {err}") from err
+        return resp
 
     def _transport_failed(self, err: BaseException) -> None:
         """A request timed out: the connection it used is dead or hung (urllib3 has
@@ -467,6 +508,13 @@ class StreamCanceller:
         with self._lock:
             if self._resp is resp:
                 self._resp = None
+
+
+def _discard(resp: urllib3.BaseHTTPResponse) -> None:
+    """Read and drop an answer we will not use, returning its connection to the pool."""
+    with contextlib.suppress(urllib3.exceptions.HTTPError, OSError):
+        resp.read()
+    resp.release_conn()
 
 
 def _shutdown(resp: urllib3.BaseHTTPResponse) -> None:

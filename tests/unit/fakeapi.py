@@ -101,6 +101,7 @@ class Request:
     body: Any
     at: float
     user_agent: str = ""
+    authorization: str = ""
 
     @property
     def watch(self) -> bool:
@@ -475,6 +476,7 @@ class _Handler(BaseHTTPRequestHandler):
             body,
             time.monotonic(),
             self.headers.get("User-Agent") or "",
+            self.headers.get("Authorization") or "",
         )
         with fake.lock:
             fake.requests.append(req)
