@@ -32,10 +32,10 @@ import orjson
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes.config import kube_config
+from kubernetes.config import incluster_config, kube_config
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
-from kube.credentials import IN_CLUSTER_TOKEN_FILE, Credentials, kubeconfig_token_file
+from kube.credentials import Credentials, kubeconfig_token_file
 
 JSON = dict[str, Any]
 
@@ -197,21 +197,19 @@ class Client:
             else:
                 # The projected ServiceAccount token: ours to re-read (kube.credentials).
                 configuration.refresh_api_key_hook = None
-                credentials = Credentials.token_file(IN_CLUSTER_TOKEN_FILE)
+                credentials = Credentials.token_file(str(incluster_config.SERVICE_TOKEN_FILENAME))
                 return cls(configuration, qps=qps, burst=burst, credentials=credentials)
         loader: Any = kube_config._get_kube_config_loader(  # untyped upstream
             filename=kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION,
             persist_config=False,
         )
         loader.load_and_set(configuration)
-        token_file = kubeconfig_token_file(loader)
-        if token_file is None:
+        path = kubeconfig_token_file(loader)
+        if path is None:
             return cls(configuration, qps=qps, burst=burst)
         # The official loader read the file once; we re-read it (kube.credentials).
         configuration.refresh_api_key_hook = None
-        return cls(
-            configuration, qps=qps, burst=burst, credentials=Credentials.token_file(token_file)
-        )
+        return cls(configuration, qps=qps, burst=burst, credentials=Credentials.token_file(path))
 
     def with_token(self, token: str) -> Client:
         """Same server and CA, but authenticating with a bearer token instead (tests use

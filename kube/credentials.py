@@ -33,7 +33,6 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 REFRESH_PERIOD = 60.0  # client-go transport.NewCachedFileTokenSource period
-IN_CLUSTER_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 Headers = Mapping[str, str]
 
@@ -55,6 +54,7 @@ class Credentials:
         self.what = what
         self._lock = threading.Lock()
         self._headers: Headers = {}
+        self._loaded = False
         self._expires = float("-inf")
 
     @classmethod
@@ -104,11 +104,12 @@ class Credentials:
             try:
                 fresh = self._source()
             except Exception as err:
-                if not self._headers:
+                if not self._loaded:
                     raise
                 log.warning("could not refresh %s (keeping the last good one): %s", self.what, err)
                 fresh = self._headers
             self._headers = dict(fresh)
+            self._loaded = True
             self._expires = now + self.period
 
 

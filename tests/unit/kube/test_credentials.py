@@ -130,3 +130,27 @@ def test_static_credentials_never_expire() -> None:
     creds = Credentials.static({"Authorization": "Bearer x"})
     assert creds.headers() == {"Authorization": "Bearer x"}
     assert not creds.after_unauthorized({"Authorization": "Bearer x"})
+
+
+def test_in_cluster_service_account_token_is_ours_to_re_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubernetes.config import incluster_config
+
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("projected-1")
+    ca.write_text("not parsed here")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+
+    client = Client.from_kubeconfig(None, qps=0)
+    now = [0.0]
+    client.credentials._clock = lambda: now[0]
+
+    assert client.configuration.refresh_api_key_hook is None, "no per-request hook"
+    assert client.credentials.headers() == {"Authorization": "Bearer projected-1"}
+    token.write_text("projected-2")  # kubelet rotated it
+    now[0] += 61
+    assert client.credentials.headers() == {"Authorization": "Bearer projected-2"}
