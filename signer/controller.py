@@ -8,8 +8,10 @@ four outcomes, in the order of SPEC §5.2:
   with a Warning Event on the Pod (reason = the condition's reason).
 - **Wait**: a Service it names is missing or does not select the Pod. A Warning Event goes
   on the Pod, the request is recorded in the waiting index, and nothing is written — the
-  request is re-driven by the Service (or Pod label) event that can make it succeed, not
-  by polling (SPEC §5.2.6, §5.4).
+  request is re-driven by the Service (or Pod label) event that can make it succeed
+  (SPEC §5.2.6, §5.4) — only a change to what the decision reads counts — and, as a
+  safety net against a missed event, by a slow periodic resync of the waiting requests
+  only (`waiting_resync_period`).
 - **Issued**: `signer.authority` signs the request's public key for the Services' and the
   Pod's DNS names with the current signing material; the chain and times are written in
   one `/status` merge patch conditional on the resourceVersion the decision was made from.
