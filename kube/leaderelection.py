@@ -21,7 +21,8 @@ What it decides:
   `on_started_leading` is set and `on_stopped_leading()` is called (the manager exits
   the process, as client-go controllers do). We never try to lead again in this run.
 * **Release.** When `stop` is set while leading: set `leader_stop`, give the leader
-  callback up to `renew_deadline` seconds to return, then PUT the lease with
+  callback until the Lease we last renewed would expire (at least `renew_deadline`) to
+  return — its syncs in flight finish while no standby can lead — then PUT the lease with
   `holderIdentity` cleared and `leaseDurationSeconds: 1` so a standby takes over at its
   next retry instead of waiting out the lease. `on_stopped_leading` is *not* called on a
   release we asked for (stopping is not losing).
@@ -156,7 +157,12 @@ class LeaderElector:
             except Exception:
                 log.exception("leader election: on_stopped_leading failed")
             return
-        leader.join(self.renew_deadline)
+        # Syncs in flight finish before the Lease is released (a standby must not start
+        # while we still write). Waiting is safe for as long as the Lease we last renewed
+        # is valid; after that a standby may take it anyway, so release regardless.
+        with self._lock:
+            valid_until = self._last_renew + self.lease_duration
+        leader.join(max(self.renew_deadline, valid_until - self._clock()))
         if leader.is_alive():
             log.warning("leader election: leader work still running; releasing anyway")
         if self.release_on_cancel:

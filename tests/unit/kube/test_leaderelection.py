@@ -326,3 +326,41 @@ def test_observed_time_is_taken_after_a_slow_read(fake: FakeApi) -> None:
     now[0] += 0.6
     assert b._try_acquire_or_renew(), "unchanged for more than the lease duration"
     assert lease_spec(fake)["holderIdentity"] == "b"
+
+
+def test_the_lease_is_released_only_after_the_leader_work_has_finished(fake: FakeApi) -> None:
+    """SIGTERM: the workers finish their syncs in flight, then the Lease is released — not
+    after a fixed `renew_deadline` while a sync may still write."""
+    finished: list[float] = []
+
+    def lead(leader_stop: threading.Event) -> None:
+        leader_stop.wait()
+        time.sleep(1.5)  # a sync in flight when stop came
+        finished.append(time.monotonic())
+
+    elector = LeaderElector(
+        fake.client(),
+        "kube-system",
+        "signer",
+        "a",
+        lease_duration=4.0,
+        renew_deadline=1.0,
+        retry_period=0.2,
+        on_started_leading=lead,
+        on_stopped_leading=lambda: None,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=elector.run, args=(stop,), daemon=True)
+    thread.start()
+    assert fake.wait_for("PUT", LEASE, count=1, timeout=5) or fake.wait_for("POST", LEASES)
+    deadline = time.monotonic() + 5
+    while not elector.is_leader() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert elector.is_leader()
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive()
+
+    [done_at] = finished
+    [release] = [r for r in fake.matching("PUT", LEASE) if r.body["spec"]["holderIdentity"] == ""]
+    assert release.at >= done_at
