@@ -6,6 +6,7 @@ run). Figures, not pass/fail: the exit code is non-zero only if a scenario crash
 
     python -m bench                          # all six scenarios, N=2000
     python -m bench --scenario burst,peer,ceiling --n 1000
+    python -m bench --scenario burst --auth token   # the signer on a bearer-token kubeconfig
     BENCH_QUICK=1 python -m bench            # small N, short steady phase: a smoke run
 """
 
@@ -104,6 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--n", type=int, default=200 if quick else 2000, help="burst size")
     parser.add_argument("--workers", type=int, default=4, help="signer --concurrent-syncs")
+    parser.add_argument(
+        "--auth",
+        choices=("cert", "token"),
+        default="cert",
+        help="how our signer authenticates in burst: client certificate, or a bearer token "
+        "read from a kubeconfig tokenFile",
+    )
     parser.add_argument("--json", type=Path, help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
     wanted = [s for arg in args.scenario or [",".join(ORDER)] for s in arg.split(",") if s]
@@ -128,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                     shared = ControlPlane.start()
                     _warm_up(shared.client(qps=0), keys)
                 plane = shared
-            ctx = Context(plane, plane.client(qps=0), keys, workdir, args.n, args.workers, quick)
+            ctx = Context(
+                plane, plane.client(qps=0), keys, workdir, args.n, args.workers, quick, args.auth
+            )
             _log(f"scenario {name} (n={args.n}, workers={args.workers}, quick={quick})")
             try:
                 result = SCENARIOS[name](ctx)

@@ -57,6 +57,7 @@ class Context:
     n: int
     workers: int
     quick: bool
+    auth: str = "cert"  # how our signer authenticates: "cert" or "token" (see token_kubeconfig)
 
     def dir(self, name: str) -> Path:
         path = self.workdir / name
@@ -114,14 +115,65 @@ def _burst(
     }
 
 
+def token_kubeconfig(ctx: Context, directory: Path) -> Path:
+    """A kubeconfig whose user is a bearer token read from a `tokenFile` — the
+    ServiceAccount token of a `bench-signer` account bound to cluster-admin — the way a
+    signer outside its cluster, or behind a token-issuing proxy, authenticates."""
+    namespace, name = "bench-auth", "bench-signer"
+    for path, body in (
+        (
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        ),
+        (
+            f"/api/v1/namespaces/{namespace}/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "cluster-admin",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            },
+        ),
+    ):
+        try:
+            ctx.client.create(path, body)
+        except ApiError as err:
+            if err.status != 409:
+                raise
+    answer = ctx.client.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    token_file = directory / "token"
+    token_file.write_text(answer["status"]["token"])
+    config = ctx.plane.kubeconfig_for()
+    config["users"][0]["user"] = {"tokenFile": str(token_file)}
+    kubeconfig = directory / "token.kubeconfig"
+    kubeconfig.write_text(json.dumps(config))
+    return kubeconfig
+
+
 def burst(ctx: Context) -> Result:
-    """Scenario 1: N PCRs as fast as concurrent creators can POST them, our signer."""
-    return _burst(
+    """Scenario 1: N PCRs as fast as concurrent creators can POST them, our signer
+    (authenticating with a client certificate, or with `--auth token` a token file)."""
+    directory = ctx.dir("burst")
+    kubeconfig = token_kubeconfig(ctx, directory) if ctx.auth == "token" else None
+    result = _burst(
         ctx,
         "ours",
         OUR_SIGNER_NAME,
-        lambda: OurSigner(ctx.plane, ctx.dir("burst"), workers=ctx.workers).start(),
+        lambda: OurSigner(ctx.plane, directory, workers=ctx.workers, kubeconfig=kubeconfig).start(),
     )
+    return {**result, "auth": ctx.auth}
 
 
 def peer(ctx: Context) -> Result:

@@ -123,6 +123,7 @@ class OurSigner(SignerProcess):
         signer_name: str = OUR_SIGNER_NAME,
         extra_args: tuple[str, ...] = (),
         ca_dir: Path | None = None,
+        kubeconfig: Path | None = None,
     ) -> None:
         super().__init__(workdir)
         self.workers = workers
@@ -134,7 +135,7 @@ class OurSigner(SignerProcess):
         self.args = [
             cli_path(),
             "run",
-            f"--kubeconfig={plane.kubeconfig}",
+            f"--kubeconfig={kubeconfig or plane.kubeconfig}",
             f"--service-serving-key={self.ca_dir / 'ca.key'}",
             f"--service-serving-cert={self.ca_dir / 'ca.crt'}",
             f"--service-serving-trust-bundle={self.ca_dir / 'trust-bundle.pem'}",

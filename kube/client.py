@@ -1,18 +1,26 @@
 """A small JSON REST client on top of the official `kubernetes` client's transport.
 
 The official client owns what it does well — kubeconfig and in-cluster loading, TLS,
-client certificates, bearer-token refresh, the urllib3 pool — and we own the rest:
+client certificates, the urllib3 pool — and we own the rest: credentials cached and
+re-read on a timer and after a 401 (`kube.credentials`),
 requests and responses are plain dicts parsed with `orjson` (the generated pydantic
 models cost several times the CPU and reject fields they do not know; the standard
 `json` module takes ~3x orjson's CPU to decode a watch event and ~10x to encode a
 status body), watch bodies are streamed line by line, every request has a read
 timeout, errors carry the status code and `Retry-After`, and writes pass a client-side
 token bucket (`--kube-api-qps` / `--kube-api-burst`) like client-go's.
+
+Connection liveness (SPEC §6): every socket has TCP keepalive and a user timeout (a
+black-holed peer is noticed in ~45 s, as client-go's HTTP/2 ping does), every request a
+read timeout, and a timeout closes the pool's idle connections too, so the retry dials
+a fresh connection instead of meeting the next dead one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -24,10 +32,37 @@ import orjson
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+from kubernetes.config import incluster_config, kube_config
+from kubernetes.utils.keepalive import tcp_keepalive_socket_options
+
+from kube.credentials import Credentials, kubeconfig_token_file
 
 JSON = dict[str, Any]
 
 DEFAULT_TIMEOUT = urllib3.Timeout(connect=10.0, read=30.0)
+
+# TCP keepalive on every connection, tuned to notice a silently dead peer (a NAT or
+# load-balancer drop) about as fast as client-go's HTTP/2 health check does (ping after
+# 30 s of silence, dead 15 s later): first probe after 30 s idle, then every 5 s, dead
+# after 3 unanswered; TCP_USER_TIMEOUT bounds data left unacknowledged the same way.
+# (The kubernetes client's own keepalive defaults, idle 30 s x 9 probes of 15 s, take
+# 165 s.) A peer whose kernel still answers — a frozen proxy, a hung server — is caught
+# by the read timeouts instead: `DEFAULT_TIMEOUT` here, the bookmark-derived watch read
+# timeout in `kube.informer`.
+KEEPALIVE_IDLE = 30
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 3
+USER_TIMEOUT_MS = (KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT) * 1000
+
+
+def socket_options() -> list[tuple[int, int, int]]:
+    """urllib3 socket options: its defaults (TCP_NODELAY), keepalive, user timeout."""
+    options: list[tuple[int, int, int]] = tcp_keepalive_socket_options(
+        idle=KEEPALIVE_IDLE, interval=KEEPALIVE_INTERVAL, count=KEEPALIVE_COUNT
+    )
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        options.append((socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS))
+    return options
 
 
 class ApiError(Exception):
@@ -119,11 +154,15 @@ class Client:
         qps: float = 50.0,
         burst: int = 100,
         user_agent: str = "service-serving-signer",
+        credentials: Credentials | None = None,
     ) -> None:
         self.configuration = configuration
+        self.credentials = credentials or Credentials.from_configuration(configuration)
         configuration.connection_pool_maxsize = max(
             getattr(configuration, "connection_pool_maxsize", 4) or 4, 32
         )
+        if configuration.socket_options is None:
+            configuration.socket_options = socket_options()
         self._api = k8s_client.ApiClient(configuration)
         self._pool = self._api.rest_client.pool_manager
         self.host = configuration.host.rstrip("/")
@@ -153,12 +192,24 @@ class Client:
             try:
                 load_incluster: Any = k8s_config.load_incluster_config  # untyped upstream
                 load_incluster(client_configuration=configuration)
-                return cls(configuration, qps=qps, burst=burst)
             except k8s_config.ConfigException:
                 pass
-        load_kubeconfig: Any = k8s_config.load_kube_config  # untyped upstream
-        load_kubeconfig(config_file=kubeconfig, client_configuration=configuration)
-        return cls(configuration, qps=qps, burst=burst)
+            else:
+                # The projected ServiceAccount token: ours to re-read (kube.credentials).
+                configuration.refresh_api_key_hook = None
+                credentials = Credentials.token_file(str(incluster_config.SERVICE_TOKEN_FILENAME))
+                return cls(configuration, qps=qps, burst=burst, credentials=credentials)
+        loader: Any = kube_config._get_kube_config_loader(  # untyped upstream
+            filename=kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION,
+            persist_config=False,
+        )
+        loader.load_and_set(configuration)
+        path = kubeconfig_token_file(loader)
+        if path is None:
+            return cls(configuration, qps=qps, burst=burst)
+        # The official loader read the file once; we re-read it (kube.credentials).
+        configuration.refresh_api_key_hook = None
+        return cls(configuration, qps=qps, burst=burst, credentials=Credentials.token_file(path))
 
     def with_token(self, token: str) -> Client:
         """Same server and CA, but authenticating with a bearer token instead (tests use
@@ -169,7 +220,12 @@ class Client:
         configuration.verify_ssl = self.configuration.verify_ssl
         configuration.api_key = {"BearerToken": token}
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
-        return Client(configuration, qps=self.write_limiter.qps, burst=self.write_limiter.burst)
+        return Client(
+            configuration,
+            qps=self.write_limiter.qps,
+            burst=self.write_limiter.burst,
+            credentials=Credentials.static({"Authorization": f"Bearer {token}"}),
+        )
 
     def close(self) -> None:
         api: Any = self._api  # ApiClient.close is untyped upstream
@@ -181,14 +237,10 @@ class Client:
         with self._count_lock:
             return RequestCount(dict(self._counts))
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+    def _headers(self, content_type: str | None, auth: Mapping[str, str]) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent, **auth}
         if content_type:
             headers["Content-Type"] = content_type
-        settings: Mapping[str, Any] = self.configuration.auth_settings()
-        for auth in settings.values():
-            if auth["in"] == "header":
-                headers[auth["key"]] = auth["value"]
         return headers
 
     def url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
@@ -213,13 +265,44 @@ class Client:
         if body is not None:
             data = orjson.dumps(body)
             content_type = content_type or "application/json"
+        auth = self.credentials.headers()
+        resp = self._urlopen(method, path, params, data, self._headers(content_type, auth), timeout)
+        if resp.status == 401 and self.credentials.after_unauthorized(auth):
+            # Rotated credentials (a re-read token file): the request was not acted on,
+            # so send it once more with the new ones.
+            _discard(resp)
+            auth = self.credentials.headers()
+            headers = self._headers(content_type, auth)
+            resp = self._urlopen(method, path, params, data, headers, timeout)
+        if resp.status >= 400:
+            try:
+                raw = resp.read()
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                resp.close()
+                self._transport_failed(err)
+                raise ApiError(0, f"{type(err).__name__}: {err}") from err
+            finally:
+                resp.release_conn()
+            raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
+        response: urllib3.BaseHTTPResponse = resp
+        return response
+
+    def _urlopen(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        data: bytes | None,
+        headers: dict[str, str],
+        timeout: urllib3.Timeout | None,
+    ) -> urllib3.BaseHTTPResponse:
         try:
             if self._host_pool is not None:
-                resp = self._host_pool.urlopen(
+                resp: urllib3.BaseHTTPResponse = self._host_pool.urlopen(
                     method,
                     f"{self._path_prefix}{path}{_query(params)}",
                     body=data,
-                    headers=self._headers(content_type),
+                    headers=headers,
                     timeout=timeout or DEFAULT_TIMEOUT,
                     preload_content=False,
                     retries=False,
@@ -230,25 +313,55 @@ class Client:
                     method,
                     self.url(path, params),
                     body=data,
-                    headers=self._headers(content_type),
+                    headers=headers,
                     timeout=timeout or DEFAULT_TIMEOUT,
                     preload_content=False,
                     retries=False,
                 )
         except (urllib3.exceptions.HTTPError, OSError) as err:
+            self._transport_failed(err)
             raise ApiError(0, f"{type(err).__name__}: {err}") from err
-        if resp.status >= 400:
-            raw = resp.read()
-            resp.release_conn()
-            raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
-        response: urllib3.BaseHTTPResponse = resp
-        return response
+        return resp
+
+    def _transport_failed(self, err: BaseException) -> None:
+        """A request timed out: the connection it used is dead or hung (urllib3 has
+        already closed it), and the idle ones in the pool went the same way to the same
+        server, so retries would meet them one timeout at a time. Close them all, as an
+        HTTP/2 client loses every stream with its one connection; the next requests
+        dial afresh. Other failures (refused, reset) leave the pool alone."""
+        if isinstance(err, urllib3.exceptions.TimeoutError | TimeoutError):
+            self.drop_idle_connections()
+
+    def drop_idle_connections(self) -> None:
+        """Close every idle pooled connection (connections in use are left alone)."""
+        if self._host_pool is None:
+            self._pool.clear()
+            return
+        slots: Any = self._host_pool.pool  # a LifoQueue of connections or None slots
+        if slots is None:
+            return
+        taken = 0
+        while True:
+            try:
+                conn = slots.get(block=False)
+            except queue.Empty:
+                break
+            taken += 1
+            if conn is not None:
+                conn.close()
+        for _ in range(taken):
+            try:
+                slots.put(None, block=False)
+            except queue.Full:  # a connection came back meanwhile and took the slot
+                break
 
     def _json(self, method: str, path: str, *, discard: bool = False, **kwargs: Any) -> JSON:
         resp = self._send(method, path, **kwargs)
         try:
             raw = resp.read()
         except (urllib3.exceptions.HTTPError, OSError) as err:
+            resp.close()
+            self._transport_failed(err)
             raise ApiError(0, f"{type(err).__name__}: {err}") from err
         finally:
             resp.release_conn()
@@ -341,6 +454,8 @@ class Client:
                 try:
                     chunk = resp.read1(65536)
                 except (urllib3.exceptions.HTTPError, OSError, ValueError) as err:
+                    if not (canceller and canceller.cancelled):
+                        self._transport_failed(err)
                     raise ApiError(0, f"watch stream: {type(err).__name__}: {err}") from err
                 if not chunk:
                     break
@@ -393,6 +508,13 @@ class StreamCanceller:
                 self._resp = None
 
 
+def _discard(resp: urllib3.BaseHTTPResponse) -> None:
+    """Read and drop an answer we will not use, returning its connection to the pool."""
+    with contextlib.suppress(urllib3.exceptions.HTTPError, OSError):
+        resp.read()
+    resp.release_conn()
+
+
 def _shutdown(resp: urllib3.BaseHTTPResponse) -> None:
     # Already closed or released: nothing is blocked on it.
     with contextlib.suppress(OSError, ValueError, RuntimeError):
@@ -413,7 +535,7 @@ def _timeout(seconds: float | None) -> urllib3.Timeout | None:
     """A whole-request bound: connect and each read within `seconds` (None: default)."""
     if seconds is None:
         return None
-    return urllib3.Timeout(connect=min(10.0, seconds), read=seconds)
+    return urllib3.Timeout(total=seconds, connect=min(10.0, seconds), read=seconds)
 
 
 def _query(params: Mapping[str, Any] | None) -> str:

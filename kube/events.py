@@ -10,19 +10,28 @@ What it decides:
 * **Names.** `<regarding name>.<hex nanoseconds>` as client-go does, strictly increasing
   within the process (so two events in one clock tick do not collide), with the name
   part cut so the whole stays ≤ 253 characters.
-* **Aggregation.** The same (regarding uid/namespace/name, type, reason, note) seen again
-  within `ttl` (10 min) of its last occurrence does not create a new object: the
-  existing Event gets a merge-PATCH of `series: {count, lastObservedTime}`. If that Event
-  has gone (404) a new one is created and the series starts over. The cache of recent
-  events is bounded (LRU, `cache_size`).
+* **Aggregation** — client-go's events library (`tools/events`), so a repeat costs no API
+  write of its own. The same (regarding, related, type, reason, note, action) seen
+  again while cached: the first repeat PATCHes `series: {count: 2, lastObservedTime}`
+  onto the existing Event; later repeats only count in memory. Every `refresh`
+  (30 min) the counts that grew are PATCHed; every `finish` period (6 min) a series
+  not observed for `finish` gets its final count written and leaves the cache, and a
+  singleton older than `finish` leaves it (its next occurrence creates a new Event).
+  A PATCH answered 404 (the Event expired, kube-apiserver's `--event-ttl` is 1 h, or
+  was deleted) creates a new Event and the series starts over. Unlike client-go the
+  note is part of the key: our notes name the Service and request, and folding two
+  different notes into one Event would hide one. The cache is bounded (LRU,
+  `cache_size`).
 * **Asynchrony.** `warning()`/`normal()` only enqueue (bounded; when full the event is
   dropped with a log line). One daemon thread does the API calls; every failure is
   logged, never raised. `stop()` drains what is queued (bounded by a timeout) and ends
-  the thread; `flush()` waits for the queue to empty (for tests and shutdown).
+  the thread, after writing the counts of series that grew since their last write;
+  `flush()` waits for the queue to empty (for tests and shutdown).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -40,6 +49,9 @@ NOTE_LIMIT = 1024  # bytes, events.k8s.io validation
 REASON_LIMIT = 128
 ACTION_LIMIT = 128
 NAME_LIMIT = 253
+FINISH_SECONDS = 6 * 60.0  # client-go tools/events finishTime
+REFRESH_SECONDS = 30 * 60.0  # client-go tools/events refreshTime
+TICK_SECONDS = 5.0  # how often the sender thread looks at the two periods
 
 
 @dataclass(frozen=True)
@@ -72,15 +84,18 @@ class _Pending:
     at: datetime
 
 
-_Key = tuple[str, str, str, str, str, str]
+_Key = tuple[str, str, str, str, str, str, str, str]
 
 
 @dataclass
 class _Seen:
     namespace: str
     name: str
-    count: int
+    count: int  # occurrences so far
+    written: int  # the count the API server has (1: no series yet)
+    first_seen: float  # monotonic
     last_seen: float  # monotonic
+    last_observed: datetime  # wall clock, for series.lastObservedTime
 
 
 def micro_time(at: datetime) -> str:
@@ -97,6 +112,7 @@ def truncate_utf8(text: str, limit: int) -> str:
 
 
 _STOP = object()
+_TICK = object()
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -110,7 +126,8 @@ class EventRecorder:
         reporting_instance: str,
         *,
         queue_size: int = 1000,
-        ttl: float = 600.0,
+        finish: float = FINISH_SECONDS,
+        refresh: float = REFRESH_SECONDS,
         cache_size: int = 4096,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -118,7 +135,8 @@ class EventRecorder:
         self.client = client
         self.reporting_controller = reporting_controller
         self.reporting_instance = reporting_instance
-        self.ttl = ttl
+        self.finish = finish
+        self.refresh = refresh
         self.cache_size = cache_size
         self._clock = clock
         self._now = now
@@ -126,6 +144,9 @@ class EventRecorder:
         self._seen: OrderedDict[_Key, _Seen] = OrderedDict()
         self._last_ns = 0
         self._stopped = False
+        started = clock()
+        self._next_finish = started + finish
+        self._next_refresh = started + refresh
         self._thread = threading.Thread(target=self._loop, name="event-recorder", daemon=True)
         self._thread.start()
 
@@ -195,8 +216,14 @@ class EventRecorder:
                 self._queue.all_tasks_done.wait(remaining)
         return True
 
+    def tick(self) -> None:
+        """Run the periodic refresh/finish check now (it also runs every few seconds)."""
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(_TICK)
+
     def stop(self, timeout: float = 2.0) -> None:
-        """Send what is queued (within `timeout`), then end the thread."""
+        """Send what is queued and the counts series gained since their last write
+        (within `timeout`), then end the thread."""
         if self._stopped:
             return
         self._stopped = True
@@ -211,12 +238,20 @@ class EventRecorder:
 
     def _loop(self) -> None:
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=TICK_SECONDS)
+            except queue.Empty:
+                self._guarded(self._periodic)
+                continue
             try:
                 if item is _STOP:
+                    self._guarded(self._write_grown_series)
                     return
-                assert isinstance(item, _Pending)
-                self._send(item)
+                if item is _TICK:
+                    self._periodic()
+                else:
+                    assert isinstance(item, _Pending)
+                    self._send(item)
             except ApiError as err:
                 log.warning("could not record event: %s", err)
             except Exception:
@@ -224,33 +259,89 @@ class EventRecorder:
             finally:
                 self._queue.task_done()
 
+    @staticmethod
+    def _guarded(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:
+            log.exception("event recorder: periodic work failed")
+
     def _send(self, ev: _Pending) -> None:
         ref = ev.regarding
-        key: _Key = (ref.uid, ref.namespace, ref.name, ev.type, ev.reason, ev.note)
+        rel = ev.related
+        key: _Key = (
+            ref.uid,
+            ref.namespace,
+            ref.name,
+            rel.uid if rel else "",
+            ev.type,
+            ev.reason,
+            ev.note,
+            ev.action,
+        )
         now = self._clock()
         seen = self._seen.get(key)
-        if seen is not None and now - seen.last_seen > self.ttl:
-            del self._seen[key]
-            seen = None
         if seen is not None:
             self._seen.move_to_end(key)
-            try:
-                self.client.patch(
-                    f"/apis/events.k8s.io/v1/namespaces/{path_segment(seen.namespace)}"
-                    f"/events/{path_segment(seen.name)}",
-                    {"series": {"count": seen.count + 1, "lastObservedTime": micro_time(ev.at)}},
-                )
-                seen.count += 1
-                seen.last_seen = now
+            seen.count += 1
+            seen.last_seen = now
+            seen.last_observed = ev.at
+            if seen.written > 1:
+                return  # a running series: counted here, written by `_periodic`
+            if self._write_series(seen):
                 return
-            except ApiError as err:
-                if not is_not_found(err):
-                    raise
-                del self._seen[key]  # expired or deleted: start a new series
+            del self._seen[key]  # expired or deleted: start over with a new Event
         namespace, name = self._create(ev)
-        self._seen[key] = _Seen(namespace, name, 1, now)
+        self._seen[key] = _Seen(namespace, name, 1, 1, now, now, ev.at)
         while len(self._seen) > self.cache_size:
             self._seen.popitem(last=False)
+
+    def _write_series(self, seen: _Seen) -> bool:
+        """PATCH the series count; False if the Event is gone (404)."""
+        try:
+            self.client.patch(
+                f"/apis/events.k8s.io/v1/namespaces/{path_segment(seen.namespace)}"
+                f"/events/{path_segment(seen.name)}",
+                {
+                    "series": {
+                        "count": seen.count,
+                        "lastObservedTime": micro_time(seen.last_observed),
+                    }
+                },
+            )
+        except ApiError as err:
+            if not is_not_found(err):
+                raise
+            return False
+        seen.written = seen.count
+        return True
+
+    def _periodic(self) -> None:
+        now = self._clock()
+        if now >= self._next_refresh:
+            self._next_refresh = now + self.refresh
+            self._write_grown_series()
+        if now >= self._next_finish:
+            self._next_finish = now + self.finish
+            self._finish_series(now)
+
+    def _write_grown_series(self) -> None:
+        """client-go's refreshExistingEventSeries: write every count that grew."""
+        for key, seen in list(self._seen.items()):
+            if seen.count > seen.written and not self._write_series(seen):
+                del self._seen[key]
+
+    def _finish_series(self, now: float) -> None:
+        """client-go's finishSeries: a series quiet for `finish` gets its final count and
+        leaves the cache; so does a singleton older than `finish`."""
+        for key, seen in list(self._seen.items()):
+            if seen.written > 1 or seen.count > 1:
+                if now - seen.last_seen > self.finish:
+                    if seen.count > seen.written:
+                        self._write_series(seen)
+                    del self._seen[key]
+            elif now - seen.first_seen > self.finish:
+                del self._seen[key]
 
     def _create(self, ev: _Pending) -> tuple[str, str]:
         namespace = ev.regarding.namespace or "default"

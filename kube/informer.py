@@ -4,7 +4,8 @@ shared informer, over our JSON `kube.client.Client`.
 What it decides:
 
 * **Listing.** A paginated LIST (`limit`/`continue`, `page_size` per page) of plain dicts
-  fills the cache; `has_synced()` turns true once the first LIST is in and its handlers
+  fills the cache (a 410 on a continue token falls back to one unpaged LIST, as
+  client-go's pager does); `has_synced()` turns true once the first LIST is in and its handlers
   have run. Every later relist (after 410 Gone) is diffed against the cache: new keys
   fire `on_add`, keys whose resourceVersion changed fire `on_update(old, new)`, keys gone
   fire `on_delete(last cached record)`; unchanged objects fire nothing.
@@ -21,8 +22,16 @@ What it decides:
   listed or the server says 410). Unlike client-go we do not relist after every watch
   error: a re-watch from a still-valid resourceVersion loses nothing, and one that is
   too old gets 410.
-* **Read timeout.** Default `timeoutSeconds + 30`: a half-open connection is noticed
-  that long after the server should have ended the watch.
+* **Read timeout.** A watch that has been silent for `read_timeout` (default
+  `WATCH_READ_TIMEOUT` = 1.25 times the API server's bookmark interval) is dead: we ask
+  for BOOKMARKs, and kube-apiserver's watch cache sends one to such watchers about
+  once a minute (`defaultBookmarkFrequency`, `k8s.io/apiserver/pkg/storage/cacher`)
+  even when nothing changes, so 75 s of silence means a connection that no longer
+  delivers — a NAT or load balancer that dropped it, a partitioned server — and the
+  watch is re-established (from the last resourceVersion; nothing is lost). Against a
+  server that sends no bookmarks (watch cache off) a quiet watch is merely renewed
+  every 75 s. TCP keepalive (`kube.client`) catches a dead peer whose kernel is gone;
+  this catches one whose kernel still answers.
 * **Stopping.** `run(stop)` returns promptly after `stop` is set, whatever the read
   timeout: a small helper thread waits on `stop` and then shuts down the socket of the
   watch in flight (`kube.client.StreamCanceller`), so the blocked read ends at once.
@@ -54,6 +63,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 Indexer = Callable[[T], list[str]]
+
+
+# kube-apiserver's watch cache sends watchers that allow bookmarks one about every minute.
+BOOKMARK_INTERVAL = 60.0
+WATCH_READ_TIMEOUT = 1.25 * BOOKMARK_INTERVAL
 
 
 class _Gone(Exception):
@@ -280,7 +294,18 @@ class Informer(Generic[T]):
         fresh: dict[str, tuple[T, str]] = {}
         resource_version = ""
         while True:
-            page = self.client.get(self.list_path, params)
+            try:
+                page = self.client.get(self.list_path, params)
+            except ApiError as err:
+                if err.status != 410 or "continue" not in params:
+                    raise
+                # The continue token outlived its snapshot (etcd compacted it): like
+                # client-go's pager (FullListIfExpired), one unpaged LIST replaces the
+                # pages read so far, instead of a backoff and a fresh paged relist.
+                log.info("informer %s: continue token expired; listing in full", self.name)
+                params = {k: v for k, v in params.items() if k not in ("continue", "limit")}
+                fresh.clear()
+                page = self.client.get(self.list_path, params)
             for raw in page.get("items") or []:
                 record = self._safe_transform(raw)
                 if record is not None:
@@ -331,7 +356,7 @@ class Informer(Generic[T]):
     def _watch(self, canceller: StreamCanceller) -> int:
         """One watch request, applied event by event; returns how many events came."""
         timeout_seconds = self._rng.randint(self.min_watch_timeout, self.max_watch_timeout)
-        read_timeout = self.read_timeout or timeout_seconds + 30.0
+        read_timeout = self.read_timeout or min(timeout_seconds + 30.0, WATCH_READ_TIMEOUT)
         params: dict[str, Any] = {
             "resourceVersion": self.resource_version,
             "allowWatchBookmarks": True,

@@ -13,12 +13,16 @@ What it decides:
   Taking over from another holder sets `acquireTime` and bumps `leaseTransitions`.
   Times are RFC 3339 MicroTime (`….ffffffZ`).
 * **Renew.** While leading, renew every `retry_period`, first by a direct PUT of the
-  lease we hold (no GET), falling back to GET + PUT. If no renewal succeeds within
-  `renew_deadline`, leadership is lost: the `leader_stop` event given to
+  lease we hold (no GET), falling back to GET + PUT. Each request of a renewal is
+  bounded by the time left to `renew_deadline` (client-go's renew context), so a
+  renewal in flight against a black-holed server cannot outlive it; the observed time
+  of a record is taken after the read or write that returned it. If no renewal
+  succeeds within `renew_deadline`, leadership is lost: the `leader_stop` event given to
   `on_started_leading` is set and `on_stopped_leading()` is called (the manager exits
   the process, as client-go controllers do). We never try to lead again in this run.
 * **Release.** When `stop` is set while leading: set `leader_stop`, give the leader
-  callback up to `renew_deadline` seconds to return, then PUT the lease with
+  callback until the Lease we last renewed would expire (at least `renew_deadline`) to
+  return — its syncs in flight finish while no standby can lead — then PUT the lease with
   `holderIdentity` cleared and `leaseDurationSeconds: 1` so a standby takes over at its
   next retry instead of waiting out the lease. `on_stopped_leading` is *not* called on a
   release we asked for (stopping is not losing).
@@ -153,7 +157,12 @@ class LeaderElector:
             except Exception:
                 log.exception("leader election: on_stopped_leading failed")
             return
-        leader.join(self.renew_deadline)
+        # Syncs in flight finish before the Lease is released (a standby must not start
+        # while we still write). Waiting is safe for as long as the Lease we last renewed
+        # is valid; after that a standby may take it anyway, so release regardless.
+        with self._lock:
+            valid_until = self._last_renew + self.lease_duration
+        leader.join(max(self.renew_deadline, valid_until - self._clock()))
         if leader.is_alive():
             log.warning("leader election: leader work still running; releasing anyway")
         if self.release_on_cancel:
@@ -174,10 +183,15 @@ class LeaderElector:
         return False
 
     def _renew_loop(self, stop: threading.Event) -> bool:
-        """Renew until `stop` (False) or until renewals fail for `renew_deadline` (True)."""
+        """Renew until `stop` (False) or until renewals fail for `renew_deadline` (True).
+
+        The deadline bounds every request of every try, as client-go's renew context
+        does: a renewal stuck on a black-holed server is cut off when the deadline
+        passes, not `renew_deadline` later, so we stop leading before a standby (which
+        waits `lease_duration` from its own read) can take the Lease."""
         while not stop.wait(self.retry_period):
             deadline = self._clock() + self.renew_deadline
-            while not self._try_acquire_or_renew():
+            while not self._try_acquire_or_renew(deadline):
                 remaining = deadline - self._clock()
                 if remaining <= 0:
                     return True
@@ -193,34 +207,57 @@ class LeaderElector:
 
     # one attempt ----------------------------------------------------------------------------
 
-    def _try_acquire_or_renew(self) -> bool:
-        now = self._clock()
+    def _try_acquire_or_renew(self, deadline: float | None = None) -> bool:
+        """One attempt. Every request is bounded by the time left to `deadline` (renewals)
+        or by `renew_deadline` (acquisition); past the deadline nothing is sent."""
+        sent = self._clock()  # a renewal counts from before it was sent (health)
         wall = micro_time(self._now())
         with self._lock:
             held = self._lease if self._leading else None
         if held is not None:
             # Fast path (client-go ≥ 1.28): we hold it, so PUT without reading first.
             spec = held.get("spec") or {}
+            timeout = self._time_left(deadline)
+            if timeout is None:
+                return False
             if spec.get("holderIdentity") == self.identity and self._put(
-                held, self._spec(spec, wall, ours=True), now
+                held, self._spec(spec, wall, ours=True), sent, timeout
             ):
                 return True
+        timeout = self._time_left(deadline)
+        if timeout is None:
+            return False
         try:
-            lease = self.client.get(self.path, timeout=self.renew_deadline)
+            lease = self.client.get(self.path, timeout=timeout)
         except ApiError as err:
             if not is_not_found(err):
                 log.warning("leader election: reading lease failed: %s", err)
                 return False
-            return self._create(wall, now)
+            timeout = self._time_left(deadline)
+            return timeout is not None and self._create(wall, sent, timeout)
+        # client-go takes the observed time after the read: a read that took long must
+        # not make the holder's lease look older than it is (a standby taking over early).
+        read_at = self._clock()
         spec = lease.get("spec") or {}
         if spec != self._observed_spec:
             self._observed_spec = copy.deepcopy(spec)
-            self._observed_at = now
+            self._observed_at = read_at
         holder = spec.get("holderIdentity") or ""
         duration = spec.get("leaseDurationSeconds") or self.lease_duration
-        if holder and holder != self.identity and now < self._observed_at + float(duration):
+        if holder and holder != self.identity and read_at < self._observed_at + float(duration):
             return False  # held by someone else, not expired
-        return self._put(lease, self._spec(spec, wall, ours=holder == self.identity), now)
+        timeout = self._time_left(deadline)
+        if timeout is None:
+            return False
+        return self._put(lease, self._spec(spec, wall, ours=holder == self.identity), sent, timeout)
+
+    def _time_left(self, deadline: float | None) -> float | None:
+        """The timeout for the next request: what is left to `deadline` (None when it
+        has passed), or `renew_deadline` without one."""
+        if deadline is None:
+            return self.renew_deadline
+        left = deadline - self._clock()
+        return left if left > 0 else None
 
     def _spec(self, old: JSON, wall: str, *, ours: bool) -> JSON:
         transitions = int(old.get("leaseTransitions") or 0)
@@ -233,7 +270,7 @@ class LeaderElector:
             "leaseTransitions": transitions if ours else transitions + 1,
         }
 
-    def _create(self, wall: str, now: float) -> bool:
+    def _create(self, wall: str, sent: float, timeout: float) -> bool:
         body: JSON = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -248,29 +285,29 @@ class LeaderElector:
         }
         collection = self.path.rsplit("/", 1)[0]
         try:
-            created = self.client.create(collection, body, timeout=self.renew_deadline)
+            created = self.client.create(collection, body, timeout=timeout)
         except ApiError as err:
             log.info("leader election: creating lease failed: %s", err)
             return False
-        self._record(created, now)
+        self._record(created, sent)
         return True
 
-    def _put(self, lease: JSON, spec: JSON, now: float) -> bool:
+    def _put(self, lease: JSON, spec: JSON, sent: float, timeout: float) -> bool:
         body: dict[str, Any] = {**lease, "spec": spec}
         try:
-            written = self.client.replace(self.path, body, timeout=self.renew_deadline)
+            written = self.client.replace(self.path, body, timeout=timeout)
         except ApiError as err:
             log.info("leader election: writing lease failed: %s", err)
             return False
-        self._record(written, now)
+        self._record(written, sent)
         return True
 
-    def _record(self, lease: JSON, now: float) -> None:
+    def _record(self, lease: JSON, sent: float) -> None:
         with self._lock:
             self._lease = lease
             self._observed_spec = copy.deepcopy(lease.get("spec") or {})
-            self._observed_at = now
-            self._last_renew = now
+            self._observed_at = self._clock()  # after the write, as client-go
+            self._last_renew = sent
 
     def _release(self) -> None:
         with self._lock:

@@ -280,6 +280,7 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
                 registry=registry,
                 recorder=recorder,
                 max_lifetime_seconds=int(opts.max_certificate_lifetime),
+                waiting_resync_period=opts.waiting_resync_period,
             )
             log.info("signer configured", extra={"podcertificaterequests": pcr_version})
 

@@ -198,6 +198,14 @@ class KlogVerbosity(click.IntRange):
     help="Signer worker threads.",
 )
 @flag(
+    "--waiting-resync-period",
+    type=Duration(),
+    default="5m",
+    show_default=True,
+    help="How often requests waiting on a Service are re-driven without an event "
+    "(a safety net; cost proportional to the waiting requests).",
+)
+@flag(
     "--pcr-api-version",
     type=click.Choice(PCR_API_VERSIONS),
     default="auto",

@@ -263,6 +263,7 @@ class Options:
     controllers: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_CONTROLLERS))
     max_certificate_lifetime: float = KUBERNETES_SIGNER_MAX_LIFETIME
     concurrent_syncs: int = 4
+    waiting_resync_period: float = 300.0
     pcr_api_version: str = "auto"
     kubeconfig: str | None = None
     kube_api_qps: float = 50.0
@@ -310,6 +311,8 @@ class Options:
         self._validate_lifetime()
         if self.concurrent_syncs < 1:
             raise OptionsError("--concurrent-syncs", "must be at least 1")
+        if self.waiting_resync_period < 1:
+            raise OptionsError("--waiting-resync-period", "must be at least 1s")
         if self.pcr_api_version not in PCR_API_VERSIONS:
             raise OptionsError(
                 "--pcr-api-version",

@@ -4,11 +4,14 @@ For each request of our signer (SPEC §5) `sync` decides, from the informer cach
 four outcomes, in the order of SPEC §5.2:
 
 - **Denied / Failed** (final): bad annotations or key, Pod gone or not the one the request
-  names, Pod without hostname/subdomain for `add-pod-fqdn`. Written once, never retried.
+  names, Pod without hostname/subdomain for `add-pod-fqdn`. Written once, never retried,
+  with a Warning Event on the Pod (reason = the condition's reason).
 - **Wait**: a Service it names is missing or does not select the Pod. A Warning Event goes
   on the Pod, the request is recorded in the waiting index, and nothing is written — the
-  request is re-driven by the Service (or Pod label) event that can make it succeed, not
-  by polling (SPEC §5.2.6, §5.4).
+  request is re-driven by the Service (or Pod label) event that can make it succeed
+  (SPEC §5.2.6, §5.4) — only a change to what the decision reads counts — and, as a
+  safety net against a missed event, by a slow periodic resync of the waiting requests
+  only (`waiting_resync_period`).
 - **Issued**: `signer.authority` signs the request's public key for the Services' and the
   Pod's DNS names with the current signing material; the chain and times are written in
   one `/status` merge patch conditional on the resourceVersion the decision was made from.
@@ -71,6 +74,12 @@ PCR_GROUP = "certificates.k8s.io"
 PCR_VERSIONS = ("v1", "v1beta1")
 QUEUE_NAME = "service_serving_signer"
 KUBERNETES_MAX_LIFETIME = 86400
+# Default of --waiting-resync-period: a third of a request's 15-minute life (the PCR
+# cleaner deletes it then), so a missed wake-up costs at most 5 minutes; the same as
+# KCM's own periodic syncs of derived state (--resource-quota-sync-period,
+# --namespace-sync-period: 5m). KCM's informer resync (--min-resync-period, 12h) is far
+# longer because it re-delivers every object; this re-drives only the waiting ones.
+WAITING_RESYNC_PERIOD = 300.0
 
 
 T = TypeVar("T", covariant=True)
@@ -158,6 +167,7 @@ class SignerController:
         registry: CollectorRegistry,
         recorder: Recorder | EventRecorder,
         max_lifetime_seconds: int = KUBERNETES_MAX_LIFETIME,
+        waiting_resync_period: float | None = WAITING_RESYNC_PERIOD,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if pcr_version not in PCR_VERSIONS:
@@ -203,7 +213,7 @@ class SignerController:
 
         self.pcr_informer.add_handler(self._on_pcr_add, self._on_pcr_update, self._on_pcr_delete)
         self.service_informer.add_handler(self._on_service, self._on_service_update, None)
-        self.pod_informer.add_handler(None, self._on_pod_update, None)
+        self.pod_informer.add_handler(self._on_pod_add, self._on_pod_update, None)
         material_source.add_listener(self._on_material_change)
         self.loop = Controller(
             "signer",
@@ -212,6 +222,8 @@ class SignerController:
             informers=(self.pcr_informer, self.pod_informer, self.service_informer),
             workers=self.workers,
             on_error=lambda _key, _err: self.metrics.error(),
+            resync_period=waiting_resync_period or None,
+            resync_keys=self._waiting_keys_to_resync,
         )
 
     # lifecycle: the shared controller loop (kube.controller) ------------------------------
@@ -256,12 +268,31 @@ class SignerController:
             self.queue.add(key)
 
     def _on_service_update(self, old: ServiceRecord, new: ServiceRecord) -> None:
-        self._on_service(new)
+        # The record holds exactly what a decision reads of a Service (selector, type,
+        # clusterIP); annotation, label, status and managedFields churn leave it equal
+        # and must not cost a re-drive (and an Event) per waiting request.
+        if old != new:
+            self._on_service(new)
+
+    def _on_pod_add(self, pod: PodRecord) -> None:
+        # A Pod first cached on a relist (or after its informer restarted) may carry the
+        # labels a waiting request needs; nobody else would wake it.
+        for key in self.index.waiting_on_pod(pod.key):
+            self.queue.add(key)
 
     def _on_pod_update(self, old: PodRecord, new: PodRecord) -> None:
+        # Labels are what can turn a waiting request into an issued one (SPEC §5.2.6);
+        # the rest of a Pod a decision reads is immutable once it is bound to a node.
         if old.labels != new.labels:
-            for key in self.index.waiting_on_pod(new.key):
-                self.queue.add(key)
+            self._on_pod_add(new)
+
+    def _waiting_keys_to_resync(self) -> list[str]:
+        """The periodic resync re-drives the waiting requests only — O(waiting), not
+        O(requests): the safety net kube-controller-manager's controllers keep against a
+        missed or mishandled event (SPEC §5.2.6)."""
+        keys = self.index.waiting_keys()
+        self.metrics.waiting_resynced(len(keys))
+        return keys
 
     def _on_material_change(self, _material: SigningMaterial) -> None:
         """New signing material: retry at once what was blocked on the old one's expiry
@@ -329,9 +360,10 @@ class SignerController:
             )
 
         seen_services: dict[str, ServiceRecord | None] = {}
+        resolved: dict[str, ServiceRecord | None] = {}
         blockers: list[Blocker] = []
         for service_name in names.service_names:
-            service = self._service(pod.namespace, service_name, seen_services)
+            service = self._service(pod.namespace, service_name, seen_services, resolved)
             blocker = self._service_blocker(pcr, pod, service_name, service, headless=False)
             if blocker is not None:
                 blockers.append(blocker)
@@ -345,7 +377,7 @@ class SignerController:
                     "and spec.subdomain (and a headless Service named like spec.subdomain "
                     "selecting it); Pod specs are immutable, so recreate the Pod with both",
                 )
-            service = self._service(pod.namespace, pod.subdomain, seen_services)
+            service = self._service(pod.namespace, pod.subdomain, seen_services, resolved)
             blocker = self._service_blocker(pcr, pod, pod.subdomain, service, headless=True)
             if blocker is not None:
                 blockers.append(blocker)
@@ -394,28 +426,35 @@ class SignerController:
         return pcr_record(raw).pkix_public_key
 
     def _service(
-        self, namespace: str, name: str, seen: dict[str, ServiceRecord | None]
+        self,
+        namespace: str,
+        name: str,
+        seen: dict[str, ServiceRecord | None],
+        resolved: dict[str, ServiceRecord | None],
     ) -> ServiceRecord | None:
-        """The Service from the cache, else one live GET; `seen` records what the cache
-        held (for the lost-wake-up check) and memoises per decision."""
+        """The Service from the cache, else one live GET, read once per decision: a
+        Service named twice (`service-names: db` and `add-pod-fqdn` with subdomain `db`)
+        is judged on one read. `seen` keeps what the cache held at that first read — the
+        lost-wake-up check in `_wait` compares against it, so a Service added after it is
+        never mistaken for one the decision already saw."""
         key = f"{namespace}/{name}"
-        if key in seen:
-            cached = seen[key]
-            if cached is not None:
-                return cached
+        if key in resolved:
+            return resolved[key]
         cached = self.services.get(key)
         seen[key] = cached
-        if cached is not None:
-            return cached
-        try:
-            live = self.client.get(
-                f"/api/v1/namespaces/{path_segment(namespace)}/services/{path_segment(name)}"
-            )
-        except ApiError as err:
-            if is_not_found(err):
-                return None
-            raise
-        return service_record(live)
+        service = cached
+        if cached is None:
+            try:
+                live = self.client.get(
+                    f"/api/v1/namespaces/{path_segment(namespace)}/services/{path_segment(name)}"
+                )
+            except ApiError as err:
+                if not is_not_found(err):
+                    raise
+            else:
+                service = service_record(live)
+        resolved[key] = service
+        return service
 
     def _service_blocker(
         self,
@@ -475,18 +514,27 @@ class SignerController:
             )
             self.metrics.failed(decision.reason)
             self.index.forget(pcr.key)
+            self._record_final(pcr, decision)
             return None
         return Requeue()
 
+    def _record_final(self, pcr: PCRRecord, decision: Final) -> None:
+        """A Warning on the Pod for a Denied or Failed request (SPEC §6): kubelet 1.37's
+        own Event garbles its message (the format arguments are shifted), so without ours
+        the owner of a Pod that never starts cannot read why. The Pod is named from the
+        request (it may be gone: `PodNotFound`), so the Event is still listed under it."""
+        self.recorder.warning(
+            ObjectRef("Pod", pcr.namespace, pcr.pod_name, pcr.pod_uid),
+            decision.reason,
+            f"PodCertificateRequest {pcr.key} {decision.condition.lower()} "
+            f"(final; the Pod cannot start until a new request succeeds): {decision.message}",
+            "Sign",
+            self._pcr_ref(pcr),
+        )
+
     def _wait(self, pcr: PCRRecord, decision: Wait) -> None:
         pod_ref = ObjectRef("Pod", decision.pod.namespace, decision.pod.name, decision.pod.uid)
-        pcr_ref = ObjectRef(
-            "PodCertificateRequest",
-            pcr.namespace,
-            pcr.name,
-            pcr.uid,
-            api_version=f"{PCR_GROUP}/{self.pcr_version}",
-        )
+        pcr_ref = self._pcr_ref(pcr)
         for blocker in decision.blockers:
             self.recorder.warning(pod_ref, blocker.reason, blocker.message, "Sign", pcr_ref)
         self.index.wait(
@@ -495,6 +543,15 @@ class SignerController:
             (b.service_key for b in decision.blockers),
             since=pcr.created.timestamp() if pcr.created else None,
         )
+        # The request may have been deleted (the cleaner deletes exactly the waiting ones)
+        # or finished by another replica after `sync` read it: its handler ran before our
+        # entry existed and removed nothing. The informer updates the cache before it runs
+        # handlers, so whichever comes second sees the other: if the cache still holds the
+        # request as it was, a later delete or update will find and drop our entry.
+        current = self.pcrs.get(pcr.key)
+        if current is None or current.uid != pcr.uid or current.terminal is not None:
+            self.index.forget(pcr.key)
+            return
         # An event that changed a Service or the Pod after we read the cache but before
         # the request entered the index found nobody waiting: re-drive it ourselves.
         for service_key, seen in decision.seen_services.items():
@@ -505,6 +562,15 @@ class SignerController:
         seen_labels = decision.seen_pod.labels if decision.seen_pod else None
         if current_pod is not None and current_pod.labels != seen_labels:
             self.queue.add(pcr.key)
+
+    def _pcr_ref(self, pcr: PCRRecord) -> ObjectRef:
+        return ObjectRef(
+            "PodCertificateRequest",
+            pcr.namespace,
+            pcr.name,
+            pcr.uid,
+            api_version=f"{PCR_GROUP}/{self.pcr_version}",
+        )
 
     def _issue(self, pcr: PCRRecord, decision: Sign) -> Requeue | None:
         material = self.material_source.current()

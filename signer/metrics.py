@@ -8,6 +8,8 @@ What counts as what is decided here, once:
   (transient API errors, a signing certificate too close to expiry, bugs). Losing a
   write race to another replica is *not* an error, and waiting on a Service is none
   of the three.
+- `waiting_resyncs_total`: waiting requests re-driven by the periodic resync
+  (`--waiting-resync-period`) rather than by an event.
 
 Counters with known label values start at 0 so alerts work from the first scrape. The
 pending gauges and the signer expiry gauge are read at scrape time from callables, so
@@ -77,6 +79,12 @@ class SignerMetrics:
             buckets=ISSUANCE_BUCKETS,
             registry=registry,
         )
+        self.waiting_resyncs = Counter(
+            f"{PREFIX}_waiting_resyncs",
+            "Waiting PodCertificateRequests re-driven by the periodic resync "
+            "(--waiting-resync-period), the safety net against a missed event.",
+            registry=registry,
+        )
         for result in RESULTS:
             self.requests.labels(result=result)
         for reason in DENIAL_REASONS:
@@ -102,6 +110,9 @@ class SignerMetrics:
     def failed(self, reason: str) -> None:
         self.requests.labels(result="failed").inc()
         self.denied.labels(reason=reason).inc()
+
+    def waiting_resynced(self, count: int) -> None:
+        self.waiting_resyncs.inc(count)
 
     def error(self) -> None:
         self.requests.labels(result="error").inc()

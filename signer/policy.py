@@ -40,7 +40,11 @@ INVALID_STUB = "InvalidStubPKCS10Request"
 INVALID_PKIX = "InvalidPKIXPublicKey"
 UNSUPPORTED_KEY = "UnsupportedKeyType"
 
-_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+# What kube-apiserver 1.37 accepts as a Service name: a DNS-1123 label
+# (`RelaxedServiceNameValidation`, GA and locked on in 1.37; beta, on by default, in 1.36).
+# Before it Service names were DNS-1035 labels (no leading digit); denying `1api` now would
+# be final for a name the API server accepts, so the Pod would never start.
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 REASON_PATTERN = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 PublicKey: TypeAlias = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
@@ -131,7 +135,7 @@ def parse_service_names(value: str) -> tuple[str, ...] | Denial:
 
 
 def _service_name_problem(entry: str) -> str | None:
-    """None when `entry` is a Service name (DNS-1035 label), else what is wrong and what
+    """None when `entry` is a Service name (a DNS-1123 label), else what is wrong and what
     to write instead."""
     if not entry:
         return "is empty; list Service names separated by single commas"
@@ -146,12 +150,12 @@ def _service_name_problem(entry: str) -> str | None:
         return f"contains a dot; write the bare Service name ({_shown(name)}), not a DNS name"
     if len(entry) > 63:
         return f"is {len(entry)} characters; a Service name has at most 63"
-    if entry != entry.lower() and _DNS1035_LABEL.fullmatch(entry.lower()):
+    if entry != entry.lower() and _DNS1123_LABEL.fullmatch(entry.lower()):
         return f"has uppercase letters; Service names are lowercase ({_shown(entry.lower())})"
-    if not _DNS1035_LABEL.fullmatch(entry):
+    if not _DNS1123_LABEL.fullmatch(entry):
         return (
-            "is not a Service name (a DNS-1035 label: lowercase letters, digits and '-', "
-            "starting with a letter and ending with a letter or digit)"
+            "is not a Service name (a DNS-1123 label: lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit)"
         )
     return None
 

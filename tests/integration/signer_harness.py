@@ -25,7 +25,7 @@ from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import Client
 from kube.events import EventRecorder
 from signer.ca import CaFiles, CertificateAuthority, generate_ca, write_ca
-from signer.controller import SignerController
+from signer.controller import WAITING_RESYNC_PERIOD, SignerController
 from signer.records import terminal_condition
 from trust.material import MaterialSource
 
@@ -60,6 +60,7 @@ class RunningSigner:
         intermediate: bool = False,
         max_lifetime_seconds: int = 86400,
         identity: str = "test",
+        waiting_resync_period: float | None = None,
     ) -> None:
         self.client = client
         self.signer_name = signer_name or unique_signer_name()
@@ -82,6 +83,7 @@ class RunningSigner:
             registry=self.registry,
             recorder=self.recorder,
             max_lifetime_seconds=max_lifetime_seconds,
+            waiting_resync_period=waiting_resync_period or WAITING_RESYNC_PERIOD,
         )
         self.kubelet = Kubelet(client, self.signer_name)
         self.stop = threading.Event()

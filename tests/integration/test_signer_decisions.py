@@ -10,10 +10,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from controlplane.kubelet import generate_key, pcr_manifest, pcr_path, stub_csr
 from kube.client import Client
-from tests.integration.signer_harness import RunningSigner, condition, wait_terminal
+from tests.integration.signer_harness import (
+    RunningSigner,
+    condition,
+    events_for,
+    eventually,
+    wait_terminal,
+)
 
 JSON = dict[str, Any]
 
@@ -157,3 +164,63 @@ def test_denied_requests_are_never_retried_or_rewritten(
     assert int(after["metadata"]["resourceVersion"]) > int(version)
     assert after["metadata"]["labels"] == {"touched": "yes"}
     assert signer.count("error") == errors
+
+
+def test_denied_request_puts_a_warning_event_with_the_reason_on_the_pod(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    # Kubelet 1.37's own Denied Event garbles its message; ours says what to fix.
+    pod = signer.kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+    created, _ = signer.kubelet.create_pcr(
+        pod, annotations={"kubernetes.io/service-names": "web.other"}
+    )
+    got = condition(wait_terminal(client, created))
+    assert (got["type"], got["reason"]) == ("Denied", "InvalidUnverifiedUserAnnotations")
+
+    [event] = eventually(
+        lambda: events_for(client, namespace, reason="InvalidUnverifiedUserAnnotations"),
+        what="Denied event",
+    )
+    assert event["type"] == "Warning"
+    assert event["reportingController"] == "service-serving-signer"
+    assert event["regarding"]["kind"] == "Pod" and event["regarding"]["name"] == "web-0"
+    assert event["regarding"]["uid"] == pod["metadata"]["uid"]
+    assert event["related"]["name"] == created["metadata"]["name"]
+    assert got["message"] in event["note"]
+    assert "%!" not in event["note"]
+
+
+def test_failed_request_puts_a_warning_event_with_the_reason_on_the_pod(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    pod = signer.kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+    signer.kubelet.create_service("web", namespace, selector={"app": "web"})
+    created = create_raw_pcr(client, pod, signer.signer_name, podUID=str(uuid.uuid4()))
+    got = condition(wait_terminal(client, created))
+    assert (got["type"], got["reason"]) == ("Failed", "PodNotFound")
+
+    [event] = eventually(
+        lambda: events_for(client, namespace, reason="PodNotFound"), what="Failed event"
+    )
+    assert event["type"] == "Warning"
+    assert event["regarding"]["name"] == "web-0"
+    assert got["message"] in event["note"]
+
+
+def test_service_name_starting_with_a_digit_is_issued(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    # RelaxedServiceNameValidation (GA, locked on in 1.37): a Service may be named `1api`.
+    pod = signer.kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+    signer.kubelet.create_service("1api", namespace, selector={"app": "web"})
+    created, _ = signer.kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "1api"})
+
+    stored = wait_terminal(client, created)
+
+    assert condition(stored)["type"] == "Issued", condition(stored)
+    leaf = x509.load_pem_x509_certificates(stored["status"]["certificateChain"].encode())[0]
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == [
+        f"1api.{namespace}.svc.cluster.local",
+        f"1api.{namespace}.svc",
+    ]

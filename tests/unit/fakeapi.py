@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -100,6 +100,8 @@ class Request:
     query: dict[str, str]
     body: Any
     at: float
+    user_agent: str = ""
+    authorization: str = ""
 
     @property
     def watch(self) -> bool:
@@ -114,6 +116,7 @@ class _Failure:
     times: int
     watch: bool | None
     retry_after: str | None
+    when: Callable[[Request], bool] | None = None
 
 
 @dataclass
@@ -196,6 +199,7 @@ class FakeApi:
         self._rv = 100
         self._scripts: dict[str, deque[list[Action]]] = {}
         self._failures: list[_Failure] = []
+        self._holes: list[tuple[Callable[[Request], bool], threading.Event]] = []
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -290,10 +294,21 @@ class FakeApi:
         times: int = 1,
         watch: bool | None = None,
         retry_after: str | None = None,
+        when: Callable[[Request], bool] | None = None,
     ) -> None:
-        """Answer the next `times` matching requests with `status` (a Status body)."""
+        """Answer the next `times` matching requests (and, with `when`, only those it
+        accepts) with `status` (a Status body)."""
         with self.lock:
-            self._failures.append(_Failure(method, path, status, times, watch, retry_after))
+            self._failures.append(_Failure(method, path, status, times, watch, retry_after, when))
+
+    def black_hole(self, when: Callable[[Request], bool]) -> threading.Event:
+        """From now on, requests `when` accepts get no answer at all (the connection stays
+        open and silent, as behind a partition) until the returned event is set or the
+        server stops; then the connection is closed without a response."""
+        release = threading.Event()
+        with self.lock:
+            self._holes.append((when, release))
+        return release
 
     def count(
         self, method: str | None = None, path: str | None = None, *, watch: bool | None = None
@@ -339,6 +354,8 @@ class FakeApi:
                 if f.times <= 0 or f.method != req.method or f.path != req.path:
                     continue
                 if f.watch is not None and f.watch != req.watch:
+                    continue
+                if f.when is not None and not f.when(req):
                     continue
                 f.times -= 1
                 return f
@@ -452,9 +469,23 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         body = json.loads(raw) if raw else None
         fake = self.fake
-        req = Request(self.command, parts.path, query, body, time.monotonic())
+        req = Request(
+            self.command,
+            parts.path,
+            query,
+            body,
+            time.monotonic(),
+            self.headers.get("User-Agent") or "",
+            self.headers.get("Authorization") or "",
+        )
         with fake.lock:
             fake.requests.append(req)
+            hole = next((r for (when, r) in fake._holes if not r.is_set() and when(req)), None)
+        if hole is not None:
+            while not hole.wait(0.05) and not fake._stopping.is_set():
+                pass
+            self.close_connection = True
+            return
 
         failure = fake._take_failure(req)
         if failure is not None:

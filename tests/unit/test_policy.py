@@ -44,6 +44,10 @@ from tests.unit import pki
         ({SERVICE_NAMES: "api,web,api,web"}, NameRequest(("api", "web"), False)),
         ({SERVICE_NAMES: "a"}, NameRequest(("a",), False)),
         ({SERVICE_NAMES: "a-1"}, NameRequest(("a-1",), False)),
+        ({SERVICE_NAMES: "1api"}, NameRequest(("1api",), False)),
+        ({SERVICE_NAMES: "0"}, NameRequest(("0",), False)),
+        ({SERVICE_NAMES: "123"}, NameRequest(("123",), False)),
+        ({SERVICE_NAMES: "9-to-5,web"}, NameRequest(("9-to-5", "web"), False)),
         ({SERVICE_NAMES: "a" * 63}, NameRequest(("a" * 63,), False)),
         ({SERVICE_NAMES: ",".join(f"s{i}" for i in range(32))}, None),
         ({SERVICE_NAMES: ",".join(["s1"] * 40)}, NameRequest(("s1",), False)),
@@ -58,6 +62,10 @@ from tests.unit import pki
         "duplicates-collapse-in-first-order",
         "single-letter",
         "dash-digit",
+        "leading-digit-dns1123",
+        "single-digit",
+        "all-digits",
+        "leading-digit-and-dash",
         "63-chars",
         "32-names",
         "40-duplicates-are-one",
@@ -97,12 +105,13 @@ def test_accepts_annotation_form(annotations: dict[str, str], expected: NameRequ
         ({SERVICE_NAMES: "web.ns.svc.cluster.local"}, ["dot", "'web'"]),
         ({SERVICE_NAMES: "Web"}, ["'Web'", "uppercase", "'web'"]),
         ({SERVICE_NAMES: "a" * 64}, ["64 characters", "at most 63"]),
-        ({SERVICE_NAMES: "1web"}, ["'1web'", "DNS-1035"]),
-        ({SERVICE_NAMES: "web-"}, ["'web-'", "DNS-1035"]),
-        ({SERVICE_NAMES: "-web"}, ["DNS-1035"]),
-        ({SERVICE_NAMES: "we_b"}, ["DNS-1035"]),
-        ({SERVICE_NAMES: "web api"}, ["'web api'", "DNS-1035"]),
-        ({SERVICE_NAMES: "*"}, ["DNS-1035"]),
+        ({SERVICE_NAMES: "1web-"}, ["'1web-'", "DNS-1123"]),
+        ({SERVICE_NAMES: "web-"}, ["'web-'", "DNS-1123"]),
+        ({SERVICE_NAMES: "-web"}, ["DNS-1123"]),
+        ({SERVICE_NAMES: "we_b"}, ["DNS-1123"]),
+        ({SERVICE_NAMES: "web api"}, ["'web api'", "DNS-1123"]),
+        ({SERVICE_NAMES: "*"}, ["DNS-1123"]),
+        ({SERVICE_NAMES: "1API"}, ["uppercase", "'1api'"]),
         ({SERVICE_NAMES: "10.0.0.1"}, ["dot"]),
         ({SERVICE_NAMES: ",".join(f"s{i}" for i in range(33))}, ["33 Services", "at most 32"]),
         ({ADD_POD_FQDN: "true", SERVICE_NAMES: "Bad"}, ["uppercase"]),
@@ -125,12 +134,13 @@ def test_accepts_annotation_form(annotations: dict[str, str], expected: NameRequ
         "names-fqdn",
         "names-uppercase",
         "names-64-chars",
-        "names-leading-digit",
+        "names-leading-digit-trailing-dash",
         "names-trailing-dash",
         "names-leading-dash",
         "names-underscore",
         "names-inner-space",
         "names-wildcard",
+        "names-uppercase-leading-digit",
         "names-ip",
         "names-33",
         "bad-name-with-fqdn",
@@ -157,13 +167,13 @@ def test_denial_rejects_reason_outside_condition_grammar() -> None:
 
 # annotations: grammar properties -----------------------------------------------------
 
-LABELS = st.from_regex(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True)
+LABELS = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True)
 SPACES = st.sampled_from(["", " ", "  ", "\t"])
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(SPACES, LABELS, SPACES), min_size=1, max_size=40))
-def test_any_list_of_dns1035_labels_is_accepted_as_unique_names_in_order(
+def test_any_list_of_dns1123_labels_is_accepted_as_unique_names_in_order(
     entries: list[tuple[str, str, str]],
 ) -> None:
     value = ",".join(f"{a}{name}{b}" for a, name, b in entries)
@@ -181,7 +191,7 @@ def test_any_list_of_dns1035_labels_is_accepted_as_unique_names_in_order(
 @given(st.text(max_size=80))
 def test_any_service_names_value_is_accepted_only_if_every_entry_is_a_label(value: str) -> None:
     result = decide_names({SERVICE_NAMES: value})
-    label = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+    label = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # DNS-1123 label
     entries = [e.strip(" \t") for e in value.split(",")]
     valid = all(len(e) <= 63 and label.fullmatch(e) for e in entries)
     assert isinstance(result, NameRequest) == (valid and len(set(entries)) <= 32)

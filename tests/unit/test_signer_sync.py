@@ -122,7 +122,7 @@ class FakeMaterialSource:
 
 
 class Harness:
-    def __init__(self, version: str = "v1") -> None:
+    def __init__(self, version: str = "v1", **controller_options: Any) -> None:
         self.client = FakeClient()
         self.recorder = FakeRecorder()
         self.registry = CollectorRegistry()
@@ -136,6 +136,7 @@ class Harness:
             workers=1,
             registry=self.registry,
             recorder=self.recorder,
+            **controller_options,
         )
         self.pcrs: dict[str, PCRRecord] = {}
         self.pods: dict[str, PodRecord] = {}
@@ -883,3 +884,227 @@ def test_signer_takes_no_new_request_once_stop_is_set(h: Harness) -> None:
     thread.join(10)
     assert not thread.is_alive()
     assert synced == [f"{NS}/req-0"]
+
+
+# events on final decisions (issue 9 item 9) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("condition_type", "reason"),
+    [("Denied", "InvalidUnverifiedUserAnnotations"), ("Failed", "PodNotFound")],
+)
+def test_denied_and_failed_requests_put_a_warning_with_the_reason_on_the_pod(
+    h: Harness, condition_type: str, reason: str
+) -> None:
+    if reason == "PodNotFound":
+        pod = h.pod(cached=False)
+        pcr = h.pcr(pod)
+    else:
+        pod = h.pod()
+        pcr = h.pcr(pod, {"kubernetes.io/service-names": "web", "example.com/x": "y"})
+    h.service()
+
+    h.controller.sync(pcr.key)
+
+    condition = h.written_status()["conditions"][0]
+    assert (condition["type"], condition["reason"]) == (condition_type, reason)
+    [warning] = h.recorder.warnings
+    assert warning.reason == reason
+    assert warning.regarding == ObjectRef("Pod", NS, "web-0", pod["metadata"]["uid"])
+    assert warning.related is not None and warning.related.name == pcr.name
+    assert condition["message"] in warning.note and pcr.key in warning.note
+
+
+def test_no_warning_when_another_replica_finished_the_request_first(h: Harness) -> None:
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod, {"kubernetes.io/service-names": "Web"})
+    h.client.patch_results[h.status_path()] = [ApiError(409, "Conflict")]
+    h.client.objects[h.status_path().removesuffix("/status")] = {
+        "status": {"conditions": [{"type": "Denied", "status": "True"}]}
+    }
+
+    h.controller.sync(pcr.key)
+
+    assert h.recorder.warnings == []
+
+
+# race windows, made deterministic (issue 9 items 3 and 4) ----------------------------------
+
+
+class HookedStore(dict[str, Any]):
+    """A cache whose reads run a hook: `before[key]` just before the first read of `key`,
+    `after[key]` just after it — the moment another informer event lands mid-decision."""
+
+    def __init__(
+        self,
+        items: dict[str, Any],
+        *,
+        before: dict[str, Callable[[], None]] | None = None,
+        after: dict[str, Callable[[], None]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.items_ = items
+        self.before = dict(before or {})
+        self.after = dict(after or {})
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self.before:
+            self.before.pop(key)()
+        value = self.items_.get(key, default)
+        if key in self.after:
+            self.after.pop(key)()
+        return value
+
+
+def test_request_deleted_while_its_sync_decides_leaves_no_index_entry(h: Harness) -> None:
+    pod = h.pod()
+    pcr = h.pcr(pod)
+
+    def cleaner_deletes_it() -> None:  # as the informer does: cache first, then handlers
+        del h.pcrs[pcr.key]
+        h.controller._on_pcr_delete(pcr)
+
+    h.controller.services = HookedStore(h.services, before={f"{NS}/web": cleaner_deletes_it})
+    assert h.controller.sync(pcr.key) is None
+
+    assert h.controller.index.sizes() == (0, 0, 0)
+    assert h.gauge("pending_requests") == 0
+    assert h.gauge("oldest_pending_seconds") == 0
+
+
+def test_request_finished_by_another_replica_while_its_sync_decides_leaves_no_index_entry(
+    h: Harness,
+) -> None:
+    pod = h.pod()
+    pcr = h.pcr(pod)
+    issued = dataclasses.replace(pcr, terminal="Issued", resource_version="43")
+
+    def other_replica_issues_it() -> None:
+        h.pcrs[pcr.key] = issued
+        h.controller._on_pcr_update(pcr, issued)
+
+    h.controller.services = HookedStore(h.services, before={f"{NS}/web": other_replica_issues_it})
+    h.controller.sync(pcr.key)
+
+    assert h.controller.index.sizes() == (0, 0, 0)
+    assert h.gauge("pending_requests") == 0
+
+
+def test_request_still_cached_after_the_decision_stays_in_the_index(h: Harness) -> None:
+    pod = h.pod()
+    pcr = h.pcr(pod)
+    updated = dataclasses.replace(pcr, resource_version="43")
+
+    def label_update() -> None:  # not terminal: the request still waits
+        h.pcrs[pcr.key] = updated
+        h.controller._on_pcr_update(pcr, updated)
+
+    h.controller.services = HookedStore(h.services, before={f"{NS}/web": label_update})
+    h.controller.sync(pcr.key)
+
+    assert h.controller.index.is_waiting(pcr.key)
+
+
+def test_service_added_between_the_two_reads_of_one_decision_re_drives_the_request(
+    h: Harness,
+) -> None:
+    """`service-names: db` and `add-pod-fqdn` with subdomain `db` (the StatefulSet case)
+    read Service `db` twice; it is ADDED right after the first read, while nobody waits."""
+    pod = h.pod("db-0", labels={"app": "db"}, hostname="db-0", subdomain="db")
+    pcr = h.pcr(pod, {"kubernetes.io/service-names": "db", "kubernetes.io/add-pod-fqdn": "true"})
+    added = ServiceRecord(NS, "db", {"app": "db"}, "ClusterIP", "None")
+
+    def service_added() -> None:
+        h.services[added.key] = added
+        h.controller._on_service(added)  # the index is still empty: wakes nobody
+
+    h.controller.services = HookedStore(h.services, after={added.key: service_added})
+    assert h.controller.sync(pcr.key) is None
+
+    assert h.recorder.reasons() == ["ServiceNotFound"]
+    assert h.controller.index.is_waiting(pcr.key)
+    assert h.controller.queue.get() == (pcr.key, False)
+    h.controller.queue.done(pcr.key)
+
+    h.controller.services = h.services
+    h.controller.sync(pcr.key)
+    assert h.written_status()["conditions"][0]["type"] == "Issued"
+    assert h.controller.index.sizes() == (0, 0, 0)
+
+
+def test_a_service_named_twice_is_read_once_per_decision(h: Harness) -> None:
+    pod = h.pod("db-0", labels={"app": "db"}, hostname="db-0", subdomain="db")
+    h.service("db", selector={"app": "db"}, cluster_ip="None", cached=False, live=True)
+    pcr = h.pcr(pod, {"kubernetes.io/service-names": "db", "kubernetes.io/add-pod-fqdn": "true"})
+
+    h.controller.sync(pcr.key)
+
+    gets = [a[1] for a in h.client.actions if a[0] == "GET"]
+    assert gets == [f"/api/v1/namespaces/{NS}/services/db"]
+    assert h.written_status()["conditions"][0]["type"] == "Issued"
+
+
+# re-drive only on what a decision reads (issue 9 item 5) -----------------------------------
+
+
+def test_service_update_that_changes_nothing_a_decision_reads_enqueues_nobody(
+    h: Harness,
+) -> None:
+    h.controller.index.wait(f"{NS}/req-a", f"{NS}/web-0", [f"{NS}/web"])
+    old = ServiceRecord(NS, "web", {"app": "other"}, "ClusterIP", "10.0.0.1")
+
+    # An annotation-only PATCH produces a new, equal record.
+    h.controller._on_service_update(
+        old, ServiceRecord(NS, "web", {"app": "other"}, "ClusterIP", "10.0.0.1")
+    )
+    assert len(h.controller.queue) == 0
+
+    for changed in (
+        dataclasses.replace(old, selector={"app": "web"}),
+        dataclasses.replace(old, type="NodePort"),
+        dataclasses.replace(old, cluster_ip="None"),
+    ):
+        h.controller._on_service_update(old, changed)
+        assert h.controller.queue.get() == (f"{NS}/req-a", False)
+        h.controller.queue.done(f"{NS}/req-a")
+
+
+# the periodic resync of waiting requests (issue 9 item 4) ----------------------------------
+
+
+def test_periodic_resync_re_drives_only_the_waiting_requests_and_counts_them() -> None:
+    import threading
+
+    h = Harness(waiting_resync_period=0.05)
+    waiting = h.pcr(h.pod(), name="req-1")
+    h.controller.sync(waiting.key)
+    assert h.controller.index.is_waiting(waiting.key)
+    synced: list[str] = []
+    sync = h.controller.sync
+
+    def recording_sync(key: str) -> Requeue | None:
+        synced.append(key)
+        return sync(key)
+
+    h.controller.loop._sync = recording_sync
+    h.controller.loop.has_synced = lambda: True  # type: ignore[method-assign]  # dict stores
+    stop = threading.Event()
+    thread = threading.Thread(target=h.controller.run_workers, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(synced) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert synced[:2] == [waiting.key, waiting.key]
+        assert h.gauge("waiting_resyncs_total") >= 2
+
+        h.service()  # a Service whose event we "missed": the next resync issues
+        deadline = time.monotonic() + 10
+        while h.controller.index.is_waiting(waiting.key) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not h.controller.index.is_waiting(waiting.key)
+        assert h.count("issued") == 1
+    finally:
+        stop.set()
+        thread.join(10)

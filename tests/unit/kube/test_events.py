@@ -67,18 +67,55 @@ def test_first_event_is_created_with_the_events_v1_shape(
     assert "series" not in ev
 
 
-def test_repeats_are_aggregated_into_one_event_with_a_series_count(
-    fake: FakeApi, recorder: EventRecorder
+def test_repeats_cost_one_create_and_one_patch_then_nothing_until_the_refresh(
+    fake: FakeApi,
 ) -> None:
-    for _ in range(3):
-        recorder.warning(POD, "ServiceNotFound", "no Service web", "Sign")
-    assert recorder.flush()
+    """client-go's events library: create, then the first repeat starts the series, later
+    repeats are counted in memory and written at the 30-minute refresh."""
+    now = [0.0]
+    rec = EventRecorder(fake.client(), "c", "i", clock=lambda: now[0])
+    try:
+        for _ in range(20):
+            rec.warning(POD, "ServiceNotFound", "no Service web", "Sign")
+        assert rec.flush()
+        [ev] = fake.items(EVENTS)
+        assert ev["series"]["count"] == 2
+        assert re.fullmatch(r".*\.\d{6}Z", ev["series"]["lastObservedTime"])
+        assert fake.count("POST", EVENTS) == 1
+        assert fake.count("PATCH") == 1
+
+        for _ in range(6):  # a repeat every 5 minutes keeps the series running
+            now[0] += 5 * 60 - 10
+            rec.warning(POD, "ServiceNotFound", "no Service web", "Sign")
+            rec.tick()
+            assert rec.flush()
+        assert now[0] < 30 * 60
+        assert fake.count("PATCH") == 1, "no write before the refresh period"
+
+        now[0] = 30 * 60 + 1
+        rec.tick()
+        assert rec.flush()
+        [ev] = fake.items(EVENTS)
+        assert ev["series"]["count"] == 26
+        assert fake.count("PATCH") == 2
+
+        now[0] += 5 * 60
+        rec.tick()
+        assert rec.flush()
+        assert fake.count("PATCH") == 2, "an unchanged count is not written again"
+    finally:
+        rec.stop()
+
+
+def test_stop_writes_the_counts_series_gained_since_their_last_write(fake: FakeApi) -> None:
+    rec = EventRecorder(fake.client(), "c", "i")
+    for _ in range(5):
+        rec.warning(POD, "R", "n", "Sign")
+    rec.stop()
     [ev] = fake.items(EVENTS)
-    assert ev["series"]["count"] == 3
-    assert re.fullmatch(r".*\.\d{6}Z", ev["series"]["lastObservedTime"])
+    assert ev["series"]["count"] == 5
     assert fake.count("POST", EVENTS) == 1
-    patches = list(fake.matching("PATCH"))
-    assert [p.body["series"]["count"] for p in patches] == [2, 3]
+    assert fake.count("PATCH") == 2
 
 
 def test_a_different_note_or_type_is_a_different_event(
@@ -106,22 +143,59 @@ def test_series_starts_over_when_the_event_is_gone(fake: FakeApi, recorder: Even
     assert fake.count("POST", EVENTS) == 2
 
 
-def test_a_repeat_after_the_ttl_creates_a_new_event(fake: FakeApi) -> None:
+def test_a_quiet_series_is_finished_and_a_later_repeat_creates_a_new_event(
+    fake: FakeApi,
+) -> None:
     now = [0.0]
-    rec = EventRecorder(fake.client(), "c", "i", ttl=600.0, clock=lambda: now[0])
+    rec = EventRecorder(fake.client(), "c", "i", clock=lambda: now[0])
     try:
-        rec.warning(POD, "R", "n", "Sign")
+        for _ in range(4):
+            rec.warning(POD, "R", "n", "Sign")
         assert rec.flush()
-        now[0] += 599
-        rec.warning(POD, "R", "n", "Sign")
+        now[0] += 6 * 60 + 1
+        rec.tick()
         assert rec.flush()
-        now[0] += 601
+        [ev] = fake.items(EVENTS)
+        assert ev["series"]["count"] == 4, "the final count is written when the series ends"
+
         rec.warning(POD, "R", "n", "Sign")
         assert rec.flush()
     finally:
         rec.stop()
     assert fake.count("POST", EVENTS) == 2
+    assert fake.count("PATCH") == 2
+
+
+def test_a_singleton_leaves_the_cache_after_the_finish_period(fake: FakeApi) -> None:
+    now = [0.0]
+    rec = EventRecorder(fake.client(), "c", "i", clock=lambda: now[0])
+    try:
+        rec.warning(POD, "R", "n", "Sign")
+        assert rec.flush()
+        now[0] += 5 * 60
+        rec.warning(POD, "R", "n", "Sign")  # within the period: the series starts
+        assert rec.flush()
+        rec.warning(POD, "Other", "n", "Sign")
+        assert rec.flush()
+        now[0] += 6 * 60 + 1
+        rec.tick()
+        assert rec.flush()
+        rec.warning(POD, "Other", "n", "Sign")  # its singleton was dropped: new Event
+        assert rec.flush()
+    finally:
+        rec.stop()
+    assert fake.count("POST", EVENTS) == 3
     assert fake.count("PATCH") == 1
+
+
+def test_an_event_about_another_related_object_is_a_different_event(
+    fake: FakeApi, recorder: EventRecorder
+) -> None:
+    other = ObjectRef("PodCertificateRequest", "ns", "req-2", "uid-3", "certificates.k8s.io/v1")
+    recorder.warning(POD, "R", "n", "Sign", related=PCR)
+    recorder.warning(POD, "R", "n", "Sign", related=other)
+    assert recorder.flush()
+    assert fake.count("POST", EVENTS) == 2
 
 
 def test_note_is_cut_to_1_KiB_on_a_character_boundary(

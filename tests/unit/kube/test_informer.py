@@ -297,3 +297,24 @@ def test_wait_for_sync_gives_up_on_stop_or_timeout(fake: FakeApi) -> None:
     assert inf.wait_for_sync(stop, timeout=0.1) is False
     stop.set()
     assert inf.wait_for_sync(stop) is False
+
+
+def test_expired_continue_token_falls_back_to_one_full_list_at_once(fake: FakeApi) -> None:
+    """client-go's pager (`FullListIfExpired`): a 410 on a continue token means the
+    snapshot the pages came from was compacted; one unpaged LIST replaces it, with no
+    backoff and no restart of the paging."""
+    for i in range(7):
+        fake.put(PODS, pod(f"p{i}"))
+    fake.fail("GET", PODS, 410, when=lambda r: bool(r.query.get("continue")))
+    inf = informer(fake, page_size=3, backoff_initial=5.0, backoff_max=5.0)
+    rec = Recorder()
+    inf.add_handler(rec.on_add)
+    with running(inf):
+        assert sorted(inf.keys()) == [f"ns/p{i}" for i in range(7)]
+        lists = list(fake.matching("GET", PODS, watch=False))
+        assert [(r.query.get("limit"), bool(r.query.get("continue"))) for r in lists] == [
+            ("3", False),
+            ("3", True),
+            (None, False),
+        ]
+        assert len(rec.of("add")) == 7

@@ -36,6 +36,8 @@ class Candidate:
     lost: threading.Event = field(default_factory=threading.Event)
     leader_stop: threading.Event | None = None
     thread: threading.Thread | None = None
+    started_at: float = 0.0
+    lost_at: float = 0.0
 
     def start(self) -> Candidate:
         self.thread = threading.Thread(target=self.elector.run, args=(self.stop,), daemon=True)
@@ -55,21 +57,27 @@ def candidate(
     box: dict[str, Candidate] = {}
 
     def started(leader_stop: threading.Event) -> None:
+        box["c"].started_at = time.monotonic()
         box["c"].leader_stop = leader_stop
         box["c"].started.set()
         leader_stop.wait()
 
+    def stopped() -> None:
+        box["c"].lost_at = time.monotonic()
+        box["c"].lost.set()
+
     kwargs.setdefault("lease_duration", 1.0)
     kwargs.setdefault("renew_deadline", 0.5)
     kwargs.setdefault("retry_period", 0.05)
+    client = kwargs.pop("client", None) or fake.client()
     c = Candidate(
         LeaderElector(
-            fake.client(),
+            client,
             "kube-system",
             "signer",
             identity,
             on_started_leading=started,
-            on_stopped_leading=lambda: box["c"].lost.set(),
+            on_stopped_leading=stopped,
             registry=registry,
             **kwargs,
         )
@@ -226,3 +234,133 @@ def test_a_follower_is_healthy_and_bad_timings_are_refused(fake: FakeApi) -> Non
         candidate(fake, "x", lease_duration=1.0, renew_deadline=1.0)
     with pytest.raises(ValueError):
         candidate(fake, "x", renew_deadline=0.5, retry_period=0.5)
+
+
+def black_hole_overlap(
+    fake: FakeApi, lease_duration: float, renew_deadline: float, retry_period: float
+) -> tuple[float, float]:
+    """Seconds the black-holed leader went on leading after a standby could first have
+    acquired the Lease, and after the standby did acquire it (> 0: two leaders at once).
+    The standby waits `lease_duration` from its own read of the last record the leader
+    wrote, so the earliest moment is that write's arrival at the server plus
+    `lease_duration`."""
+    timings: dict[str, Any] = {
+        "lease_duration": lease_duration,
+        "renew_deadline": renew_deadline,
+        "retry_period": retry_period,
+    }
+    leader_client = fake.client()
+    leader_client.user_agent = "leader"
+    a = candidate(fake, "a", client=leader_client, **timings).start()
+    assert a.started.wait(10)
+    b = candidate(fake, "b", **timings).start()
+    try:
+        assert fake.wait_for("GET", LEASE, count=1, timeout=10)  # the standby has read it
+        assert fake.wait_for("PUT", LEASE, count=2, timeout=10)  # and a has renewed
+        holed_at = time.monotonic()
+        fake.black_hole(lambda r: r.user_agent == "leader")
+        assert a.lost.wait(lease_duration + 3 * renew_deadline + 10), "never stopped leading"
+        assert b.started.wait(lease_duration + 10), "the standby never took over"
+        last_write = max(
+            r.at
+            for r in fake.matching("PUT", LEASE)
+            if r.user_agent == "leader" and r.at < holed_at
+        )
+        earliest_takeover = last_write + lease_duration
+        return a.lost_at - earliest_takeover, a.lost_at - b.started_at
+    finally:
+        a.stop.set()
+        b.finish(timeout=renew_deadline + 5)
+
+
+def test_a_black_holed_leader_stops_leading_before_a_standby_can_acquire(
+    fake: FakeApi,
+) -> None:
+    """The renew deadline cuts off a renewal already in flight (client-go bounds each try
+    by the time left): against a server that answers nothing, on_stopped_leading runs
+    before the standby can take the Lease, not a renew deadline later."""
+    could, did = black_hole_overlap(fake, lease_duration=4.0, renew_deadline=2.0, retry_period=0.5)
+    assert could <= 0, f"led {could:.2f}s after a standby could acquire"
+    assert did <= 0, f"led {did:.2f}s after the standby acquired"
+
+
+def test_observed_time_is_taken_after_a_slow_read(fake: FakeApi) -> None:
+    """A standby whose read of a live holder's Lease was slow counts the lease duration
+    from when the answer arrived, not from when it asked: otherwise the next try, one
+    retry later, would find a lease it has watched for 0.5 s already "expired"."""
+    fake.put(
+        LEASES,
+        {
+            "metadata": {"name": "signer", "namespace": "kube-system"},
+            "spec": {"holderIdentity": "holder", "leaseDurationSeconds": 1},
+        },
+    )
+    now = [0.0]
+    client = fake.client()
+    real_get = client.get
+    slow = [True]
+
+    def get(path: str, params: Any = None, *, timeout: float | None = None) -> Any:
+        result = real_get(path, params, timeout=timeout)
+        if slow.pop() if slow else False:
+            now[0] += 5.0  # the first answer took 5 s to arrive
+        return result
+
+    client.get = get  # type: ignore[method-assign]
+    b = LeaderElector(
+        client,
+        "kube-system",
+        "signer",
+        "b",
+        lease_duration=1.0,
+        renew_deadline=0.5,
+        retry_period=0.1,
+        on_started_leading=lambda _stop: None,
+        on_stopped_leading=lambda: None,
+        clock=lambda: now[0],
+    )
+    assert not b._try_acquire_or_renew()
+    now[0] += 0.5
+    assert not b._try_acquire_or_renew(), "observed 0.5 s ago: not expired"
+    assert lease_spec(fake)["holderIdentity"] == "holder"
+    now[0] += 0.6
+    assert b._try_acquire_or_renew(), "unchanged for more than the lease duration"
+    assert lease_spec(fake)["holderIdentity"] == "b"
+
+
+def test_the_lease_is_released_only_after_the_leader_work_has_finished(fake: FakeApi) -> None:
+    """SIGTERM: the workers finish their syncs in flight, then the Lease is released — not
+    after a fixed `renew_deadline` while a sync may still write."""
+    finished: list[float] = []
+
+    def lead(leader_stop: threading.Event) -> None:
+        leader_stop.wait()
+        time.sleep(1.5)  # a sync in flight when stop came
+        finished.append(time.monotonic())
+
+    elector = LeaderElector(
+        fake.client(),
+        "kube-system",
+        "signer",
+        "a",
+        lease_duration=4.0,
+        renew_deadline=1.0,
+        retry_period=0.2,
+        on_started_leading=lead,
+        on_stopped_leading=lambda: None,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=elector.run, args=(stop,), daemon=True)
+    thread.start()
+    assert fake.wait_for("PUT", LEASE, count=1, timeout=5) or fake.wait_for("POST", LEASES)
+    deadline = time.monotonic() + 5
+    while not elector.is_leader() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert elector.is_leader()
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive()
+
+    [done_at] = finished
+    [release] = [r for r in fake.matching("PUT", LEASE) if r.body["spec"]["holderIdentity"] == ""]
+    assert release.at >= done_at

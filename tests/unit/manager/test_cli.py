@@ -255,3 +255,15 @@ def test_version_prints_name_and_version() -> None:
     assert result.exit_code == 0
     assert result.output.startswith("service-serving-signer ")
     assert '"version"' in invoke(["version", "-o", "json"]).output
+
+
+def test_waiting_resync_period_defaults_to_5m_and_reads_its_flag_and_env_var(
+    captured: list[Options],
+) -> None:
+    assert run_with(captured, *FILES).waiting_resync_period == 300
+    assert run_with(captured, *FILES, "--waiting-resync-period=90s").waiting_resync_period == 90
+    env = {"SERVICE_SERVING_SIGNER_WAITING_RESYNC_PERIOD": "10m"}
+    assert run_with(captured, *FILES, env=env).waiting_resync_period == 600
+    result = invoke(["run", *FILES, "--waiting-resync-period=0s"])
+    assert result.exit_code != 0
+    assert "--waiting-resync-period" in result.output + result.stderr

@@ -1,0 +1,115 @@
+"""Connection liveness against the real API server (SPEC §6, issue 9 item 2): when every
+established connection goes silent without closing — a NAT or load balancer dropping its
+state, a partitioned server — the signer notices by itself and carries on over fresh
+connections. A `FreezingProxy` between signer and kube-apiserver stops forwarding on its
+open connections while accepting new ones; the kernel behind it keeps ACKing, so only the
+read timeouts (the bookmark-derived watch timeout, the request timeout) can tell."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane import ControlPlane
+from kube.client import ApiError, Client
+from kube.informer import WATCH_READ_TIMEOUT
+from tests.integration.freezing_proxy import FreezingProxy
+from tests.integration.signer_harness import RunningSigner, condition, wait_terminal
+
+# Far below what the signer took before (the watch read timeout was timeoutSeconds + 30,
+# 330-630 s), far above what it needs now (about WATCH_READ_TIMEOUT); the machine is slow.
+ISSUE_BOUND = 150.0
+
+
+@pytest.fixture
+def proxy(control_plane: ControlPlane) -> Iterator[FreezingProxy]:
+    port = int(control_plane.host.rsplit(":", 1)[1])
+    running = FreezingProxy("127.0.0.1", port).start()
+    yield running
+    running.close()
+
+
+def proxied_client(control_plane: ControlPlane, proxy: FreezingProxy, tmp_path: Path) -> Client:
+    config: dict[str, Any] = control_plane.kubeconfig_for()
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(config))
+    return Client.from_kubeconfig(str(path), qps=0, burst=1000)
+
+
+def test_request_created_after_every_connection_went_silent_is_issued(
+    control_plane: ControlPlane,
+    proxy: FreezingProxy,
+    client: Client,
+    namespace: str,
+    tmp_path: Path,
+    record_property: Any,
+) -> None:
+    with RunningSigner(proxied_client(control_plane, proxy, tmp_path)) as signer:
+        kubelet = signer.kubelet.__class__(client, signer.signer_name)
+        pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+        kubelet.create_service("web", namespace, selector={"app": "web"})
+        warm, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+        assert condition(wait_terminal(client, warm))["type"] == "Issued"
+
+        assert proxy.freeze() >= 3  # at least the three watches
+        silent_at = time.monotonic()
+        created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+
+        stored = wait_terminal(client, created, timeout=ISSUE_BOUND)
+        seconds = time.monotonic() - silent_at
+        record_property("silent_to_issued_seconds", round(seconds, 1))
+        print(f"\nconnections silent -> Issued: {seconds:.1f} s")
+        assert condition(stored)["type"] == "Issued"
+        assert seconds >= WATCH_READ_TIMEOUT * 0.5, "the watch cannot have seen it sooner"
+
+
+def test_request_on_a_silent_connection_times_out_and_the_retry_dials_a_fresh_one(
+    control_plane: ControlPlane, proxy: FreezingProxy, tmp_path: Path
+) -> None:
+    signer_client = proxied_client(control_plane, proxy, tmp_path)
+    # Fill the pool with several idle keep-alive connections, as busy workers leave it.
+    barrier = threading.Barrier(4)
+
+    def busy() -> None:
+        barrier.wait(10)
+        signer_client.get("/api/v1/namespaces/default")
+
+    threads = [threading.Thread(target=busy) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    dialled = proxy.accepted
+    assert dialled >= 2
+    assert proxy.freeze() == dialled
+
+    with pytest.raises(ApiError) as stuck:
+        signer_client.get("/api/v1/namespaces/default", timeout=2.0)
+    assert stuck.value.status == 0 and stuck.value.transient
+
+    # The retries — several at once, as four workers and the event recorder make them —
+    # go out on new connections, none on the other dead idle ones.
+    results: list[BaseException | str] = []
+    barrier = threading.Barrier(4)
+
+    def retry() -> None:
+        barrier.wait(10)
+        try:
+            results.append(signer_client.get("/api/v1/namespaces/default", timeout=5.0)["kind"])
+        except ApiError as err:
+            results.append(err)
+
+    threads = [threading.Thread(target=retry) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == ["Namespace"] * 4
+    assert proxy.accepted > dialled

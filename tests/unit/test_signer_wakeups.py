@@ -1,0 +1,53 @@
+"""Wake-ups that need a real informer (against the in-process fake API server): a Pod that
+first reaches the Pod cache on a LIST — a relist, or the informer's first list after a
+restart — wakes the requests waiting on it (issue 9 item 4)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from signer.controller import SignerController
+from tests.unit import pki
+from tests.unit.fakeapi import FakeApi
+from tests.unit.test_signer_sync import FakeMaterialSource, FakeRecorder
+
+NS = "team-a"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApi]:
+    api = FakeApi().start()
+    yield api
+    api.stop()
+
+
+def test_pod_first_cached_by_a_list_wakes_its_waiting_requests(fake: FakeApi) -> None:
+    controller = SignerController(
+        fake.client(),
+        FakeMaterialSource(pki.ca()),
+        signer_name="kubernetes.io/service-serving",
+        registry=CollectorRegistry(),
+        recorder=FakeRecorder(),
+    )
+    # Decided from a live GET while the Pod was not cached yet; waits on its labels.
+    controller.index.wait(f"{NS}/req-1", f"{NS}/web-0", [f"{NS}/web"])
+    controller.index.wait(f"{NS}/req-2", f"{NS}/other-0", [f"{NS}/web"])
+    fake.put(
+        f"/api/v1/namespaces/{NS}/pods",
+        {"metadata": {"name": "web-0", "labels": {"app": "web"}}, "spec": {"nodeName": "n1"}},
+    )
+
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.pod_informer.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert controller.pod_informer.wait_for_sync(stop, timeout=10)
+        assert controller.queue.get() == (f"{NS}/req-1", False)
+        assert len(controller.queue) == 0
+    finally:
+        stop.set()
+        thread.join(timeout=5)
