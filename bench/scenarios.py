@@ -8,6 +8,7 @@ feed each other's caches.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +44,7 @@ from bench.signers import (
 )
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
-from kube.client import Client
+from kube.client import ApiError, Client
 from signer.ca import write_ca
 from trust.material import SigningMaterial, load_material
 
@@ -62,6 +63,10 @@ class Context:
     workers: int
     quick: bool
     auth: str = "cert"  # how our signer authenticates: "cert" or "token" (see token_kubeconfig)
+    scale_pods: int = 150_000
+    scale_services: int = 10_000
+    scale_burst: int = 10_000
+    scale_prefix: str = "scale"
 
     def dir(self, name: str) -> Path:
         path = self.workdir / name
@@ -410,7 +415,7 @@ def wakeup(ctx: Context) -> Result:
     }
 
 
-def _quiesce(pid: int, idle: float = 0.05, timeout: float = 300) -> None:
+def quiesce(pid: int, idle: float = 0.05, timeout: float = 300) -> None:
     """Wait until `pid` used < `idle` CPU seconds over a second (caches filled)."""
     deadline = monotonic() + timeout
     last = cpu_seconds(pid)
@@ -429,7 +434,7 @@ def memory(ctx: Context) -> Result:
     empty = OurSigner(ctx.plane, ctx.dir("memory-empty"), workers=ctx.workers).start()
     try:
         empty.wait_ready()
-        _quiesce(empty.pid)
+        quiesce(empty.pid)
         rss0 = rss_bytes(empty.pid)
         pop = populate(ctx.client, "bench-memory", pods=0, groups=services, headless=True)
         ns = pop.namespace
@@ -443,14 +448,14 @@ def memory(ctx: Context) -> Result:
 
         with ThreadPoolExecutor(max_workers=32) as pool:
             list(pool.map(pod, range(pods)))
-        _quiesce(empty.pid)
+        quiesce(empty.pid)
         rss_watch = rss_bytes(empty.pid)
     finally:
         empty.stop()
     fresh = OurSigner(ctx.plane, ctx.dir("memory-list"), workers=ctx.workers).start()
     try:
         fresh.wait_ready()
-        _quiesce(fresh.pid)
+        quiesce(fresh.pid)
         rss_list = rss_bytes(fresh.pid)
     finally:
         fresh.stop()

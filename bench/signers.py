@@ -136,6 +136,8 @@ class OurSigner(SignerProcess):
         extra_args: tuple[str, ...] = (),
         ca_dir: Path | None = None,
         kubeconfig: Path | None = None,
+        qps: float = QPS,
+        burst: int = BURST,
     ) -> None:
         super().__init__(workdir)
         self.workers = workers
@@ -154,8 +156,8 @@ class OurSigner(SignerProcess):
             f"--signer-name={signer_name}",
             "--leader-elect=false",
             f"--concurrent-syncs={workers}",
-            f"--kube-api-qps={QPS}",
-            f"--kube-api-burst={BURST}",
+            f"--kube-api-qps={qps}",
+            f"--kube-api-burst={burst}",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
             f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
             *extra_args,
