@@ -58,11 +58,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
+from kube import memory
 from kube.client import JSON, ApiError, Client, StreamCanceller
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# A LIST at least this big is followed by `memory.release_free_memory()`.
+TRIM_AFTER_LIST = 1000
 
 Indexer = Callable[[T], list[str]]
 
@@ -316,6 +320,7 @@ class Informer(Generic[T]):
             unseen = set(self._items)
         cached_rvs = self._rvs  # only this thread writes it: no lock needed to read
         resource_version = ""
+        listed = 0
         while True:
             try:
                 page = self.client.get(self.list_path, params)
@@ -333,6 +338,7 @@ class Informer(Generic[T]):
                     unseen = set(self._items)
                 page = self.client.get(self.list_path, params)
             for raw in page.get("items") or []:
+                listed += 1
                 key = object_key(raw)
                 rv = _stored_rv(raw)
                 cached = key in unseen
@@ -353,6 +359,8 @@ class Informer(Generic[T]):
         if stop.is_set():
             return
         self._replace(changed, changed_rvs, unseen, resource_version)
+        if listed >= TRIM_AFTER_LIST:
+            memory.release_free_memory()  # the pages' garbage, back to the system
 
     def _replace(
         self,
