@@ -18,7 +18,7 @@ def test_allocator_tuning_applies_on_glibc_and_trim_runs() -> None:
 def test_no_c_library_means_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
     memory._glibc.cache_clear()
     try:
-        monkeypatch.setattr(memory.ctypes, "CDLL", _raise)
+        monkeypatch.setattr("ctypes.CDLL", _raise)
         assert memory.tune_allocator() is False
         assert memory.release_free_memory() is False
     finally:
