@@ -40,7 +40,10 @@ What it decides:
   A LIST page in flight is bounded by the client's request timeout.
 * **Records.** `transform(raw) -> T` keeps only what callers read; the cache key
   (`namespace/name`, or `name` when cluster-scoped) is computed from the raw metadata
-  before transforming. Indexers map a record to index values (`by_index`).
+  before transforming. `key(record)`, when given, must return that same key from the
+  record: the cache then stores the record's own string as its key (one string per
+  object instead of two: it matters at 150,000 Pods). Indexers map a record to index
+  values (`by_index`).
 * **Handlers** run on the informer thread, outside the cache lock, and must be cheap
   (enqueue a key). A handler that raises is logged; the informer carries on.
 
@@ -164,6 +167,7 @@ class Informer(Generic[T]):
         field_selector: str | None = None,
         label_selector: str | None = None,
         transform: Callable[[JSON], T] | None = None,
+        key: Callable[[T], str] | None = None,
         indexers: dict[str, Indexer[T]] | None = None,
         page_size: int = 500,
         read_timeout: float | None = None,
@@ -184,6 +188,7 @@ class Informer(Generic[T]):
         self.min_watch_timeout = min_watch_timeout
         self.max_watch_timeout = max(min_watch_timeout, max_watch_timeout)
         self._transform: Callable[[JSON], T] = transform or cast(Callable[[JSON], T], _identity)
+        self._key_of = key
         self._indexers: dict[str, Indexer[T]] = dict(indexers or {})
         self._rng = rng or random.Random()
         self._backoff = Backoff(
@@ -347,6 +352,7 @@ class Informer(Generic[T]):
                     continue  # unchanged since the cache saw it
                 record = self._safe_transform(raw)
                 if record is not None:
+                    key = self._stored_key(key, record)
                     changed[key] = record
                     changed_rvs[key] = rv
             meta = page.get("metadata") or {}
@@ -446,7 +452,7 @@ class Informer(Generic[T]):
             if kind == "DELETED":
                 self._remove(key)
             elif record is not None:
-                self._store(key, record, _stored_rv(raw))
+                self._store(self._stored_key(key, record), record, _stored_rv(raw))
             if rv:
                 self._resource_version = rv
             handlers = list(self._handlers)
@@ -468,6 +474,10 @@ class Informer(Generic[T]):
     def _store(self, key: str, record: T, rv: Rv) -> None:
         if key in self._items:
             self._unindex(key)
+            # Re-insert rather than overwrite: a dict keeps its old key object on
+            # overwrite, which would pin the replaced record's key string.
+            del self._items[key]
+            self._rvs.pop(key, None)
         self._items[key] = record
         self._rvs[key] = rv
         for name, fn in self._indexers.items():
@@ -496,6 +506,14 @@ class Informer(Generic[T]):
                         del self._index[name][value]
 
     # helpers -------------------------------------------------------------------------------
+
+    def _stored_key(self, key: str, record: T) -> str:
+        """The record's own key string when it has one equal to `key` (else `key`)."""
+        if self._key_of is not None:
+            own = self._key_of(record)
+            if own == key:
+                return own
+        return key
 
     def _safe_transform(self, raw: JSON) -> T | None:
         try:

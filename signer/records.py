@@ -110,21 +110,52 @@ def _key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class PodRecord:
+    """A cached Pod. It stores its cache key (`namespace/name`) rather than the name, so
+    the informer's dict key and the record share one string (`name` is sliced from it
+    when asked for: rare, for messages and Events)."""
+
+    key: str
     namespace: str
-    name: str
     uid: str
-    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    hostname: str = ""
-    subdomain: str = ""
-    node_name: str = ""
-    service_account_name: str = ""
-    deleting: bool = False
+    labels: Mapping[str, str]
+    hostname: str
+    subdomain: str
+    node_name: str
+    service_account_name: str
+    deleting: bool
+
+    def __init__(
+        self,
+        namespace: str,
+        name: str | None = None,
+        uid: str = "",
+        labels: Mapping[str, str] = _EMPTY,
+        hostname: str = "",
+        subdomain: str = "",
+        node_name: str = "",
+        service_account_name: str = "",
+        deleting: bool = False,
+        *,
+        key: str | None = None,  # what dataclasses.replace passes back
+    ) -> None:
+        for attr, value in (
+            ("key", key if key is not None else _key(namespace, name or "")),
+            ("namespace", namespace),
+            ("uid", uid),
+            ("labels", labels),
+            ("hostname", hostname),
+            ("subdomain", subdomain),
+            ("node_name", node_name),
+            ("service_account_name", service_account_name),
+            ("deleting", deleting),
+        ):
+            object.__setattr__(self, attr, value)
 
     @property
-    def key(self) -> str:
-        return _key(self.namespace, self.name)
+    def name(self) -> str:
+        return self.key[len(self.namespace) + 1 :] if self.namespace else self.key
 
 
 @dataclass(frozen=True, slots=True)

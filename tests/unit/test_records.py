@@ -65,3 +65,19 @@ def test_labels_are_read_only_and_hashable() -> None:
     assert not hasattr(labels, "__setitem__")
     assert hash(labels) == hash(Labels({"a": "1"}))
     assert frozen_map({}) == {} and frozen_map(None) == {}
+
+
+def test_a_pod_record_shares_its_key_string_with_the_informer_cache() -> None:
+    import dataclasses
+
+    from kube.informer import Informer
+
+    pod = pod_record(raw_pod("ns1", "web-1", {"app": "web"}))
+    assert (pod.namespace, pod.name, pod.key) == ("ns1", "web-1", "ns1/web-1")
+    assert dataclasses.replace(pod, node_name="n2").name == "web-1"
+    inf: Informer[Any] = Informer(None, "/api/v1/pods", name="pods", key=lambda r: r.key)  # type: ignore[arg-type]
+    inf._store(inf._stored_key("ns1/web-1", pod), pod, 1)
+    newer = pod_record(raw_pod("ns1", "web-1", {"app": "web", "v": "2"}))
+    inf._store(inf._stored_key("ns1/web-1", newer), newer, 2)
+    (stored_key,) = inf._items
+    assert stored_key is newer.key, "the cache keys by the current record's own string"
