@@ -154,7 +154,7 @@ def force_relist(ctx: Context, signer: OurSigner, scratch: str) -> None:
         if pid is not None:
             os.kill(pid, signal.SIGKILL)  # no graceful last BOOKMARK to the watchers
         ctx.plane.stop_apiserver()
-        ctx.plane.start_apiserver()
+        ctx.plane.start_apiserver(timeout=900)
     finally:
         os.kill(signer.pid, signal.SIGCONT)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import sys
 import threading
+import uuid
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -114,11 +115,11 @@ def _key(namespace: str, name: str) -> str:
 class PodRecord:
     """A cached Pod. It stores its cache key (`namespace/name`) rather than the name, so
     the informer's dict key and the record share one string (`name` is sliced from it
-    when asked for: rare, for messages and Events)."""
+    when asked for: rare, for messages and Events), and its UID packed (`uid` unpacks)."""
 
     key: str
     namespace: str
-    uid: str
+    packed_uid: bytes | str
     labels: Mapping[str, str]
     hostname: str
     subdomain: str
@@ -139,11 +140,12 @@ class PodRecord:
         deleting: bool = False,
         *,
         key: str | None = None,  # what dataclasses.replace passes back
+        packed_uid: bytes | str | None = None,
     ) -> None:
         for attr, value in (
             ("key", key if key is not None else _key(namespace, name or "")),
             ("namespace", namespace),
-            ("uid", uid),
+            ("packed_uid", packed_uid if packed_uid is not None else _pack_uid(uid)),
             ("labels", labels),
             ("hostname", hostname),
             ("subdomain", subdomain),
@@ -156,6 +158,21 @@ class PodRecord:
     @property
     def name(self) -> str:
         return self.key[len(self.namespace) + 1 :] if self.namespace else self.key
+
+    @property
+    def uid(self) -> str:
+        packed = self.packed_uid
+        return str(uuid.UUID(bytes=packed)) if isinstance(packed, bytes) else packed
+
+
+def _pack_uid(uid: str) -> bytes | str:
+    """A canonical UUID (what kube-apiserver assigns) as its 16 bytes (49 B instead of
+    85 B per Pod); anything else as it is. `PodRecord.uid` gives the same string back."""
+    try:
+        parsed = uuid.UUID(uid)
+    except ValueError:
+        return uid
+    return parsed.bytes if str(parsed) == uid else uid
 
 
 @dataclass(frozen=True, slots=True)

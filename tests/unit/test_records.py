@@ -81,3 +81,20 @@ def test_a_pod_record_shares_its_key_string_with_the_informer_cache() -> None:
     inf._store(inf._stored_key("ns1/web-1", newer), newer, 2)
     (stored_key,) = inf._items
     assert stored_key is newer.key, "the cache keys by the current record's own string"
+
+
+def test_a_pod_uid_is_packed_but_reads_back_the_same_string() -> None:
+    import dataclasses
+
+    def with_uid(uid: str) -> dict[str, Any]:
+        raw = raw_pod("ns1", "p", {})
+        raw["metadata"]["uid"] = uid
+        return raw
+
+    uid = "6f1c2d3e-4a5b-4c6d-8e9f-000000000123"
+    pod = pod_record(with_uid(uid))
+    assert pod.uid == uid and isinstance(pod.packed_uid, bytes)
+    assert dataclasses.replace(pod, node_name="n2").uid == uid
+    assert pod == pod_record(with_uid(uid))
+    for odd in ("uid-p", "6F1C2D3E-4A5B-4C6D-8E9F-000000000123", ""):
+        assert pod_record(with_uid(odd)).uid == odd, "a non-canonical UID is kept verbatim"
