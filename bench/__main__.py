@@ -7,6 +7,7 @@ run). Figures, not pass/fail: the exit code is non-zero only if a scenario crash
     python -m bench                          # all six scenarios, N=2000
     python -m bench --scenario burst,peer,ceiling --n 1000
     python -m bench --scenario burst --auth token   # the signer on a bearer-token kubeconfig
+    python -m bench --scenario scale         # 150,000 Pods / 10,000 Services (not in "all")
     BENCH_QUICK=1 python -m bench            # small N, short steady phase: a smoke run
 """
 
@@ -24,11 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import KeyPool, parallel, pcr_bodies, populate
+from bench.scale import scale
 from bench.scenarios import OWN_CONTROL_PLANE, SCENARIOS, Context, Result
 from controlplane import ControlPlane
 from kube.client import Client
 
 ORDER = ("burst", "peer", "ceiling", "steady", "wakeup", "memory")
+# Asked for by name only (`--scenario scale`): it builds a 150,000-Pod cluster.
+EXTRA = {"scale": scale}
+ALL = {**SCENARIOS, **EXTRA}
+OWN = OWN_CONTROL_PLANE | set(EXTRA)
 
 
 def _log(message: str) -> None:
@@ -92,6 +98,29 @@ def table(results: list[Result]) -> str:
             f"{m['rss_after_list_mib']} MiB (list) / {m['rss_after_watch_mib']} MiB (watch); "
             f"{m['bytes_per_pod_list']} B per Pod (list), {m['bytes_per_pod_watch']} B (watch)"
         )
+    if "scale" in by:
+        s = by["scale"]
+        lines += [
+            f"scale: {s['pods']} Pods + {s['services']} Services in {s['namespaces']} namespaces",
+            f"  RSS per Pod {s['rss_bytes_per_pod_list']} B (LIST) / "
+            f"{s['rss_bytes_per_pod_watch']} B (watch); {s['rss_empty_mib']} → "
+            f"{s['rss_after_list_mib']} MiB; relist peak {s['relist_peak_mib']} MiB "
+            f"= {s['relist_peak_ratio']}x steady",
+            f"  start-up → /readyz {s['startup_seconds']} s",
+            f"  backlog of {s['burst_n']}: ours {s['burst_per_second']}/s "
+            f"({s['cpu_s_per_1000']} CPU s/1k), token {s['ours_token_per_second']}/s "
+            f"({s['ours_token_cpu_s_per_1000']}), shipped defaults "
+            f"{s['ours_defaults_per_second']}/s ({s['ours_defaults_cpu_s_per_1000']})",
+            f"  Go ceiling JSON {s['go_ceiling_json_per_second']}/s "
+            f"({s['go_ceiling_json_cpu_s_per_1000']}), protobuf "
+            f"{s['go_ceiling_protobuf_per_second']}/s ({s['go_ceiling_protobuf_cpu_s_per_1000']});"
+            f" Go peer {s['peer_per_second']}/s ({s['peer_cpu_s_per_1000']})",
+            f"  ours/Go JSON ceiling {s['burst_over_go_ceiling']}; CPU ours/peer "
+            f"{s['cpu_over_peer']}",
+            f"  churn: {s['churn_updates']} Service updates in {s['churn_seconds']} s with "
+            f"{s['churn_waiting']} waiting: {s['churn_cpu_fraction']:.1%} of a core, "
+            f"{s['churn_redrives']} re-drives, {s['churn_event_writes']} Event writes",
+        ]
     return "\n".join(lines)
 
 
@@ -101,8 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scenario",
         action="append",
-        help=f"comma-separated subset of {','.join(ORDER)} (default: all)",
+        help=f"comma-separated subset of {','.join(ORDER)} (default: all), or scale",
     )
+    parser.add_argument("--pods", type=int, default=150_000, help="scale: Pods in the cluster")
+    parser.add_argument("--services", type=int, default=10_000, help="scale: Services")
+    parser.add_argument("--burst", type=int, default=10_000, help="scale: PCR backlog size")
     parser.add_argument("--n", type=int, default=200 if quick else 2000, help="burst size")
     parser.add_argument("--workers", type=int, default=4, help="signer --concurrent-syncs")
     parser.add_argument(
@@ -115,10 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
     wanted = [s for arg in args.scenario or [",".join(ORDER)] for s in arg.split(",") if s]
-    unknown = [s for s in wanted if s not in SCENARIOS]
+    unknown = [s for s in wanted if s not in ALL]
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(unknown)}")
-    chosen = [s for s in ORDER if s in wanted]
+    chosen = [s for s in (*ORDER, *EXTRA) if s in wanted]
 
     workdir = Path(tempfile.mkdtemp(prefix="sss-bench-"))
     _log(f"generating the key pool (RSA-4096 takes a while); workdir {workdir}")
@@ -128,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     shared: ControlPlane | None = None
     try:
         for name in chosen:
-            own = name in OWN_CONTROL_PLANE
+            own = name in OWN
             if own:
                 plane = ControlPlane.start()
             else:
@@ -137,11 +169,21 @@ def main(argv: list[str] | None = None) -> int:
                     _warm_up(shared.client(qps=0), keys)
                 plane = shared
             ctx = Context(
-                plane, plane.client(qps=0), keys, workdir, args.n, args.workers, quick, args.auth
+                plane,
+                plane.client(qps=0),
+                keys,
+                workdir,
+                args.n,
+                args.workers,
+                quick,
+                args.auth,
+                scale_pods=args.pods,
+                scale_services=args.services,
+                scale_burst=args.burst,
             )
             _log(f"scenario {name} (n={args.n}, workers={args.workers}, quick={quick})")
             try:
-                result = SCENARIOS[name](ctx)
+                result = ALL[name](ctx)
             except Exception:
                 failed = True
                 traceback.print_exc()

@@ -438,6 +438,14 @@ def signer_requests(
 # --- pre-signed certificates (the ceiling) ------------------------------------------------
 
 
+def status_key(pcr: JSON) -> str:
+    """What a pre-signed status is looked up by: the stub CSR (base64, as on the wire)
+    and the Service annotation (bench/ceiling/main.go computes the same)."""
+    spec = pcr["spec"]
+    service = (spec.get("unverifiedUserAnnotations") or {}).get("kubernetes.io/service-names")
+    return f"{spec.get('stubPKCS10Request', '')}|{service}"
+
+
 def presign_status(
     material: SigningMaterial, obj: JSON, key: PrivateKey, domain: str = "cluster.local"
 ) -> JSON:

@@ -9,9 +9,6 @@ feed each other's caches.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,28 +17,36 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import (
+    JSON,
     Creator,
     KeyPool,
+    Population,
     Watcher,
     apiserver_pid,
     cpu_seconds,
     monotonic,
-    parallel,
     pcr_bodies,
     populate,
     presign_status,
     request_totals,
     rss_bytes,
     signer_requests,
+    status_key,
     timing,
 )
-from bench.ideal import status_key
-from bench.signers import OUR_SIGNER_NAME, PEER_SIGNER_NAME, OurSigner, PeerSigner
+from bench.signers import (
+    OUR_SIGNER_NAME,
+    PEER_SIGNER_NAME,
+    CeilingSigner,
+    OurSigner,
+    PeerSigner,
+    SignerProcess,
+)
 from controlplane import ControlPlane
-from controlplane.kubelet import Kubelet, pcr_path
+from controlplane.kubelet import Kubelet
 from kube.client import ApiError, Client
 from signer.ca import write_ca
-from trust.material import load_material
+from trust.material import SigningMaterial, load_material
 
 Result = dict[str, Any]
 BURST_PODS, BURST_GROUPS = 200, 20
@@ -58,6 +63,10 @@ class Context:
     workers: int
     quick: bool
     auth: str = "cert"  # how our signer authenticates: "cert" or "token" (see token_kubeconfig)
+    scale_pods: int = 150_000
+    scale_services: int = 10_000
+    scale_burst: int = 10_000
+    scale_prefix: str = "scale"
 
     def dir(self, name: str) -> Path:
         path = self.workdir / name
@@ -73,11 +82,17 @@ def _burst(
     ctx: Context,
     label: str,
     signer_name: str,
-    start_signer: Callable[[], OurSigner | PeerSigner],
+    start_signer: Callable[[Population, list[JSON]], SignerProcess],
+    *,
+    scenario: str | None = None,
+    pop: Population | None = None,
 ) -> Result:
-    pop = populate(ctx.client, f"bench-{label}", pods=BURST_PODS, groups=BURST_GROUPS)
+    """`ctx.n` PCRs POSTed by concurrent creators while `start_signer(pop, bodies)` serves
+    them; first POST sent → last Issued seen."""
+    if pop is None:
+        pop = populate(ctx.client, f"bench-{label}", pods=BURST_PODS, groups=BURST_GROUPS)
     bodies = pcr_bodies(pop, ctx.keys, ctx.n, signer_name=signer_name)
-    signer = start_signer()
+    signer = start_signer(pop, bodies)
     try:
         signer.wait_ready()
         watcher = Watcher(ctx.client, pop.namespace).start()
@@ -100,7 +115,7 @@ def _burst(
     t = timing(creator.created, watcher)
     reqs = signer_requests(before, after, watcher.requests)
     return {
-        "scenario": "burst" if label == "ours" else "peer",
+        "scenario": scenario or ("burst" if label == "ours" else "peer"),
         "signer": label,
         "n": ctx.n,
         "workers": getattr(signer, "workers", 1),
@@ -171,7 +186,9 @@ def burst(ctx: Context) -> Result:
         ctx,
         "ours",
         OUR_SIGNER_NAME,
-        lambda: OurSigner(ctx.plane, directory, workers=ctx.workers, kubeconfig=kubeconfig).start(),
+        lambda pop, bodies: OurSigner(
+            ctx.plane, directory, workers=ctx.workers, kubeconfig=kubeconfig
+        ).start(),
     )
     return {**result, "auth": ctx.auth}
 
@@ -179,110 +196,131 @@ def burst(ctx: Context) -> Result:
 def peer(ctx: Context) -> Result:
     """Scenario 5: the same burst served by the Kubernetes project's Go test signer."""
     return _burst(
-        ctx, "go-peer", PEER_SIGNER_NAME, lambda: PeerSigner(ctx.plane, ctx.dir("peer")).start()
+        ctx,
+        "go-peer",
+        PEER_SIGNER_NAME,
+        lambda pop, bodies: PeerSigner(ctx.plane, ctx.dir("peer")).start(),
     )
+
+
+CEILING_SIGNER_NAME = "bench.example.com/ceiling"
+
+
+def presigned_statuses(
+    material: SigningMaterial, namespace: str, keys: KeyPool, bodies: list[JSON]
+) -> dict[str, JSON]:
+    """`status_key → Issued status` for `bodies` (made before any clock starts)."""
+    table: dict[str, JSON] = {}
+    for i, body in enumerate(bodies):
+        key = status_key(body)
+        if key not in table:
+            _, private, _ = keys.pick(i)
+            meta = {**body["metadata"], "namespace": namespace}
+            table[key] = presign_status(material, {**body, "metadata": meta}, private)
+    return table
+
+
+def ceiling_material(workdir: Path) -> SigningMaterial:
+    ca_dir = workdir / "ceiling-ca"
+    if not (ca_dir / "ca.key").exists():
+        write_ca(ca_dir)
+    return load_material(
+        str(ca_dir / "ca.key"), str(ca_dir / "ca.crt"), str(ca_dir / "trust-bundle.pem")
+    )
+
+
+def drain(
+    ctx: Context,
+    pop: Population,
+    count: int,
+    signer_name: str,
+    start_signer: Callable[[list[JSON]], SignerProcess],
+) -> Result:
+    """A backlog: `count` PCRs created with nobody serving them, then the signer started.
+    Rate = (issued - 1) / (last Issued - first Issued) as our watch saw them, so neither
+    the creators nor the signer's start-up are in it; CPU from ready to the last Issued."""
+    bodies = pcr_bodies(pop, ctx.keys, count, signer_name=signer_name)
+    watcher = Watcher(ctx.client, pop.namespace).start()
+    try:
+        creator = Creator(ctx.client, pop.namespace)
+        creator.burst(bodies)
+        names = [c.name for c in creator.created]
+        signer = start_signer(bodies)
+        try:
+            started = monotonic()
+            signer.wait_ready(timeout=600)
+            ready_s = monotonic() - started
+            cpu0 = cpu_seconds(signer.pid)
+            complete = watcher.wait_all(names, _wait_timeout(count) * 2)
+            cpu1 = cpu_seconds(signer.pid)
+        finally:
+            signer.stop()
+    finally:
+        watcher.stop()
+    times = sorted(
+        t for n in names for kind, t in [watcher.terminal.get(n, ("", 0.0))] if kind == "Issued"
+    )
+    seconds = (times[-1] - times[0]) if len(times) > 1 else float("nan")
+    return {
+        "n": count,
+        "issued": len(times),
+        "complete": complete,
+        "per_second": round((len(times) - 1) / seconds, 1) if len(times) > 1 else 0.0,
+        "seconds": round(seconds, 3),
+        "ready_seconds": round(ready_s, 3),
+        "cpu_s_per_1000": round((cpu1 - cpu0) / max(len(times), 1) * 1000, 3),
+        "create_errors": dict(creator.errors),
+    }
 
 
 def ceiling(ctx: Context) -> Result:
-    """Scenario 6: the same burst, certificates pre-signed before the clock starts and PUT
-    to `/status` by `workers` threads, no signer running. Two figures:
+    """Scenario 6: the Go ceiling signer (`bench/ceiling`: client-go, 16 workers, status
+    pre-signed before the clock, no decisions), in the same run as `burst` and `peer`.
 
-    * `per_second` (the ceiling for `burst`): `bench.ideal`, a signer with zero decision
-      cost in its own process (watch → `workers` threads PUTting pre-signed statuses),
-      serving the same burst from the same creators; timed like `burst`, first POST sent
-      to last Issued seen.
-    * `status_writes_per_second`: the PCRs created first, then only the PUTs timed — the
-      most status writes per second this API server accepts here.
+    * `per_second` (the ceiling for `burst`): the same burst from the same creators,
+      served by the ceiling with JSON; `protobuf_per_second` the same with protobuf.
+    * `drain_*_per_second`: `n` PCRs created first, then the ceiling started — only the
+      status writes are timed (JSON PUT, protobuf PUT, and JSON merge patch, our verb).
     """
-    signer_name = "bench.example.com/ceiling"
-    ca_dir = Path(tempfile.mkdtemp(prefix="sss-bench-ceiling-ca-"))
-    write_ca(ca_dir)
-    material = load_material(
-        str(ca_dir / "ca.key"), str(ca_dir / "ca.crt"), str(ca_dir / "trust-bundle.pem")
-    )
+    material = ceiling_material(ctx.workdir)
     pop = populate(ctx.client, "bench-ceiling", pods=BURST_PODS, groups=BURST_GROUPS)
-    path = pcr_path(pop.namespace)
-    api_pid = apiserver_pid(ctx.plane)
 
-    def presigned(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        out = []
-        for i, body in enumerate(bodies):
-            _, key, _ = ctx.keys.pick(i)
-            meta = {**body["metadata"], "namespace": pop.namespace}
-            out.append(presign_status(material, {**body, "metadata": meta}, key))
-        return out
+    def start(content_type: str, verb: str = "put") -> Callable[[list[JSON]], SignerProcess]:
+        def go(bodies: list[JSON]) -> SignerProcess:
+            statuses = presigned_statuses(material, pop.namespace, ctx.keys, bodies)
+            return CeilingSigner(
+                ctx.plane,
+                ctx.dir("ceiling"),
+                namespace=pop.namespace,
+                statuses=statuses,
+                content_type=content_type,
+                verb=verb,
+            ).start()
 
-    # (a) ideal signer (bench.ideal, own process) during the same burst
-    bodies = pcr_bodies(pop, ctx.keys, ctx.n, signer_name=signer_name)
-    statuses = presigned(bodies)
-    table = {status_key(body): st for body, st in zip(bodies, statuses, strict=True)}
-    config = ctx.dir("ceiling") / "ideal.json"
-    config.write_text(
-        json.dumps(
-            {
-                "kubeconfig": str(ctx.plane.kubeconfig),
-                "namespace": pop.namespace,
-                "workers": ctx.workers,
-                "statuses": table,
-            }
+        return go
+
+    served = {
+        ct: _burst(
+            ctx,
+            f"go-ceiling-{ct}",
+            CEILING_SIGNER_NAME,
+            lambda pop, bodies, ct=ct: start(ct)(bodies),  # type: ignore[misc]
+            scenario="ceiling",
+            pop=pop,
         )
-    )
-    ideal = subprocess.Popen(
-        [sys.executable, "-m", "bench.ideal", str(config)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert ideal.stdout is not None
-        if ideal.stdout.readline().strip() != "ready":
-            raise RuntimeError("bench.ideal did not start")
-        watcher = Watcher(ctx.client, pop.namespace).start()
-        time.sleep(0.5)
-        api0 = cpu_seconds(api_pid) if api_pid else 0.0
-        cpu0 = cpu_seconds(ideal.pid)
-        creator = Creator(ctx.client, pop.namespace)
-        creator.burst(bodies)
-        complete = watcher.wait_all([c.name for c in creator.created], _wait_timeout(ctx.n))
-        api1 = cpu_seconds(api_pid) if api_pid else 0.0
-        cpu1 = cpu_seconds(ideal.pid)
-        watcher.stop()
-    finally:
-        ideal.kill()
-        ideal.wait()
-    t = timing(creator.created, watcher)
-    errors: list[int] = []
-
-    def put(obj: dict[str, Any], status: dict[str, Any]) -> None:
-        try:
-            ctx.client.replace(
-                f"{path}/{obj['metadata']['name']}/status", {**obj, "status": status}
-            )
-        except ApiError as err:
-            errors.append(err.status)
-
-    # (b) status writes only, on PCRs created beforehand
-    bodies = pcr_bodies(pop, ctx.keys, ctx.n, signer_name=signer_name)
-    statuses = presigned(bodies)
-    objs = parallel(lambda i: ctx.client.create(path, bodies[i]), len(bodies))
-    watcher = Watcher(ctx.client, pop.namespace).start()
-    time.sleep(0.5)
-    start = monotonic()
-    parallel(lambda i: put(objs[i], statuses[i]), len(objs), ctx.workers)
-    names = [o["metadata"]["name"] for o in objs]
-    watcher.wait_all(names, _wait_timeout(ctx.n))
-    last = max((watcher.terminal[n][1] for n in names if n in watcher.terminal), default=start)
-    watcher.stop()
-    written = sum(1 for n in names if watcher.terminal.get(n, ("",))[0] == "Issued")
-    return {
-        "scenario": "ceiling",
-        "signer": "none (pre-signed PUTs)",
-        "n": ctx.n,
-        "workers": ctx.workers,
-        "complete": complete,
-        **asdict(t),
-        "cpu_s_per_1000": round((cpu1 - cpu0) / max(t.issued, 1) * 1000, 3),
-        "apiserver_cpu_s_per_1000": round((api1 - api0) / max(t.issued, 1) * 1000, 3),
-        "status_writes_per_second": round(written / max(last - start, 1e-9), 1),
-        "put_errors": len(errors),
+        for ct in ("json", "protobuf")
     }
+    drains = {
+        f"{ct}_{verb}": drain(ctx, pop, ctx.n, CEILING_SIGNER_NAME, start(ct, verb))
+        for ct, verb in (("json", "put"), ("protobuf", "put"), ("json", "patch"))
+    }
+    result = {**served["json"], "signer": "go-ceiling (json, 16 workers)"}
+    result["protobuf_per_second"] = served["protobuf"]["per_second"]
+    result["protobuf_cpu_s_per_1000"] = served["protobuf"]["cpu_s_per_1000"]
+    for name, d in drains.items():
+        result[f"drain_{name}_per_second"] = d["per_second"]
+        result[f"drain_{name}_cpu_s_per_1000"] = d["cpu_s_per_1000"]
+    return result
 
 
 def steady(ctx: Context, rate: float = 50.0) -> Result:
@@ -377,7 +415,7 @@ def wakeup(ctx: Context) -> Result:
     }
 
 
-def _quiesce(pid: int, idle: float = 0.05, timeout: float = 300) -> None:
+def quiesce(pid: int, idle: float = 0.05, timeout: float = 300) -> None:
     """Wait until `pid` used < `idle` CPU seconds over a second (caches filled)."""
     deadline = monotonic() + timeout
     last = cpu_seconds(pid)
@@ -396,7 +434,7 @@ def memory(ctx: Context) -> Result:
     empty = OurSigner(ctx.plane, ctx.dir("memory-empty"), workers=ctx.workers).start()
     try:
         empty.wait_ready()
-        _quiesce(empty.pid)
+        quiesce(empty.pid)
         rss0 = rss_bytes(empty.pid)
         pop = populate(ctx.client, "bench-memory", pods=0, groups=services, headless=True)
         ns = pop.namespace
@@ -410,14 +448,14 @@ def memory(ctx: Context) -> Result:
 
         with ThreadPoolExecutor(max_workers=32) as pool:
             list(pool.map(pod, range(pods)))
-        _quiesce(empty.pid)
+        quiesce(empty.pid)
         rss_watch = rss_bytes(empty.pid)
     finally:
         empty.stop()
     fresh = OurSigner(ctx.plane, ctx.dir("memory-list"), workers=ctx.workers).start()
     try:
         fresh.wait_ready()
-        _quiesce(fresh.pid)
+        quiesce(fresh.pid)
         rss_list = rss_bytes(fresh.pid)
     finally:
         fresh.stop()

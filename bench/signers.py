@@ -6,10 +6,19 @@
 * `PeerSigner`: the `peer-signer` binary (`bench/peer/main.go`, the Kubernetes project's
   hermetic test signer). Ready when it has published its ClusterTrustBundle, which it does
   only after its informer synced.
+* `CeilingSigner`: the `ceiling-signer` binary (`bench/ceiling/main.go`): client-go, 16
+  workers, certificates pre-signed before the clock, JSON or protobuf. Ready when it
+  prints `ready` (informer synced).
+
+The Go programs are built on first use into the control-plane cache, like the peer, and
+rebuilt when their `main.go` changes (`go_tool`: a sha256 of the source sits beside the
+binary), so a stale binary from an older checkout is never measured.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shutil
 import signal
@@ -18,6 +27,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
@@ -29,6 +39,8 @@ from signer.ca import write_ca
 OUR_SIGNER_NAME = "kubernetes.io/service-serving"
 PEER_SIGNER_NAME = "bench.example.com/go-peer"
 QPS, BURST = 1000, 2000
+CEILING_WORKERS = 16
+GO_SOURCES = {"peer-signer": "peer", "ceiling-signer": "ceiling", "bench-populate": "populate"}
 
 
 class SignerProcessError(RuntimeError):
@@ -124,6 +136,8 @@ class OurSigner(SignerProcess):
         extra_args: tuple[str, ...] = (),
         ca_dir: Path | None = None,
         kubeconfig: Path | None = None,
+        qps: float = QPS,
+        burst: int = BURST,
     ) -> None:
         super().__init__(workdir)
         self.workers = workers
@@ -142,8 +156,8 @@ class OurSigner(SignerProcess):
             f"--signer-name={signer_name}",
             "--leader-elect=false",
             f"--concurrent-syncs={workers}",
-            f"--kube-api-qps={QPS}",
-            f"--kube-api-burst={BURST}",
+            f"--kube-api-qps={qps}",
+            f"--kube-api-burst={burst}",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
             f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
             *extra_args,
@@ -187,7 +201,7 @@ class PeerSigner(SignerProcess):
         self.signer_name = signer_name
         self.bundle = signer_name.replace("/", ":", 1) + ":primary-bundle"
         self.args = [
-            str(binaries.tool("peer-signer")),
+            str(go_tool("peer-signer")),
             f"--kubeconfig={plane.kubeconfig}",
             f"--signer-name={signer_name}",
             f"--kube-api-qps={QPS}",
@@ -208,6 +222,64 @@ class PeerSigner(SignerProcess):
             if is_not_found(err):
                 return False
             raise
+
+
+class CeilingSigner(SignerProcess):
+    """The Go ceiling: pre-signed statuses for one namespace's PCRs (see bench/ceiling)."""
+
+    name = "ceiling-signer"
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        workdir: Path,
+        *,
+        namespace: str,
+        statuses: Mapping[str, object],
+        content_type: str = "json",
+        verb: str = "put",
+        workers: int = CEILING_WORKERS,
+    ) -> None:
+        super().__init__(workdir)
+        self.name = f"ceiling-signer-{content_type}-{verb}"
+        self.workers = workers
+        config = workdir / f"{self.name}.json"
+        config.write_text(
+            json.dumps(
+                {"kubeconfig": str(plane.kubeconfig), "namespace": namespace, "statuses": statuses}
+            )
+        )
+        self.args = [
+            str(go_tool("ceiling-signer")),
+            f"--config={config}",
+            f"--workers={workers}",
+            f"--content-type={content_type}",
+            f"--verb={verb}",
+        ]
+
+    def start(self) -> CeilingSigner:
+        self._spawn(self.args)
+        return self
+
+    def _ready(self) -> bool:
+        path = self.workdir / f"{self.name}.log"
+        return path.exists() and "ready" in path.read_text(errors="replace").splitlines()
+
+
+def go_tool(name: str) -> Path:
+    """The benchmark's Go program `name`, (re)built when absent or its source changed."""
+    source = Path(__file__).with_name(GO_SOURCES[name]) / "main.go"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    built = binaries.find(name)
+    stamp = binaries.cache_dir() / f"{name}.sha256"
+    if built is not None and stamp.exists() and stamp.read_text().strip() == digest:
+        return built
+    if built is not None and built.parent == binaries.cache_dir():
+        built.unlink()  # build-binaries.sh keeps an existing binary
+    path = binaries.tool(name)
+    if path.parent == binaries.cache_dir():
+        stamp.write_text(digest + "\n")
+    return path
 
 
 def _http_ok(url: str) -> bool:

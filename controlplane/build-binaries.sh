@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build kube-apiserver, etcd and kustomize from Go modules into OUT (a cache directory).
 # Usage: build-binaries.sh OUT K8S_VERSION ETCD_VERSION KUSTOMIZE_VERSION [what...]
-# what: any of kube-apiserver etcd kustomize peer-signer (default: all)
+# what: any of kube-apiserver etcd kustomize peer-signer ceiling-signer bench-populate
+# (default: the first three; the last three are the benchmarks' Go programs under bench/)
 # The replace list for the staging modules is generated from the upstream go.mod, so a
 # staging repository added in a later release does not break the build.
 set -euo pipefail
@@ -55,18 +56,18 @@ build_module_main() {  # $1 module@version, $2 package, $3 output name
   log "built $OUT/$3"
 }
 
-build_peer() {  # the Go peer signer (bench/peer/main.go) in the same wrapper module
-  local W SRC
-  SRC=${PEER_SIGNER_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/bench/peer}
+build_bench_main() {  # $1 output name, $2 directory under bench/: a Go main in the same wrapper module
+  local W SRC NAME=$1
+  SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/bench/$2
   W=$(mktemp -d); trap 'rm -rf "$W"' RETURN
   k8s_module "$W"
-  mkdir -p "$W/peer" && cp "$SRC/main.go" "$W/peer/main.go"
-  log "resolving modules for peer-signer (k8s.io/kubernetes $KV)"
+  mkdir -p "$W/cmd" && cp "$SRC/main.go" "$W/cmd/main.go"
+  log "resolving modules for $NAME (k8s.io/kubernetes $KV)"
   (cd "$W" && go mod tidy)
-  log "compiling peer-signer"
-  (cd "$W" && go build -trimpath -ldflags "-s -w" -o "$OUT/peer-signer.tmp" ./peer)
-  mv "$OUT/peer-signer.tmp" "$OUT/peer-signer"
-  log "built $OUT/peer-signer"
+  log "compiling $NAME"
+  (cd "$W" && go build -trimpath -ldflags "-s -w" -o "$OUT/$NAME.tmp" ./cmd)
+  mv "$OUT/$NAME.tmp" "$OUT/$NAME"
+  log "built $OUT/$NAME"
 }
 
 for w in $WHAT; do
@@ -74,7 +75,9 @@ for w in $WHAT; do
     kube-apiserver) [ -x "$OUT/kube-apiserver" ] || build_k8s cmd/kube-apiserver kube-apiserver ;;
     etcd) [ -x "$OUT/etcd" ] || build_module_main "go.etcd.io/etcd/server/v3@$EV" go.etcd.io/etcd/server/v3 etcd ;;
     kustomize) [ -x "$OUT/kustomize" ] || build_module_main "sigs.k8s.io/kustomize/kustomize/v5@$ZV" sigs.k8s.io/kustomize/kustomize/v5 kustomize ;;
-    peer-signer) [ -x "$OUT/peer-signer" ] || build_peer ;;
+    peer-signer) [ -x "$OUT/peer-signer" ] || build_bench_main peer-signer peer ;;
+    ceiling-signer) [ -x "$OUT/ceiling-signer" ] || build_bench_main ceiling-signer ceiling ;;
+    bench-populate) [ -x "$OUT/bench-populate" ] || build_bench_main bench-populate populate ;;
     *) log "unknown target $w"; exit 2 ;;
   esac
 done

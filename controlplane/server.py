@@ -149,12 +149,12 @@ class ControlPlane:
             *self.extra_args,
         ]
 
-    def _start_apiserver(self) -> None:
+    def _start_apiserver(self, timeout: float | None = None) -> None:
         log = self._log("kube-apiserver")
         self._apiserver = subprocess.Popen(
             self.apiserver_args(), stdout=log, stderr=subprocess.STDOUT
         )
-        self._wait(self._apiserver_ready, "kube-apiserver", self._apiserver)
+        self._wait(self._apiserver_ready, "kube-apiserver", self._apiserver, timeout)
         self.version = json.loads(self._get("/version"))["gitVersion"]
 
     def restart_apiserver(self, extra_args: tuple[str, ...] | None = None) -> None:
@@ -168,8 +168,10 @@ class ControlPlane:
         _terminate(self._apiserver)
         self._apiserver = None
 
-    def start_apiserver(self) -> None:
-        self._start_apiserver()
+    def start_apiserver(self, timeout: float | None = None) -> None:
+        """Start kube-apiserver again; `timeout` (default START_TIMEOUT) for /readyz — a
+        restart over 150,000 Pods fills its watch cache for minutes on a loaded machine."""
+        self._start_apiserver(timeout)
 
     def compact_etcd(self) -> int:
         """Compact etcd's history up to its current revision (watches older than this get
@@ -283,8 +285,15 @@ class ControlPlane:
         except (urllib.error.URLError, OSError):
             return False
 
-    def _wait(self, ready: Any, what: str, proc: subprocess.Popen[bytes] | None) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
+    def _wait(
+        self,
+        ready: Any,
+        what: str,
+        proc: subprocess.Popen[bytes] | None,
+        timeout: float | None = None,
+    ) -> None:
+        limit = timeout or START_TIMEOUT
+        deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
                 raise ControlPlaneError(
@@ -293,9 +302,7 @@ class ControlPlane:
             if ready():
                 return
             time.sleep(0.1)
-        raise ControlPlaneError(
-            f"{what} not ready after {START_TIMEOUT:.0f}s; log:\n{self._tail(what)}"
-        )
+        raise ControlPlaneError(f"{what} not ready after {limit:.0f}s; log:\n{self._tail(what)}")
 
     def _tail(self, what: str) -> str:
         log = self.workdir / f"{what}.log"

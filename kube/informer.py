@@ -8,7 +8,9 @@ What it decides:
   client-go's pager does); `has_synced()` turns true once the first LIST is in and its handlers
   have run. Every later relist (after 410 Gone) is diffed against the cache: new keys
   fire `on_add`, keys whose resourceVersion changed fire `on_update(old, new)`, keys gone
-  fire `on_delete(last cached record)`; unchanged objects fire nothing.
+  fire `on_delete(last cached record)`; unchanged objects fire nothing. While paging only
+  the changed objects are transformed and held (plus a set of the cached keys), so a
+  relist never holds two copies of a big cache.
 * **Watching.** WATCH from the last resourceVersion with `allowWatchBookmarks=true` and a
   server `timeoutSeconds` drawn from [min_watch_timeout, max_watch_timeout]; BOOKMARKs
   and every event advance the resourceVersion. When the server ends a watch normally we
@@ -38,7 +40,10 @@ What it decides:
   A LIST page in flight is bounded by the client's request timeout.
 * **Records.** `transform(raw) -> T` keeps only what callers read; the cache key
   (`namespace/name`, or `name` when cluster-scoped) is computed from the raw metadata
-  before transforming. Indexers map a record to index values (`by_index`).
+  before transforming. `key(record)`, when given, must return that same key from the
+  record: the cache then stores the record's own string as its key (one string per
+  object instead of two: it matters at 150,000 Pods). Indexers map a record to index
+  values (`by_index`).
 * **Handlers** run on the informer thread, outside the cache lock, and must be cheap
   (enqueue a key). A handler that raises is logged; the informer carries on.
 
@@ -56,11 +61,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
+from kube import memory
 from kube.client import JSON, ApiError, Client, StreamCanceller
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# A LIST at least this big is followed by `memory.release_free_memory()`.
+TRIM_AFTER_LIST = 1000
 
 Indexer = Callable[[T], list[str]]
 
@@ -84,6 +93,19 @@ def object_key(raw: JSON) -> str:
 
 def _rv(raw: JSON) -> str:
     return str((raw.get("metadata") or {}).get("resourceVersion", ""))
+
+
+Rv = str | int
+
+
+def _stored_rv(raw: JSON) -> Rv:
+    """The resourceVersion as the cache keeps it, only to tell whether an object changed:
+    an int when it is a canonical decimal (etcd's always are: 32 bytes instead of ~58),
+    else the opaque string. Never sent back to the server."""
+    rv = _rv(raw)
+    if rv.isdigit() and rv.isascii() and (rv == "0" or rv[0] != "0"):
+        return int(rv)
+    return rv
 
 
 def _identity(raw: JSON) -> Any:
@@ -145,6 +167,7 @@ class Informer(Generic[T]):
         field_selector: str | None = None,
         label_selector: str | None = None,
         transform: Callable[[JSON], T] | None = None,
+        key: Callable[[T], str] | None = None,
         indexers: dict[str, Indexer[T]] | None = None,
         page_size: int = 500,
         read_timeout: float | None = None,
@@ -165,6 +188,7 @@ class Informer(Generic[T]):
         self.min_watch_timeout = min_watch_timeout
         self.max_watch_timeout = max(min_watch_timeout, max_watch_timeout)
         self._transform: Callable[[JSON], T] = transform or cast(Callable[[JSON], T], _identity)
+        self._key_of = key
         self._indexers: dict[str, Indexer[T]] = dict(indexers or {})
         self._rng = rng or random.Random()
         self._backoff = Backoff(
@@ -172,7 +196,7 @@ class Informer(Generic[T]):
         )
         self._lock = threading.RLock()
         self._items: dict[str, T] = {}
-        self._rvs: dict[str, str] = {}
+        self._rvs: dict[str, Rv] = {}
         self._index: dict[str, dict[str, set[str]]] = {n: {} for n in self._indexers}
         self._index_values: dict[str, dict[str, list[str]]] = {n: {} for n in self._indexers}
         self._handlers: list[_Handler[T]] = []
@@ -286,13 +310,22 @@ class Informer(Generic[T]):
         log.debug("informer %s: stopped", self.name)
 
     def _list_and_replace(self, stop: threading.Event) -> None:
+        """Page through a LIST, then apply it as one replace. Only what changed is held
+        while paging: an object whose resourceVersion matches the cache keeps its cached
+        record (never transformed again), so a relist of a big, mostly unchanged cache
+        costs one page and a set of keys, not a second copy of the cache."""
         params: dict[str, Any] = {
             "limit": self.page_size,
             "fieldSelector": self.field_selector,
             "labelSelector": self.label_selector,
         }
-        fresh: dict[str, tuple[T, str]] = {}
+        changed: dict[str, T] = {}
+        changed_rvs: dict[str, Rv] = {}
+        with self._lock:
+            unseen = set(self._items)
+        cached_rvs = self._rvs  # only this thread writes it: no lock needed to read
         resource_version = ""
+        listed = 0
         while True:
             try:
                 page = self.client.get(self.list_path, params)
@@ -304,41 +337,65 @@ class Informer(Generic[T]):
                 # pages read so far, instead of a backoff and a fresh paged relist.
                 log.info("informer %s: continue token expired; listing in full", self.name)
                 params = {k: v for k, v in params.items() if k not in ("continue", "limit")}
-                fresh.clear()
+                changed.clear()
+                changed_rvs.clear()
+                with self._lock:
+                    unseen = set(self._items)
                 page = self.client.get(self.list_path, params)
             for raw in page.get("items") or []:
+                listed += 1
+                key = object_key(raw)
+                rv = _stored_rv(raw)
+                cached = key in unseen
+                unseen.discard(key)
+                if cached and cached_rvs.get(key) == rv:
+                    continue  # unchanged since the cache saw it
                 record = self._safe_transform(raw)
                 if record is not None:
-                    fresh[object_key(raw)] = (record, _rv(raw))
+                    key = self._stored_key(key, record)
+                    changed[key] = record
+                    changed_rvs[key] = rv
             meta = page.get("metadata") or {}
             resource_version = str(meta.get("resourceVersion", ""))
             token = meta.get("continue")
+            page = {}  # the parsed page goes before the next one is read
             if not token or stop.is_set():
                 break
             params["continue"] = token
         if stop.is_set():
             return
-        self._replace(fresh, resource_version)
+        self._replace(changed, changed_rvs, unseen, resource_version)
+        if listed >= TRIM_AFTER_LIST:
+            memory.release_free_memory()  # the pages' garbage, back to the system
 
-    def _replace(self, fresh: dict[str, tuple[T, str]], resource_version: str) -> None:
+    def _replace(
+        self,
+        changed: dict[str, T],
+        changed_rvs: dict[str, Rv],
+        gone: set[str],
+        resource_version: str,
+    ) -> None:
+        """Apply a LIST: `changed` records are new or have a new resourceVersion, keys in
+        `gone` were cached but not listed; every other cached record stays as it is."""
         added: list[T] = []
         updated: list[tuple[T, T]] = []
         deleted: list[T] = []
         with self._lock:
-            for key, (record, rv) in fresh.items():
+            for key, record in changed.items():
                 old = self._items.get(key)
                 if old is None:
                     added.append(record)
-                elif self._rvs.get(key) != rv:
-                    updated.append((old, record))
                 else:
-                    record = old  # unchanged: keep the instance handlers already saw
-                self._store(key, record, rv)
-            for key in [k for k in self._items if k not in fresh]:
-                deleted.append(self._items[key])
-                self._remove(key)
+                    updated.append((old, record))
+                self._store(key, record, changed_rvs[key])
+            for key in gone:
+                if key in self._items:
+                    deleted.append(self._items[key])
+                    self._remove(key)
             self._resource_version = resource_version
             handlers = list(self._handlers)
+            count = len(self._items)
+        changed.clear()
         for h in handlers:
             for obj in added:
                 if h.on_add:
@@ -350,7 +407,7 @@ class Informer(Generic[T]):
                 if h.on_delete:
                     self._call(h.on_delete, obj)
         if not self._synced.is_set():
-            log.info("informer %s: synced %d objects", self.name, len(fresh))
+            log.info("informer %s: synced %d objects", self.name, count)
             self._synced.set()
 
     def _watch(self, canceller: StreamCanceller) -> int:
@@ -395,7 +452,7 @@ class Informer(Generic[T]):
             if kind == "DELETED":
                 self._remove(key)
             elif record is not None:
-                self._store(key, record, rv)
+                self._store(self._stored_key(key, record), record, _stored_rv(raw))
             if rv:
                 self._resource_version = rv
             handlers = list(self._handlers)
@@ -414,9 +471,13 @@ class Informer(Generic[T]):
 
     # cache internals (call with the lock held) ---------------------------------------------
 
-    def _store(self, key: str, record: T, rv: str) -> None:
+    def _store(self, key: str, record: T, rv: Rv) -> None:
         if key in self._items:
             self._unindex(key)
+            # Re-insert rather than overwrite: a dict keeps its old key object on
+            # overwrite, which would pin the replaced record's key string.
+            del self._items[key]
+            self._rvs.pop(key, None)
         self._items[key] = record
         self._rvs[key] = rv
         for name, fn in self._indexers.items():
@@ -445,6 +506,14 @@ class Informer(Generic[T]):
                         del self._index[name][value]
 
     # helpers -------------------------------------------------------------------------------
+
+    def _stored_key(self, key: str, record: T) -> str:
+        """The record's own key string when it has one equal to `key` (else `key`)."""
+        if self._key_of is not None:
+            own = self._key_of(record)
+            if own == key:
+                return own
+        return key
 
     def _safe_transform(self, raw: JSON) -> T | None:
         try:

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
+from kube import memory
 from manager.ops import BindError, Checks, OpsServer, start_servers
 from manager.options import SIGNING_CONTROLLERS, Options
 
@@ -439,6 +440,7 @@ def serve(proc: Process) -> int:
 
 def run(opts: Options, *, stop: threading.Event | None = None) -> int:
     """`service-serving-signer run`: build, serve until SIGTERM/SIGINT, exit 0."""
+    memory.tune_allocator()  # before the caches fill (kube/memory.py)
     proc = build(opts)
     if stop is not None:
         proc.stop = stop

@@ -17,6 +17,7 @@ Decisions beyond the SPEC text:
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ class LifetimeTooShort(Exception):
 @dataclass(frozen=True)
 class Issued:
     """An issued certificate: the PEM chain for `status.certificateChain` and the three
-    timestamps for the status, read back from the encoded leaf."""
+    timestamps for the status (whole seconds, UTC: exactly what the leaf encodes)."""
 
     chain_pem: str
     not_before: datetime
@@ -111,11 +112,8 @@ def issue(
     not_before, not_after, refresh = validity(
         now, max_seconds, cap_seconds, signing.not_valid_after_utc
     )
-    rsa_leaf = isinstance(public_key, rsa.RSAPublicKey)
     builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([]))
-        .issuer_name(signing.subject)
+        _base_builder(signing, isinstance(public_key, rsa.RSAPublicKey))
         .public_key(public_key)
         .serial_number(serial if serial is not None else new_serial())
         .not_valid_before(not_before)
@@ -124,6 +122,28 @@ def issue(
             x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]),
             critical=True,
         )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+    )
+    leaf = builder.sign(material.key, signature_hash(material.key))
+    encoded = leaf.public_bytes(serialization.Encoding.PEM)
+    return Issued(
+        chain_pem=(encoded + material.issuer_chain_pem).decode("ascii"),
+        not_before=not_before,
+        not_after=not_after,
+        begin_refresh_at=refresh,
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _base_builder(signing: x509.Certificate, rsa_leaf: bool) -> x509.CertificateBuilder:
+    """What every leaf of `signing` has in common (the builder is immutable, so one is
+    shared): issuer, empty subject, key usages, basic constraints, authority key id.
+    Per-request fields and extensions are added on top; the extension order in the
+    encoded leaf is the order they are added (shared ones first)."""
+    return (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([]))
+        .issuer_name(signing.subject)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
@@ -140,17 +160,7 @@ def issue(
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
         .add_extension(_authority_key_identifier(signing), critical=False)
-    )
-    leaf = builder.sign(material.key, signature_hash(material.key))
-    encoded = leaf.public_bytes(serialization.Encoding.PEM)
-    parsed = x509.load_pem_x509_certificate(encoded)
-    return Issued(
-        chain_pem=(encoded + material.issuer_chain_pem).decode("ascii"),
-        not_before=parsed.not_valid_before_utc,
-        not_after=parsed.not_valid_after_utc,
-        begin_refresh_at=refresh,
     )
 
 

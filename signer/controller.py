@@ -201,7 +201,7 @@ class SignerController:
             transform=pcr_record,
         )
         self.pod_informer: Informer[PodRecord] = Informer(
-            client, "/api/v1/pods", name="pods", transform=pod_record
+            client, "/api/v1/pods", name="pods", transform=pod_record, key=_pod_key
         )
         self.service_informer: Informer[ServiceRecord] = Informer(
             client, "/api/v1/services", name="services", transform=service_record
@@ -700,3 +700,7 @@ def _unique_blockers(blockers: Iterable[Blocker]) -> list[Blocker]:
             seen.add((blocker.service_key, blocker.reason))
             out.append(blocker)
     return out
+
+
+def _pod_key(pod: PodRecord) -> str:
+    return pod.key

@@ -8,52 +8,174 @@ replica cache tens of thousands of Pods cheaply. Each transform decides which fi
 A request record keeps the key material (stub CSR or legacy PKIX key) and everything
 needed for a conditional status write (`resourceVersion`); it drops `managedFields`,
 `ownerReferences` and the rest of the metadata.
+
+**Memory.** At the Kubernetes scalability envelope (150,000 Pods) every byte of a Pod
+record counts, so records are slotted dataclasses and what many Pods share is shared:
+
+* a label map or selector is a `Labels` (immutable) interned per namespace: the Pods of
+  one ReplicaSet or StatefulSet revision share one instance. The pool holds its maps
+  weakly, so a map goes when its last record does, and it is keyed by namespace, so a
+  record never holds an object made for another namespace's records.
+* namespace, node and ServiceAccount names are `sys.intern`ed (a few thousand distinct
+  values for a whole cluster).
+
+Interning changes identity only: records compare by value (`==`), which is what the
+controller's re-drive decisions use (`old.labels != new.labels`).
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import sys
+import threading
+import uuid
+import weakref
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any
 
 JSON = dict[str, Any]
 
 TERMINAL_CONDITIONS = ("Issued", "Denied", "Failed")
 
-_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+class Labels(Mapping[str, str]):
+    """An immutable `str → str` map (labels, selectors, annotations) that compares equal
+    to any mapping with the same items. Build with `frozen_map`, which interns it."""
+
+    __slots__ = ("__weakref__", "_items")
+
+    def __init__(self, items: Mapping[str, str] | None = None) -> None:
+        self._items: dict[str, str] = dict(items or {})
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Labels):
+            return self._items == other._items
+        if isinstance(other, Mapping):
+            return self._items == dict(other.items())
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __repr__(self) -> str:
+        return f"Labels({self._items!r})"
 
 
-def _frozen_map(value: Any) -> Mapping[str, str]:
+_EMPTY: Mapping[str, str] = Labels()
+_pool: weakref.WeakValueDictionary[tuple[str, frozenset[tuple[str, str]]], Labels] = (
+    weakref.WeakValueDictionary()
+)
+_pool_lock = threading.Lock()
+
+
+def frozen_map(value: Any, namespace: str = "") -> Mapping[str, str]:
+    """`value` (a JSON object) as an interned `Labels`: one instance per distinct map
+    per namespace while any record holds it."""
     if not value:
         return _EMPTY
-    return MappingProxyType({str(k): str(v) for k, v in dict(value).items()})
+    items = {str(k): str(v) for k, v in dict(value).items()}
+    key = (namespace, frozenset(items.items()))
+    with _pool_lock:
+        found = _pool.get(key)
+        if found is None:
+            found = _pool[key] = Labels(items)
+        return found
+
+
+def interned_maps() -> int:
+    """How many interned maps are alive (tests: nothing outlives its records)."""
+    with _pool_lock:
+        return len(_pool)
+
+
+def _name(value: Any) -> str:
+    """A name many records share (namespace, node, ServiceAccount), interned."""
+    return sys.intern(str(value)) if value else ""
 
 
 def _key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class PodRecord:
+    """A cached Pod. It stores its cache key (`namespace/name`) rather than the name, so
+    the informer's dict key and the record share one string (`name` is sliced from it
+    when asked for: rare, for messages and Events), and its UID packed (`uid` unpacks)."""
+
+    key: str
     namespace: str
-    name: str
-    uid: str
-    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    hostname: str = ""
-    subdomain: str = ""
-    node_name: str = ""
-    service_account_name: str = ""
-    deleting: bool = False
+    packed_uid: bytes | str
+    labels: Mapping[str, str]
+    hostname: str
+    subdomain: str
+    node_name: str
+    service_account_name: str
+    deleting: bool
+
+    def __init__(
+        self,
+        namespace: str,
+        name: str | None = None,
+        uid: str = "",
+        labels: Mapping[str, str] = _EMPTY,
+        hostname: str = "",
+        subdomain: str = "",
+        node_name: str = "",
+        service_account_name: str = "",
+        deleting: bool = False,
+        *,
+        key: str | None = None,  # what dataclasses.replace passes back
+        packed_uid: bytes | str | None = None,
+    ) -> None:
+        for attr, value in (
+            ("key", key if key is not None else _key(namespace, name or "")),
+            ("namespace", namespace),
+            ("packed_uid", packed_uid if packed_uid is not None else _pack_uid(uid)),
+            ("labels", labels),
+            ("hostname", hostname),
+            ("subdomain", subdomain),
+            ("node_name", node_name),
+            ("service_account_name", service_account_name),
+            ("deleting", deleting),
+        ):
+            object.__setattr__(self, attr, value)
 
     @property
-    def key(self) -> str:
-        return _key(self.namespace, self.name)
+    def name(self) -> str:
+        return self.key[len(self.namespace) + 1 :] if self.namespace else self.key
+
+    @property
+    def uid(self) -> str:
+        packed = self.packed_uid
+        return str(uuid.UUID(bytes=packed)) if isinstance(packed, bytes) else packed
 
 
-@dataclass(frozen=True)
+def _pack_uid(uid: str) -> bytes | str:
+    """A canonical UUID (what kube-apiserver assigns) as its 16 bytes (49 B instead of
+    85 B per Pod); anything else as it is. `PodRecord.uid` gives the same string back."""
+    try:
+        parsed = uuid.UUID(uid)
+    except ValueError:
+        return uid
+    return parsed.bytes if str(parsed) == uid else uid
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceRecord:
     namespace: str
     name: str
@@ -70,7 +192,7 @@ class ServiceRecord:
         return self.cluster_ip == "None"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PCRRecord:
     namespace: str
     name: str
@@ -100,15 +222,16 @@ class PCRRecord:
 def pod_record(obj: JSON) -> PodRecord:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
+    namespace = _name(meta.get("namespace"))
     return PodRecord(
-        namespace=str(meta.get("namespace", "")),
+        namespace=namespace,
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
-        labels=_frozen_map(meta.get("labels")),
+        labels=frozen_map(meta.get("labels"), namespace),
         hostname=str(spec.get("hostname") or ""),
-        subdomain=str(spec.get("subdomain") or ""),
-        node_name=str(spec.get("nodeName") or ""),
-        service_account_name=str(spec.get("serviceAccountName") or "default"),
+        subdomain=_name(spec.get("subdomain")),
+        node_name=_name(spec.get("nodeName")),
+        service_account_name=_name(spec.get("serviceAccountName") or "default"),
         deleting=bool(meta.get("deletionTimestamp")),
     )
 
@@ -116,11 +239,12 @@ def pod_record(obj: JSON) -> PodRecord:
 def service_record(obj: JSON) -> ServiceRecord:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
+    namespace = _name(meta.get("namespace"))
     return ServiceRecord(
-        namespace=str(meta.get("namespace", "")),
+        namespace=namespace,
         name=str(meta.get("name", "")),
-        selector=_frozen_map(spec.get("selector")),
-        type=str(spec.get("type") or "ClusterIP"),
+        selector=frozen_map(spec.get("selector"), namespace),
+        type=_name(spec.get("type") or "ClusterIP"),
         cluster_ip=str(spec.get("clusterIP") or ""),
     )
 
@@ -130,8 +254,9 @@ def pcr_record(obj: JSON) -> PCRRecord:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     max_seconds = spec.get("maxExpirationSeconds")
+    namespace = _name(meta.get("namespace"))
     return PCRRecord(
-        namespace=str(meta.get("namespace", "")),
+        namespace=namespace,
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
         resource_version=str(meta.get("resourceVersion", "")),
@@ -139,12 +264,12 @@ def pcr_record(obj: JSON) -> PCRRecord:
         signer_name=str(spec.get("signerName", "")),
         pod_name=str(spec.get("podName", "")),
         pod_uid=str(spec.get("podUID", "")),
-        node_name=str(spec.get("nodeName", "")),
-        service_account_name=str(spec.get("serviceAccountName", "")),
+        node_name=_name(spec.get("nodeName")),
+        service_account_name=_name(spec.get("serviceAccountName")),
         max_expiration_seconds=int(max_seconds) if max_seconds is not None else None,
         stub_pkcs10=_bytes(spec.get("stubPKCS10Request")),
         pkix_public_key=_bytes(spec.get("pkixPublicKey")),
-        annotations=_frozen_map(spec.get("unverifiedUserAnnotations")),
+        annotations=frozen_map(spec.get("unverifiedUserAnnotations"), namespace),
         terminal=terminal_condition(status),
     )
 

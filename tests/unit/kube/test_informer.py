@@ -321,3 +321,36 @@ def test_expired_continue_token_falls_back_to_one_full_list_at_once(fake: FakeAp
             (None, False),
         ]
         assert len(rec.of("add")) == 7
+
+
+def test_relist_transforms_only_changed_objects_and_keeps_unchanged_records(
+    fake: FakeApi,
+) -> None:
+    for n in ("a", "b", "c"):
+        fake.put(PODS, pod(n))
+    changed = threading.Event()
+    fake.script_watch(PODS, Gate(changed), gone())
+    transformed: list[str] = []
+
+    def transform(raw: JSON) -> PodRecord:
+        transformed.append(raw["metadata"]["name"])
+        return PodRecord(raw["metadata"]["name"], raw["spec"]["nodeName"])
+
+    rec = Recorder()
+    inf: Informer[PodRecord] = Informer(
+        fake.client(), PODS, name="pods", transform=transform, page_size=2
+    )
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    with running(inf):
+        before = {k: inf.get(k) for k in ("ns/a", "ns/b")}
+        transformed.clear()
+        fake.put(PODS, pod("c", node="n9"))
+        changed.set()
+        assert rec.wait("update")
+        assert fake.wait_for("GET", PODS, watch=False, count=4)  # two pages, twice
+        assert transformed == ["c"], "an unchanged object is not transformed again"
+        assert inf.get("ns/a") is before["ns/a"], "the cached record is kept as it was"
+        assert inf.get("ns/b") is before["ns/b"]
+        assert inf.get("ns/c") == PodRecord("c", "n9")
+        assert rec.of("update") == [(PodRecord("c", "n1"), PodRecord("c", "n9"))]
+        assert rec.of("delete") == []

@@ -1,0 +1,100 @@
+"""Records are compact but keep value semantics: interning shares what many Pods share
+without changing equality (the re-drive decisions), and without keeping maps alive past
+their records or handing one namespace's objects to another's."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from types import MappingProxyType
+from typing import Any
+
+from signer.records import Labels, frozen_map, interned_maps, pod_record, service_record
+
+
+def raw_pod(namespace: str, name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}", "labels": labels},
+        "spec": {"nodeName": "node-1", "serviceAccountName": "sa", **spec},
+    }
+
+
+def test_pods_of_one_replicaset_share_one_label_map_that_compares_by_value() -> None:
+    labels = {"app": "web", "pod-template-hash": "5d4f"}
+    a = pod_record(raw_pod("ns1", "web-1", dict(labels)))
+    b = pod_record(raw_pod("ns1", "web-2", dict(labels)))
+    assert a.labels is b.labels
+    assert a.labels == labels and a.labels == MappingProxyType(labels)
+    assert a.labels != {"app": "web"}
+    moved = pod_record(raw_pod("ns1", "web-1", {**labels, "tier": "x"}))
+    assert moved.labels != a.labels, "a label change is still seen as a change"
+    assert pod_record(raw_pod("ns1", "web-1", dict(labels))) == a, "records equal by value"
+
+
+def test_interning_is_per_namespace_and_releases_maps_with_their_records() -> None:
+    gc.collect()
+    baseline = interned_maps()
+    labels = {"app": "unique-to-this-test"}
+    first = pod_record(raw_pod("ns-a", "p", dict(labels)))
+    other = pod_record(raw_pod("ns-b", "p", dict(labels)))
+    assert first.labels == other.labels
+    assert first.labels is not other.labels, "no object is shared across namespaces"
+    service = service_record(
+        {"metadata": {"namespace": "ns-b", "name": "s"}, "spec": {"selector": dict(labels)}}
+    )
+    assert service.selector is other.labels
+    assert interned_maps() == baseline + 2
+    del first, other, service
+    gc.collect()
+    assert interned_maps() == baseline, "an interned map outlived every record using it"
+
+
+def test_shared_names_are_interned_and_records_are_slotted() -> None:
+    a = pod_record(raw_pod("".join(["n", "s1"]), "p1", {}))
+    b = pod_record(raw_pod("".join(["n", "s1"]), "p2", {}))
+    assert a.namespace is b.namespace and a.node_name is b.node_name
+    assert a.service_account_name is b.service_account_name
+    assert not hasattr(a, "__dict__")
+    assert sys.getsizeof(a) < 120
+
+
+def test_labels_are_read_only_and_hashable() -> None:
+    labels = frozen_map({"a": "1"})
+    assert isinstance(labels, Labels)
+    assert dict(labels) == {"a": "1"} and "a" in labels and len(labels) == 1
+    assert not hasattr(labels, "__setitem__")
+    assert hash(labels) == hash(Labels({"a": "1"}))
+    assert frozen_map({}) == {} and frozen_map(None) == {}
+
+
+def test_a_pod_record_shares_its_key_string_with_the_informer_cache() -> None:
+    import dataclasses
+
+    from kube.informer import Informer
+
+    pod = pod_record(raw_pod("ns1", "web-1", {"app": "web"}))
+    assert (pod.namespace, pod.name, pod.key) == ("ns1", "web-1", "ns1/web-1")
+    assert dataclasses.replace(pod, node_name="n2").name == "web-1"
+    inf: Informer[Any] = Informer(None, "/api/v1/pods", name="pods", key=lambda r: r.key)  # type: ignore[arg-type]
+    inf._store(inf._stored_key("ns1/web-1", pod), pod, 1)
+    newer = pod_record(raw_pod("ns1", "web-1", {"app": "web", "v": "2"}))
+    inf._store(inf._stored_key("ns1/web-1", newer), newer, 2)
+    (stored_key,) = inf._items
+    assert stored_key is newer.key, "the cache keys by the current record's own string"
+
+
+def test_a_pod_uid_is_packed_but_reads_back_the_same_string() -> None:
+    import dataclasses
+
+    def with_uid(uid: str) -> dict[str, Any]:
+        raw = raw_pod("ns1", "p", {})
+        raw["metadata"]["uid"] = uid
+        return raw
+
+    uid = "6f1c2d3e-4a5b-4c6d-8e9f-000000000123"
+    pod = pod_record(with_uid(uid))
+    assert pod.uid == uid and isinstance(pod.packed_uid, bytes)
+    assert dataclasses.replace(pod, node_name="n2").uid == uid
+    assert pod == pod_record(with_uid(uid))
+    for odd in ("uid-p", "6F1C2D3E-4A5B-4C6D-8E9F-000000000123", ""):
+        assert pod_record(with_uid(odd)).uid == odd, "a non-canonical UID is kept verbatim"
