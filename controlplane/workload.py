@@ -113,18 +113,26 @@ def phase(pod: dict[str, Any]) -> str:
 
 
 def wait_running(client: Any, namespace: str, name: str, timeout: float) -> dict[str, Any]:
-    """Poll until the Pod's phase is Running; raise TimeoutError with its last status."""
+    """Poll until the Pod exists (a controller may create it) and its phase is Running;
+    raise TimeoutError with its last status."""
+    from kube.client import is_not_found
+
     deadline = time.monotonic() + timeout
-    pod = get_pod(client, namespace, name)
-    while phase(pod) != "Running":
+    pod: dict[str, Any] = {}
+    while True:
+        try:
+            pod = get_pod(client, namespace, name)
+        except Exception as err:
+            if not is_not_found(err):
+                raise
+        if phase(pod) == "Running":
+            return pod
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"Pod {namespace}/{name} not Running after {timeout:.0f}s: "
                 f"phase={phase(pod)!r} status={pod.get('status')}"
             )
         time.sleep(0.25)
-        pod = get_pod(client, namespace, name)
-    return pod
 
 
 def wait_service_account(
