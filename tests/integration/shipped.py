@@ -10,7 +10,8 @@ from KCM's `kube-root-ca.crt`, namespace) into each Pod's volume directories.
 a private mount namespace (`unshare --mount`, as root) where a fresh tmpfs covers `/run`
 (= `/var/run`) and each of the container's volume mounts is a bind mount of the
 directory the kubelet wrote — so the process sees the same paths, files and `..data`
-symlink swaps as the container would, and nothing on the machine changes. With
+symlink swaps as the container would (the emptyDir at `/tmp` too: the host's `/tmp` is
+hidden from it), and nothing on the machine changes. With
 `KUBERNETES_SERVICE_HOST`/`PORT` set and no `--kubeconfig`, the official client's
 in-cluster loader authenticates it with the kubelet-written token. Only the bind
 addresses are moved to free loopback ports.
@@ -260,7 +261,14 @@ class ShippedSigner(SignerProcess):
             *extra_args,
         ]
         script = ["mount -t tmpfs -o mode=0755 tmpfs /run"]
-        for target, source in pod.mounts().items():
+        mounts = pod.mounts()
+        sources = [str(s) for s in mounts.values()]
+
+        def hides_a_source(target: str) -> bool:  # e.g. the emptyDir at /tmp
+            return any(s.startswith(target.rstrip("/") + "/") for s in sources)
+
+        for target in sorted(mounts, key=hides_a_source):
+            source = mounts[target]
             script.append(f"mkdir -p {shlex.quote(target)}")
             script.append(f"mount --bind -o ro {shlex.quote(str(source))} {shlex.quote(target)}")
         script.append("exec " + shlex.join(self.args))

@@ -155,8 +155,9 @@ def test_signer_authenticates_with_kubeconfig_token_file_from_the_service_accoun
     tmp_path: Path,
 ) -> None:
     create_service(cluster_client, node_namespace, "web", {"app": "web"})
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
+    pod = shipped[1 % len(shipped)]
+    # In the container's /tmp (its emptyDir): the host's /tmp is hidden from the process.
+    (pod.volume("/tmp") / "kubeconfig").write_text(
         json.dumps(
             {
                 "apiVersion": "v1",
@@ -176,9 +177,7 @@ def test_signer_authenticates_with_kubeconfig_token_file_from_the_service_accoun
             }
         )
     )
-    signer = start_signer(
-        cluster, shipped[1 % len(shipped)], tmp_path / "signer.log", f"--kubeconfig={kubeconfig}"
-    )
+    signer = start_signer(cluster, pod, tmp_path / "signer.log", "--kubeconfig=/tmp/kubeconfig")
     try:
         issue_through_kubelet(cluster, cluster_client, node_namespace, "web-0", node=1)
     finally:
@@ -252,6 +251,7 @@ class Workloads:
         return volume_files(self.cluster.node_of(pod), pod).bundle
 
 
+@pytest.mark.timeout(1200)  # kubelet propagates volume updates on its sync period
 def test_rotation_runbook_through_kubelet_written_volumes_while_workloads_keep_starting(
     cluster: Cluster,
     cluster_client: Client,
@@ -318,6 +318,8 @@ def test_rotation_runbook_through_kubelet_written_volumes_while_workloads_keep_s
     assert failed == 0.0
     assert not work.errors, work.errors[:3]
     assert len(work.created) >= 6
+    issuers = {chain_of(chain)[0].issuer.rfc4514_string() for chain, _ in work.seen.values()}
+    assert issuers == {old_root, new_root}
     for name, (chain, bundle) in work.seen.items():
         leaf = chain_of(chain)[0]
         assert dns_sans(leaf) == service_sans("web", ns), name
