@@ -185,6 +185,7 @@ def deploy(
 ) -> list[ShippedPod]:
     """Apply config/default with this signing material; return its Running Pods."""
     objects = manifests(token_expiration=token_expiration, replicas=replicas)
+    _wait_namespace_gone(client, timeout)
     for obj in [o for o in objects if o["kind"] == "Namespace"]:
         apply(client, obj, dry_run=False)
     put_signing_material(client, key_pem, cert_pem)
@@ -214,6 +215,22 @@ def deploy(
                 f"config/default Pods not Running: {[p.get('status') for p in pods]}"
             )
         time.sleep(0.5)
+
+
+def _wait_namespace_gone(client: Client, timeout: float) -> None:
+    """A previous `undeploy()` may still be finishing (KCM's namespace controller)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ns = client.get(f"/api/v1/namespaces/{NS}")
+        except ApiError as err:
+            if is_not_found(err):
+                return
+            raise
+        if not ns["metadata"].get("deletionTimestamp"):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"namespace {NS} still terminating after {timeout:.0f}s")
 
 
 def undeploy(client: Client) -> None:
