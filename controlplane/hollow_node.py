@@ -94,6 +94,10 @@ class HollowNode:
         conditions = (node.get("status") or {}).get("conditions") or []
         return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
