@@ -251,6 +251,13 @@ class ShippedSigner(SignerProcess):
     the kubelet-written volumes bind-mounted at their mount paths and the in-cluster
     environment. `extra_args` come after the Deployment's (later flags win)."""
 
+    @property
+    def lease_name(self) -> str:
+        names = [
+            a.split("=", 1)[1] for a in self.args if a.startswith("--leader-elect-resource-name=")
+        ]
+        return names[-1] if names else "service-serving-signer"
+
     def __init__(
         self,
         cluster: Cluster,
