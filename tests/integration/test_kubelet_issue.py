@@ -27,7 +27,7 @@ from tests.integration.nodes import (
     unique_signer_name,
     verify_against_bundle,
 )
-from trust.bundle import resolve_selector
+from trust.selector import resolve_selector
 
 pytestmark = pytest.mark.integration
 
