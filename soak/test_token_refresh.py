@@ -7,6 +7,7 @@ with a kubeconfig naming the token file (`tokenFile`)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def test_signer_keeps_working_after_the_kubelet_refreshed_its_token(
         log.append("in-cluster signer issued after the first token expired")
         assert in_cluster.alive() and in_cluster.leading()
         unauthorized = [
-            line for line in in_cluster.log_lines() if "401" in line or "Unauthorized" in line
+            line for line in in_cluster.log_lines() if re.search(r"\b401\b|Unauthorized", line)
         ]
         assert not unauthorized, unauthorized[:3]
         file_ok = with_file.alive() and with_file.leading()
