@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 
 from controlplane.cluster import Cluster
-from controlplane.kubelet import KEY_TYPES
+from controlplane.kubelet import KEY_TYPES, generate_key, pcr_manifest
 from kube.client import Client
 from tests.integration.manager_process import SignerProcess
 from tests.integration.nodes import (
@@ -22,6 +22,7 @@ from tests.integration.nodes import (
     create_service,
     dns_sans,
     key_matches,
+    pcrs_of,
     running_files,
     service_sans,
     unique_signer_name,
@@ -100,3 +101,35 @@ def test_credential_bundle_holds_key_then_chain_that_verify(
     assert key_matches(bundle, leaf)
     assert dns_sans(leaf) == service_sans("api", ns)
     verify_against_bundle(bundle, files.bundle, service_sans("api", ns))
+
+
+def test_kubelet_stand_in_writes_the_request_the_real_kubelet_writes(
+    cluster: Cluster, cluster_client: Client, signer: SignerProcess, node_namespace: str
+) -> None:
+    """`controlplane/kubelet.py` (used by the light-plane tests) against the real thing."""
+    ns = node_namespace
+    create_service(cluster_client, ns, "web", {"app": "web"})
+    create_pod(
+        cluster_client,
+        ns,
+        "web-0",
+        node=cluster.nodes[0].name,
+        labels={"app": "web"},
+        signer_name=SIGNER,
+        annotations={"kubernetes.io/service-names": "web"},
+    )
+    pod, _ = running_files(cluster, cluster_client, ns, "web-0")
+    [real] = pcrs_of(cluster_client, ns, "web-0")
+    stand_in = pcr_manifest(
+        pod,
+        generate_key("ECDSAP256"),
+        signer_name=SIGNER,
+        annotations={"kubernetes.io/service-names": "web"},
+        max_expiration_seconds=None,
+    )
+
+    assert stand_in["metadata"]["generateName"] == real["metadata"]["generateName"]
+    assert stand_in["metadata"]["ownerReferences"] == real["metadata"]["ownerReferences"]
+    for field in ("signerName", "podName", "podUID", "serviceAccountName", "nodeName"):
+        assert stand_in["spec"][field] == real["spec"][field], field
+    assert set(stand_in["spec"]) | {"maxExpirationSeconds"} == set(real["spec"])
