@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: venv controlplane test test-unit test-integration test-faults lint demo bench clean
+.PHONY: venv controlplane test test-unit test-integration test-faults lint demo bench soak clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
@@ -32,6 +32,11 @@ demo: controlplane
 
 bench: controlplane
 	$(BIN)/python -m bench
+
+# Scenarios that take real minutes (KCM's 15-minute PCR cleaner, the kubelet's token
+# refresh); not part of `make test`. The two run side by side (~25 min), each on its own cluster.
+soak: controlplane
+	$(BIN)/pytest -ra -s -p no:cacheprovider $(PYTEST_ARGS) soak/test_long_wait.py & p=$$!; $(BIN)/pytest -ra -s -p no:cacheprovider $(PYTEST_ARGS) soak/test_token_refresh.py; b=$$?; wait $$p; a=$$?; exit $$((a || b))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

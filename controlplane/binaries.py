@@ -7,6 +7,12 @@ binary is absent it is built there by `build-binaries.sh` from Go modules (the m
 `go`, `GOTOOLCHAIN=local`, `CGO_ENABLED=0`); the first build takes many minutes, later
 runs none. If the etcd build fails, Debian's `etcd-server` package is unpacked instead;
 kube-apiserver has no fallback and fails loudly.
+
+The node-capable cluster (`controlplane.cluster`) also needs `kube-controller-manager`
+(cmd/kube-controller-manager) and `hollow-node` (kubemark's hollow kubelet from
+`hollownode/main.go`, see there why not `cmd/kubemark` itself): `NODE_BINARIES`, found the
+same way (`TEST_ASSET_KUBE_CONTROLLER_MANAGER`, `TEST_ASSET_HOLLOW_NODE`, ...). They share
+most packages with kube-apiserver, so once it is built they take a few minutes more.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ ETCD_VERSION = "v3.7.3"
 KUSTOMIZE_VERSION = "v5.8.2"
 
 BUILD_SCRIPT = Path(__file__).with_name("build-binaries.sh")
+NODE_BINARIES = ("kube-controller-manager", "hollow-node")
 
 
 class BinaryError(RuntimeError):
@@ -130,8 +137,9 @@ def tool(name: str, version: str = KUBERNETES_VERSION) -> Path:
 
 
 def main() -> None:
-    """`python -m controlplane.binaries`: find or build everything, print the directory."""
-    bins = ensure(extra=("kustomize",))
+    """`python -m controlplane.binaries`: find or build everything (the node-capable
+    cluster's binaries too, so `make test` builds them once up front), print the directory."""
+    bins = ensure(extra=("kustomize", *NODE_BINARIES))
     print(bins.kube_apiserver.parent)
 
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, etcd and kustomize from Go modules into OUT (a cache directory).
+# Build kube-apiserver, etcd, kustomize (and on request the node binaries and the benchmarks'
+# Go programs) from Go modules into OUT (a cache directory).
 # Usage: build-binaries.sh OUT K8S_VERSION ETCD_VERSION KUSTOMIZE_VERSION [what...]
-# what: any of kube-apiserver etcd kustomize peer-signer ceiling-signer bench-populate
-# (default: the first three; the last three are the benchmarks' Go programs under bench/)
+# what: any of kube-apiserver etcd kustomize kube-controller-manager hollow-node kubemark
+# peer-signer ceiling-signer bench-populate (default: the first three; hollow-node is
+# kubemark's hollow kubelet with loopback-only ports, hollownode/main.go; the last three
+# are the benchmarks' Go programs under bench/)
 # The replace list for the staging modules is generated from the upstream go.mod, so a
 # staging repository added in a later release does not break the build.
 set -euo pipefail
@@ -26,18 +29,23 @@ k8s_module() {  # $1: dir; writes a wrapper module requiring k8s.io/kubernetes w
   (cd "$W" && go mod edit -require="k8s.io/kubernetes@$KV")
 }
 
+version_ldflags() {  # -ldflags stamping the Kubernetes version (a kubelet reports it on its Node)
+  local BD MIN p LD="-s -w"
+  BD=$(date -u +%Y-%m-%dT%H:%M:%SZ); MIN=$(echo "$KV" | cut -d. -f2)
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    LD="$LD -X $p.gitVersion=$KV -X $p.gitMajor=1 -X $p.gitMinor=$MIN -X $p.gitTreeState=clean -X $p.buildDate=$BD"
+  done
+  echo "$LD"
+}
+
 build_k8s() {  # $1: package under k8s.io/kubernetes, $2: output name
-  local W LD BD MIN p
+  local W LD
   W=$(mktemp -d); trap 'rm -rf "$W"' RETURN
   k8s_module "$W"
   printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/%s"\n' "$1" > "$W/tools.go"
   log "resolving modules for $2 $KV (downloads a few hundred MB the first time)"
   (cd "$W" && go mod tidy)
-  BD=$(date -u +%Y-%m-%dT%H:%M:%SZ); MIN=$(echo "$KV" | cut -d. -f2)
-  LD="-s -w"
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    LD="$LD -X $p.gitVersion=$KV -X $p.gitMajor=1 -X $p.gitMinor=$MIN -X $p.gitTreeState=clean -X $p.buildDate=$BD"
-  done
+  LD=$(version_ldflags)
   log "compiling $2 $KV (about 5-7 min cold on 2 cores)"
   (cd "$W" && go build -trimpath -ldflags "$LD" -o "$OUT/$2.tmp" "k8s.io/kubernetes/$1")
   mv "$OUT/$2.tmp" "$OUT/$2"
@@ -56,28 +64,32 @@ build_module_main() {  # $1 module@version, $2 package, $3 output name
   log "built $OUT/$3"
 }
 
-build_bench_main() {  # $1 output name, $2 directory under bench/: a Go main in the same wrapper module
-  local W SRC NAME=$1
-  SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/bench/$2
+build_k8s_main() {  # $1 source dir with main.go, $2 output name: a main in the wrapper module
+  local W SRC=$1
   W=$(mktemp -d); trap 'rm -rf "$W"' RETURN
   k8s_module "$W"
-  mkdir -p "$W/cmd" && cp "$SRC/main.go" "$W/cmd/main.go"
-  log "resolving modules for $NAME (k8s.io/kubernetes $KV)"
+  mkdir -p "$W/main" && cp "$SRC/main.go" "$W/main/main.go"
+  log "resolving modules for $2 (k8s.io/kubernetes $KV)"
   (cd "$W" && go mod tidy)
-  log "compiling $NAME"
-  (cd "$W" && go build -trimpath -ldflags "-s -w" -o "$OUT/$NAME.tmp" ./cmd)
-  mv "$OUT/$NAME.tmp" "$OUT/$NAME"
-  log "built $OUT/$NAME"
+  log "compiling $2 (a few minutes cold; seconds when kube-apiserver's packages are cached)"
+  (cd "$W" && go build -trimpath -ldflags "$(version_ldflags)" -o "$OUT/$2.tmp" ./main)
+  mv "$OUT/$2.tmp" "$OUT/$2"
+  log "built $OUT/$2"
 }
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 for w in $WHAT; do
   case $w in
     kube-apiserver) [ -x "$OUT/kube-apiserver" ] || build_k8s cmd/kube-apiserver kube-apiserver ;;
+    kube-controller-manager) [ -x "$OUT/kube-controller-manager" ] || build_k8s cmd/kube-controller-manager kube-controller-manager ;;
+    kubemark) [ -x "$OUT/kubemark" ] || build_k8s cmd/kubemark kubemark ;;
     etcd) [ -x "$OUT/etcd" ] || build_module_main "go.etcd.io/etcd/server/v3@$EV" go.etcd.io/etcd/server/v3 etcd ;;
     kustomize) [ -x "$OUT/kustomize" ] || build_module_main "sigs.k8s.io/kustomize/kustomize/v5@$ZV" sigs.k8s.io/kustomize/kustomize/v5 kustomize ;;
-    peer-signer) [ -x "$OUT/peer-signer" ] || build_bench_main peer-signer peer ;;
-    ceiling-signer) [ -x "$OUT/ceiling-signer" ] || build_bench_main ceiling-signer ceiling ;;
-    bench-populate) [ -x "$OUT/bench-populate" ] || build_bench_main bench-populate populate ;;
+    peer-signer) [ -x "$OUT/peer-signer" ] || build_k8s_main "$HERE/../bench/peer" peer-signer ;;
+    ceiling-signer) [ -x "$OUT/ceiling-signer" ] || build_k8s_main "$HERE/../bench/ceiling" ceiling-signer ;;
+    bench-populate) [ -x "$OUT/bench-populate" ] || build_k8s_main "$HERE/../bench/populate" bench-populate ;;
+    hollow-node) [ -x "$OUT/hollow-node" ] || build_k8s_main "$HERE/hollownode" hollow-node ;;
     *) log "unknown target $w"; exit 2 ;;
   esac
 done

@@ -177,13 +177,7 @@ def pcr_manifest(
             "generateName": "req-",
             "namespace": meta["namespace"],
             "ownerReferences": [
-                {
-                    "apiVersion": "core/v1",
-                    "kind": "Pod",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": False,
-                }
+                {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
             ],
         },
         "spec": spec,

@@ -1,9 +1,15 @@
 """Start and stop a real etcd + kube-apiserver on loopback, like controller-runtime's envtest.
 
-RBAC authorization is on (so permission tests are real); `certificates.k8s.io/v1beta1` is
-enabled next to the GA v1 so both PodCertificateRequest paths run against one server.
-There is no kubelet and no controller-manager: Pods stay Pending, namespaces never finish
-terminating, and nobody garbage-collects — tests use a namespace each.
+Authorization is `Node,RBAC` with the `NodeRestriction` admission plugin, as on a real
+cluster (so permission tests are real, and a kubelet's requests pass the same checks);
+`certificates.k8s.io/v1beta1` is enabled next to the GA v1 so both PodCertificateRequest
+paths run against one server.
+
+This light plane has no kubelet and no controller-manager: Pods stay Pending, namespaces
+never finish terminating, nobody garbage-collects, and the `ServiceAccount` admission
+plugin is off (nobody would create the `default` ServiceAccount) — tests use a namespace
+each. `controlplane.cluster` adds kube-controller-manager and hollow kubelets to a plane
+started with `controllers=True`, which keeps that admission plugin on.
 """
 
 from __future__ import annotations
@@ -56,10 +62,18 @@ class ControlPlaneError(RuntimeError):
 class ControlPlane:
     """A running etcd + kube-apiserver. Use `ControlPlane.start()`; call `stop()` at the end."""
 
-    def __init__(self, workdir: Path, bins: binaries.Binaries, extra_args: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        bins: binaries.Binaries,
+        extra_args: tuple[str, ...],
+        *,
+        controllers: bool = False,
+    ) -> None:
         self.workdir = workdir
         self.bins = bins
         self.extra_args = extra_args
+        self.controllers = controllers
         self.pki = ControlPlanePKI.generate()
         self.files = self.pki.write(workdir)
         self.etcd_port = free_port()
@@ -83,12 +97,15 @@ class ControlPlane:
         *,
         extra_args: tuple[str, ...] = (),
         version: str = binaries.KUBERNETES_VERSION,
+        controllers: bool = False,
     ) -> ControlPlane:
+        """`controllers=True`: a kube-controller-manager will run beside it (see
+        `controlplane.cluster`), so the `ServiceAccount` admission plugin stays on."""
         bins = binaries.ensure(version)
         owned = workdir is None
         directory = Path(tempfile.mkdtemp(prefix="sss-controlplane-")) if owned else workdir
         assert directory is not None
-        plane = cls(directory, bins, extra_args)
+        plane = cls(directory, bins, extra_args, controllers=controllers)
         plane._owned = owned
         try:
             plane._start_etcd()
@@ -136,8 +153,9 @@ class ControlPlane:
             f"--client-ca-file={f['client-ca.crt']}",
             f"--service-cluster-ip-range={self.service_cidr}",
             "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
-            "--authorization-mode=RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            *(() if self.controllers else ("--disable-admission-plugins=ServiceAccount",)),
+            "--authorization-mode=Node,RBAC",
             f"--service-account-issuer=https://127.0.0.1:{self.port}/",
             f"--service-account-key-file={f['sa.pub']}",
             f"--service-account-signing-key-file={f['sa.key']}",
@@ -165,7 +183,7 @@ class ControlPlane:
         self._start_apiserver()
 
     def stop_apiserver(self) -> None:
-        _terminate(self._apiserver)
+        terminate(self._apiserver)
         self._apiserver = None
 
     def start_apiserver(self, timeout: float | None = None) -> None:
@@ -182,8 +200,8 @@ class ControlPlane:
         return revision
 
     def stop(self) -> None:
-        _terminate(self._apiserver)
-        _terminate(self._etcd)
+        terminate(self._apiserver)
+        terminate(self._etcd)
         self._apiserver = self._etcd = None
         for f in self._logs:
             f.close()
@@ -228,8 +246,10 @@ class ControlPlane:
             "current-context": "envtest",
         }
 
-    def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
-        path.write_text(json.dumps(self.kubeconfig_for(token=token), indent=2))
+    def write_kubeconfig(
+        self, path: Path, *, token: str | None = None, user: KeyPair | None = None
+    ) -> Path:
+        path.write_text(json.dumps(self.kubeconfig_for(user, token=token), indent=2))
         path.chmod(0o600)
         return path
 
@@ -311,7 +331,7 @@ class ControlPlane:
         return "\n".join(log.read_text(errors="replace").splitlines()[-20:])
 
 
-def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
+def terminate(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is None or proc.poll() is not None:
         return
     proc.send_signal(signal.SIGTERM)

@@ -1,14 +1,20 @@
 """`service-serving-signer demo`: the main job end to end on a local control plane.
 
-Decides what the demo proves and how it shows it: a real kube-apiserver + etcd
-(`controlplane`), a throw-away CA (`signer.ca`), the signer started as a *subprocess*
-with its real command line (the same `run` a Deployment uses), then a Service, a Pod
-and a PodCertificateRequest exactly as kubelet would create them. It waits for the
-certificate, prints what was issued, proves a TLS handshake where the client trusts
-*only* the published ClusterTrustBundle (and that a name the certificate does not carry
-is refused), prints the signer's key metrics, and stops everything (SIGTERM → the
-signer releases its Lease and exits 0). Any step that fails raises `DemoFailure`, one
-line, after printing the signer's last log lines.
+Decides what the demo proves and how it shows it, on a cluster minus containers
+(`controlplane.cluster`: a real kube-apiserver + etcd, the real kube-controller-manager
+and one hollow node — the real kubelet with a fake container runtime): a throw-away CA
+(`signer.ca`), the signer started as a *subprocess* with its real command line (the same
+`run` a Deployment uses), then a Service and a workload Pod whose projected volume asks
+for a `podCertificate` and our ClusterTrustBundle. The *kubelet* creates the request,
+waits for it and writes the key, chain and bundle into the Pod's volume; the demo prints
+those files, verifies the chain against the `ca.pem` the kubelet projected, and does a
+TLS handshake serving the kubelet-written `tls.crt`/`tls.key` to a client that trusts only
+that `ca.pem` (and shows that a name the certificate does not carry is refused). Then a
+Pod naming a Service that does not exist yet: it waits, with the signer's Warning Event,
+until the Service is created, and runs. Timings are printed along the way. It prints the
+signer's key metrics and stops everything (SIGTERM → the signer releases its Lease and
+exits 0). Any step that fails raises `DemoFailure`, one line, after printing the signer's
+last log lines.
 """
 
 from __future__ import annotations
@@ -31,7 +37,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 SIGNER_NAME = "kubernetes.io/service-serving"
 NAMESPACE = "demo"
@@ -240,30 +245,37 @@ def key_metrics(text: str) -> list[str]:
 
 
 def run(workdir: Path | None = None) -> int:
-    from controlplane import ControlPlane
+    from controlplane.cluster import Cluster
 
     owned = workdir is None
     root = Path(tempfile.mkdtemp(prefix="sss-demo-")) if workdir is None else workdir
     root.mkdir(parents=True, exist_ok=True)
     step(
-        "starting a local control plane (kube-apiserver + etcd); the first run builds "
-        "them from source, which takes about 6-8 minutes"
+        "starting a local cluster minus containers: kube-apiserver + etcd, "
+        "kube-controller-manager, one hollow node (the real kubelet, fake runtime); the "
+        "first run builds them from source, which takes about 10-15 minutes"
     )
     started = time.monotonic()
     try:
-        plane = ControlPlane.start()
+        cluster = Cluster.start(nodes=1)
     except Exception as err:
-        raise DemoFailure(f"control plane: {' '.join(str(err).split())}") from None
-    detail(f"API server {plane.host} ({time.monotonic() - started:.1f}s)")
+        raise DemoFailure(f"cluster: {' '.join(str(err).split())}") from None
+    detail(
+        f"API server {cluster.plane.host}, node {cluster.nodes[0].name} Ready "
+        f"({time.monotonic() - started:.1f}s)"
+    )
     signer: SignerProcess | None = None
     try:
-        signer = _demo(plane, root)
+        signer = _demo(cluster, root)
         step("stopping the signer (SIGTERM: stop workers, release the Lease)")
         status = signer.stop()
         detail(f"signer exited with status {status}")
         if status != 0:
             raise DemoFailure(f"the signer exited with status {status} on SIGTERM")
-        step("done: the signer issued a certificate that verifies against the published bundle")
+        step(
+            "done: the kubelet got certificates that verify against the bundle it projected "
+            "from the published ClusterTrustBundle"
+        )
         return 0
     except DemoFailure:
         if signer is not None:
@@ -274,16 +286,16 @@ def run(workdir: Path | None = None) -> int:
     finally:
         if signer is not None:
             signer.stop()
-        plane.stop()
+        cluster.stop()
         if owned:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _demo(plane: Any, root: Path) -> SignerProcess:
-    from controlplane.kubelet import Kubelet
+def _demo(cluster: Any, root: Path) -> SignerProcess:
     from signer import ca
 
-    client = plane.client()
+    client = cluster.plane.client()
+    node = cluster.nodes[0]
     step("creating a throw-away CA (evaluation only)")
     files = ca.write_ca(root / "ca", overwrite=True)
     anchor = x509.load_pem_x509_certificate(files.trust_bundle.read_bytes())
@@ -296,56 +308,16 @@ def _demo(plane: Any, root: Path) -> SignerProcess:
         )
 
     step("starting `service-serving-signer run` as a subprocess")
-    signer = SignerProcess(plane.kubeconfig, files.key.parent, root / "signer.log")
+    signer = SignerProcess(cluster.plane.kubeconfig, files.key.parent, root / "signer.log")
     detail(" ".join(["service-serving-signer", *signer.args[3:]]))
     signer.wait_ready(timeout=60)
     detail(f"/readyz 200; logs in {signer.log_path}")
     bundle = wait_for("the published ClusterTrustBundle", lambda: _bundle_or_none(client), 30)
     detail(f"published ClusterTrustBundle for {SIGNER_NAME} ({bundle.count('BEGIN')} anchor)")
 
-    step(f"creating Service {NAMESPACE}/{SERVICE}, a Pod it selects, and its PCR (as kubelet)")
-    kubelet = Kubelet(client, SIGNER_NAME)
-    kubelet.create_service(SERVICE, NAMESPACE, selector={"app": SERVICE})
-    pod = kubelet.create_pod(f"{SERVICE}-0", NAMESPACE, labels={"app": SERVICE})
-    asked = time.monotonic()
-    pcr, private_key = kubelet.create_pcr(
-        pod, key_type="ECDSAP256", annotations={"kubernetes.io/service-names": SERVICE}
-    )
-    name = pcr["metadata"]["name"]
-    detail(f"PodCertificateRequest {NAMESPACE}/{name} (ECDSAP256, stub PKCS#10)")
-
-    status = wait_for("the certificate", lambda: _final_status(client, name), 60)
-    detail(f"Issued in {time.monotonic() - asked:.2f}s")
-    step("the issued certificate")
-    describe_certificate(status["certificateChain"], status)
-
-    step("TLS handshake: the client trusts only the published ClusterTrustBundle")
-    cert_file = root / "tls.crt"
-    key_file = root / "tls.key"
-    cert_file.write_text(status["certificateChain"])
-    key_file.touch(mode=0o600)
-    key_file.write_bytes(
-        private_key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    bundle = published_bundle(client)
-    good = f"{SERVICE}.{NAMESPACE}.svc.{DOMAIN}"
-    bad = f"{SERVICE}.other.svc.{DOMAIN}"
-    with tls_server(cert_file, key_file) as port:
-        try:
-            version, cipher, greeting = handshake(port, bundle, good)
-        except ssl.SSLError as err:
-            raise DemoFailure(f"TLS handshake as {good} failed: {err}") from None
-        detail(f"{good}: verified ({version}, {cipher}), server said {greeting.decode().strip()!r}")
-        try:
-            handshake(port, bundle, bad)
-        except ssl.SSLCertVerificationError as err:
-            detail(f"{bad}: refused as expected ({err.verify_message})")
-        else:
-            raise DemoFailure(f"a client accepted the certificate for {bad}")
+    _wait_for_service_account(client)
+    _workload(client, cluster, node, root)
+    _late_service(client, cluster, node)
 
     step("signer metrics (from /metrics)")
     code, text = http_get(signer.url("/metrics"))
@@ -356,6 +328,161 @@ def _demo(plane: Any, root: Path) -> SignerProcess:
             continue
         detail(_humanize_metric(line))
     return signer
+
+
+def _workload(client: Any, cluster: Any, node: Any, root: Path) -> None:
+    from controlplane.workload import cert_pod, volume_files
+
+    pod_name = f"{SERVICE}-0"
+    step(
+        f"creating Service {NAMESPACE}/{SERVICE} and Pod {pod_name} on {node.name}: a projected "
+        "volume with a podCertificate (ECDSAP256) and our ClusterTrustBundle"
+    )
+    _create(client, "services", _service(SERVICE))
+    asked = time.monotonic()
+    _create(
+        client,
+        "pods",
+        cert_pod(
+            pod_name,
+            NAMESPACE,
+            node=node.name,
+            labels={"app": SERVICE},
+            annotations={"kubernetes.io/service-names": SERVICE},
+        ),
+    )
+    pcr = wait_for("the kubelet's PodCertificateRequest", lambda: _pcr_of(client, pod_name), 60)
+    detail(
+        f"the kubelet created PodCertificateRequest {NAMESPACE}/{pcr['metadata']['name']} "
+        f"({time.monotonic() - asked:.2f}s)"
+    )
+    status = wait_for("the certificate", lambda: _final_status(client, pcr["metadata"]["name"]), 60)
+    detail(f"Issued ({time.monotonic() - asked:.2f}s after the Pod was created)")
+    pod = wait_for("the Pod to run", lambda: _running(client, pod_name), 180)
+    detail(f"Pod {pod_name} Running ({time.monotonic() - asked:.2f}s after it was created)")
+
+    written = volume_files(node, pod)
+    step(f"the files the kubelet wrote in {written.directory}")
+    for name in written.names():
+        detail(f"{name:8} {len(written.read(name)):5d} bytes")
+    describe_certificate(written.text("tls.crt"), status)
+    ca_pem = written.text("ca.pem")
+    _verify_chain(written.text("tls.crt"), ca_pem)
+    detail("chain verifies against the kubelet-projected ca.pem (cryptography's verifier)")
+
+    step("TLS handshake: tls.crt/tls.key as the kubelet wrote them; the client trusts only ca.pem")
+    good = f"{SERVICE}.{NAMESPACE}.svc.{DOMAIN}"
+    bad = f"{SERVICE}.other.svc.{DOMAIN}"
+    with tls_server(written.directory / "tls.crt", written.directory / "tls.key") as port:
+        try:
+            version, cipher, greeting = handshake(port, ca_pem, good)
+        except ssl.SSLError as err:
+            raise DemoFailure(f"TLS handshake as {good} failed: {err}") from None
+        detail(f"{good}: verified ({version}, {cipher}), server said {greeting.decode().strip()!r}")
+        try:
+            handshake(port, ca_pem, bad)
+        except ssl.SSLCertVerificationError as err:
+            detail(f"{bad}: refused as expected ({err.verify_message})")
+        else:
+            raise DemoFailure(f"a client accepted the certificate for {bad}")
+
+
+def _late_service(client: Any, cluster: Any, node: Any) -> None:
+    from controlplane.workload import cert_pod
+
+    service, pod_name = "late", "late-0"
+    step(f"a Pod naming Service {NAMESPACE}/{service}, which does not exist yet")
+    asked = time.monotonic()
+    _create(
+        client,
+        "pods",
+        cert_pod(
+            pod_name,
+            NAMESPACE,
+            node=node.name,
+            labels={"app": service},
+            annotations={"kubernetes.io/service-names": service},
+        ),
+    )
+    event = wait_for("the signer's Warning Event", lambda: _signer_event(client, pod_name), 60)
+    pod = client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name}")
+    detail(
+        f"Pod {pod_name} {pod['status'].get('phase')}; Event {event['type']} {event['reason']}: "
+        f"{event.get('note')} ({time.monotonic() - asked:.2f}s)"
+    )
+    created = time.monotonic()
+    _create(client, "services", _service(service))
+    step(f"created Service {NAMESPACE}/{service}")
+    pcr = _pcr_of(client, pod_name)
+    if pcr is None:
+        raise DemoFailure(f"no PodCertificateRequest for {pod_name}")
+    wait_for("the certificate", lambda: _final_status(client, pcr["metadata"]["name"]), 60)
+    detail(f"Issued {time.monotonic() - created:.2f}s after the Service was created")
+    wait_for("the Pod to run", lambda: _running(client, pod_name), 240)
+    detail(
+        f"Pod {pod_name} Running {time.monotonic() - created:.2f}s after the Service was "
+        "created (the kubelet retries the volume with backoff)"
+    )
+
+
+def _service(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"selector": {"app": name}, "ports": [{"name": "https", "port": 443}]},
+    }
+
+
+def _create(client: Any, plural: str, body: dict[str, Any]) -> None:
+    client.create(f"/api/v1/namespaces/{NAMESPACE}/{plural}", body)
+
+
+def _wait_for_service_account(client: Any) -> None:
+    from controlplane.workload import wait_service_account
+
+    wait_service_account(client, NAMESPACE)
+
+
+def _pcr_of(client: Any, pod_name: str) -> dict[str, Any] | None:
+    from controlplane.kubelet import pcr_path
+
+    for pcr in client.get(pcr_path(NAMESPACE)).get("items") or []:
+        if pcr["spec"]["podName"] == pod_name:
+            found: dict[str, Any] = pcr
+            return found
+    return None
+
+
+def _running(client: Any, pod_name: str) -> dict[str, Any] | None:
+    pod: dict[str, Any] = client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name}")
+    return pod if (pod.get("status") or {}).get("phase") == "Running" else None
+
+
+def _signer_event(client: Any, pod_name: str) -> dict[str, Any] | None:
+    events = client.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")
+    for event in events.get("items") or []:
+        regarding = event.get("regarding") or {}
+        if (
+            event.get("reportingController") == "service-serving-signer"
+            and regarding.get("name") == pod_name
+        ):
+            found: dict[str, Any] = event
+            return found
+    return None
+
+
+def _verify_chain(chain_pem: str, bundle_pem: str) -> None:
+    from cryptography.x509.verification import PolicyBuilder, Store
+
+    chain = x509.load_pem_x509_certificates(chain_pem.encode())
+    store = Store(x509.load_pem_x509_certificates(bundle_pem.encode()))
+    name = f"{SERVICE}.{NAMESPACE}.svc.{DOMAIN}"
+    try:
+        verifier = PolicyBuilder().store(store).build_server_verifier(x509.DNSName(name))
+        verifier.verify(chain[0], chain[1:])
+    except Exception as err:
+        raise DemoFailure(f"the kubelet-written chain does not verify: {err}") from None
 
 
 def _bundle_or_none(client: Any) -> str | None:

@@ -85,12 +85,15 @@ def test_bundle_resolve_follows_kep_selector_semantics(
     assert "matched zero ClusterTrustBundles" in nothing.stderr
 
 
-def test_demo_proves_issuance_and_tls_then_exits_zero(tmp_path: Path) -> None:
-    result = cli("demo", "--workdir", str(tmp_path), timeout=240)
+def test_demo_proves_issuance_and_tls_through_the_kubelet_then_exits_zero(tmp_path: Path) -> None:
+    result = cli("demo", "--workdir", str(tmp_path), timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert "DNS SANs     : web.demo.svc.cluster.local, web.demo.svc" in out
+    assert "chain verifies against the kubelet-projected ca.pem" in out
     assert "web.demo.svc.cluster.local: verified (TLSv1.3" in out
     assert "web.other.svc.cluster.local: refused as expected" in out
-    assert 'service_serving_ca_controller_requests_total{result="issued"} 1.0' in out
+    assert "Event Warning ServiceNotFound" in out
+    assert "Pod late-0 Running" in out
+    assert 'service_serving_ca_controller_requests_total{result="issued"} 2.0' in out
     assert "signer exited with status 0" in out

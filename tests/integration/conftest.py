@@ -1,0 +1,45 @@
+"""Fixtures for tests that need nodes: one `Cluster` (control plane + real
+kube-controller-manager + hollow kubelets) per session, started only when a test asks for
+`cluster`; the light `control_plane` of tests/conftest.py stays the default."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from controlplane.cluster import Cluster
+from controlplane.workload import wait_service_account
+from kube.client import Client
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    started = Cluster.start(nodes=2)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_client(cluster: Cluster) -> Client:
+    admin: Client = cluster.plane.client()
+    return admin
+
+
+@pytest.fixture
+def node_namespace(cluster_client: Client, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace on the cluster, with its `default` ServiceAccount (made by KCM);
+    deleted afterwards (KCM's namespace controller finishes the deletion)."""
+    base = request.node.name.lower().replace("_", "-")
+    base = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:6]}"
+    cluster_client.create(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+    )
+    wait_service_account(cluster_client, name)
+    yield name
+    cluster_client.delete(f"/api/v1/namespaces/{name}")

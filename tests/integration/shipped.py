@@ -1,0 +1,312 @@
+"""The shipped installation on the cluster, and the signer run on exactly what its Pod got.
+
+`deploy()` applies `config/default` (server-side apply of the rendered tree), creates the
+signing material as the README says (a `kubernetes.io/tls` Secret and a ConfigMap), and
+waits until the Deployment's Pods are bound to hollow nodes and Running: the kubelet has
+then written the Secret, the ConfigMap and the ServiceAccount volume (token, `ca.crt`
+from KCM's `kube-root-ca.crt`, namespace) into each Pod's volume directories.
+
+`ShippedSigner` runs `service-serving-signer run` with the Deployment's own arguments in
+a private mount namespace (`unshare --mount`, as root) where a fresh tmpfs covers `/run`
+(= `/var/run`) and each of the container's volume mounts is a bind mount of the
+directory the kubelet wrote — so the process sees the same paths, files and `..data`
+symlink swaps as the container would (the emptyDir at `/tmp` too: the host's `/tmp` is
+hidden from it), and nothing on the machine changes. With
+`KUBERNETES_SERVICE_HOST`/`PORT` set and no `--kubeconfig`, the official client's
+in-cluster loader authenticates it with the kubelet-written token. Only the bind
+addresses are moved to free loopback ports.
+
+Reusable by other tests (the image test mounts the same directories).
+"""
+
+from __future__ import annotations
+
+import copy
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controlplane.cluster import Cluster
+from controlplane.hollow_node import HollowNode
+from controlplane.server import free_port
+from controlplane.workload import wait_running
+from kube.client import ApiError, Client, is_already_exists, is_not_found
+from tests.integration.manager_process import SignerProcess
+from tests.integration.test_manager_rbac import apply
+from tests.unit.manager.kustomize import CONFIG, find, render
+
+JSON = dict[str, Any]
+NS = "service-serving-signer"
+DEPLOYMENT = "service-serving-signer"
+SECRET = "service-serving-signer-ca"
+CONFIGMAP = "service-serving-signer-trust-bundle"
+SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def manifests(*, token_expiration: int | None = None, replicas: int | None = None) -> list[JSON]:
+    """`config/default` rendered. `token_expiration`: replace the ServiceAccount volume
+    the admission plugin would inject (token valid 3607 s) by the same projected volume
+    with a shorter token, so a test sees the kubelet refresh it."""
+    objects = copy.deepcopy(render(CONFIG / "default"))
+    deployment = find(objects, "Deployment", DEPLOYMENT)
+    if replicas is not None:
+        deployment["spec"]["replicas"] = replicas
+    if token_expiration is not None:
+        spec = deployment["spec"]["template"]["spec"]
+        spec["automountServiceAccountToken"] = False
+        spec["volumes"].append(service_account_volume(token_expiration))
+        for container in spec["containers"]:
+            container["volumeMounts"].append(
+                {"name": "kube-api-access", "mountPath": SA_MOUNT, "readOnly": True}
+            )
+    return objects
+
+
+def service_account_volume(expiration: int) -> JSON:
+    """What the ServiceAccount admission plugin injects, with `expiration` seconds."""
+    return {
+        "name": "kube-api-access",
+        "projected": {
+            "defaultMode": 0o644,
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": expiration, "path": "token"}},
+                {
+                    "configMap": {
+                        "name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    }
+                },
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {
+                                "path": "namespace",
+                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                            }
+                        ]
+                    }
+                },
+            ],
+        },
+    }
+
+
+def put_signing_material(client: Client, key_pem: bytes, cert_pem: bytes) -> None:
+    """Create or replace the Secret the Deployment mounts (README: `kubectl create secret
+    tls`)."""
+    _put(
+        client,
+        "secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": SECRET, "namespace": NS},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.key": key_pem.decode(), "tls.crt": cert_pem.decode()},
+        },
+    )
+
+
+def put_trust_bundle(client: Client, bundle_pem: bytes) -> None:
+    _put(
+        client,
+        "configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": CONFIGMAP, "namespace": NS},
+            "data": {"trust-bundle.pem": bundle_pem.decode()},
+        },
+    )
+
+
+def _put(client: Client, plural: str, body: JSON) -> None:
+    base = f"/api/v1/namespaces/{NS}/{plural}"
+    try:
+        client.create(base, body)
+    except ApiError as err:
+        if not is_already_exists(err):
+            raise
+        current = client.get(f"{base}/{body['metadata']['name']}")
+        body = {
+            **body,
+            "metadata": {
+                **body["metadata"],
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            },
+        }
+        client.replace(f"{base}/{body['metadata']['name']}", body)
+
+
+@dataclass(frozen=True)
+class ShippedPod:
+    """One Pod of the shipped Deployment, Running on a hollow node."""
+
+    pod: JSON
+    node: HollowNode
+
+    @property
+    def name(self) -> str:
+        return str(self.pod["metadata"]["name"])
+
+    def container(self) -> JSON:
+        [container] = [c for c in self.pod["spec"]["containers"] if c["name"] == "signer"]
+        return dict(container)
+
+    def mounts(self) -> dict[str, Path]:
+        """The container's mount path → the directory the kubelet wrote for that volume."""
+        volumes = {v["name"]: v for v in self.pod["spec"]["volumes"]}
+        uid = self.pod["metadata"]["uid"]
+        result: dict[str, Path] = {}
+        for mount in self.container()["volumeMounts"]:
+            volume = volumes[mount["name"]]
+            plugin = next(k for k in volume if k != "name")
+            result[mount["mountPath"]] = self.node.volume_dir(uid, mount["name"], plugin)
+        return result
+
+    def volume(self, mount_path: str) -> Path:
+        return self.mounts()[mount_path]
+
+
+def deploy(
+    cluster: Cluster,
+    client: Client,
+    key_pem: bytes,
+    cert_pem: bytes,
+    bundle_pem: bytes,
+    *,
+    token_expiration: int | None = None,
+    replicas: int | None = None,
+    timeout: float = 240,
+) -> list[ShippedPod]:
+    """Apply config/default with this signing material; return its Running Pods."""
+    objects = manifests(token_expiration=token_expiration, replicas=replicas)
+    _wait_namespace_gone(client, timeout)
+    for obj in [o for o in objects if o["kind"] == "Namespace"]:
+        apply(client, obj, dry_run=False)
+    put_signing_material(client, key_pem, cert_pem)
+    put_trust_bundle(client, bundle_pem)
+    for obj in [o for o in objects if o["kind"] != "Namespace"]:
+        apply(client, obj, dry_run=False)
+    deployment = find(objects, "Deployment", DEPLOYMENT)
+    want = int(deployment["spec"]["replicas"])
+    selector = ",".join(
+        f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items()
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = [
+            p
+            for p in client.get(f"/api/v1/namespaces/{NS}/pods", {"labelSelector": selector})[
+                "items"
+            ]
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+        if len(pods) >= want and all(
+            (p.get("status") or {}).get("phase") == "Running" for p in pods
+        ):
+            return [ShippedPod(p, cluster.node_of(p)) for p in pods]
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"config/default Pods not Running: {[p.get('status') for p in pods]}"
+            )
+        time.sleep(0.5)
+
+
+def _wait_namespace_gone(client: Client, timeout: float) -> None:
+    """A previous `undeploy()` may still be finishing (KCM's namespace controller)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ns = client.get(f"/api/v1/namespaces/{NS}")
+        except ApiError as err:
+            if is_not_found(err):
+                return
+            raise
+        if not ns["metadata"].get("deletionTimestamp"):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"namespace {NS} still terminating after {timeout:.0f}s")
+
+
+def undeploy(client: Client) -> None:
+    """Delete the namespace (KCM finishes it; the Pods go with it)."""
+    try:
+        client.delete(f"/api/v1/namespaces/{NS}")
+    except ApiError as err:
+        if not is_not_found(err):
+            raise
+
+
+def wait_pod_running(client: Client, pod: ShippedPod, timeout: float = 120) -> JSON:
+    return wait_running(client, NS, pod.name, timeout)
+
+
+class ShippedSigner(SignerProcess):
+    """The Deployment's container command for `pod`, in a private mount namespace with
+    the kubelet-written volumes bind-mounted at their mount paths and the in-cluster
+    environment. `extra_args` come after the Deployment's (later flags win)."""
+
+    @property
+    def lease_name(self) -> str:
+        names = [
+            a.split("=", 1)[1] for a in self.args if a.startswith("--leader-elect-resource-name=")
+        ]
+        return names[-1] if names else "service-serving-signer"
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        pod: ShippedPod,
+        log_path: Path,
+        *extra_args: str,
+    ) -> None:
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.log_path = log_path
+        container = pod.container()
+        args = [
+            a
+            for a in container.get("args", [])
+            if not a.startswith(("--metrics-bind-address", "--health-probe-bind-address"))
+        ]
+        self.args = [
+            sys.executable,
+            "-m",
+            "manager",
+            "run",
+            *args,
+            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+            *extra_args,
+        ]
+        script = ["mount -t tmpfs -o mode=0755 tmpfs /run"]
+        mounts = pod.mounts()
+        sources = [str(s) for s in mounts.values()]
+
+        def hides_a_source(target: str) -> bool:  # e.g. the emptyDir at /tmp
+            return any(s.startswith(target.rstrip("/") + "/") for s in sources)
+
+        for target in sorted(mounts, key=hides_a_source):
+            source = mounts[target]
+            script.append(f"mkdir -p {shlex.quote(target)}")
+            script.append(f"mount --bind -o ro {shlex.quote(str(source))} {shlex.quote(target)}")
+        script.append("exec " + shlex.join(self.args))
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(cluster.plane.port),
+            "POD_NAMESPACE": NS,
+            "HOME": "/tmp",
+        }
+        self._log = log_path.open("ab")
+        self.proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-ec", "; ".join(script)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
