@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -115,13 +114,6 @@ def flag(*decls: str, **attrs: Any) -> Callable[[F], F]:
     attrs.setdefault("envvar", env_name(long))
     attrs.setdefault("show_envvar", True)
     return click.option(*decls, **attrs)
-
-
-def _version() -> str:
-    try:
-        return metadata.version("service-serving-signer")
-    except metadata.PackageNotFoundError:
-        return "0.0.0+unknown"
 
 
 @click.group(
@@ -301,6 +293,14 @@ def build_options(values: dict[str, Any]) -> Options:
 )
 def demo_command(workdir: Path | None) -> int:
     """Show the signer end to end on a local control plane; needs no cluster."""
+    import importlib.util
+
+    if importlib.util.find_spec("controlplane") is None:
+        # The runtime image and wheel carry no test harness (Dockerfile, pyproject).
+        raise StartupError(
+            "demo needs the local control plane (controlplane/), which only a development "
+            "checkout has: git clone the project and run `make demo`"
+        )
     logs.configure("text", 0)
     from manager.demo import DemoFailure, run
 
@@ -447,11 +447,18 @@ def _list_bundles(
 @main.command("version")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text")
 def version_command(output: str) -> None:
-    """Print the version."""
+    """Print the version and the commit it was built from."""
+    from manager import buildinfo
+
+    info = buildinfo.current()
     if output == "json":
-        click.echo(json.dumps({"name": "service-serving-signer", "version": _version()}))
+        click.echo(
+            json.dumps(
+                {"name": buildinfo.DISTRIBUTION, "version": info.version, "commit": info.commit}
+            )
+        )
     else:
-        click.echo(f"service-serving-signer {_version()}")
+        click.echo(f"{buildinfo.DISTRIBUTION} {info.version} (commit {info.commit})")
 
 
 def entrypoint(argv: Sequence[str] | None = None) -> None:
