@@ -52,6 +52,7 @@ COPY kube ./kube
 COPY trust ./trust
 COPY signer ./signer
 COPY publisher ./publisher
+COPY injector ./injector
 COPY manager ./manager
 ARG VERSION_COMMIT=unknown
 RUN printf '%s\n' "$VERSION_COMMIT" > manager/COMMIT \

@@ -98,7 +98,7 @@ build() {
 inputs_digest() {  # what the build reads: the Dockerfile, the context, the base, the commit
   { cat Dockerfile .dockerignore pyproject.toml README.md requirements.lock \
       hack/build-requirements.lock
-    find kube trust signer publisher manager -type f -name '*.py' -o -type f -name py.typed \
+    find kube trust signer publisher injector manager -type f -name '*.py' -o -type f -name py.typed \
       | LC_ALL=C sort | xargs cat
     echo "$BASE $COMMIT $VERSION"; } | sha256sum | cut -c1-16
 }
