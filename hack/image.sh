@@ -26,7 +26,10 @@ MIRROR=${MIRROR:-http://deb.debian.org/debian}
 NAME=${IMAGE_NAME:-localhost/service-serving-signer}
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
 COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then COMMIT="$COMMIT-dirty"; fi
+CONTEXT=(Dockerfile .dockerignore pyproject.toml README.md requirements.lock
+  hack/build-requirements.lock kube trust signer publisher injector manager)
+# -dirty: the build context differs from the commit (changes elsewhere do not count).
+if [ -n "$(git status --porcelain -- "${CONTEXT[@]}" 2>/dev/null)" ]; then COMMIT="$COMMIT-dirty"; fi
 BASE=docker.io/library/debian:$SUITE-slim
 OUT=dist/service-serving-signer-$VERSION.oci.tar
 log() { printf '[image %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }

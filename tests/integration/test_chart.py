@@ -1,8 +1,8 @@
 """The Helm chart (charts/service-serving-signer, issue 13) against config/ and the real
 API server: `helm lint` (with values.schema.json), `helm template` with default values
 renders the same objects as `kustomize build config/default` — and with every optional
-part on, the same as config/default plus the prometheus, grafana and networkpolicy
-components — compared object by object with labels aside; every rendered object passes
+part on, the same as config/default plus the prometheus, grafana, networkpolicy and
+injector components — compared object by object with labels aside; every rendered object passes
 server-side dry-run; `helm install` really installs. helm and kustomize are built from Go
 modules (controlplane/build-binaries.sh)."""
 
@@ -33,6 +33,7 @@ ALL_OPTIONS = [
     "prometheus.rules.enabled=true",
     "grafanaDashboard.enabled=true",
     "networkPolicy.enabled=true",
+    "injector.enabled=true",
 ]
 
 # kind → (API prefix, plural, namespaced): what the chart renders.
@@ -163,7 +164,7 @@ def test_helm_template_defaults_equal_kustomize_config_default() -> None:
 def test_helm_template_with_every_option_equals_config_with_every_component(
     tmp_path: Path,
 ) -> None:
-    config = kustomize(overlay(tmp_path, "prometheus", "grafana", "networkpolicy"))
+    config = kustomize(overlay(tmp_path, "prometheus", "grafana", "networkpolicy", "injector"))
     assert {o["kind"] for o in config} >= {"NetworkPolicy", "ConfigMap", "PrometheusRule"}
     assert_same_objects(template(*ALL_OPTIONS), config)
 
