@@ -137,6 +137,8 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "workqueue_depth",
         "workqueue_retries_total",
         "leader_election_master_status",
+        "service_serving_ca_controller_material_invalid",
+        "service_serving_ca_controller_material_info",
     ]:
         assert metric in named, metric
     assert CHART_COPY.read_text() == DASHBOARD.read_text()
