@@ -317,7 +317,14 @@ def test_image_entrypoint_as_65532_in_cluster_issues_a_certificate(
             f"web.{namespace}.svc",
         ]
         metrics = http_get(f"http://127.0.0.1:{metrics_port}/metrics")[1]
-        assert 'service_serving_ca_controller_requests_total{result="issued"} 1.0' in metrics
+        # At least ours: requests other tests left waiting in other namespaces of this
+        # shared control plane are this signer's to issue too.
+        issued = re.search(
+            r'^service_serving_ca_controller_requests_total\{result="issued"\} (\S+)$',
+            metrics,
+            re.MULTILINE,
+        )
+        assert issued is not None and float(issued.group(1)) >= 1.0, metrics[-2000:]
         lines = [json.loads(line) for line in logs().splitlines() if line.startswith("{")]
         assert lines, "the Deployment's --log-format=json gives JSON lines"
         assert not [line for line in logs().splitlines() if "forbidden" in line.lower()]
