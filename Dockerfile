@@ -2,46 +2,80 @@
 # service-serving-signer: the kubernetes.io/service-serving PodCertificateRequest signer
 # and ClusterTrustBundle publisher.
 #
+#   make image                                   # what CI does: buildah, OCI archive in dist/
 #   docker build -t service-serving-signer:0.1.0 .
 #
-# Dependencies are pinned in requirements.lock (the runtime closure of pyproject's
-# dependencies at the tested versions) and installed with --no-deps, so nothing
-# unpinned reaches the image; `pip check` proves the closure is complete.
+# Base: Debian bookworm-slim with Debian's own python3, so every file of the image comes
+# either from a signed Debian package or from a PyPI file whose hash is in a lock file.
+# BASE_IMAGE is a build argument; a release pins it by digest, e.g.
+#   --build-arg BASE_IMAGE=docker.io/library/debian:bookworm-slim@sha256:<digest>
+# (the digest `crane digest debian:bookworm-slim` or `skopeo inspect` prints on release
+# day; README "Image"). `make image` builds the same file on a bookworm root made locally
+# with mmdebstrap from Debian's packages, tagged debian:bookworm-slim.
+#
+# Python dependencies: requirements.lock (the runtime closure at the versions the tests
+# run, with hashes) and hack/build-requirements.lock (setuptools + wheel, build stage
+# only), both installed with --require-hashes; regenerate with hack/lock.sh.
+# The runtime image holds the venv (no pip, no setuptools) and Debian's python3 — no test
+# harness: controlplane/, tests/ and bench/ are not in the build context (.dockerignore).
 
-ARG PYTHON_IMAGE=python:3.11-slim
+ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
 
 # --- build: a venv with the pinned dependencies and our wheel --------------------------
-FROM ${PYTHON_IMAGE} AS build
+FROM ${BASE_IMAGE} AS build
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv \
+ && rm -rf /var/lib/apt/lists/*
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
+# A CA bundle for a TLS-inspecting proxy in front of PyPI (hack/image.sh mounts the
+# machine's); the hashes in the lock files still decide what is installed.
+ARG PIP_CERT
 WORKDIR /src
 
 # Build tools live in their own venv and never reach the runtime image.
-RUN python -m venv /opt/build \
- && /opt/build/bin/pip install setuptools==80.9.0 wheel==0.45.1
+COPY hack/build-requirements.lock ./
+RUN python3 -m venv /opt/build \
+ && /opt/build/bin/pip install --require-hashes --no-deps --only-binary=:all: \
+        -r build-requirements.lock
 
-RUN python -m venv /opt/venv
+# The runtime venv has no pip: the build venv's pip installs into it (--python).
+RUN python3 -m venv --without-pip /opt/venv
 COPY requirements.lock ./
-RUN /opt/venv/bin/pip install --no-deps --only-binary=:all: -r requirements.lock
+RUN /opt/build/bin/pip --python /opt/venv/bin/python install --require-hashes --no-deps \
+        --only-binary=:all: -r requirements.lock
 
 COPY pyproject.toml README.md ./
 COPY kube ./kube
 COPY trust ./trust
 COPY signer ./signer
 COPY publisher ./publisher
+COPY injector ./injector
 COPY manager ./manager
-COPY controlplane ./controlplane
-RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
- && /opt/venv/bin/pip install --no-deps /wheels/*.whl \
- && /opt/venv/bin/pip check \
+ARG VERSION_COMMIT=unknown
+RUN printf '%s\n' "$VERSION_COMMIT" > manager/COMMIT \
+ && /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps /wheels/*.whl \
+ && /opt/build/bin/pip --python /opt/venv/bin/python check \
+ && /opt/venv/bin/python -c "import importlib.util as u; assert u.find_spec('controlplane') is None" \
+ && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
  && /opt/venv/bin/service-serving-signer version
 
-# --- runtime: the venv only, as a non-root numeric user --------------------------------
-FROM ${PYTHON_IMAGE} AS runtime
+# --- runtime: Debian's python3 and the venv, as a non-root numeric user ----------------
+FROM ${BASE_IMAGE} AS runtime
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log
+ARG VERSION=0.1.0
+ARG VERSION_COMMIT=unknown
 LABEL org.opencontainers.image.title="service-serving-signer" \
       org.opencontainers.image.description="kubernetes.io/service-serving PodCertificateRequest signer (KEP-6283)" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${VERSION_COMMIT}"
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

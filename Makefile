@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: venv controlplane test test-unit test-integration test-faults lint demo bench soak clean
+.PHONY: venv controlplane image test test-unit test-integration test-faults lint demo bench soak clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
@@ -15,10 +15,14 @@ $(STAMP): pyproject.toml constraints.txt
 controlplane: venv
 	$(BIN)/python -c "from controlplane.binaries import main; main()"
 
+# The OCI image (buildah + mmdebstrap, installed on first use) into dist/; up to date = no-op.
+image:
+	hack/image.sh
+
 lint: venv
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
-test: lint controlplane
+test: lint controlplane image
 	$(BIN)/pytest -ra -p no:cacheprovider $(PYTEST_ARGS) tests
 
 test-unit: venv

@@ -2,14 +2,15 @@
 # Build kube-apiserver, etcd, kustomize (and on request the node binaries and the benchmarks'
 # Go programs) from Go modules into OUT (a cache directory).
 # Usage: build-binaries.sh OUT K8S_VERSION ETCD_VERSION KUSTOMIZE_VERSION [what...]
-# what: any of kube-apiserver etcd kustomize kube-controller-manager hollow-node kubemark
-# peer-signer ceiling-signer bench-populate (default: the first three; hollow-node is
+# what: any of kube-apiserver etcd kustomize helm kube-controller-manager hollow-node kubemark
+# peer-signer ceiling-signer bench-populate (default: the first three; helm is for the chart tests; hollow-node is
 # kubemark's hollow kubelet with loopback-only ports, hollownode/main.go; the last three
 # are the benchmarks' Go programs under bench/)
 # The replace list for the staging modules is generated from the upstream go.mod, so a
 # staging repository added in a later release does not break the build.
 set -euo pipefail
 OUT=$1 KV=$2 EV=$3 ZV=$4
+HV=${HELM_VERSION:-v4.3.2}  # helm (chart tests): built like kustomize
 shift 4
 WHAT=${*:-kube-apiserver etcd kustomize}
 SV="v0.${KV#v1.}"
@@ -86,6 +87,7 @@ for w in $WHAT; do
     kubemark) [ -x "$OUT/kubemark" ] || build_k8s cmd/kubemark kubemark ;;
     etcd) [ -x "$OUT/etcd" ] || build_module_main "go.etcd.io/etcd/server/v3@$EV" go.etcd.io/etcd/server/v3 etcd ;;
     kustomize) [ -x "$OUT/kustomize" ] || build_module_main "sigs.k8s.io/kustomize/kustomize/v5@$ZV" sigs.k8s.io/kustomize/kustomize/v5 kustomize ;;
+    helm) [ -x "$OUT/helm" ] || build_module_main "helm.sh/helm/v4@$HV" helm.sh/helm/v4/cmd/helm helm ;;
     peer-signer) [ -x "$OUT/peer-signer" ] || build_k8s_main "$HERE/../bench/peer" peer-signer ;;
     ceiling-signer) [ -x "$OUT/ceiling-signer" ] || build_k8s_main "$HERE/../bench/ceiling" ceiling-signer ;;
     bench-populate) [ -x "$OUT/bench-populate" ] || build_k8s_main "$HERE/../bench/populate" bench-populate ;;

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -115,13 +114,6 @@ def flag(*decls: str, **attrs: Any) -> Callable[[F], F]:
     attrs.setdefault("envvar", env_name(long))
     attrs.setdefault("show_envvar", True)
     return click.option(*decls, **attrs)
-
-
-def _version() -> str:
-    try:
-        return metadata.version("service-serving-signer")
-    except metadata.PackageNotFoundError:
-        return "0.0.0+unknown"
 
 
 @click.group(
@@ -301,6 +293,14 @@ def build_options(values: dict[str, Any]) -> Options:
 )
 def demo_command(workdir: Path | None) -> int:
     """Show the signer end to end on a local control plane; needs no cluster."""
+    import importlib.util
+
+    if importlib.util.find_spec("controlplane") is None:
+        # The runtime image and wheel carry no test harness (Dockerfile, pyproject).
+        raise StartupError(
+            "demo needs the local control plane (controlplane/), which only a development "
+            "checkout has: git clone the project and run `make demo`"
+        )
     logs.configure("text", 0)
     from manager.demo import DemoFailure, run
 
@@ -444,14 +444,79 @@ def _list_bundles(
         raise StartupError(f"bundle resolve: {err}") from None
 
 
+@main.command("explain")
+@click.argument("kind", type=click.Choice(["pod", "pcr"]))
+@click.argument("target", metavar="NAMESPACE/NAME")
+@click.option("--signer-name", default=DEFAULT_SIGNER_NAME, show_default=True)
+@click.option("--cluster-service-domain", default="cluster.local", show_default=True)
+@click.option(
+    "--pcr-api-version", type=click.Choice(PCR_API_VERSIONS), default="auto", show_default=True
+)
+@click.option("--kubeconfig", default=None, envvar=env_name("--kubeconfig"), metavar="FILE")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text")
+def explain_command(
+    kind: str,
+    target: str,
+    signer_name: str,
+    cluster_service_domain: str,
+    pcr_api_version: str,
+    kubeconfig: str | None,
+    output: str,
+) -> int:
+    """Say what the signer would decide now for a Pod's requests, and why (read-only).
+
+    Exit status: 0 issued or would be issued, 2 waits, 3 Denied/Failed or would be,
+    4 the Pod has no request for the signer, 1 error."""
+    namespace, sep, name = target.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise StartupError(f"explain: {target!r} is not NAMESPACE/NAME")
+    from kube.client import ApiError, Client
+    from kube.discovery import served_version
+    from manager.explain import Explainer, ExplainError, render_json, render_text
+
+    try:
+        client = Client.from_kubeconfig(kubeconfig, qps=0, burst=1)
+    except Exception as err:
+        raise StartupError(f"kubeconfig: {_one_line(str(err))}") from None
+    try:
+        version = pcr_api_version
+        if version == "auto":
+            version = (
+                served_version(
+                    client, "certificates.k8s.io", "podcertificaterequests", ["v1", "v1beta1"]
+                )
+                or ""
+            )
+            if not version:
+                raise StartupError("explain: the cluster serves no PodCertificateRequest API")
+        explainer = Explainer(
+            client, signer_name=signer_name, domain=cluster_service_domain, pcr_version=version
+        )
+        if kind == "pod":
+            report = explainer.explain_pod(namespace, name)
+        else:
+            report = explainer.explain_pcr(namespace, name)
+    except (ExplainError, ApiError) as err:
+        raise StartupError(f"explain: {_one_line(str(err))}") from None
+    click.echo(render_json(report) if output == "json" else render_text(report), nl=False)
+    return int(report.outcome)
+
+
 @main.command("version")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text")
 def version_command(output: str) -> None:
-    """Print the version."""
+    """Print the version and the commit it was built from."""
+    from manager import buildinfo
+
+    info = buildinfo.current()
     if output == "json":
-        click.echo(json.dumps({"name": "service-serving-signer", "version": _version()}))
+        click.echo(
+            json.dumps(
+                {"name": buildinfo.DISTRIBUTION, "version": info.version, "commit": info.commit}
+            )
+        )
     else:
-        click.echo(f"service-serving-signer {_version()}")
+        click.echo(f"{buildinfo.DISTRIBUTION} {info.version} (commit {info.commit})")
 
 
 def entrypoint(argv: Sequence[str] | None = None) -> None:

@@ -1,6 +1,8 @@
-"""The Dockerfile (parsed, not built — there is no Docker daemon in CI): multi-stage on a
-slim Python base, dependencies pinned by requirements.lock and installed without
-resolution, a non-root numeric user, and the `run` entry point."""
+"""The Dockerfile as text: multi-stage on Debian bookworm-slim (a build argument) with
+Debian's python3, dependencies hash-pinned by requirements.lock and installed with
+--require-hashes without resolution, a non-root numeric user, the `run` entry point, and
+no test harness in the build context. (tests/integration/test_image.py builds and runs
+the image.)"""
 
 from __future__ import annotations
 
@@ -40,25 +42,52 @@ def stages() -> list[list[tuple[str, str]]]:
     return out
 
 
-def lock() -> dict[str, str]:
-    pins: dict[str, str] = {}
-    for line in (ROOT / "requirements.lock").read_text().splitlines():
+def lock_entries(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """name → (version, hashes) of a pip-compile --generate-hashes file."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    entries: dict[str, tuple[str, list[str]]] = {}
+    for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
-            name, sep, version = line.partition("==")
-            assert sep, f"unpinned line in requirements.lock: {line!r}"
-            pins[canonicalize_name(name)] = version
-    return pins
+            spec, *options = line.split()
+            name, sep, version = spec.partition("==")
+            assert sep, f"unpinned line in {path.name}: {line!r}"
+            hashes = [o.removeprefix("--hash=") for o in options if o.startswith("--hash=")]
+            entries[canonicalize_name(name)] = (version, hashes)
+    return entries
 
 
-def test_is_multi_stage_on_python_311_slim() -> None:
+def lock() -> dict[str, str]:
+    return {name: v for name, (v, _) in lock_entries(ROOT / "requirements.lock").items()}
+
+
+def test_is_multi_stage_on_a_debian_base_build_argument() -> None:
     args = dict(rest.split("=", 1) for kw, rest in instructions() if kw == "ARG" and "=" in rest)
-    assert args["PYTHON_IMAGE"] == "python:3.11-slim"
+    assert args["BASE_IMAGE"] == "docker.io/library/debian:bookworm-slim"
     froms = [rest for kw, rest in instructions() if kw == "FROM"]
     assert len(froms) >= 2
-    assert all(f.startswith("${PYTHON_IMAGE}") for f in froms)
+    assert all(f.startswith("${BASE_IMAGE}") for f in froms)
     runtime = stages()[-1]
     assert any(kw == "COPY" and rest.startswith("--from=build") for kw, rest in runtime)
+    # Debian's python3, not a python.org build: the base stands in faithfully.
+    assert any(
+        kw == "RUN" and "apt-get install" in rest and "python3" in rest for kw, rest in runtime
+    )
+
+
+def test_every_lock_entry_carries_sha256_hashes() -> None:
+    for path in (ROOT / "requirements.lock", ROOT / "hack" / "build-requirements.lock"):
+        for name, (_, hashes) in lock_entries(path).items():
+            assert hashes, f"{path.name}: {name} has no --hash"
+            assert all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), name
+
+
+def test_build_tools_are_locked_and_stay_out_of_the_runtime_stage() -> None:
+    build = lock_entries(ROOT / "hack" / "build-requirements.lock")
+    assert set(build) == {"setuptools", "wheel"}
+    assert not set(build) & set(lock())
+    runtime = " ".join(rest for _, rest in stages()[-1])
+    assert "/opt/build" not in runtime and "pip" not in runtime
 
 
 def test_runtime_stage_runs_as_non_root_numeric_user() -> None:
@@ -74,17 +103,25 @@ def test_entrypoint_is_service_serving_signer_run() -> None:
     assert json.loads(entrypoints[-1]) == ["service-serving-signer", "run"]
 
 
-def test_dependencies_install_only_from_the_lock_without_resolution() -> None:
-    pip_runs = [rest for kw, rest in instructions() if kw == "RUN" and "pip install" in rest]
-    for run in pip_runs:
-        for command in re.split(r"&&", run):
-            if "/opt/venv/bin/pip install" in command:
-                assert "--no-deps" in command, command
-    assert any("-r requirements.lock" in run for run in pip_runs)
-    for run in pip_runs:
-        for spec in re.findall(r"\b([A-Za-z][\w.-]*)([=<>~!]=?)([\w.]+)", run):
-            assert spec[1] == "==", f"build tool not pinned exactly: {spec}"
-    assert any("pip check" in rest for kw, rest in instructions() if kw == "RUN")
+def test_dependencies_install_only_from_the_locks_with_hashes_without_resolution() -> None:
+    pip_runs = [rest for kw, rest in instructions() if kw == "RUN" and "pip " in rest]
+    installs = [
+        command
+        for run in pip_runs
+        for command in re.split(r"&&", run)
+        if re.search(r"pip( --python \S+)? install", command)
+    ]
+    assert installs
+    for command in installs:
+        assert "--no-deps" in command, command
+        if " -r " in command:
+            assert "--require-hashes" in command, command
+    assert any("-r requirements.lock" in c for c in installs)
+    assert any("-r build-requirements.lock" in c for c in installs)
+    assert any(
+        "pip check" in rest or "pip --python /opt/venv/bin/python check" in rest
+        for rest in pip_runs
+    )
 
 
 def test_lock_pins_exactly_the_runtime_closure_at_tested_versions() -> None:
@@ -116,7 +153,7 @@ def test_lock_covers_pyproject_dependencies() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["kube", "trust", "signer", "publisher", "manager", "pyproject.toml"]
+    "path", ["kube", "trust", "signer", "publisher", "injector", "manager", "pyproject.toml"]
 )
 def test_dockerignore_lets_the_sources_in(path: str) -> None:
     lines = (ROOT / ".dockerignore").read_text().splitlines()
@@ -124,3 +161,11 @@ def test_dockerignore_lets_the_sources_in(path: str) -> None:
     assert f"!{path}/" in lines or f"!{path}" in lines
     copies = " ".join(rest for kw, rest in instructions() if kw == "COPY")
     assert path in copies
+
+
+@pytest.mark.parametrize("path", ["controlplane", "tests", "bench"])
+def test_test_harness_is_not_in_the_build_context(path: str) -> None:
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    assert f"!{path}/" not in lines and f"!{path}" not in lines
+    copies = " ".join(rest for kw, rest in instructions() if kw == "COPY")
+    assert path not in copies.split()

@@ -1,0 +1,41 @@
+{{/* The objects' base name: the release name if it contains the chart name, else both. */}}
+{{- define "sss.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sss.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels on every object (config/default: name + part-of), plus Helm's. */}}
+{{- define "sss.labels" -}}
+app.kubernetes.io/name: {{ include "sss.name" . }}
+app.kubernetes.io/part-of: service-serving-signer
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* The controller Pods' selector (immutable; the same as config/default's). */}}
+{{- define "sss.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sss.name" . }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "sss.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,246 @@
+"""The Helm chart (charts/service-serving-signer, issue 13) against config/ and the real
+API server: `helm lint` (with values.schema.json), `helm template` with default values
+renders the same objects as `kustomize build config/default` — and with every optional
+part on, the same as config/default plus the prometheus, grafana, networkpolicy and
+injector components — compared object by object with labels aside; every rendered object passes
+server-side dry-run; `helm install` really installs. helm and kustomize are built from Go
+modules (controlplane/build-binaries.sh)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controlplane import ControlPlane
+from controlplane.binaries import tool
+from kube.client import Client
+from tests.integration.test_manager_rbac import ensure_monitoring_crds, ensure_namespace
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "service-serving-signer"
+CONFIG = ROOT / "config"
+RELEASE = NAMESPACE = "service-serving-signer"
+ALL_OPTIONS = [
+    "prometheus.serviceMonitor.enabled=true",
+    "prometheus.rules.enabled=true",
+    "grafanaDashboard.enabled=true",
+    "networkPolicy.enabled=true",
+    "injector.enabled=true",
+]
+
+# kind → (API prefix, plural, namespaced): what the chart renders.
+RESOURCES: dict[str, tuple[str, str, bool]] = {
+    "Namespace": ("/api/v1", "namespaces", False),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "Service": ("/api/v1", "services", True),
+    "ConfigMap": ("/api/v1", "configmaps", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "Deployment": ("/apis/apps/v1", "deployments", True),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
+    "ServiceMonitor": ("/apis/monitoring.coreos.com/v1", "servicemonitors", True),
+    "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules", True),
+}
+
+
+def helm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(tool("helm")), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "HELM_CACHE_HOME": "/tmp/helm-cache", **(env or {})},
+    )
+
+
+def docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def template(*sets: str) -> list[dict[str, Any]]:
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for value in sets:
+        args += ["--set", value]
+    result = helm(*args)
+    assert result.returncode == 0, result.stderr
+    return docs(result.stdout)
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [str(tool("kustomize")), "build", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return docs(result.stdout)
+
+
+def overlay(tmp_path: Path, *components: str) -> Path:
+    """An overlay of config/default with the named components, as users write one."""
+    directory = tmp_path / "overlay"
+    directory.mkdir()
+    rel = os.path.relpath(CONFIG, directory)
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [f"{rel}/default"],
+                "components": [f"{rel}/{c}" for c in components],
+            }
+        )
+    )
+    return directory
+
+
+def without_labels(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object with every `labels` map of object metadata dropped (labels aside)."""
+    out: dict[str, Any] = json.loads(json.dumps(obj))
+    out["metadata"].pop("labels", None)
+    template_meta = (out.get("spec") or {}).get("template", {}).get("metadata")
+    if isinstance(template_meta, dict):
+        template_meta.pop("labels", None)
+    return out
+
+
+def by_identity(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    keyed = {}
+    for obj in objects:
+        meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace", ""), meta["name"])
+        assert key not in keyed, f"rendered twice: {key}"
+        keyed[key] = without_labels(obj)
+    return keyed
+
+
+def assert_same_objects(chart: list[dict[str, Any]], config: list[dict[str, Any]]) -> None:
+    ours, theirs = by_identity(chart), by_identity(config)
+    assert sorted(ours) == sorted(theirs)
+    for key in sorted(ours):
+        assert ours[key] == theirs[key], key
+
+
+def test_helm_lint_passes_with_the_values_schema() -> None:
+    result = helm("lint", "--strict", str(CHART))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("value", "complaint"),
+    [
+        ("replicaCount=0", "replicaCount"),
+        ("image.digest=latest", "digest"),
+        ("logFormat=xml", "logFormat"),
+        ("signerName=no-slash", "signerName"),
+        ("nosuchvalue=1", "nosuchvalue"),
+    ],
+)
+def test_values_schema_rejects_bad_values(value: str, complaint: str) -> None:
+    result = helm("template", RELEASE, str(CHART), "--set", value)
+    assert result.returncode != 0
+    assert complaint in result.stderr
+
+
+def test_helm_template_defaults_equal_kustomize_config_default() -> None:
+    assert_same_objects(template(), kustomize(CONFIG / "default"))
+
+
+def test_helm_template_with_every_option_equals_config_with_every_component(
+    tmp_path: Path,
+) -> None:
+    config = kustomize(overlay(tmp_path, "prometheus", "grafana", "networkpolicy", "injector"))
+    assert {o["kind"] for o in config} >= {"NetworkPolicy", "ConfigMap", "PrometheusRule"}
+    assert_same_objects(template(*ALL_OPTIONS), config)
+
+
+def test_image_digest_value_pins_the_image() -> None:
+    digest = "sha256:" + "ab" * 32
+    rendered = template(f"image.digest={digest}", "image.repository=registry.example/sss")
+    deployment = next(o for o in rendered if o["kind"] == "Deployment")
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"registry.example/sss@{digest}"
+
+
+def dry_run(client: Client, obj: dict[str, Any]) -> dict[str, Any]:
+    prefix, plural, namespaced = RESOURCES[obj["kind"]]
+    meta = obj["metadata"]
+    path = (
+        f"{prefix}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+        if namespaced
+        else f"{prefix}/{plural}/{meta['name']}"
+    )
+    answer: dict[str, Any] = client.patch(
+        path,
+        obj,
+        patch_type="application/apply-patch+yaml",
+        params={
+            "fieldManager": "chart-test",
+            "force": "true",
+            "fieldValidation": "Strict",
+            "dryRun": "All",
+        },
+    )
+    return answer
+
+
+def test_every_rendered_object_passes_server_side_dry_run(client: Client) -> None:
+    ensure_monitoring_crds(client)
+    ensure_namespace(client, NAMESPACE)
+    rendered = template(*ALL_OPTIONS)
+    assert {o["kind"] for o in rendered} == set(RESOURCES)
+    for obj in rendered:
+        assert dry_run(client, obj)["kind"] == obj["kind"]
+
+
+def test_helm_install_creates_the_objects(
+    control_plane: ControlPlane, client: Client, tmp_path: Path
+) -> None:
+    """A real install into its own namespace (--create-namespace --take-ownership adopts
+    the Namespace the chart labels for the restricted Pod Security Standard)."""
+    namespace = "chart-install-test"
+    result = helm(
+        "install",
+        "sss",
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--create-namespace",
+        "--take-ownership",
+        "--set",
+        "leaderElection.resourceName=chart-install-test",
+        "--kubeconfig",
+        str(control_plane.kubeconfig),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    ns = client.get(f"/api/v1/namespaces/{namespace}")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    deployment = client.get(
+        f"/apis/apps/v1/namespaces/{namespace}/deployments/sss-service-serving-signer"
+    )
+    assert deployment["spec"]["template"]["spec"]["priorityClassName"] == (
+        "system-cluster-critical"
+    )
+    binding = client.get(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/sss-service-serving-signer"
+    )
+    assert binding["subjects"][0]["namespace"] == namespace
+    result = helm(
+        "uninstall", "sss", "--namespace", namespace, "--kubeconfig", str(control_plane.kubeconfig)
+    )
+    assert result.returncode == 0, result.stderr
