@@ -246,6 +246,26 @@ def wait_pod_running(client: Client, pod: ShippedPod, timeout: float = 120) -> J
     return wait_running(client, NS, pod.name, timeout)
 
 
+def _code_paths() -> set[Path]:
+    """What the signer's command runs from: this checkout, the venv, Python's own prefix."""
+    root = Path(__file__).resolve().parents[2]
+    return {root, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+
+
+def _paths_hidden_by(mounts: dict[str, Path], paths: set[Path]) -> list[Path]:
+    """The `paths` that a mount target covers, outermost first; for each, its mount point
+    is made inside the volume's host directory (one empty directory there)."""
+    hidden: list[Path] = []
+    for path in sorted(paths, key=lambda p: len(p.parts)):
+        for target, source in mounts.items():
+            if path.is_relative_to(target) and path != Path(target):
+                if not any(path.is_relative_to(h) for h in hidden):
+                    (source / path.relative_to(target)).mkdir(parents=True, exist_ok=True)
+                    hidden.append(path)
+                break
+    return hidden
+
+
 class ShippedSigner(SignerProcess):
     """The Deployment's container command for `pod`, in a private mount namespace with
     the kubelet-written volumes bind-mounted at their mount paths and the in-cluster
@@ -291,10 +311,19 @@ class ShippedSigner(SignerProcess):
         def hides_a_source(target: str) -> bool:  # e.g. the emptyDir at /tmp
             return any(s.startswith(target.rstrip("/") + "/") for s in sources)
 
+        # This checkout, its venv and Python itself may live under a mount target (a clone
+        # in /tmp, under the emptyDir): park them on the fresh /run, mount the volumes,
+        # then put them back at their own paths so the command still finds its code.
+        kept = _paths_hidden_by(mounts, _code_paths())
+        for i, path in enumerate(kept):
+            script.append(f"mkdir -p /run/.keep/{i}")
+            script.append(f"mount --bind {shlex.quote(str(path))} /run/.keep/{i}")
         for target in sorted(mounts, key=hides_a_source):
             source = mounts[target]
             script.append(f"mkdir -p {shlex.quote(target)}")
             script.append(f"mount --bind -o ro {shlex.quote(str(source))} {shlex.quote(target)}")
+        for i, path in enumerate(kept):
+            script.append(f"mount --bind /run/.keep/{i} {shlex.quote(str(path))}")
         script.append("exec " + shlex.join(self.args))
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
