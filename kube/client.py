@@ -356,24 +356,35 @@ class Client:
                 break
 
     def _json(self, method: str, path: str, *, discard: bool = False, **kwargs: Any) -> JSON:
+        raw = self._body(method, path, **kwargs)
+        if not raw or discard:
+            return {}
+        result: JSON = orjson.loads(raw)
+        return result
+
+    def _body(self, method: str, path: str, **kwargs: Any) -> bytes:
         resp = self._send(method, path, **kwargs)
         try:
-            raw = resp.read()
+            raw: bytes = resp.read()
         except (urllib3.exceptions.HTTPError, OSError) as err:
             resp.close()
             self._transport_failed(err)
             raise ApiError(0, f"{type(err).__name__}: {err}") from err
         finally:
             resp.release_conn()
-        if not raw or discard:
-            return {}
-        result: JSON = orjson.loads(raw)
-        return result
+        return raw
 
     def get(
         self, path: str, params: Mapping[str, Any] | None = None, *, timeout: float | None = None
     ) -> JSON:
         return self._json("GET", path, params=params, timeout=_timeout(timeout))
+
+    def get_bytes(
+        self, path: str, params: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> bytes:
+        """`get`, undecoded: the JSON body as it came (for callers that decode it
+        elsewhere, e.g. on another thread than the one that waits for the network)."""
+        return self._body("GET", path, params=params, timeout=_timeout(timeout))
 
     def create(
         self,

@@ -61,14 +61,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from kube import memory
+from kube import memory, pager
 from kube.client import JSON, ApiError, Client, StreamCanceller
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# A LIST at least this big is followed by `memory.release_free_memory()`.
+# A LIST at least this big is followed by `memory.release_free_memory()` and leaves its
+# records in the garbage collector's permanent generation (`memory.freeze_after_lists`).
 TRIM_AFTER_LIST = 1000
 
 Indexer = Callable[[T], list[str]]
@@ -93,19 +94,6 @@ def object_key(raw: JSON) -> str:
 
 def _rv(raw: JSON) -> str:
     return str((raw.get("metadata") or {}).get("resourceVersion", ""))
-
-
-Rv = str | int
-
-
-def _stored_rv(raw: JSON) -> Rv:
-    """The resourceVersion as the cache keeps it, only to tell whether an object changed:
-    an int when it is a canonical decimal (etcd's always are: 32 bytes instead of ~58),
-    else the opaque string. Never sent back to the server."""
-    rv = _rv(raw)
-    if rv.isdigit() and rv.isascii() and (rv == "0" or rv[0] != "0"):
-        return int(rv)
-    return rv
 
 
 def _identity(raw: JSON) -> Any:
@@ -196,7 +184,6 @@ class Informer(Generic[T]):
         )
         self._lock = threading.RLock()
         self._items: dict[str, T] = {}
-        self._rvs: dict[str, Rv] = {}
         self._index: dict[str, dict[str, set[str]]] = {n: {} for n in self._indexers}
         self._index_values: dict[str, dict[str, list[str]]] = {n: {} for n in self._indexers}
         self._handlers: list[_Handler[T]] = []
@@ -272,7 +259,8 @@ class Informer(Generic[T]):
         while not stop.is_set():
             try:
                 if need_list:
-                    self._list_and_replace(stop)
+                    with memory.collector_paused():
+                        self._list_and_replace(stop)
                     need_list = False
                     continue
                 started = time.monotonic()
@@ -311,71 +299,53 @@ class Informer(Generic[T]):
 
     def _list_and_replace(self, stop: threading.Event) -> None:
         """Page through a LIST, then apply it as one replace. Only what changed is held
-        while paging: an object whose resourceVersion matches the cache keeps its cached
-        record (never transformed again), so a relist of a big, mostly unchanged cache
-        costs one page and a set of keys, not a second copy of the cache."""
+        while paging: an object whose record equals the cached one keeps the cached
+        instance, so a relist of a big, mostly unchanged cache costs one page and a set
+        of keys, not a second copy of the cache."""
         params: dict[str, Any] = {
             "limit": self.page_size,
             "fieldSelector": self.field_selector,
             "labelSelector": self.label_selector,
         }
         changed: dict[str, T] = {}
-        changed_rvs: dict[str, Rv] = {}
         with self._lock:
             unseen = set(self._items)
-        cached_rvs = self._rvs  # only this thread writes it: no lock needed to read
+        cached = self._items  # only this thread writes it: reads need no lock
         resource_version = ""
         listed = 0
-        while True:
-            try:
-                page = self.client.get(self.list_path, params)
-            except ApiError as err:
-                if err.status != 410 or "continue" not in params:
-                    raise
-                # The continue token outlived its snapshot (etcd compacted it): like
-                # client-go's pager (FullListIfExpired), one unpaged LIST replaces the
-                # pages read so far, instead of a backoff and a fresh paged relist.
-                log.info("informer %s: continue token expired; listing in full", self.name)
-                params = {k: v for k, v in params.items() if k not in ("continue", "limit")}
+        for page in pager.pages(self.client, self.list_path, params, stop, name=self.name):
+            if page is pager.RESTART:  # one unpaged LIST replaces the pages read so far
                 changed.clear()
-                changed_rvs.clear()
+                listed = 0
                 with self._lock:
                     unseen = set(self._items)
-                page = self.client.get(self.list_path, params)
+                continue
             for raw in page.get("items") or []:
                 listed += 1
                 key = object_key(raw)
-                rv = _stored_rv(raw)
-                cached = key in unseen
-                unseen.discard(key)
-                if cached and cached_rvs.get(key) == rv:
-                    continue  # unchanged since the cache saw it
                 record = self._safe_transform(raw)
+                if key in unseen:
+                    unseen.discard(key)
+                    if record is not None and cached.get(key) == record:
+                        continue  # unchanged since the cache saw it
                 if record is not None:
-                    key = self._stored_key(key, record)
-                    changed[key] = record
-                    changed_rvs[key] = rv
-            meta = page.get("metadata") or {}
-            resource_version = str(meta.get("resourceVersion", ""))
-            token = meta.get("continue")
-            page = {}  # the parsed page goes before the next one is read
-            if not token or stop.is_set():
-                break
-            params["continue"] = token
+                    changed[self._stored_key(key, record)] = record
+            resource_version = str((page.get("metadata") or {}).get("resourceVersion", ""))
+            del page  # the parsed page goes before the next one is decoded
         if stop.is_set():
             return
-        self._replace(changed, changed_rvs, unseen, resource_version)
+        self._replace(changed, unseen, resource_version)
         if listed >= TRIM_AFTER_LIST:
             memory.release_free_memory()  # the pages' garbage, back to the system
+            memory.freeze_after_lists()
 
     def _replace(
         self,
         changed: dict[str, T],
-        changed_rvs: dict[str, Rv],
         gone: set[str],
         resource_version: str,
     ) -> None:
-        """Apply a LIST: `changed` records are new or have a new resourceVersion, keys in
+        """Apply a LIST: `changed` records are new or differ from the cached ones, keys in
         `gone` were cached but not listed; every other cached record stays as it is."""
         added: list[T] = []
         updated: list[tuple[T, T]] = []
@@ -387,7 +357,7 @@ class Informer(Generic[T]):
                     added.append(record)
                 else:
                     updated.append((old, record))
-                self._store(key, record, changed_rvs[key])
+                self._store(key, record)
             for key in gone:
                 if key in self._items:
                     deleted.append(self._items[key])
@@ -452,7 +422,7 @@ class Informer(Generic[T]):
             if kind == "DELETED":
                 self._remove(key)
             elif record is not None:
-                self._store(self._stored_key(key, record), record, _stored_rv(raw))
+                self._store(self._stored_key(key, record), record)
             if rv:
                 self._resource_version = rv
             handlers = list(self._handlers)
@@ -471,15 +441,13 @@ class Informer(Generic[T]):
 
     # cache internals (call with the lock held) ---------------------------------------------
 
-    def _store(self, key: str, record: T, rv: Rv) -> None:
+    def _store(self, key: str, record: T) -> None:
         if key in self._items:
             self._unindex(key)
             # Re-insert rather than overwrite: a dict keeps its old key object on
             # overwrite, which would pin the replaced record's key string.
             del self._items[key]
-            self._rvs.pop(key, None)
         self._items[key] = record
-        self._rvs[key] = rv
         for name, fn in self._indexers.items():
             try:
                 values = list(fn(record))
@@ -494,7 +462,6 @@ class Informer(Generic[T]):
         if key in self._items:
             self._unindex(key)
             del self._items[key]
-            self._rvs.pop(key, None)
 
     def _unindex(self, key: str) -> None:
         for name in self._indexers:

@@ -15,14 +15,35 @@ pages that stay mapped until `malloc_trim`. This module decides:
 Both are no-ops where the C library is not glibc (musl, macOS) or cannot be loaded.
 Measured (bench "scale", 20,000 synthetic Pods): RSS per cached Pod after a paged LIST
 835 → 592 bytes in a micro-benchmark.
+
+And how it keeps Python's cyclic garbage collector out of the way of a big cache:
+
+* `collector_paused()` (around a LIST): parsing a page makes tens of thousands of
+  short-lived, acyclic dicts and lists, each allocation counting toward a young
+  collection, and the records kept meanwhile make every full collection longer. The
+  collector is paused while any LIST is in progress (a count across threads: three
+  informers list at once at start-up), so refcounting alone frees the pages, as it
+  would anyway: none of them is cyclic.
+* When the last LIST ends after a big one (`freeze=True`): `gc.collect()` (whatever
+  cyclic garbage other threads made meanwhile goes now), then `gc.freeze()`: every live
+  object — the cache above all — moves to the permanent generation, which later
+  collections do not traverse. Frozen objects are still freed by refcount when dropped
+  (records are acyclic); only a frozen object that later joins a reference cycle is
+  never collected, and only live objects are frozen.
+  Measured (150,000 Pods + 10,000 Services, start-up to /readyz): signer CPU 26.7 s
+  with the collector as it comes, 18.9 s with it off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -56,3 +77,41 @@ def release_free_memory() -> bool:
     if libc is None:
         return False
     return bool(libc.malloc_trim(0))
+
+
+_pause_lock = threading.Lock()
+_lists_in_progress = 0
+_enabled_before = True  # the collector's state before the first pause
+_freeze_when_done = False
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for the duration of a LIST (counts across
+    threads; the last one out restores the state from before the first pause)."""
+    global _lists_in_progress, _enabled_before, _freeze_when_done
+    with _pause_lock:
+        if _lists_in_progress == 0:
+            _enabled_before = gc.isenabled()
+            gc.disable()
+        _lists_in_progress += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _lists_in_progress -= 1
+            if _lists_in_progress == 0:
+                if _enabled_before:
+                    gc.enable()
+                if _freeze_when_done:
+                    _freeze_when_done = False
+                    gc.collect()
+                    gc.freeze()
+
+
+def freeze_after_lists() -> None:
+    """Ask for `gc.collect(); gc.freeze()` when the last LIST in progress ends (call
+    inside `collector_paused()`, after a big LIST was applied)."""
+    global _freeze_when_done
+    with _pause_lock:
+        _freeze_when_done = True

@@ -4,7 +4,9 @@ in both versions, and accepts PodCertificateRequests exactly as kubelet writes t
 from __future__ import annotations
 
 import base64
+import uuid
 
+import orjson
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -12,6 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from controlplane import ControlPlane
 from controlplane.kubelet import KEY_TYPES, Kubelet, pcr_path
 from kube.client import ApiError, Client
+from kube.pager import peek_continue
 
 
 def test_apiserver_is_the_pinned_release(control_plane: ControlPlane) -> None:
@@ -97,3 +100,31 @@ def test_v1_rejects_a_pcr_without_a_stub_csr(
     with pytest.raises(ApiError) as err:
         kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "x"}, stub=b"junk")
     assert err.value.status == 422
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/pods",
+        "/api/v1/services",
+        "/apis/certificates.k8s.io/v1/podcertificaterequests",
+        "/apis/certificates.k8s.io/v1beta1/clustertrustbundles",
+        "/api/v1/namespaces",
+    ],
+)
+def test_a_paged_list_names_its_continue_token_at_the_head_of_the_body(
+    client: Client, path: str
+) -> None:
+    """The informers read the next page ahead from this head (kube/pager.py): if a
+    release reorders a typed list's fields, this fails rather than the read-ahead
+    silently turning itself off."""
+    for n in range(2):
+        client.create(
+            "/api/v1/namespaces",
+            {"metadata": {"name": f"pager-head-{n}-{uuid.uuid4().hex[:6]}"}},
+        )
+    body = client.get_bytes(path, {"limit": 1})
+    decoded = orjson.loads(body)["metadata"].get("continue")
+    assert peek_continue(body) == decoded
+    if path == "/api/v1/namespaces":
+        assert decoded, "more than one namespace: a continue token is expected"

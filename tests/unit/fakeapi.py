@@ -453,7 +453,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send_json(self, status: int, body: JSON, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
+        data = json.dumps(body, separators=(",", ":")).encode()  # compact, as kube-apiserver writes
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -76,9 +76,9 @@ def test_a_pod_record_shares_its_key_string_with_the_informer_cache() -> None:
     assert (pod.namespace, pod.name, pod.key) == ("ns1", "web-1", "ns1/web-1")
     assert dataclasses.replace(pod, node_name="n2").name == "web-1"
     inf: Informer[Any] = Informer(None, "/api/v1/pods", name="pods", key=lambda r: r.key)  # type: ignore[arg-type]
-    inf._store(inf._stored_key("ns1/web-1", pod), pod, 1)
+    inf._store(inf._stored_key("ns1/web-1", pod), pod)
     newer = pod_record(raw_pod("ns1", "web-1", {"app": "web", "v": "2"}))
-    inf._store(inf._stored_key("ns1/web-1", newer), newer, 2)
+    inf._store(inf._stored_key("ns1/web-1", newer), newer)
     (stored_key,) = inf._items
     assert stored_key is newer.key, "the cache keys by the current record's own string"
 
