@@ -23,7 +23,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -445,7 +445,7 @@ class Client:
         *,
         read_timeout: float,
         canceller: StreamCanceller | None = None,
-    ) -> Iterator[JSON]:
+    ) -> Generator[JSON, None, None]:
         """Yield watch events (`{"type": ..., "object": {...}}`) until the server ends the
         stream. A read that stalls longer than `read_timeout` raises ApiError(0), as does
         a body cut off mid-event. `canceller.cancel()` from another thread ends the

@@ -57,7 +57,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -74,6 +74,12 @@ TRIM_AFTER_LIST = 1000
 
 Indexer = Callable[[T], list[str]]
 
+
+# A streaming list's last initial event is a BOOKMARK with this annotation (KEP-3157).
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+# How a server without streaming lists answers `sendInitialEvents` (422: the WatchList
+# feature gate is off; 400/501: a server or proxy that does not know the parameter).
+WATCH_LIST_REFUSED = (400, 422, 501)
 
 # kube-apiserver's watch cache sends watchers that allow bookmarks one about every minute.
 BOOKMARK_INTERVAL = 60.0
@@ -158,6 +164,7 @@ class Informer(Generic[T]):
         key: Callable[[T], str] | None = None,
         indexers: dict[str, Indexer[T]] | None = None,
         page_size: int = 500,
+        watch_list: bool = True,
         read_timeout: float | None = None,
         min_watch_timeout: int = 300,
         max_watch_timeout: int = 600,
@@ -172,6 +179,7 @@ class Informer(Generic[T]):
         self.field_selector = field_selector
         self.label_selector = label_selector
         self.page_size = page_size
+        self.watch_list = watch_list
         self.read_timeout = read_timeout
         self.min_watch_timeout = min_watch_timeout
         self.max_watch_timeout = max(min_watch_timeout, max_watch_timeout)
@@ -259,8 +267,11 @@ class Informer(Generic[T]):
         while not stop.is_set():
             try:
                 if need_list:
-                    with memory.collector_paused():
-                        self._list_and_replace(stop)
+                    if self.watch_list:
+                        self._watch_list(canceller, stop)
+                    else:
+                        with memory.collector_paused():
+                            self._list_and_replace(stop)
                     need_list = False
                     continue
                 started = time.monotonic()
@@ -296,6 +307,100 @@ class Informer(Generic[T]):
                 delay = max(delay, retry_after)
             stop.wait(delay)
         log.debug("informer %s: stopped", self.name)
+
+    def _watch_list(self, canceller: StreamCanceller, stop: threading.Event) -> None:
+        """Sync by a streaming list (see the module docstring), then go on watching on the
+        same stream until it ends. Falls back to a paged LIST, for good if the server
+        refuses streaming lists, for this once if a stream ends before its initial
+        events do."""
+        timeout_seconds = self._rng.randint(self.min_watch_timeout, self.max_watch_timeout)
+        params: dict[str, Any] = {
+            "sendInitialEvents": True,
+            "resourceVersionMatch": "NotOlderThan",
+            "resourceVersion": "",
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": timeout_seconds,
+            "fieldSelector": self.field_selector,
+            "labelSelector": self.label_selector,
+        }
+        events = self.client.watch(
+            self.list_path,
+            params,
+            read_timeout=self.read_timeout or WATCH_READ_TIMEOUT,
+            canceller=canceller,
+        )
+        try:
+            try:
+                with memory.collector_paused():
+                    synced = self._initial_events(events, stop)
+            except ApiError as err:
+                if err.status not in WATCH_LIST_REFUSED:
+                    raise
+                log.info(
+                    "informer %s: the server refuses streaming lists (%s); paged LISTs from now",
+                    self.name,
+                    err,
+                )
+                self.watch_list = False
+                synced = False
+            if stop.is_set():
+                return
+            if not synced:
+                if self.watch_list:
+                    log.warning(
+                        "informer %s: streaming list ended before its initial events did; "
+                        "listing in pages",
+                        self.name,
+                    )
+                with memory.collector_paused():
+                    self._list_and_replace(stop)
+                return
+            for ev in events:
+                self._apply(ev)
+        finally:
+            events.close()
+
+    def _initial_events(self, events: Iterator[JSON], stop: threading.Event) -> bool:
+        """Read a streaming list's initial events up to the `k8s.io/initial-events-end`
+        BOOKMARK and apply them as one replace (True); False if the stream ended first
+        or `stop` was set. Like a paged relist, only changed records are held."""
+        changed: dict[str, T] = {}
+        with self._lock:
+            unseen = set(self._items)
+        cached = self._items  # only this thread writes it: reads need no lock
+        listed = 0
+        for ev in events:
+            if stop.is_set():
+                return False
+            kind = ev.get("type")
+            raw = ev.get("object") or {}
+            if kind == "ERROR":
+                self._apply(ev)  # raises
+            if kind == "BOOKMARK":
+                meta = raw.get("metadata") or {}
+                if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                    self._replace(changed, unseen, _rv(raw))
+                    if listed >= TRIM_AFTER_LIST:
+                        memory.release_free_memory()
+                        memory.freeze_after_lists()
+                    return True
+                continue
+            key = object_key(raw)
+            if kind == "DELETED":  # not sent among initial events; handled all the same
+                changed.pop(key, None)
+                if key in cached:
+                    unseen.add(key)
+                continue
+            listed += 1
+            record = self._safe_transform(raw)
+            if key in unseen:
+                unseen.discard(key)
+                if record is not None and cached.get(key) == record:
+                    continue
+            if record is not None:
+                changed.pop(key, None)
+                changed[self._stored_key(key, record)] = record
+        return False
 
     def _list_and_replace(self, stop: threading.Event) -> None:
         """Page through a LIST, then apply it as one replace. Only what changed is held

@@ -5,6 +5,9 @@ what our `kube/` building blocks need, plus the misbehaviour a real server is ha
 provoke into on cue:
 
 * LIST with paging (`limit`/`continue`), simple `labelSelector`/`fieldSelector` equality;
+* streaming lists (`sendInitialEvents=true`, KEP-3157) only when `watch_list` is set: an
+  ADDED per object, then the `k8s.io/initial-events-end` BOOKMARK, then the script;
+  otherwise 422, as a server with the WatchList feature off answers;
 * WATCH streams (chunked, one JSON event per line) played from per-collection scripts:
   events, BOOKMARKs, ERROR 410, pauses, and *stalls* (headers sent, then silence);
   with no script a watch stays open and silent until its `timeoutSeconds` or shutdown;
@@ -201,6 +204,8 @@ class FakeApi:
         self._failures: list[_Failure] = []
         self._holes: list[tuple[Callable[[Request], bool], threading.Event]] = []
         self._stopping = threading.Event()
+        self.watch_list = False  # serve sendInitialEvents (a WatchList-enabled server)
+        self.initial_events_end = True  # False: a streaming list's end BOOKMARK never comes
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -505,7 +510,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, status_body(404, "NotFound", "no such path"))
             return
         if self.command == "GET" and route.name is None:
-            if req.watch:
+            if req.watch and query.get("sendInitialEvents") == "true" and not fake.watch_list:
+                message = (
+                    "sendInitialEvents is forbidden for watch unless the WatchList feature "
+                    "gate is enabled"
+                )
+                self._send_json(422, status_body(422, "Invalid", message))
+            elif req.watch:
                 self._watch(route, query)
             else:
                 self._send_json(200, fake._list(route, query))
@@ -543,6 +554,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         try:
+            if query.get("sendInitialEvents") == "true":
+                listed = fake._list(route, {k: v for k, v in query.items() if k != "limit"})
+                for obj in listed["items"]:
+                    self._chunk(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
+                end = bookmark(int(listed["metadata"]["resourceVersion"]))
+                end["object"]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+                if fake.initial_events_end:
+                    self._chunk(json.dumps(end).encode() + b"\n")
             if script is None:
                 timeout = float(query.get("timeoutSeconds", "60"))
                 fake._stopping.wait(timeout)

@@ -39,6 +39,9 @@ def pod(name: str, node: str = "n1", labels: dict[str, str] | None = None) -> JS
 
 
 def informer(fake: FakeApi, **kwargs: Any) -> Informer[Any]:
+    """Most tests here are about paged LIST + WATCH (a server without streaming lists);
+    streaming lists have their own tests at the end."""
+    kwargs.setdefault("watch_list", False)
     kwargs.setdefault("backoff_initial", 0.01)
     kwargs.setdefault("backoff_max", 0.05)
     return Informer(fake.client(), PODS, name="pods", **kwargs)
@@ -355,3 +358,95 @@ def test_relist_keeps_unchanged_records_and_reports_only_changed_ones(
         assert inf.get("ns/c") == PodRecord("c", "n9")
         assert rec.of("update") == [(PodRecord("c", "n1"), PodRecord("c", "n9"))]
         assert rec.of("delete") == []
+
+
+# streaming lists (sendInitialEvents, KEP-3157) -------------------------------------------
+
+
+def streaming(fake: FakeApi, **kwargs: Any) -> Informer[Any]:
+    fake.watch_list = True
+    return informer(fake, watch_list=True, **kwargs)
+
+
+def initial_event_watches(fake: FakeApi) -> list[Any]:
+    return [r for r in fake.matching("GET", PODS, watch=True) if r.query.get("sendInitialEvents")]
+
+
+def test_a_streaming_list_syncs_without_a_list_request_and_watches_on_the_same_stream(
+    fake: FakeApi,
+) -> None:
+    for n in ("a", "b", "c"):
+        fake.put(PODS, pod(n))
+    fake.script_watch(
+        PODS,
+        event(
+            "MODIFIED",
+            {
+                **pod("b", node="n2"),
+                "metadata": {"name": "b", "namespace": "ns", "resourceVersion": "999"},
+            },
+        ),
+        Gate(hold := threading.Event()),  # the stream stays open until the end
+    )
+    rec = Recorder()
+    inf = streaming(fake)
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    with running(inf):
+        assert sorted(inf.keys()) == ["ns/a", "ns/b", "ns/c"]
+        assert rec.wait("update"), "the live event after the end BOOKMARK is applied"
+        b = inf.get("ns/b")
+        assert b is not None and b["spec"]["nodeName"] == "n2"
+        assert fake.count("GET", PODS, watch=False) == 0
+        (first,) = fake.matching("GET", PODS, watch=True)  # one request: list and watch
+        hold.set()
+        assert first.query["sendInitialEvents"] == "true"
+        assert first.query["resourceVersionMatch"] == "NotOlderThan"
+        assert first.query["allowWatchBookmarks"] == "true"
+    assert len(rec.of("add")) == 3
+
+
+def test_a_server_that_refuses_streaming_lists_gets_paged_lists_from_then_on(
+    fake: FakeApi,
+) -> None:
+    fake.put(PODS, pod("a"))
+    fake.script_watch(PODS, gone())  # the first plain watch: 410, so a relist
+    inf = informer(fake, watch_list=True, page_size=1)  # fake.watch_list off: 422
+    with running(inf):
+        assert inf.keys() == ["ns/a"]
+        assert fake.wait_for("GET", PODS, watch=False, count=2), "relisted in pages"
+        assert len(initial_event_watches(fake)) == 1, "asked once, not on every relist"
+        assert inf.watch_list is False
+
+
+def test_a_streaming_relist_reports_only_what_changed(fake: FakeApi) -> None:
+    for n in ("a", "b", "c"):
+        fake.put(PODS, pod(n))
+    changed = threading.Event()
+    fake.script_watch(PODS, Gate(changed), gone())  # after the first sync: 410 on its stream
+    rec = Recorder()
+    inf = streaming(fake)
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    with running(inf):
+        kept = inf.get("ns/a")
+        fake.put(PODS, pod("b", node="n9"))
+        fake.objects[PODS].pop("c")
+        changed.set()
+        assert rec.wait("delete")
+        assert len(initial_event_watches(fake)) == 2
+        assert inf.get("ns/a") is kept, "an unchanged object keeps its cached record"
+        assert [new["spec"]["nodeName"] for _, new in rec.of("update")] == ["n9"]
+        assert [old["metadata"]["name"] for old in rec.of("delete")] == ["c"]
+        assert fake.count("GET", PODS, watch=False) == 0
+
+
+def test_a_stream_that_ends_before_its_initial_events_do_falls_back_to_pages(
+    fake: FakeApi,
+) -> None:
+    fake.put(PODS, pod("a"))
+    fake.initial_events_end = False
+    fake.script_watch(PODS)  # the stream ends right after the initial ADDED events
+    inf = streaming(fake)
+    with running(inf):
+        assert inf.keys() == ["ns/a"]
+        assert fake.count("GET", PODS, watch=False) == 1
+        assert inf.watch_list is True, "one cut stream does not turn streaming lists off"
