@@ -17,8 +17,9 @@ handlers (which only enqueue). What the loop decides:
   (KCM's periodic resync; for the signer, only the waiting requests).
 * **Shutdown.** Once `stop` is set no worker takes a new key — keys still queued stay
   unprocessed, as a replica that stops leading must not keep acting — while syncs already
-  running finish; `run_workers` returns after they have (bounded by `shutdown_timeout`),
-  so the caller can release the Lease knowing nothing of ours still writes.
+  running finish; `run_workers` returns after they have (bounded by `shutdown_timeout`,
+  `SHUTDOWN_GRACE` by default), so the caller can release the Lease knowing nothing of
+  ours still writes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from typing import Protocol
 from kube.workqueue import RateLimitingQueue
 
 log = logging.getLogger(__name__)
+
+# How long the syncs in flight get to finish once `stop` is set. The process uses the
+# same bound for all its controllers together (manager/app.py) and then releases the
+# Lease and exits, so it must fit, with the release, in the Pod's
+# terminationGracePeriodSeconds (30 s in config/, like kube-controller-manager's Pod).
+SHUTDOWN_GRACE = 20.0
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class Controller:
         on_error: Callable[[str, Exception], None] | None = None,
         resync_period: float | None = None,
         resync_keys: Callable[[], Iterable[str]] | None = None,
-        shutdown_timeout: float = 30.0,
+        shutdown_timeout: float = SHUTDOWN_GRACE,
     ) -> None:
         self.name = name
         self.queue = queue

@@ -29,6 +29,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,13 +38,17 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from kube import memory
+from kube.controller import SHUTDOWN_GRACE
 from manager.ops import BindError, Checks, OpsServer, start_servers
 from manager.options import SIGNING_CONTROLLERS, Options
 
 log = logging.getLogger(__name__)
 
 CERTIFICATES_GROUP = "certificates.k8s.io"
-SHUTDOWN_TIMEOUT = 20.0
+# One bound for the syncs in flight at shutdown, for all controllers together (the
+# same as each controller loop's own, kube.controller.SHUTDOWN_GRACE); then the Lease
+# is released and the process exits, which ends any sync still running.
+SHUTDOWN_TIMEOUT = SHUTDOWN_GRACE
 
 
 class StartupFailure(Exception):
@@ -144,8 +149,9 @@ class Process:
         if self.stop.is_set():
             self._stopping.set()
         workers_stop.set()
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT  # one bound for all, not per thread
         for thread in threads:
-            thread.join(timeout=SHUTDOWN_TIMEOUT)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 log.warning(
                     "controller did not stop in time", extra={"controller_thread": thread.name}

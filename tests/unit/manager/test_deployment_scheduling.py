@@ -4,6 +4,8 @@ share a node (hard spread on hostname) and prefer different zones (soft spread).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from typing import Any
 
 from tests.unit.manager.kustomize import CONFIG, find, render
@@ -41,3 +43,19 @@ def test_keeps_the_hostname_anti_affinity() -> None:
         "preferredDuringSchedulingIgnoredDuringExecution"
     ]
     assert [t["podAffinityTerm"]["topologyKey"] for t in terms] == ["kubernetes.io/hostname"]
+
+
+def test_the_shutdown_bound_is_one_and_fits_the_termination_grace_period() -> None:
+    """Syncs in flight get `SHUTDOWN_GRACE` (all controllers together), then the Lease is
+    released (one renew-bounded request) and the process exits — all before the kubelet's
+    SIGKILL, or the Lease is never released and a standby waits it out."""
+    from kube.controller import SHUTDOWN_GRACE, Controller
+    from manager.app import SHUTDOWN_TIMEOUT
+    from manager.options import Options
+
+    assert SHUTDOWN_TIMEOUT == SHUTDOWN_GRACE
+    default = inspect.signature(Controller.__init__).parameters["shutdown_timeout"].default
+    assert default == SHUTDOWN_GRACE, "each controller loop waits no longer than the process"
+    fields = {f.name: f for f in dataclasses.fields(Options)}
+    release = fields["leader_elect_renew_deadline"].default  # the release request's bound
+    assert SHUTDOWN_GRACE + release <= pod_spec()["terminationGracePeriodSeconds"]
