@@ -57,5 +57,5 @@ def test_the_shutdown_bound_is_one_and_fits_the_termination_grace_period() -> No
     default = inspect.signature(Controller.__init__).parameters["shutdown_timeout"].default
     assert default == SHUTDOWN_GRACE, "each controller loop waits no longer than the process"
     fields = {f.name: f for f in dataclasses.fields(Options)}
-    release = fields["leader_elect_renew_deadline"].default  # the release request's bound
+    release: float = fields["leader_elect_renew_deadline"].default  # type: ignore[assignment]
     assert SHUTDOWN_GRACE + release <= pod_spec()["terminationGracePeriodSeconds"]
