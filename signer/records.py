@@ -107,6 +107,9 @@ def _name(value: Any) -> str:
     return sys.intern(str(value)) if value else ""
 
 
+_set = object.__setattr__
+
+
 def _key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
@@ -142,18 +145,17 @@ class PodRecord:
         key: str | None = None,  # what dataclasses.replace passes back
         packed_uid: bytes | str | None = None,
     ) -> None:
-        for attr, value in (
-            ("key", key if key is not None else _key(namespace, name or "")),
-            ("namespace", namespace),
-            ("packed_uid", packed_uid if packed_uid is not None else _pack_uid(uid)),
-            ("labels", labels),
-            ("hostname", hostname),
-            ("subdomain", subdomain),
-            ("node_name", node_name),
-            ("service_account_name", service_account_name),
-            ("deleting", deleting),
-        ):
-            object.__setattr__(self, attr, value)
+        # Frozen: fields are set past the frozen `__setattr__`, one call each (this runs
+        # once per Pod of the cluster at start-up).
+        _set(self, "key", key if key is not None else _key(namespace, name or ""))
+        _set(self, "namespace", namespace)
+        _set(self, "packed_uid", packed_uid if packed_uid is not None else _pack_uid(uid))
+        _set(self, "labels", labels)
+        _set(self, "hostname", hostname)
+        _set(self, "subdomain", subdomain)
+        _set(self, "node_name", node_name)
+        _set(self, "service_account_name", service_account_name)
+        _set(self, "deleting", deleting)
 
     @property
     def name(self) -> str:
@@ -166,13 +168,18 @@ class PodRecord:
 
 
 def _pack_uid(uid: str) -> bytes | str:
-    """A canonical UUID (what kube-apiserver assigns) as its 16 bytes (49 B instead of
-    85 B per Pod); anything else as it is. `PodRecord.uid` gives the same string back."""
+    """A canonical UUID (what kube-apiserver assigns: 8-4-4-4-12 lowercase hex) as its 16
+    bytes (49 B instead of 85 B per Pod); anything else as it is. `PodRecord.uid` gives
+    the same string back."""
+    if len(uid) != 36 or not (uid[8] == uid[13] == uid[18] == uid[23] == "-"):
+        return uid
+    digits = uid[:8] + uid[9:13] + uid[14:18] + uid[19:23] + uid[24:]
     try:
-        parsed = uuid.UUID(uid)
+        packed = bytes.fromhex(digits)
     except ValueError:
         return uid
-    return parsed.bytes if str(parsed) == uid else uid
+    # fromhex also takes uppercase and spaces: only a string it gives back is canonical.
+    return packed if len(packed) == 16 and packed.hex() == digits else uid
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,9 @@ import sys
 from types import MappingProxyType
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from signer.records import Labels, frozen_map, interned_maps, pod_record, service_record
 
 
@@ -98,3 +101,35 @@ def test_a_pod_uid_is_packed_but_reads_back_the_same_string() -> None:
     assert pod == pod_record(with_uid(uid))
     for odd in ("uid-p", "6F1C2D3E-4A5B-4C6D-8E9F-000000000123", ""):
         assert pod_record(with_uid(odd)).uid == odd, "a non-canonical UID is kept verbatim"
+
+
+def _canonical_uuid(uid: str) -> bool:
+    import uuid
+
+    try:
+        return str(uuid.UUID(uid)) == uid
+    except ValueError:
+        return False
+
+
+_UID_ALPHABET = "0123456789abcdefABCDEF- {}urn:x"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.uuids().map(str),
+        st.uuids().map(lambda u: str(u).upper()),
+        st.uuids().map(lambda u: str(u).replace("-", "")),
+        st.uuids().map(lambda u: "{" + str(u) + "}"),
+        st.uuids().map(lambda u: str(u)[:9] + " " + str(u)[10:]),
+        st.text(alphabet=_UID_ALPHABET, min_size=30, max_size=40),
+        st.text(max_size=40),
+    )
+)
+def test_any_uid_reads_back_exactly_and_only_canonical_ones_are_packed(uid: str) -> None:
+    raw = raw_pod("ns1", "p", {})
+    raw["metadata"]["uid"] = uid
+    pod = pod_record(raw)
+    assert pod.uid == uid
+    assert isinstance(pod.packed_uid, bytes) is _canonical_uuid(uid)
