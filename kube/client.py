@@ -470,16 +470,17 @@ class Client:
                     raise ApiError(0, f"watch stream: {type(err).__name__}: {err}") from err
                 if not chunk:
                     break
-                start = len(buf)
+                search = len(buf)  # what was kept holds no newline
                 buf += chunk
-                while (nl := buf.find(b"\n", start)) >= 0:
-                    line = bytes(buf[:nl])
-                    del buf[: nl + 1]
-                    start = 0
+                pos = 0
+                while (nl := buf.find(b"\n", search)) >= 0:
+                    line = buf[pos:nl]
+                    pos = search = nl + 1
                     if line.strip():
                         yield _event(line)
+                del buf[:pos]  # once per chunk: a stream of small events is not quadratic
             if buf.strip() and not (canceller and canceller.cancelled):
-                yield _event(bytes(buf))
+                yield _event(buf)
         finally:
             if canceller is not None:
                 canceller._detach(resp)
@@ -532,7 +533,7 @@ def _shutdown(resp: urllib3.BaseHTTPResponse) -> None:
         resp.shutdown()
 
 
-def _event(line: bytes) -> JSON:
+def _event(line: bytes | bytearray) -> JSON:
     try:
         event = orjson.loads(line)
     except ValueError as err:

@@ -63,7 +63,14 @@ class Gate:
     timeout: float = 10.0
 
 
-Action = JSON | Sleep | Stall | Gate
+@dataclass(frozen=True)
+class Raw:
+    """Send these bytes as one HTTP chunk, as they are (events cut anywhere)."""
+
+    data: bytes
+
+
+Action = JSON | Sleep | Stall | Gate | Raw
 
 
 def event(type_: str, obj: JSON) -> JSON:
@@ -575,6 +582,9 @@ class _Handler(BaseHTTPRequestHandler):
                     elif isinstance(action, Stall):
                         fake._stopping.wait(action.seconds)
                         break
+                    elif isinstance(action, Raw):
+                        if action.data:
+                            self._chunk(action.data)
                     else:
                         self._chunk(json.dumps(action).encode() + b"\n")
             self.wfile.write(b"0\r\n\r\n")
