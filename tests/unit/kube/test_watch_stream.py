@@ -3,6 +3,7 @@ yields exactly the events sent, whole and in order, however the bytes are chunke
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 
@@ -32,7 +33,7 @@ def events(n: int) -> list[JSON]:
 
 def chunked(data: bytes, cuts: list[int]) -> list[Raw]:
     points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    return [Raw(data[a:b]) for a, b in zip(points, points[1:], strict=False)]
+    return [Raw(data[a:b]) for a, b in itertools.pairwise(points)]
 
 
 @settings(
