@@ -160,16 +160,18 @@ def force_relist(ctx: Context, signer: OurSigner, scratch: str) -> None:
 
 
 def cluster_lists(ctx: Context) -> float:
-    """Cluster-scoped LISTs of Pods since the API server started (our relists)."""
-    return sum_samples(
-        apiserver_metrics(ctx.plane),
-        "apiserver_request_total",
-        lambda lb: (
-            lb.get("verb") == "LIST"
-            and lb.get("resource") == "pods"
-            and lb.get("scope") == "cluster"
-        ),
+    """Cluster-scoped lists of Pods since the API server started (our relists): paged
+    LISTs, and streaming lists once their initial events have been sent (kube-apiserver
+    itself caches no Pods)."""
+    text = apiserver_metrics(ctx.plane)
+
+    def pods(lb: dict[str, str]) -> bool:
+        return lb.get("resource") == "pods" and lb.get("scope") == "cluster"
+
+    paged = sum_samples(
+        text, "apiserver_request_total", lambda lb: lb.get("verb") == "LIST" and pods(lb)
     )
+    return paged + sum_samples(text, "apiserver_watch_list_duration_seconds_count", pods)
 
 
 def churn(ctx: Context, signer: OurSigner, namespaces: int, svc_per_ns: int) -> Result:
