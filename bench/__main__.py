@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import KeyPool, parallel, pcr_bodies, populate
+from bench.scale import CHURN_RATE as CHURN_OFFERED
 from bench.scale import scale
 from bench.scenarios import OWN_CONTROL_PLANE, SCENARIOS, Context, Result
 from controlplane import ControlPlane
@@ -117,7 +118,8 @@ def table(results: list[Result]) -> str:
             f" Go peer {s['peer_per_second']}/s ({s['peer_cpu_s_per_1000']})",
             f"  ours/Go JSON ceiling {s['burst_over_go_ceiling']}; CPU ours/peer "
             f"{s['cpu_over_peer']}",
-            f"  churn: {s['churn_updates']} Service updates in {s['churn_seconds']} s with "
+            f"  churn: {s['churn_updates']} Service updates in {s['churn_seconds']} s "
+            f"({s.get('churn_updates_per_second', '?')}/s of {CHURN_OFFERED:.0f}/s offered) with "
             f"{s['churn_waiting']} waiting: {s['churn_cpu_fraction']:.1%} of a core, "
             f"{s['churn_redrives']} re-drives, {s['churn_event_writes']} Event writes",
         ]
