@@ -36,7 +36,7 @@ from kubernetes.config import incluster_config, kube_config
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
 from kube.credentials import Credentials, Headers, kubeconfig_token_file
-from kube.http1 import Exchanger, TransportError
+from kube.http1 import Exchanger, Stream, TransportError
 
 JSON = dict[str, Any]
 
@@ -172,15 +172,15 @@ class Client:
         # of the ~0.5 ms of client CPU a status write costs. Through a proxy, the
         # manager's URL handling is needed, so it stays in that path.
         self._host_pool: urllib3.HTTPConnectionPool | None = None
-        # Writes (every request with a body, and DELETE) take the lean HTTP/1.1 path of
+        # Writes (every verb but GET) and watches take the lean HTTP/1.1 path of
         # `kube.http1` over connections dialled by that same pool (same TLS, same socket
-        # options); reads and watches stay on urllib3.
-        self._writer: Exchanger | None = None
+        # options); single GETs (LIST pages among them) stay on urllib3.
+        self._http1: Exchanger | None = None
         if not isinstance(self._pool, urllib3.ProxyManager):
             host_pool = self._pool.connection_from_url(self.host)
             self._host_pool = host_pool
             new_conn: Any = host_pool._new_conn  # untyped enough: returns a connection
-            self._writer = Exchanger(new_conn, urlsplit(self.host).netloc)
+            self._http1 = Exchanger(new_conn, urlsplit(self.host).netloc)
         self._path_prefix = urlsplit(self.host).path
         # (User-Agent, credentials, the header lines they make): one tuple, swapped whole.
         self._head: tuple[str, Headers, bytes] = ("", {}, b"")
@@ -339,13 +339,15 @@ class Client:
         server, so retries would meet them one timeout at a time. Close them all, as an
         HTTP/2 client loses every stream with its one connection; the next requests
         dial afresh. Other failures (refused, reset) leave the pool alone."""
-        if isinstance(err, urllib3.exceptions.TimeoutError | TimeoutError):
+        if isinstance(err, urllib3.exceptions.TimeoutError | TimeoutError) or (
+            isinstance(err, TransportError) and err.timeout
+        ):
             self.drop_idle_connections()
 
     def drop_idle_connections(self) -> None:
         """Close every idle pooled connection (connections in use are left alone)."""
-        if self._writer is not None:
-            self._writer.close_idle()
+        if self._http1 is not None:
+            self._http1.close_idle()
         if self._host_pool is None:
             self._pool.clear()
             return
@@ -368,7 +370,7 @@ class Client:
                 break
 
     def _json(self, method: str, path: str, *, discard: bool = False, **kwargs: Any) -> JSON:
-        if method != "GET" and self._writer is not None:
+        if method != "GET" and self._http1 is not None:
             raw = self._write(method, path, **kwargs)
         else:
             raw = self._body(method, path, **kwargs)
@@ -401,7 +403,7 @@ class Client:
     ) -> bytes:
         """`_send` + read for a write, through `kube.http1`: the same rate limit, counts,
         401 retry and errors, fewer layers. Returns the answer's body."""
-        assert self._writer is not None
+        assert self._http1 is not None
         self.write_limiter.take()
         with self._count_lock:
             self._counts[method] = self._counts.get(method, 0) + 1
@@ -417,7 +419,7 @@ class Client:
             if content_type:
                 head += b"Content-Type: " + content_type.encode("latin-1") + b"\r\n"
             try:
-                answer = self._writer.exchange(
+                answer = self._http1.exchange(
                     method,
                     target,
                     head,
@@ -426,8 +428,7 @@ class Client:
                     read_timeout=_seconds(limits.read_timeout),
                 )
             except TransportError as err:
-                if err.timeout:
-                    self.drop_idle_connections()
+                self._transport_failed(err)
                 raise ApiError(0, str(err)) from err
             if answer.status == 401 and attempt == 0 and self.credentials.after_unauthorized(auth):
                 # Rotated credentials (a re-read token file): the request was not acted
@@ -527,21 +528,28 @@ class Client:
         stream. A read that stalls longer than `read_timeout` raises ApiError(0), as does
         a body cut off mid-event. `canceller.cancel()` from another thread ends the
         stream at once (quietly, or with ApiError(0) if the transport complains)."""
-        resp = self._send(
-            "GET",
-            path,
-            params={**params, "watch": "true"},
-            timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
-            stream=True,
-        )
+        watch_params = {**params, "watch": "true"}
+        if self._http1 is not None:
+            stream = self._open_stream(path, watch_params, read_timeout)
+            body: Iterator[bytes] = stream.data()
+            handle: Any = stream
+        else:
+            resp = self._send(
+                "GET",
+                path,
+                params=watch_params,
+                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+                stream=True,
+            )
+            body, handle = _read1_chunks(resp), resp
         if canceller is not None:
-            canceller._attach(resp)
+            canceller._attach(handle)
         try:
             buf = bytearray()
             while True:
                 try:
-                    chunk = resp.read1(65536)
-                except (urllib3.exceptions.HTTPError, OSError, ValueError) as err:
+                    chunk = next(body, b"")
+                except (TransportError, urllib3.exceptions.HTTPError, OSError, ValueError) as err:
                     if not (canceller and canceller.cancelled):
                         self._transport_failed(err)
                     raise ApiError(0, f"watch stream: {type(err).__name__}: {err}") from err
@@ -560,10 +568,52 @@ class Client:
                 yield _event(buf)
         finally:
             if canceller is not None:
-                canceller._detach(resp)
+                canceller._detach(handle)
             # Close before releasing: a half-read stream must not go back to the pool.
-            resp.close()
-            resp.release_conn()
+            handle.close()
+            if isinstance(handle, urllib3.BaseHTTPResponse):
+                handle.release_conn()
+
+    def _open_stream(self, path: str, params: Mapping[str, Any], read_timeout: float) -> Stream:
+        """A watch's GET over `kube.http1` (a connection of its own): the same counts,
+        401 re-read + one retry and errors as `_send`."""
+        assert self._http1 is not None
+        with self._count_lock:
+            self._counts["GET"] = self._counts.get("GET", 0) + 1
+        target = f"{self._path_prefix}{path}{_query(params)}"
+        auth = self.credentials.headers()
+        for attempt in (0, 1):
+            try:
+                stream = self._http1.stream(
+                    "GET",
+                    target,
+                    self._head_for(auth),
+                    connect_timeout=10.0,
+                    read_timeout=read_timeout,
+                )
+            except TransportError as err:
+                self._transport_failed(err)
+                raise ApiError(0, str(err)) from err
+            if stream.status == 401 and attempt == 0 and self.credentials.after_unauthorized(auth):
+                stream.close()
+                auth = self.credentials.headers()
+                continue
+            break
+        if stream.status >= 400:
+            try:
+                raw = stream.read_all()
+            except TransportError as err:
+                self._transport_failed(err)
+                raise ApiError(0, str(err)) from err
+            finally:
+                stream.close()
+            raise _error_from(stream.status, stream.reason, raw, stream.retry_after)
+        return stream
+
+
+def _read1_chunks(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    while chunk := resp.read1(65536):
+        yield chunk
 
 
 class StreamCanceller:

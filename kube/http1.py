@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 exchange for the API requests that carry a body (the writes).
+"""A lean HTTP/1.1 client for the API requests made per certificate: writes and watches.
 
 Why it exists: a status write through urllib3 + `http.client` spends most of its client
 CPU on layers a JSON API client does not need — header objects assembled field by field
@@ -6,7 +6,8 @@ and sent in several TLS writes, the response headers parsed by the `email` packa
 response wrappers, pool bookkeeping. Here a request is one bytes object written with one
 `sendall`, and the answer is parsed from a buffer: the status line, the three headers we
 read (`Content-Length`, `Transfer-Encoding`, `Connection`, plus `Retry-After`), and a
-body by length or chunked. About a third of the CPU of a write.
+body by length or chunked. About a third of the CPU of a write. A watch is one request
+on a connection of its own whose chunked body is de-chunked straight off the socket.
 
 What it keeps from the urllib3 path (it is built on it):
 
@@ -30,8 +31,9 @@ What it does not do: redirects, proxies (a proxied client keeps urllib3 for ever
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -56,6 +58,39 @@ class Answer:
     reason: str
     body: bytes
     retry_after: str | None
+
+
+class Stream:
+    """A response read as it arrives, on a connection of its own (never reused).
+    `shutdown()` may be called from another thread to end a blocked read at once."""
+
+    def __init__(self, link: _Link, head: _Head, buf: bytearray) -> None:
+        self._link = link
+        self._head = head
+        self._buf = buf
+        self.status = head.status
+        self.reason = head.reason
+        self.retry_after = head.retry_after
+
+    def data(self) -> Iterator[bytes]:
+        """The body, de-chunked, as the server sends it. Raises `TransportError`
+        (a timeout, a reset, a body cut off)."""
+        try:
+            yield from _stream_body(self._link.sock, self._buf, self._head)
+        except TimeoutError as err:
+            raise TransportError(f"TimeoutError: {err or 'timed out'}", timeout=True) from err
+        except (OSError, ValueError) as err:
+            raise TransportError(f"{type(err).__name__}: {err}") from err
+
+    def read_all(self) -> bytes:
+        return b"".join(self.data())
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(OSError):
+            self._link.sock.shutdown(socket.SHUT_RD)
+
+    def close(self) -> None:
+        self._link.close()
 
 
 class _Connection(Protocol):
@@ -131,6 +166,34 @@ class Exchanger:
             link.close()
         return answer
 
+    def stream(
+        self,
+        method: str,
+        target: str,
+        headers: bytes,
+        *,
+        connect_timeout: float | None,
+        read_timeout: float | None,
+    ) -> Stream:
+        """Send a bodiless request on a fresh connection and return once the answer's
+        header block is in; the caller reads and closes the `Stream`."""
+        request = b"".join(
+            (f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), self._prefix, headers, b"\r\n")
+        )
+        link = self._dial(connect_timeout)
+        try:
+            link.sock.settimeout(read_timeout)
+            link.sock.sendall(request)
+            buf = bytearray()
+            head = _read_head(link.sock, buf)
+        except TimeoutError as err:
+            link.close()
+            raise TransportError(f"TimeoutError: {err or 'timed out'}", timeout=True) from err
+        except (OSError, ValueError) as err:
+            link.close()
+            raise TransportError(f"{type(err).__name__}: {err}") from err
+        return Stream(link, head, buf)
+
     def close_idle(self) -> None:
         """Close every idle connection (those in use are left alone)."""
         with self._lock:
@@ -152,6 +215,9 @@ class Exchanger:
             if not dropped:
                 return link
             link.close()
+        return self._dial(connect_timeout)
+
+    def _dial(self, connect_timeout: float | None) -> _Link:
         conn = self._new_connection()
         conn.timeout = connect_timeout
         try:
@@ -169,10 +235,19 @@ class Exchanger:
         return _Link(conn)
 
 
-def _read_answer(sock: Any, method: str) -> tuple[Answer, bool]:
-    """Read one response (skipping 1xx); returns it and whether the connection can be
-    reused. Raises OSError/TimeoutError from the socket, ValueError when malformed."""
-    buf = bytearray()
+@dataclass(frozen=True, slots=True)
+class _Head:
+    status: int
+    reason: str
+    length: int | None
+    chunked: bool
+    close: bool
+    retry_after: str | None
+
+
+def _read_head(sock: Any, buf: bytearray) -> _Head:
+    """Read one response header block into a `_Head` (skipping 1xx answers), leaving the
+    bytes after it in `buf`. Raises OSError/TimeoutError, ValueError when malformed."""
     while True:
         end = buf.find(b"\r\n\r\n")
         while end < 0:
@@ -203,6 +278,8 @@ def _read_answer(sock: Any, method: str) -> tuple[Answer, bool]:
             name = name.strip().lower()
             if name == "content-length":
                 length = int(value.strip())
+                if length < 0:
+                    raise ValueError("negative Content-Length")
             elif name == "transfer-encoding":
                 chunked = value.strip().lower().endswith("chunked")
             elif name == "connection":
@@ -212,26 +289,32 @@ def _read_answer(sock: Any, method: str) -> tuple[Answer, bool]:
                 retry_after = value.strip()
             elif name == "content-encoding" and value.strip().lower() not in ("", "identity"):
                 raise ValueError(f"unexpected Content-Encoding {value.strip()!r}")
-        if method == "HEAD" or status in (204, 304):
-            body = b""
-        elif chunked:
-            body = _read_chunked(sock, buf)
-        elif length is not None:
-            if length < 0:
-                raise ValueError("negative Content-Length")
-            while len(buf) < length:
-                chunk = sock.recv(max(_RECV, length - len(buf)))
-                if not chunk:
-                    raise ConnectionResetError("body cut off")
-                buf += chunk
-            body = bytes(buf[:length])
-            del buf[:length]
-        else:  # delimited by the end of the connection
-            while chunk := sock.recv(_RECV):
-                buf += chunk
-            body, close = bytes(buf), True
-            buf.clear()
-        return Answer(status, reason, body, retry_after), not close and not buf
+        return _Head(status, reason, length, chunked, close, retry_after)
+
+
+def _read_answer(sock: Any, method: str) -> tuple[Answer, bool]:
+    """Read one whole response; returns it and whether the connection can be reused."""
+    buf = bytearray()
+    head = _read_head(sock, buf)
+    close = head.close
+    if method == "HEAD" or head.status in (204, 304):
+        body = b""
+    elif head.chunked:
+        body = _read_chunked(sock, buf)
+    elif head.length is not None:
+        while len(buf) < head.length:
+            chunk = sock.recv(max(_RECV, head.length - len(buf)))
+            if not chunk:
+                raise ConnectionResetError("body cut off")
+            buf += chunk
+        body = bytes(buf[: head.length])
+        del buf[: head.length]
+    else:  # delimited by the end of the connection
+        while chunk := sock.recv(_RECV):
+            buf += chunk
+        body, close = bytes(buf), True
+        buf.clear()
+    return Answer(head.status, head.reason, body, head.retry_after), not close and not buf
 
 
 def _read_chunked(sock: Any, buf: bytearray) -> bytes:
@@ -265,6 +348,48 @@ def _read_chunked(sock: Any, buf: bytearray) -> bytes:
         if pos > _RECV:
             del buf[:pos]
             pos = 0
+
+
+def _stream_body(sock: Any, buf: bytearray, head: _Head) -> Iterator[bytes]:
+    """The body as it arrives (de-chunked), for a response read as a stream."""
+    if head.chunked:
+        while True:
+            nl = buf.find(b"\r\n")
+            while nl < 0:
+                _fill(sock, buf)
+                nl = buf.find(b"\r\n")
+            size = int(bytes(buf[:nl]).split(b";", 1)[0].strip(), 16)
+            del buf[: nl + 2]
+            if size == 0:
+                return  # trailers, if any, die with the connection
+            while size:
+                if not buf:
+                    _fill(sock, buf)
+                take = min(size, len(buf))
+                yield bytes(buf[:take])
+                del buf[:take]
+                size -= take
+            while len(buf) < 2:
+                _fill(sock, buf)
+            if buf[:2] != b"\r\n":
+                raise ValueError("malformed chunk")
+            del buf[:2]
+    left = head.length
+    if buf:
+        data = bytes(buf if left is None else buf[:left])
+        buf.clear()
+        if left is not None:
+            left -= len(data)
+        yield data
+    while left is None or left > 0:
+        chunk = sock.recv(_RECV if left is None else min(_RECV, left))
+        if not chunk:
+            if left is None:
+                return
+            raise ConnectionResetError("body cut off")
+        if left is not None:
+            left -= len(chunk)
+        yield chunk
 
 
 def _fill(sock: Any, buf: bytearray) -> None:

@@ -49,7 +49,7 @@ def test_writes_answer_as_before_and_reuse_one_connection(fake: FakeApi) -> None
     assert fake.get(CONFIGMAPS, "a") is None
     counts = {"POST": 1, "PATCH": 2, "GET": 1, "PUT": 1, "DELETE": 1}
     assert client.request_count().by_method == counts
-    assert client._writer is not None and client._writer.dialled == 1
+    assert client._http1 is not None and client._http1.dialled == 1
     sent = list(fake.matching("PATCH", f"{CONFIGMAPS}/a"))
     assert sent[0].body == {"data": {"k": "2"}}
     assert sent[0].user_agent == "service-serving-signer"
@@ -70,7 +70,7 @@ def test_a_write_error_carries_status_reason_and_retry_after(fake: FakeApi) -> N
         client.patch(f"{CONFIGMAPS}/nope", {"data": {}})
     assert missing.value.status == 404
     # Error answers leave the connection reusable.
-    assert client._writer is not None and client._writer.dialled == 1
+    assert client._http1 is not None and client._http1.dialled == 1
 
 
 def test_a_401_on_a_write_re_reads_the_token_file_and_retries_once(
@@ -92,7 +92,7 @@ def test_a_401_on_a_write_re_reads_the_token_file_and_retries_once(
 
 def test_a_write_that_times_out_closes_the_idle_connections(fake: FakeApi) -> None:
     client = fake.client()
-    writer = client._writer
+    writer = client._http1
     assert writer is not None
     # Two idle connections: two writes in flight at once.
     barrier = threading.Barrier(2)
@@ -296,4 +296,51 @@ def test_a_malformed_or_cut_off_answer_is_a_transient_transport_error(
     with pytest.raises(ApiError) as failed:
         client.patch("/api/v1/x", {})
     assert failed.value.status == 0 and failed.value.transient
-    assert client._writer is not None and client._writer._idle == []
+    assert client._http1 is not None and client._http1._idle == []
+
+
+def test_a_watch_decodes_events_split_across_chunks_on_its_own_connection(
+    scripted: Callable[[Script], ScriptedServer],
+) -> None:
+    def answer(conn: socket.socket, n: int) -> None:
+        if n == 1:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            return
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        first, second = b'{"type":"ADDED","object":{"a":1}}\n{"type":"MOD', b'IFIED","object":{}}\n'
+        conn.sendall(b"%x;x=y\r\n%s\r\n" % (len(first), first))
+        conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(second), second))
+
+    server = scripted(answer)
+    client = server.client()
+    client.patch("/api/v1/x", {})  # one pooled connection for writes
+    events = list(client.watch("/api/v1/pods", {}, read_timeout=5))
+    assert [e["type"] for e in events] == ["ADDED", "MODIFIED"]
+    assert server.connections == 2, "the watch dialled its own connection"
+    assert server.requests[1].startswith(b"GET /api/v1/pods?watch=true HTTP/1.1\r\n")
+    assert client.request_count().by_method == {"PATCH": 1, "GET": 1}
+
+
+def test_a_watch_401_re_reads_the_token_and_retries_once(fake: FakeApi, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("old")
+    client = Client.from_kubeconfig(str(token_kubeconfig(fake, tmp_path, str(token))), qps=0)
+    client.get("/api/v1/namespaces/default")
+    token.write_text("new")
+    fake.fail(
+        "GET", CONFIGMAPS, 401, watch=True, times=100, when=lambda r: "old" in r.authorization
+    )
+    fake.script_watch(CONFIGMAPS, {"type": "ADDED", "object": configmap("a")})
+
+    events = list(client.watch(CONFIGMAPS, {"timeoutSeconds": 1}, read_timeout=5))
+
+    assert [e["object"]["metadata"]["name"] for e in events] == ["a"]
+    sent = [r.authorization for r in fake.matching("GET", CONFIGMAPS)]
+    assert sent == ["Bearer old", "Bearer new"]
+
+
+def test_a_watch_error_answer_is_an_api_error_with_its_status(fake: FakeApi) -> None:
+    fake.fail("GET", CONFIGMAPS, 410, watch=True)
+    with pytest.raises(ApiError) as gone:
+        list(fake.client().watch(CONFIGMAPS, {}, read_timeout=5))
+    assert gone.value.status == 410
