@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import socket
 import threading
 import time
@@ -713,6 +714,12 @@ def _error_from(status: int, reason: str, raw: bytes, retry_after: str | None) -
     return ApiError(status, reason, body, delay)
 
 
+_PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
+
+
 def path_segment(name: str) -> str:
-    """Quote a name for a URL path (signer names contain `/` and `:`)."""
+    """Quote a name for a URL path (signer names contain `/` and `:`). Object names
+    (DNS subdomains) need no quoting, and most take the fast path."""
+    if _PLAIN_SEGMENT.fullmatch(name):
+        return name
     return quote(name, safe="")

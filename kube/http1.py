@@ -31,13 +31,12 @@ What it does not do: redirects, proxies (a proxied client keeps urllib3 for ever
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-from urllib3.util.wait import wait_for_read
 
 MAX_HEADER_BYTES = 1 << 20  # kube-apiserver's own MaxHeaderBytes
 _RECV = 65536
@@ -209,7 +208,9 @@ class Exchanger:
                 break
             # Readable while idle: the server closed it (or sent something unasked).
             try:
-                dropped = wait_for_read(link.sock, timeout=0.0)
+                poller = select.poll()
+                poller.register(link.sock, select.POLLIN)
+                dropped = bool(poller.poll(0))
             except (OSError, ValueError):
                 dropped = True
             if not dropped:
