@@ -427,6 +427,7 @@ class Client:
                     data,
                     connect_timeout=_seconds(limits.connect_timeout),
                     read_timeout=_seconds(limits.read_timeout),
+                    total=_seconds(limits.total),
                 )
             except TransportError as err:
                 self._transport_failed(err)

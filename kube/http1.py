@@ -34,6 +34,7 @@ import contextlib
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -137,9 +138,12 @@ class Exchanger:
         *,
         connect_timeout: float | None,
         read_timeout: float | None,
+        total: float | None = None,
     ) -> Answer:
         """One request → its answer. `headers`: `Name: value\\r\\n` lines (no Host, no
-        Content-Length). Raises `TransportError`."""
+        Content-Length). Each socket read waits at most `read_timeout`, and at most what
+        is left of `total` after connecting (as urllib3's `Timeout(total=...)`). Raises
+        `TransportError`."""
         head = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), self._prefix, headers]
         if body is not None:
             head.append(b"Content-Length: %d\r\n\r\n" % len(body))
@@ -147,7 +151,11 @@ class Exchanger:
         else:
             head.append(b"Content-Length: 0\r\n\r\n" if method != "GET" else b"\r\n")
         request = b"".join(head)
+        started = time.monotonic()
         link = self._take(connect_timeout)
+        if total is not None:
+            left = max(total - (time.monotonic() - started), 0.001)
+            read_timeout = left if read_timeout is None else min(read_timeout, left)
         try:
             link.sock.settimeout(read_timeout)
             link.sock.sendall(request)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s_client
 
+from kube import http1
 from kube.client import ApiError, Client
 from kube.credentials import Credentials
 from tests.unit.fakeapi import FakeApi
@@ -344,3 +345,42 @@ def test_a_watch_error_answer_is_an_api_error_with_its_status(fake: FakeApi) -> 
     with pytest.raises(ApiError) as gone:
         list(fake.client().watch(CONFIGMAPS, {}, read_timeout=5))
     assert gone.value.status == 410
+
+
+def test_a_total_bound_caps_each_read_by_what_connecting_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Timeout(total=...)` (the leader-election requests) as urllib3 keeps it: the read
+    timeout is what is left of the total after the connection is made."""
+    timeouts: list[float | None] = []
+
+    class SilentSocket:
+        def settimeout(self, value: float | None) -> None:
+            timeouts.append(value)
+
+        def sendall(self, data: bytes) -> None:
+            pass
+
+        def recv(self, size: int) -> bytes:
+            raise TimeoutError("timed out")
+
+    class SlowConnection:
+        sock: object = None
+        timeout: object = None
+
+        def connect(self) -> None:
+            clock[0] += 0.4  # connecting took 0.4 s
+            self.sock = SilentSocket()
+
+        def close(self) -> None:
+            pass
+
+    clock = [100.0]
+    monkeypatch.setattr("kube.http1.time.monotonic", lambda: clock[0])
+    exchanger = http1.Exchanger(SlowConnection, "example:443")
+    with pytest.raises(http1.TransportError) as failed:
+        exchanger.exchange(
+            "PUT", "/x", b"", b"{}", connect_timeout=0.5, read_timeout=30.0, total=0.5
+        )
+    assert failed.value.timeout
+    assert timeouts == [pytest.approx(0.1)]
