@@ -239,6 +239,9 @@ class Client:
         )
 
     def close(self) -> None:
+        """Close the idle connections (a watch in flight keeps its own until it ends)."""
+        if self._http1 is not None:
+            self._http1.close_idle()
         api: Any = self._api  # ApiClient.close is untyped upstream
         api.close()
 

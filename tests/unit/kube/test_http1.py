@@ -122,6 +122,14 @@ def test_a_write_that_times_out_closes_the_idle_connections(fake: FakeApi) -> No
     assert writer.dialled == dialled + 1
 
 
+def test_close_closes_the_idle_write_connections(fake: FakeApi) -> None:
+    client = fake.client()
+    client.create(CONFIGMAPS, configmap("a"))
+    assert client._http1 is not None and len(client._http1._idle) == 1
+    client.close()
+    assert client._http1._idle == []
+
+
 def test_a_header_with_a_line_break_is_refused_not_sent(fake: FakeApi) -> None:
     configuration = k8s_client.Configuration()
     configuration.host = fake.url
