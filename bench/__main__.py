@@ -8,6 +8,7 @@ run). Figures, not pass/fail: the exit code is non-zero only if a scenario crash
     python -m bench --scenario burst,peer,ceiling --n 1000
     python -m bench --scenario burst --auth token   # the signer on a bearer-token kubeconfig
     python -m bench --scenario scale         # 150,000 Pods / 10,000 Services (not in "all")
+    python -m bench --scenario drains --n 2000 --rounds 3   # CPU per 1,000: ours vs Go
     BENCH_QUICK=1 python -m bench            # small N, short steady phase: a smoke run
 """
 
@@ -24,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from bench.drains import drains
 from bench.harness import KeyPool, parallel, pcr_bodies, populate
 from bench.scale import CHURN_RATE as CHURN_OFFERED
 from bench.scale import scale
@@ -32,10 +34,11 @@ from controlplane import ControlPlane
 from kube.client import Client
 
 ORDER = ("burst", "peer", "ceiling", "steady", "wakeup", "memory")
-# Asked for by name only (`--scenario scale`): it builds a 150,000-Pod cluster.
-EXTRA = {"scale": scale}
+# Asked for by name only: `scale` builds a 150,000-Pod cluster; `drains` repeats backlog
+# drains of every signer to compare CPU per certificate.
+EXTRA = {"scale": scale, "drains": drains}
 ALL = {**SCENARIOS, **EXTRA}
-OWN = OWN_CONTROL_PLANE | set(EXTRA)
+OWN = OWN_CONTROL_PLANE | {"scale"}
 
 
 def _log(message: str) -> None:
@@ -99,6 +102,18 @@ def table(results: list[Result]) -> str:
             f"{m['rss_after_list_mib']} MiB (list) / {m['rss_after_watch_mib']} MiB (watch); "
             f"{m['bytes_per_pod_list']} B per Pod (list), {m['bytes_per_pod_watch']} B (watch)"
         )
+    if "drains" in by:
+        d = by["drains"]
+        lines.append(f"drains of {d['n']} (median of {len(d['runs']) // 4} rounds):")
+        for label in ("go_ceiling_json", "ours_cert", "ours_token", "go_peer"):
+            idle = [r["idle_cpu_fraction"] for r in d["runs"] if r["signer"] == label]
+            lines.append(
+                f"  {label:16} {d[f'{label}_per_second']:>7}/s  "
+                f"{d[f'{label}_cpu_s_per_1000']:>6} CPU s/1k  idle CPU after {idle}"
+            )
+        lines.append(
+            f"  CPU ours/peer: cert {d['cpu_over_peer_cert']}, token {d['cpu_over_peer_token']}"
+        )
     if "scale" in by:
         s = by["scale"]
         lines += [
@@ -146,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         help="how our signer authenticates in burst: client certificate, or a bearer token "
         "read from a kubeconfig tokenFile",
     )
+    parser.add_argument("--rounds", type=int, default=3, help="drains: interleaved rounds")
     parser.add_argument("--json", type=Path, help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
     wanted = [s for arg in args.scenario or [",".join(ORDER)] for s in arg.split(",") if s]
@@ -182,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 scale_pods=args.pods,
                 scale_services=args.services,
                 scale_burst=args.burst,
+                rounds=args.rounds,
             )
             _log(f"scenario {name} (n={args.n}, workers={args.workers}, quick={quick})")
             try:

@@ -67,6 +67,7 @@ class Context:
     scale_services: int = 10_000
     scale_burst: int = 10_000
     scale_prefix: str = "scale"
+    rounds: int = 1  # drains: interleaved repetitions
 
     def dir(self, name: str) -> Path:
         path = self.workdir / name

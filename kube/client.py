@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import socket
 import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -35,7 +36,8 @@ from kubernetes import config as k8s_config
 from kubernetes.config import incluster_config, kube_config
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
-from kube.credentials import Credentials, kubeconfig_token_file
+from kube.credentials import Credentials, Headers, kubeconfig_token_file
+from kube.http1 import Exchanger, Stream, TransportError
 
 JSON = dict[str, Any]
 
@@ -171,9 +173,18 @@ class Client:
         # of the ~0.5 ms of client CPU a status write costs. Through a proxy, the
         # manager's URL handling is needed, so it stays in that path.
         self._host_pool: urllib3.HTTPConnectionPool | None = None
+        # Writes (every verb but GET) and watches take the lean HTTP/1.1 path of
+        # `kube.http1` over connections dialled by that same pool (same TLS, same socket
+        # options); single GETs (LIST pages among them) stay on urllib3.
+        self._http1: Exchanger | None = None
         if not isinstance(self._pool, urllib3.ProxyManager):
-            self._host_pool = self._pool.connection_from_url(self.host)
+            host_pool = self._pool.connection_from_url(self.host)
+            self._host_pool = host_pool
+            new_conn: Any = host_pool._new_conn  # untyped enough: returns a connection
+            self._http1 = Exchanger(new_conn, urlsplit(self.host).netloc)
         self._path_prefix = urlsplit(self.host).path
+        # (User-Agent, credentials, the header lines they make): one tuple, swapped whole.
+        self._head: tuple[str, Headers, bytes] = ("", {}, b"")
         self.user_agent = user_agent
         self.write_limiter = TokenBucket(qps, burst)
         self._counts: dict[str, int] = {}
@@ -228,6 +239,9 @@ class Client:
         )
 
     def close(self) -> None:
+        """Close the idle connections (a watch in flight keeps its own until it ends)."""
+        if self._http1 is not None:
+            self._http1.close_idle()
         api: Any = self._api  # ApiClient.close is untyped upstream
         api.close()
 
@@ -329,11 +343,15 @@ class Client:
         server, so retries would meet them one timeout at a time. Close them all, as an
         HTTP/2 client loses every stream with its one connection; the next requests
         dial afresh. Other failures (refused, reset) leave the pool alone."""
-        if isinstance(err, urllib3.exceptions.TimeoutError | TimeoutError):
+        if isinstance(err, urllib3.exceptions.TimeoutError | TimeoutError) or (
+            isinstance(err, TransportError) and err.timeout
+        ):
             self.drop_idle_connections()
 
     def drop_idle_connections(self) -> None:
         """Close every idle pooled connection (connections in use are left alone)."""
+        if self._http1 is not None:
+            self._http1.close_idle()
         if self._host_pool is None:
             self._pool.clear()
             return
@@ -356,7 +374,10 @@ class Client:
                 break
 
     def _json(self, method: str, path: str, *, discard: bool = False, **kwargs: Any) -> JSON:
-        raw = self._body(method, path, **kwargs)
+        if method != "GET" and self._http1 is not None:
+            raw = self._write(method, path, **kwargs)
+        else:
+            raw = self._body(method, path, **kwargs)
         if not raw or discard:
             return {}
         result: JSON = orjson.loads(raw)
@@ -373,6 +394,68 @@ class Client:
         finally:
             resp.release_conn()
         return raw
+
+    def _write(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: urllib3.Timeout | None = None,
+    ) -> bytes:
+        """`_send` + read for a write, through `kube.http1`: the same rate limit, counts,
+        401 retry and errors, fewer layers. Returns the answer's body."""
+        assert self._http1 is not None
+        self.write_limiter.take()
+        with self._count_lock:
+            self._counts[method] = self._counts.get(method, 0) + 1
+        data = None
+        if body is not None:
+            data = orjson.dumps(body)
+            content_type = content_type or "application/json"
+        target = f"{self._path_prefix}{path}{_query(params)}"
+        limits = timeout or DEFAULT_TIMEOUT
+        auth = self.credentials.headers()
+        for attempt in (0, 1):
+            head = self._head_for(auth)
+            if content_type:
+                head += b"Content-Type: " + content_type.encode("latin-1") + b"\r\n"
+            try:
+                answer = self._http1.exchange(
+                    method,
+                    target,
+                    head,
+                    data,
+                    connect_timeout=_seconds(limits.connect_timeout),
+                    read_timeout=_seconds(limits.read_timeout),
+                    total=_seconds(limits.total),
+                )
+            except TransportError as err:
+                self._transport_failed(err)
+                raise ApiError(0, str(err)) from err
+            if answer.status == 401 and attempt == 0 and self.credentials.after_unauthorized(auth):
+                # Rotated credentials (a re-read token file): the request was not acted
+                # on, so send it once more with the new ones.
+                auth = self.credentials.headers()
+                continue
+            break
+        if answer.status >= 400:
+            raise _error_from(answer.status, answer.reason, answer.body, answer.retry_after)
+        return answer.body
+
+    def _head_for(self, auth: Headers) -> bytes:
+        """The header lines every write carries (Accept, User-Agent, credentials),
+        encoded once per credentials value."""
+        agent, seen, head = self._head
+        if agent != self.user_agent or seen is not auth:
+            lines = {"Accept": "application/json", "User-Agent": self.user_agent, **auth}
+            if any(c in text for kv in lines.items() for text in kv for c in "\r\n\0"):
+                raise ValueError("a request header contains a line break or NUL")
+            head = "".join(f"{k}: {v}\r\n" for k, v in lines.items()).encode("latin-1")
+            self._head = (self.user_agent, auth, head)
+        return head
 
     def get(
         self, path: str, params: Mapping[str, Any] | None = None, *, timeout: float | None = None
@@ -450,21 +533,28 @@ class Client:
         stream. A read that stalls longer than `read_timeout` raises ApiError(0), as does
         a body cut off mid-event. `canceller.cancel()` from another thread ends the
         stream at once (quietly, or with ApiError(0) if the transport complains)."""
-        resp = self._send(
-            "GET",
-            path,
-            params={**params, "watch": "true"},
-            timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
-            stream=True,
-        )
+        watch_params = {**params, "watch": "true"}
+        if self._http1 is not None:
+            stream = self._open_stream(path, watch_params, read_timeout)
+            body: Iterator[bytes] = stream.data()
+            handle: Any = stream
+        else:
+            resp = self._send(
+                "GET",
+                path,
+                params=watch_params,
+                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+                stream=True,
+            )
+            body, handle = _read1_chunks(resp), resp
         if canceller is not None:
-            canceller._attach(resp)
+            canceller._attach(handle)
         try:
             buf = bytearray()
             while True:
                 try:
-                    chunk = resp.read1(65536)
-                except (urllib3.exceptions.HTTPError, OSError, ValueError) as err:
+                    chunk = next(body, b"")
+                except (TransportError, urllib3.exceptions.HTTPError, OSError, ValueError) as err:
                     if not (canceller and canceller.cancelled):
                         self._transport_failed(err)
                     raise ApiError(0, f"watch stream: {type(err).__name__}: {err}") from err
@@ -483,10 +573,52 @@ class Client:
                 yield _event(buf)
         finally:
             if canceller is not None:
-                canceller._detach(resp)
+                canceller._detach(handle)
             # Close before releasing: a half-read stream must not go back to the pool.
-            resp.close()
-            resp.release_conn()
+            handle.close()
+            if isinstance(handle, urllib3.BaseHTTPResponse):
+                handle.release_conn()
+
+    def _open_stream(self, path: str, params: Mapping[str, Any], read_timeout: float) -> Stream:
+        """A watch's GET over `kube.http1` (a connection of its own): the same counts,
+        401 re-read + one retry and errors as `_send`."""
+        assert self._http1 is not None
+        with self._count_lock:
+            self._counts["GET"] = self._counts.get("GET", 0) + 1
+        target = f"{self._path_prefix}{path}{_query(params)}"
+        auth = self.credentials.headers()
+        for attempt in (0, 1):
+            try:
+                stream = self._http1.stream(
+                    "GET",
+                    target,
+                    self._head_for(auth),
+                    connect_timeout=10.0,
+                    read_timeout=read_timeout,
+                )
+            except TransportError as err:
+                self._transport_failed(err)
+                raise ApiError(0, str(err)) from err
+            if stream.status == 401 and attempt == 0 and self.credentials.after_unauthorized(auth):
+                stream.close()
+                auth = self.credentials.headers()
+                continue
+            break
+        if stream.status >= 400:
+            try:
+                raw = stream.read_all()
+            except TransportError as err:
+                self._transport_failed(err)
+                raise ApiError(0, str(err)) from err
+            finally:
+                stream.close()
+            raise _error_from(stream.status, stream.reason, raw, stream.retry_after)
+        return stream
+
+
+def _read1_chunks(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    while chunk := resp.read1(65536):
+        yield chunk
 
 
 class StreamCanceller:
@@ -550,6 +682,11 @@ def _timeout(seconds: float | None) -> urllib3.Timeout | None:
     return urllib3.Timeout(total=seconds, connect=min(10.0, seconds), read=seconds)
 
 
+def _seconds(value: Any) -> float | None:
+    """A urllib3 timeout value as seconds for a socket (its "default" sentinel: None)."""
+    return float(value) if isinstance(value, int | float) else None
+
+
 def _query(params: Mapping[str, Any] | None) -> str:
     if params:
         clean = {k: _query_value(v) for k, v in params.items() if v is not None}
@@ -581,6 +718,12 @@ def _error_from(status: int, reason: str, raw: bytes, retry_after: str | None) -
     return ApiError(status, reason, body, delay)
 
 
+_PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
+
+
 def path_segment(name: str) -> str:
-    """Quote a name for a URL path (signer names contain `/` and `:`)."""
+    """Quote a name for a URL path (signer names contain `/` and `:`). Object names
+    (DNS subdomains) need no quoting, and most take the fast path."""
+    if _PLAIN_SEGMENT.fullmatch(name):
+        return name
     return quote(name, safe="")

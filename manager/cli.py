@@ -264,6 +264,7 @@ def run_command(**values: Any) -> int:
     """Run the signer and publisher controllers (the production entry point)."""
     opts = build_options(values)
     logs.configure(opts.log_format, opts.verbosity)
+    logs.fast_records()
     from manager.app import StartupFailure, run
 
     try:

@@ -15,15 +15,23 @@ Decisions:
 - Verbosity: `-v 0` shows INFO and above; `V(1)`..`V(3)` are the levels 19..17 between
   INFO and DEBUG; `-v 4` and above include DEBUG. Third-party transports (urllib3, the
   official client) stay at WARNING below `-v 9`, where klog starts logging HTTP traffic.
+- Cost: a line is written per issued certificate, so a line must be cheap. Non-string
+  values are compact JSON in text (`names=["a","b"]`, as klog writes a slice), the text
+  header's time is formatted once per second, and the process (`run`) does not collect
+  what no line prints: the caller's file and line, the process name
+  (`fast_records()`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any, TextIO
+
+import orjson
 
 _RESERVED = frozenset(
     logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys()
@@ -85,26 +93,48 @@ class JSONFormatter(logging.Formatter):
             entry["stacktrace"] = self.formatException(record.exc_info)
         for key, value in structured_fields(record).items():
             entry.setdefault(key, _jsonable(value))
-        return json.dumps(entry, separators=(",", ":"), ensure_ascii=False)
+        return _compact_json(entry)
+
+
+_NEEDS_QUOTES = re.compile(r'[\s"=]')
+_SPACE = re.compile(r"\s")
+
+
+def _compact_json(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # an int beyond 64 bits
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _text_value(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(_jsonable(value))
-    if text == "" or any(c.isspace() or c in '"=' for c in text):
-        return json.dumps(text, ensure_ascii=False)
-    return text
+    """A string bare unless it is empty or has a space, quote or `=`; anything else
+    compact JSON, quoted only if it has a space."""
+    if isinstance(value, str):
+        needs_quotes = value == "" or _NEEDS_QUOTES.search(value) is not None
+        text = value
+    else:
+        text = _compact_json(_jsonable(value))
+        needs_quotes = _SPACE.search(text) is not None
+    return json.dumps(text, ensure_ascii=False) if needs_quotes else text
 
 
 class TextFormatter(logging.Formatter):
     """klog's text header (`I1130 23:43:00.123456 logger] msg key=value`)."""
 
+    _second: tuple[int, str] = (-1, "")
+
+    def _clock(self, created: float) -> str:
+        whole = int(created)
+        second, text = self._second
+        if second != whole:
+            text = time.strftime("%m%d %H:%M:%S", time.localtime(whole))
+            self._second = (whole, text)
+        return text
+
     def format(self, record: logging.LogRecord) -> str:
-        lt = time.localtime(record.created)
         micros = int((record.created % 1) * 1_000_000)
-        header = (
-            f"{record.levelname[:1]}{time.strftime('%m%d %H:%M:%S', lt)}.{micros:06d} "
-            f"{record.name}]"
-        )
+        header = f"{record.levelname[:1]}{self._clock(record.created)}.{micros:06d} {record.name}]"
         parts = [header, record.getMessage()]
         parts += [f"{k}={_text_value(v)}" for k, v in structured_fields(record).items()]
         line = " ".join(parts)
@@ -113,6 +143,14 @@ class TextFormatter(logging.Formatter):
             if record.levelno >= logging.ERROR or record.levelno < logging.INFO:
                 line += "\n" + self.formatException(record.exc_info)
         return line
+
+
+def fast_records() -> None:
+    """Stop `logging` from collecting, for every record, what neither formatter prints:
+    the caller's file/line (a stack walk) and the multiprocessing process name. The
+    logging HOWTO's "Optimization" settings; process-wide, so `run` calls it, not tests."""
+    logging._srcfile = None  # documented in the HOWTO
+    logging.logMultiprocessing = False
 
 
 def configure(log_format: str = "text", verbosity: int = 0, stream: TextIO | None = None) -> None:

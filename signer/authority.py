@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from signer.policy import PublicKey
+from signer.template import LeafTemplate
 from trust.material import SigningKey, SigningMaterial
 
 BACKDATE = timedelta(minutes=2)
@@ -112,10 +113,40 @@ def issue(
     not_before, not_after, refresh = validity(
         now, max_seconds, cap_seconds, signing.not_valid_after_utc
     )
+    serial = serial if serial is not None else new_serial()
+    rsa_leaf = isinstance(public_key, rsa.RSAPublicKey)
+    template = _template(signing, material.key, rsa_leaf)
+    encoded = (
+        template.pem(public_key, serial, not_before, not_after, dns_names) if template else None
+    )
+    if encoded is None:
+        leaf = _build(
+            signing, material.key, rsa_leaf, public_key, serial, not_before, not_after, dns_names
+        )
+        encoded = leaf.public_bytes(serialization.Encoding.PEM)
+    return Issued(
+        chain_pem=(encoded + material.issuer_chain_pem).decode("ascii"),
+        not_before=not_before,
+        not_after=not_after,
+        begin_refresh_at=refresh,
+    )
+
+
+def _build(
+    signing: x509.Certificate,
+    key: SigningKey,
+    rsa_leaf: bool,
+    public_key: PublicKey,
+    serial: int,
+    not_before: datetime,
+    not_after: datetime,
+    dns_names: Sequence[str],
+) -> x509.Certificate:
+    """The leaf, by `cryptography`'s builder: the definition of the profile."""
     builder = (
-        _base_builder(signing, isinstance(public_key, rsa.RSAPublicKey))
+        _base_builder(signing, rsa_leaf)
         .public_key(public_key)
-        .serial_number(serial if serial is not None else new_serial())
+        .serial_number(serial)
         .not_valid_before(not_before)
         .not_valid_after(not_after)
         .add_extension(
@@ -124,14 +155,14 @@ def issue(
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
     )
-    leaf = builder.sign(material.key, signature_hash(material.key))
-    encoded = leaf.public_bytes(serialization.Encoding.PEM)
-    return Issued(
-        chain_pem=(encoded + material.issuer_chain_pem).decode("ascii"),
-        not_before=not_before,
-        not_after=not_after,
-        begin_refresh_at=refresh,
-    )
+    return builder.sign(key, signature_hash(key))
+
+
+@functools.lru_cache(maxsize=16)
+def _template(signing: x509.Certificate, key: SigningKey, rsa_leaf: bool) -> LeafTemplate | None:
+    """The DER template of `signing`'s leaves (`signer.template`), learnt from and
+    checked against `_build`; None (use the builder) if it cannot reproduce it."""
+    return LeafTemplate.learn(functools.partial(_build, signing, key, rsa_leaf), key)
 
 
 @functools.lru_cache(maxsize=16)

@@ -85,8 +85,8 @@ class SignerMetrics:
             "(--waiting-resync-period), the safety net against a missed event.",
             registry=registry,
         )
-        for result in RESULTS:
-            self.requests.labels(result=result)
+        # The children, looked up once (`labels()` parses and locks on every call).
+        self._by_result = {result: self.requests.labels(result=result) for result in RESULTS}
         for reason in DENIAL_REASONS:
             self.denied.labels(reason=reason)
 
@@ -103,19 +103,19 @@ class SignerMetrics:
         self.signer_ttl.set_function(signer_not_after)
 
     def issued(self, seconds_since_creation: float | None) -> None:
-        self.requests.labels(result="issued").inc()
+        self._by_result["issued"].inc()
         if seconds_since_creation is not None:
             self.issuance_duration.observe(max(0.0, seconds_since_creation))
 
     def failed(self, reason: str) -> None:
-        self.requests.labels(result="failed").inc()
+        self._by_result["failed"].inc()
         self.denied.labels(reason=reason).inc()
 
     def waiting_resynced(self, count: int) -> None:
         self.waiting_resyncs.inc(count)
 
     def error(self) -> None:
-        self.requests.labels(result="error").inc()
+        self._by_result["error"].inc()
 
     def count(self, result: str) -> float:
         """Current value of `requests_total{result}` (tests and the demo read it)."""

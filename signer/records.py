@@ -304,7 +304,8 @@ def parse_time(value: Any) -> datetime | None:
 
 def format_time(value: datetime) -> str:
     """RFC 3339 in whole seconds, UTC — metav1.Time's wire form."""
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    v = value
+    return f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}Z"
 
 
 def _bytes(value: Any) -> bytes | None:

@@ -113,3 +113,48 @@ def test_request_on_a_silent_connection_times_out_and_the_retry_dials_a_fresh_on
         thread.join(30)
     assert results == ["Namespace"] * 4
     assert proxy.accepted > dialled
+
+
+def test_a_write_on_a_silent_connection_times_out_and_the_retry_dials_a_fresh_one(
+    control_plane: ControlPlane, proxy: FreezingProxy, tmp_path: Path, namespace: str
+) -> None:
+    """The same for writes, which take `kube.http1`'s connections (a status PATCH)."""
+    signer_client = proxied_client(control_plane, proxy, tmp_path)
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    barrier = threading.Barrier(4)
+
+    def busy(i: int) -> None:
+        barrier.wait(10)
+        signer_client.create(path, {"metadata": {"name": f"warm-{i}"}})
+
+    threads = [threading.Thread(target=busy, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    dialled = proxy.accepted
+    assert dialled >= 2
+    assert proxy.freeze() == dialled
+
+    with pytest.raises(ApiError) as stuck:
+        signer_client.patch(f"{path}/warm-0", {"data": {"k": "v"}}, timeout=2.0)
+    assert stuck.value.status == 0 and stuck.value.transient
+
+    results: list[BaseException | str] = []
+    barrier = threading.Barrier(4)
+
+    def retry(i: int) -> None:
+        barrier.wait(10)
+        try:
+            patched = signer_client.patch(f"{path}/warm-{i}", {"data": {"k": "v"}}, timeout=5.0)
+            results.append(patched["kind"])
+        except ApiError as err:
+            results.append(err)
+
+    threads = [threading.Thread(target=retry, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == ["ConfigMap"] * 4
+    assert proxy.accepted > dialled

@@ -122,3 +122,25 @@ def test_json_error_passed_as_value_is_a_string_under_err() -> None:
     entry = json.loads(stream.getvalue())
     assert entry["msg"] == "signing material rejected"
     assert entry["err"] == "/ca/tls.key: no key"
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_text_writes_a_list_as_compact_json_like_klog_a_slice() -> None:
+    stream, log = emit("text")
+    log.info("certificate issued", extra={"key": "ns/r", "names": ("a.ns.svc", "b.ns.svc")})
+    assert stream.getvalue().rstrip("\n").endswith('key=ns/r names=["a.ns.svc","b.ns.svc"]')
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_lines_are_the_same_without_caller_and_process_collection() -> None:
+    saved = logging._srcfile, logging.logMultiprocessing
+    try:
+        logs.fast_records()
+        for log_format in ("text", "json"):
+            stream, log = emit(log_format)
+            log.info("issued", extra={"pcr": "ns/req-1", "big": 2**70})
+            line = stream.getvalue()
+            assert "ns/req-1" in line and str(2**70) in line
+            assert "test_logs" not in line
+    finally:
+        logging._srcfile, logging.logMultiprocessing = saved

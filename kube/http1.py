@@ -1,0 +1,408 @@
+"""A lean HTTP/1.1 client for the API requests made per certificate: writes and watches.
+
+Why it exists: a status write through urllib3 + `http.client` spends most of its client
+CPU on layers a JSON API client does not need — header objects assembled field by field
+and sent in several TLS writes, the response headers parsed by the `email` package,
+response wrappers, pool bookkeeping. Here a request is one bytes object written with one
+`sendall`, and the answer is parsed from a buffer: the status line, the three headers we
+read (`Content-Length`, `Transfer-Encoding`, `Connection`, plus `Retry-After`), and a
+body by length or chunked. About a third of the CPU of a write. A watch is one request
+on a connection of its own whose chunked body is de-chunked straight off the socket.
+
+What it keeps from the urllib3 path (it is built on it):
+
+* **Dialling, TLS and sockets** are urllib3's: a connection comes from the host pool's
+  `_new_conn()` and `connect()`, so the CA, client certificate, server name checks,
+  TCP_NODELAY, keepalive and TCP_USER_TIMEOUT (`kube.client.socket_options`) are exactly
+  those of every other request.
+* **Reuse.** Idle connections wait in a LIFO (the most recently used first, like
+  urllib3's pool); one the server closed (readable while idle) is discarded before use;
+  an answer with `Connection: close`, a body read to EOF, or anything unparsed left
+  over closes the connection instead of returning it.
+* **Timeouts.** The connect timeout bounds the dial, the read timeout every socket
+  read and write; a timeout (or any transport error) raises `TransportError` and closes
+  that connection; `close_idle()` closes the idle ones (the client does so on a timeout,
+  as for its urllib3 pool).
+
+What it does not do: redirects, proxies (a proxied client keeps urllib3 for everything),
+`Expect: 100-continue`, compressed bodies (it asks for `identity`), HTTP/2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+MAX_HEADER_BYTES = 1 << 20  # kube-apiserver's own MaxHeaderBytes
+_RECV = 65536
+
+
+class TransportError(Exception):
+    """The exchange failed below HTTP (dial, TLS, timeout, reset, malformed answer).
+    `timeout` says whether it was a timeout (the client then drops idle connections)."""
+
+    def __init__(self, message: str, *, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    reason: str
+    body: bytes
+    retry_after: str | None
+
+
+class Stream:
+    """A response read as it arrives, on a connection of its own (never reused).
+    `shutdown()` may be called from another thread to end a blocked read at once."""
+
+    def __init__(self, link: _Link, head: _Head, buf: bytearray) -> None:
+        self._link = link
+        self._head = head
+        self._buf = buf
+        self.status = head.status
+        self.reason = head.reason
+        self.retry_after = head.retry_after
+
+    def data(self) -> Iterator[bytes]:
+        """The body, de-chunked, as the server sends it. Raises `TransportError`
+        (a timeout, a reset, a body cut off)."""
+        try:
+            yield from _stream_body(self._link.sock, self._buf, self._head)
+        except TimeoutError as err:
+            raise TransportError(f"TimeoutError: {err or 'timed out'}", timeout=True) from err
+        except (OSError, ValueError) as err:
+            raise TransportError(f"{type(err).__name__}: {err}") from err
+
+    def read_all(self) -> bytes:
+        return b"".join(self.data())
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(OSError):
+            self._link.sock.shutdown(socket.SHUT_RD)
+
+    def close(self) -> None:
+        self._link.close()
+
+
+class _Connection(Protocol):
+    """What we use of a urllib3 `HTTPConnection`."""
+
+    sock: Any
+    timeout: Any
+
+    def connect(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Link:
+    """One connected urllib3 connection and its socket."""
+
+    __slots__ = ("conn", "sock")
+
+    def __init__(self, conn: _Connection) -> None:
+        self.conn = conn
+        self.sock: Any = conn.sock
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+class Exchanger:
+    """Sends requests over reused connections to one origin. Thread-safe: a connection
+    is used by one request at a time."""
+
+    def __init__(self, new_connection: Callable[[], _Connection], authority: str) -> None:
+        self._new_connection = new_connection
+        self._prefix = f"Host: {authority}\r\nAccept-Encoding: identity\r\n".encode("latin-1")
+        self._idle: list[_Link] = []
+        self._lock = threading.Lock()
+        self.dialled = 0
+
+    def exchange(
+        self,
+        method: str,
+        target: str,
+        headers: bytes,
+        body: bytes | None,
+        *,
+        connect_timeout: float | None,
+        read_timeout: float | None,
+        total: float | None = None,
+    ) -> Answer:
+        """One request → its answer. `headers`: `Name: value\\r\\n` lines (no Host, no
+        Content-Length). Each socket read waits at most `read_timeout`, and at most what
+        is left of `total` after connecting (as urllib3's `Timeout(total=...)`). Raises
+        `TransportError`."""
+        head = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), self._prefix, headers]
+        if body is not None:
+            head.append(b"Content-Length: %d\r\n\r\n" % len(body))
+            head.append(body)
+        else:
+            head.append(b"Content-Length: 0\r\n\r\n" if method != "GET" else b"\r\n")
+        request = b"".join(head)
+        started = time.monotonic()
+        link = self._take(connect_timeout)
+        if total is not None:
+            left = max(total - (time.monotonic() - started), 0.001)
+            read_timeout = left if read_timeout is None else min(read_timeout, left)
+        try:
+            link.sock.settimeout(read_timeout)
+            link.sock.sendall(request)
+            answer, reusable = _read_answer(link.sock, method)
+        except TimeoutError as err:
+            link.close()
+            raise TransportError(f"TimeoutError: {err or 'timed out'}", timeout=True) from err
+        except (OSError, ValueError) as err:
+            link.close()
+            raise TransportError(f"{type(err).__name__}: {err}") from err
+        if reusable:
+            with self._lock:
+                self._idle.append(link)
+        else:
+            link.close()
+        return answer
+
+    def stream(
+        self,
+        method: str,
+        target: str,
+        headers: bytes,
+        *,
+        connect_timeout: float | None,
+        read_timeout: float | None,
+    ) -> Stream:
+        """Send a bodiless request on a fresh connection and return once the answer's
+        header block is in; the caller reads and closes the `Stream`."""
+        request = b"".join(
+            (f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), self._prefix, headers, b"\r\n")
+        )
+        link = self._dial(connect_timeout)
+        try:
+            link.sock.settimeout(read_timeout)
+            link.sock.sendall(request)
+            buf = bytearray()
+            head = _read_head(link.sock, buf)
+        except TimeoutError as err:
+            link.close()
+            raise TransportError(f"TimeoutError: {err or 'timed out'}", timeout=True) from err
+        except (OSError, ValueError) as err:
+            link.close()
+            raise TransportError(f"{type(err).__name__}: {err}") from err
+        return Stream(link, head, buf)
+
+    def close_idle(self) -> None:
+        """Close every idle connection (those in use are left alone)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for link in idle:
+            link.close()
+
+    def _take(self, connect_timeout: float | None) -> _Link:
+        while True:
+            with self._lock:
+                link = self._idle.pop() if self._idle else None
+            if link is None:
+                break
+            # Readable while idle: the server closed it (or sent something unasked).
+            try:
+                poller = select.poll()
+                poller.register(link.sock, select.POLLIN)
+                dropped = bool(poller.poll(0))
+            except (OSError, ValueError):
+                dropped = True
+            if not dropped:
+                return link
+            link.close()
+        return self._dial(connect_timeout)
+
+    def _dial(self, connect_timeout: float | None) -> _Link:
+        conn = self._new_connection()
+        conn.timeout = connect_timeout
+        try:
+            conn.connect()
+        except TimeoutError as err:
+            with contextlib.suppress(Exception):
+                conn.close()
+            msg = f"TimeoutError: connect: {err or 'timed out'}"
+            raise TransportError(msg, timeout=True) from err
+        except Exception as err:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise TransportError(f"{type(err).__name__}: {err}") from err
+        self.dialled += 1
+        return _Link(conn)
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    status: int
+    reason: str
+    length: int | None
+    chunked: bool
+    close: bool
+    retry_after: str | None
+
+
+def _read_head(sock: Any, buf: bytearray) -> _Head:
+    """Read one response header block into a `_Head` (skipping 1xx answers), leaving the
+    bytes after it in `buf`. Raises OSError/TimeoutError, ValueError when malformed."""
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        while end < 0:
+            if len(buf) > MAX_HEADER_BYTES:
+                raise ValueError("response header too large")
+            chunk = sock.recv(_RECV)
+            if not chunk:
+                raise ConnectionResetError("server closed the connection before answering")
+            buf += chunk
+            end = buf.find(b"\r\n\r\n", max(0, len(buf) - len(chunk) - 3))
+        lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
+        del buf[: end + 4]
+        version, _, rest = lines[0].partition(" ")
+        code, _, reason = rest.partition(" ")
+        if not version.startswith("HTTP/1.") or not code.isdigit() or len(code) != 3:
+            raise ValueError(f"malformed status line {lines[0][:80]!r}")
+        status = int(code)
+        if 100 <= status < 200:
+            continue
+        length: int | None = None
+        chunked = False
+        close = version == "HTTP/1.0"
+        retry_after: str | None = None
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise ValueError(f"malformed header line {line[:80]!r}")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value.strip())
+                if length < 0:
+                    raise ValueError("negative Content-Length")
+            elif name == "transfer-encoding":
+                chunked = value.strip().lower().endswith("chunked")
+            elif name == "connection":
+                tokens = {t.strip().lower() for t in value.split(",")}
+                close = "close" in tokens or (close and "keep-alive" not in tokens)
+            elif name == "retry-after":
+                retry_after = value.strip()
+            elif name == "content-encoding" and value.strip().lower() not in ("", "identity"):
+                raise ValueError(f"unexpected Content-Encoding {value.strip()!r}")
+        return _Head(status, reason, length, chunked, close, retry_after)
+
+
+def _read_answer(sock: Any, method: str) -> tuple[Answer, bool]:
+    """Read one whole response; returns it and whether the connection can be reused."""
+    buf = bytearray()
+    head = _read_head(sock, buf)
+    close = head.close
+    if method == "HEAD" or head.status in (204, 304):
+        body = b""
+    elif head.chunked:
+        body = _read_chunked(sock, buf)
+    elif head.length is not None:
+        while len(buf) < head.length:
+            chunk = sock.recv(max(_RECV, head.length - len(buf)))
+            if not chunk:
+                raise ConnectionResetError("body cut off")
+            buf += chunk
+        body = bytes(buf[: head.length])
+        del buf[: head.length]
+    else:  # delimited by the end of the connection
+        while chunk := sock.recv(_RECV):
+            buf += chunk
+        body, close = bytes(buf), True
+        buf.clear()
+    return Answer(head.status, head.reason, body, head.retry_after), not close and not buf
+
+
+def _read_chunked(sock: Any, buf: bytearray) -> bytes:
+    """Decode a chunked body from `buf` + the socket; leaves what follows in `buf`."""
+    out = bytearray()
+    pos = 0
+    while True:
+        nl = buf.find(b"\r\n", pos)
+        while nl < 0:
+            _fill(sock, buf)
+            nl = buf.find(b"\r\n", pos)
+        size = int(bytes(buf[pos:nl]).split(b";", 1)[0].strip(), 16)
+        start = nl + 2
+        if size == 0:
+            # Trailers (none from kube-apiserver) end with an empty line.
+            while True:
+                nl = buf.find(b"\r\n", start)
+                while nl < 0:
+                    _fill(sock, buf)
+                    nl = buf.find(b"\r\n", start)
+                if nl == start:
+                    del buf[: nl + 2]
+                    return bytes(out)
+                start = nl + 2
+        while len(buf) < start + size + 2:
+            _fill(sock, buf)
+        out += buf[start : start + size]
+        if buf[start + size : start + size + 2] != b"\r\n":
+            raise ValueError("malformed chunk")
+        pos = start + size + 2
+        if pos > _RECV:
+            del buf[:pos]
+            pos = 0
+
+
+def _stream_body(sock: Any, buf: bytearray, head: _Head) -> Iterator[bytes]:
+    """The body as it arrives (de-chunked), for a response read as a stream."""
+    if head.chunked:
+        while True:
+            nl = buf.find(b"\r\n")
+            while nl < 0:
+                _fill(sock, buf)
+                nl = buf.find(b"\r\n")
+            size = int(bytes(buf[:nl]).split(b";", 1)[0].strip(), 16)
+            del buf[: nl + 2]
+            if size == 0:
+                return  # trailers, if any, die with the connection
+            while size:
+                if not buf:
+                    _fill(sock, buf)
+                take = min(size, len(buf))
+                yield bytes(buf[:take])
+                del buf[:take]
+                size -= take
+            while len(buf) < 2:
+                _fill(sock, buf)
+            if buf[:2] != b"\r\n":
+                raise ValueError("malformed chunk")
+            del buf[:2]
+    left = head.length
+    if buf:
+        data = bytes(buf if left is None else buf[:left])
+        buf.clear()
+        if left is not None:
+            left -= len(data)
+        yield data
+    while left is None or left > 0:
+        chunk = sock.recv(_RECV if left is None else min(_RECV, left))
+        if not chunk:
+            if left is None:
+                return
+            raise ConnectionResetError("body cut off")
+        if left is not None:
+            left -= len(chunk)
+        yield chunk
+
+
+def _fill(sock: Any, buf: bytearray) -> None:
+    chunk = sock.recv(_RECV)
+    if not chunk:
+        raise ConnectionResetError("body cut off")
+    buf += chunk
