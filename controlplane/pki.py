@@ -1,10 +1,16 @@
 """Certificates for the local control plane, made with `cryptography` (envtest's tinyca):
-a serving CA and a serving cert for 127.0.0.1/localhost, a client CA and an admin client
-cert in `system:masters`, and the service-account signing key. Test-only material."""
+a serving CA and a serving cert, a client CA and an admin client cert in `system:masters`,
+and the service-account signing key. Test-only material.
+
+The serving cert names what a real API server's does (kube-apiserver's own self-signed
+cert, kubeadm's `apiserver.crt`): 127.0.0.1/localhost where it listens, and the
+`kubernetes` Service — its DNS names and its ClusterIP, the address in-cluster clients
+dial (KUBERNETES_SERVICE_HOST) and check the certificate against."""
 
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +20,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = dt.timedelta(days=7)
+# The names of the `kubernetes` Service in `default` (kube-apiserver's alternate names).
+KUBERNETES_SERVICE_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 
 
 def _name(cn: str, org: str | None = None) -> x509.Name:
@@ -81,7 +94,7 @@ def _ca(cn: str) -> KeyPair:
     return KeyPair(key, cert)
 
 
-def _leaf(ca: KeyPair, name: x509.Name, *, server: bool) -> KeyPair:
+def _leaf(ca: KeyPair, name: x509.Name, *, server: bool, service_ip: str | None = None) -> KeyPair:
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     builder = (
@@ -101,14 +114,12 @@ def _leaf(ca: KeyPair, name: x509.Name, *, server: bool) -> KeyPair:
         )
     )
     if server:
-        import ipaddress
-
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
+        sans: list[x509.GeneralName] = [x509.DNSName("localhost")]
+        sans += [x509.DNSName(n) for n in KUBERNETES_SERVICE_NAMES]
+        sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+        if service_ip is not None:
+            sans.append(x509.IPAddress(ipaddress.ip_address(service_ip)))
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return KeyPair(key, builder.sign(ca.key, hashes.SHA256()))
 
 
@@ -121,12 +132,13 @@ class ControlPlanePKI:
     service_account: ec.EllipticCurvePrivateKey
 
     @classmethod
-    def generate(cls) -> ControlPlanePKI:
+    def generate(cls, service_ip: str | None = None) -> ControlPlanePKI:
+        """`service_ip`: the `kubernetes` Service's ClusterIP, named in the serving cert."""
         serving_ca = _ca("envtest-serving-ca")
         client_ca = _ca("envtest-client-ca")
         return cls(
             serving_ca=serving_ca,
-            serving=_leaf(serving_ca, _name("kube-apiserver"), server=True),
+            serving=_leaf(serving_ca, _name("kube-apiserver"), server=True, service_ip=service_ip),
             client_ca=client_ca,
             admin=_leaf(client_ca, _name("admin", "system:masters"), server=False),
             service_account=ec.generate_private_key(ec.SECP256R1()),

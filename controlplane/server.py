@@ -15,6 +15,7 @@ started with `controllers=True`, which keeps that admission plugin on.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import random
@@ -51,6 +52,12 @@ def loopback_service_cidr() -> str:
     return f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.0/24"
 
 
+def kubernetes_service_ip(service_cidr: str) -> str:
+    """The `kubernetes` Service's ClusterIP: kube-apiserver takes the range's first
+    address for it (`ServiceIPRange` → `GetIndexedIP(1)`)."""
+    return str(ipaddress.ip_network(service_cidr)[1])
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -74,7 +81,8 @@ class ControlPlane:
         self.bins = bins
         self.extra_args = extra_args
         self.controllers = controllers
-        self.pki = ControlPlanePKI.generate()
+        self.service_cidr = loopback_service_cidr()
+        self.pki = ControlPlanePKI.generate(kubernetes_service_ip(self.service_cidr))
         self.files = self.pki.write(workdir)
         self.etcd_port = free_port()
         self.etcd_peer_port = free_port()
@@ -82,7 +90,6 @@ class ControlPlane:
         self.host = f"https://127.0.0.1:{self.port}"
         self.etcd_url = f"http://127.0.0.1:{self.etcd_port}"
         self.kubeconfig = workdir / "kubeconfig"
-        self.service_cidr = loopback_service_cidr()
         self.version = ""
         self._etcd: subprocess.Popen[bytes] | None = None
         self._apiserver: subprocess.Popen[bytes] | None = None

@@ -23,9 +23,14 @@ class _Pair:
 
 
 class FreezingProxy:
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    """`listen`: where it accepts (default a free port on 127.0.0.1; a Service's loopback
+    ClusterIP and port makes it that Service's kube-proxy)."""
+
+    def __init__(
+        self, upstream_host: str, upstream_port: int, listen: tuple[str, int] = ("127.0.0.1", 0)
+    ) -> None:
         self.upstream = (upstream_host, upstream_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(listen)
         self._lock = threading.Lock()
         self._pairs: list[_Pair] = []
         self._closed = threading.Event()

@@ -16,7 +16,10 @@ hidden from it), and nothing on the machine changes. With
 in-cluster loader authenticates it with the kubelet-written token. Only the bind
 addresses are moved to free loopback ports.
 
-Reusable by other tests (the image test mounts the same directories).
+Reusable by other tests: the image test runs the built image's container on the same
+directories, with the environment the kubelet gives the container (`kubelet_env`: the
+`kubernetes` Service's variables and the container's own `env`) and a stand-in for
+kube-proxy's rule for that Service (`kubernetes_service_proxy`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from controlplane.hollow_node import HollowNode
 from controlplane.server import free_port
 from controlplane.workload import wait_running
 from kube.client import ApiError, Client, is_already_exists, is_not_found
+from tests.integration.freezing_proxy import FreezingProxy
 from tests.integration.manager_process import SignerProcess
 from tests.integration.test_manager_rbac import apply
 from tests.unit.manager.kustomize import CONFIG, find, render
@@ -246,6 +250,90 @@ def wait_pod_running(client: Client, pod: ShippedPod, timeout: float = 120) -> J
     return wait_running(client, NS, pod.name, timeout)
 
 
+def service_env(services: list[JSON]) -> dict[str, str]:
+    """The variables kubelet derives from Services (a port of pkg/kubelet/envvars'
+    `FromServices`): `<NAME>_SERVICE_HOST`/`_PORT`, one per named port, and the
+    Docker-link `<NAME>_PORT…` set; Services without a ClusterIP give none."""
+    env: dict[str, str] = {}
+    for service in services:
+        ip = service["spec"].get("clusterIP") or "None"
+        if ip == "None":
+            continue
+        prefix = service["metadata"]["name"].replace("-", "_").upper()
+        ports = service["spec"]["ports"]
+        env[f"{prefix}_SERVICE_HOST"] = ip
+        env[f"{prefix}_SERVICE_PORT"] = str(ports[0]["port"])
+        for port in ports:
+            if port.get("name"):
+                name = port["name"].replace("-", "_").upper()
+                env[f"{prefix}_SERVICE_PORT_{name}"] = str(port["port"])
+        for i, port in enumerate(ports):
+            protocol = port.get("protocol") or "TCP"
+            url = f"{protocol.lower()}://{ip}:{port['port']}"  # IPv4 ClusterIPs here
+            if i == 0:
+                env[f"{prefix}_PORT"] = url
+            each = f"{prefix}_PORT_{port['port']}_{protocol.upper()}"
+            env[each] = url
+            env[f"{each}_PROTO"] = protocol.lower()
+            env[f"{each}_PORT"] = str(port["port"])
+            env[f"{each}_ADDR"] = ip
+    return env
+
+
+# What an env var's `fieldRef` may name, as the kubelet resolves it (podFieldSelectorRuntimeValue).
+_FIELD_PATHS = {
+    "metadata.name": lambda pod: pod["metadata"]["name"],
+    "metadata.namespace": lambda pod: pod["metadata"]["namespace"],
+    "metadata.uid": lambda pod: pod["metadata"]["uid"],
+    "spec.nodeName": lambda pod: pod["spec"]["nodeName"],
+    "spec.serviceAccountName": lambda pod: pod["spec"]["serviceAccountName"],
+}
+
+
+def kubelet_env(client: Client, pod: ShippedPod) -> dict[str, str]:
+    """The environment the kubelet gives `pod`'s signer container (makeEnvironmentVariables):
+    the variables of the `kubernetes` Service in `default` (always) and of the Pod's own
+    namespace's Services (when `enableServiceLinks`), then the container's `env` — literal
+    values and the `fieldRef`s above; any other source fails loudly (extend this then).
+    (`$(VAR)` references in values are not expanded; the shipped manifests have none.)"""
+    spec = pod.pod["spec"]
+    services = [client.get("/api/v1/namespaces/default/services/kubernetes")]
+    if spec.get("enableServiceLinks", True):
+        # Later wins: a `kubernetes` Service of the Pod's namespace shadows the master's.
+        services += client.get(f"/api/v1/namespaces/{NS}/services")["items"]
+    env = service_env(services)
+    for var in pod.container().get("env", []):
+        if "value" in var or "valueFrom" not in var:
+            env[var["name"]] = var.get("value", "")
+            continue
+        field = var["valueFrom"].get("fieldRef", {}).get("fieldPath")
+        if field not in _FIELD_PATHS:
+            raise NotImplementedError(f"env {var['name']}: {var['valueFrom']} is not resolved here")
+        env[var["name"]] = str(_FIELD_PATHS[field](pod.pod))
+    return env
+
+
+def kubernetes_service_proxy(cluster: Cluster, client: Client) -> FreezingProxy:
+    """What kube-proxy does for the `kubernetes` Service on a node: connections to its
+    ClusterIP:port reach the API server. (The plane runs with
+    `--endpoint-reconciler-type=none`, so its one endpoint is the plane's own address.)
+    The ClusterIP is in the plane's loopback Service range; the caller closes it."""
+    service = client.get("/api/v1/namespaces/default/services/kubernetes")
+    listen = (service["spec"]["clusterIP"], int(service["spec"]["ports"][0]["port"]))
+    return FreezingProxy("127.0.0.1", cluster.plane.port, listen=listen).start()
+
+
+def loopback_args(args: list[str], metrics_port: int, health_port: int) -> list[str]:
+    """The container's args with its two servers moved to these loopback ports (the
+    processes here share the machine's network, so the Deployment's ports may be taken)."""
+    moved = {
+        "--metrics-bind-address": f"127.0.0.1:{metrics_port}",
+        "--health-probe-bind-address": f"127.0.0.1:{health_port}",
+    }
+    kept = [a for a in args if a.split("=", 1)[0] not in moved]
+    return [*kept, *(f"{flag}={address}" for flag, address in moved.items())]
+
+
 def _code_paths() -> set[Path]:
     """What the signer's command runs from: this checkout, the venv, Python's own prefix."""
     root = Path(__file__).resolve().parents[2]
@@ -289,19 +377,12 @@ class ShippedSigner(SignerProcess):
         self.health_port = free_port()
         self.log_path = log_path
         container = pod.container()
-        args = [
-            a
-            for a in container.get("args", [])
-            if not a.startswith(("--metrics-bind-address", "--health-probe-bind-address"))
-        ]
         self.args = [
             sys.executable,
             "-m",
             "manager",
             "run",
-            *args,
-            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+            *loopback_args(container.get("args", []), self.metrics_port, self.health_port),
             *extra_args,
         ]
         script = ["mount -t tmpfs -o mode=0755 tmpfs /run"]

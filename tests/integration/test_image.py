@@ -1,49 +1,74 @@
-"""The built image (issue 13): `make image`'s OCI image, run the way the shipped Deployment
-runs it — its ENTRYPOINT with the Deployment's args, as uid/gid 65532, with the in-cluster
-configuration (KUBERNETES_SERVICE_HOST/PORT and a ServiceAccount token mounted at
-/var/run/secrets/kubernetes.io/serviceaccount) and the Secret/ConfigMap volumes mounted at
-the Deployment's paths in kubelet's atomic-writer layout (`..data` symlinks, fsGroup
-65532, the Deployment's modes) — against the local control plane with only config/rbac
-applied. It must get a certificate issued and publish the bundle.
+"""The built image (issue 13): `make image`'s OCI image run as the shipped Deployment's
+Pod — the Pod `config/default` gets on the cluster (real kube-apiserver, KCM, the real
+kubelet on a hollow node, see tests/integration/shipped.py) — so the image, the manifests
+and the in-cluster configuration are tested together:
 
-The image runs under `buildah run --isolation chroot` (no daemon, host network, so the
-loopback API server is reachable); hack/image.sh builds it, or finds it up to date.
+- the container's command as Kubernetes composes it (`command`/`args` over the image's
+  ENTRYPOINT/CMD), only its two bind addresses moved to free loopback ports;
+- its user and group from the Pod's securityContext, its capabilities dropped, its root
+  filesystem read-only when it declares readOnlyRootFilesystem;
+- every volumeMount bind-mounted from the directory the kubelet wrote for that volume (the
+  Secret and ConfigMap with fsGroup and modes, the ServiceAccount admission's projected
+  token volume, the `/tmp` emptyDir), read-only where the mount says so;
+- the environment the kubelet gives the container (`KUBERNETES_SERVICE_HOST`/`PORT` from
+  the `kubernetes` Service's loopback ClusterIP, whose kube-proxy rule a forwarding proxy
+  stands in for; POD_NAMESPACE from its fieldRef).
+
+It must lead, publish the bundle, and issue the certificate a workload Pod's kubelet asks
+for; the workload Pod reaches Running with a chain that verifies against that bundle.
+
+The container runs under `buildah run --isolation chroot` (no daemon, host network, so the
+loopback API server is reachable). buildah has no read-only-root option, so a private mount
+namespace makes the container's root directory a read-only bind mount before `buildah
+run` starts in it (runc likewise creates the mount points first, then remounts the root
+read-only). hack/image.sh builds the image, or finds it up to date.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from subprocess import Popen
+from typing import IO, Any
 
 import pytest
-from cryptography import x509
 
-from controlplane import ControlPlane
-from controlplane.kubelet import Kubelet, pcr_path
+from controlplane.cluster import Cluster
 from controlplane.server import free_port
 from kube.client import Client
-from manager.demo import http_get
-from signer.ca import write_ca
-from tests.integration.manager_process import eventually, issue_one, wait_issued
-from tests.integration.test_manager_rbac import (
-    NS,
-    apply,
-    ensure_namespace,
-    service_account_token,
+from signer.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
+from tests.integration.freezing_proxy import FreezingProxy
+from tests.integration.manager_process import SignerProcess, eventually
+from tests.integration.nodes import (
+    chain_of,
+    create_pod,
+    create_service,
+    dns_sans,
+    running_files,
+    service_sans,
+    verify_against_bundle,
 )
-from tests.unit.manager.kustomize import CONFIG, find, render
+from tests.integration.shipped import (
+    ShippedPod,
+    deploy,
+    kubelet_env,
+    kubernetes_service_proxy,
+    loopback_args,
+    undeploy,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
 UID = GID = 65532
+SIGNER = "kubernetes.io/service-serving"
 
 
 class Image:
@@ -103,11 +128,17 @@ class Image:
                 return result
         return result
 
+    def rootfs(self, container: str) -> Path:
+        """The container's root directory (vfs: a plain directory; `buildah mount`)."""
+        return Path(
+            subprocess.run(
+                [*self.buildah, "mount", container], capture_output=True, text=True, check=True
+            ).stdout.strip()
+        )
+
     def files(self, container: str) -> list[str]:
-        """Every path of the container's root filesystem (buildah mount)."""
-        root = subprocess.run(
-            [*self.buildah, "mount", container], capture_output=True, text=True, check=True
-        ).stdout.strip()
+        """Every path of the container's root filesystem."""
+        root = self.rootfs(container)
         try:
             return [
                 "/" + os.path.relpath(os.path.join(d, n), root)
@@ -125,14 +156,19 @@ class Image:
         container: str,
         argv: list[str],
         *,
-        volumes: dict[Path, str] | None = None,
+        user: str = f"{UID}:{GID}",
+        volumes: Sequence[tuple[Path, str, bool]] = (),
         env: dict[str, str] | None = None,
+        cap_drop: Sequence[str] = (),
     ) -> list[str]:
-        cmd = [*self.buildah, "run", "--isolation", "chroot", "--user", f"{UID}:{GID}"]
-        for src, dst in (volumes or {}).items():
-            cmd += ["--volume", f"{src}:{dst}"]
+        """`buildah run` of `argv`; `volumes`: (host directory, container path, read-only)."""
+        cmd = [*self.buildah, "run", "--isolation", "chroot", "--user", user]
+        for src, dst, read_only in volumes:
+            cmd += ["--volume", f"{src}:{dst}" + (":ro" if read_only else "")]
         for key, value in (env or {}).items():
             cmd += ["--env", f"{key}={value}"]
+        for cap in cap_drop:
+            cmd += ["--cap-drop", cap]
         return [*cmd, container, "--", *argv]
 
 
@@ -154,86 +190,201 @@ def container(image: Image) -> Iterator[str]:
         image.remove(name)
 
 
-def atomic_volume(directory: Path, files: dict[str, bytes], mode: int) -> Path:
-    """A volume directory as kubelet's atomic writer leaves it: the files in a timestamped
-    directory, `..data` pointing at it, and one symlink per file through `..data`;
-    group-owned by the Pod's fsGroup."""
-    stamp = directory / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.000000001"
-    stamp.mkdir(parents=True)
-    for name, content in files.items():
-        path = stamp / name
-        path.write_bytes(content)
-        os.chown(path, 0, GID)
-        path.chmod(mode)
-        (directory / name).symlink_to(f"..data/{name}")
-    (directory / "..data").symlink_to(stamp.name)
-    for path in (directory, stamp):
-        os.chown(path, 0, GID)
-        path.chmod(0o755 if path == directory else 0o750)
-    return directory
+def in_rootfs(root: Path, path: str) -> str:
+    """`path` with the image's symlinks resolved inside `root`, as runc resolves a mount
+    destination in the container's root filesystem (securejoin). buildah's chroot
+    isolation would follow them on the host instead — Debian's /var/run → /run would
+    put the ServiceAccount volume on the host's /run, hidden from the container."""
+    parts = [p for p in path.split("/") if p]
+    resolved: list[str] = []
+    for _ in range(64):  # symlink hops, as the kernel bounds them
+        if not parts:
+            return "/" + "/".join(resolved)
+        part = parts.pop(0)
+        if part == "..":
+            resolved = resolved[:-1]
+            continue
+        candidate = root.joinpath(*resolved, part)
+        if candidate.is_symlink():
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                resolved = []
+            parts = [p for p in target.split("/") if p and p != "."] + parts
+        else:
+            resolved.append(part)
+    raise ValueError(f"too many symlinks resolving {path} in {root}")
 
 
-def deployment_container() -> dict[str, Any]:
-    deployment = find(render(CONFIG / "default"), "Deployment", "service-serving-signer")
-    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
-    return containers[0]
+def container_command(spec: dict[str, Any], image_config: dict[str, Any]) -> list[str]:
+    """The process Kubernetes starts for a container: `command` replaces the image's
+    ENTRYPOINT (and then its CMD is ignored); `args` replace the CMD."""
+    if spec.get("command"):
+        return [*spec["command"], *spec.get("args", [])]
+    entrypoint = image_config.get("Entrypoint") or []
+    args = spec["args"] if "args" in spec else image_config.get("Cmd") or []
+    return [*entrypoint, *args]
 
 
-def deployment_args(metrics_port: int, health_port: int, lease: str) -> list[str]:
-    """The shipped Deployment's args, with loopback ports (the chroot shares the host's
-    network) and a Lease of this test's own."""
-    out = []
-    for arg in deployment_container()["args"]:
-        if arg.startswith("--metrics-bind-address="):
-            arg = f"--metrics-bind-address=127.0.0.1:{metrics_port}"
-        elif arg.startswith("--health-probe-bind-address="):
-            arg = f"--health-probe-bind-address=127.0.0.1:{health_port}"
-        elif arg.startswith("--leader-elect-resource-name="):
-            arg = f"--leader-elect-resource-name={lease}"
-        out.append(arg)
-    return out
+class PodContainer:
+    """The signer container of a Pod of the shipped Deployment, run from the image in a
+    buildah container as the kubelet's runtime would run it (module docstring)."""
+
+    def __init__(self, image: Image, container: str, pod: ShippedPod, env: dict[str, str]) -> None:
+        self.image, self.container, self.pod, self.env = image, container, pod, env
+        self.spec = pod.container()
+        pod_security = pod.pod["spec"].get("securityContext") or {}
+        self.security = {**pod_security, **(self.spec.get("securityContext") or {})}
+        self.read_only_root = bool(self.security.get("readOnlyRootFilesystem"))
+        user, _, group = (image.config().get("User") or "0").partition(":")
+        self.uid = int(self.security.get("runAsUser", user))
+        self.gid = int(self.security.get("runAsGroup", group or 0))
+        # buildah run cannot add supplementary groups: the fsGroup (owner of the Secret's
+        # 0440 files) must then be the primary group, as it is in config/manager.
+        fs_group = pod_security.get("fsGroup")
+        assert fs_group in (None, self.gid), f"fsGroup {fs_group} is not runAsGroup {self.gid}"
+        mounts = pod.mounts()
+        self.root = image.rootfs(container)
+        self.volumes: list[tuple[Path, str, bool]] = []
+        for mount in self.spec.get("volumeMounts", []):
+            assert "subPath" not in mount, "subPath mounts are not run here"
+            target = in_rootfs(self.root, mount["mountPath"])
+            # The runtime creates the mount point in the container's (throwaway) layer
+            # before the root becomes read-only.
+            self.root.joinpath(target.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            read_only = bool(mount.get("readOnly"))
+            self.volumes.append((mounts[mount["mountPath"]], target, read_only))
+        # buildah's own mount point (its container marker) likewise.
+        self.root.joinpath("run", ".containerenv").touch()
+
+    def start(self, command: list[str], stdout: IO[Any] | int, timeout: float = 120) -> Popen[Any]:
+        """Start `command` in the container (its own session; stderr to `stdout`).
+
+        A read-only root: buildah has no option for it, so `buildah run` starts in a
+        private mount namespace where the container's root directory is a read-only bind
+        mount; the container's own mount namespace, copied from that one, keeps it
+        read-only. Once the container's namespace exists, the root is made writable again
+        in buildah's namespace only: buildah (1.28) removes the mount points it used from
+        the root after the command exits and panics when it cannot, losing the command's
+        exit status."""
+        caps = (self.security.get("capabilities") or {}).get("drop", [])
+        run = self.image.run_argv(
+            self.container,
+            command,
+            user=f"{self.uid}:{self.gid}",
+            volumes=self.volumes,
+            env=self.env,
+            cap_drop=[c if c == "ALL" else f"CAP_{c}" for c in caps],
+        )
+        root = shlex.quote(str(self.root))
+        script = []
+        if self.read_only_root:
+            script += [f"mount --bind {root} {root}", f"mount -o remount,bind,ro {root}"]
+        script.append("exec " + shlex.join(run))
+        proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-ec", "; ".join(script)],
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if self.read_only_root:
+            if not eventually(lambda: container_namespace_exists(proc.pid), timeout, 0.01):
+                proc.kill()
+                raise AssertionError(f"no container mount namespace in {timeout}s")
+            writable = ["mount", "-o", "remount,bind,rw", str(self.root)]
+            subprocess.run(["nsenter", f"--target={proc.pid}", "--mount", *writable], check=True)
+        return proc
 
 
-def in_rootfs(path: str) -> str:
-    """A mount destination with the image's symlinks resolved, as runc resolves it inside
-    the root filesystem: Debian's /var/run is a symlink to /run, and buildah's chroot
-    isolation would otherwise follow it on the host, hiding the mount from the container."""
-    return "/run/" + path.removeprefix("/var/run/") if path.startswith("/var/run/") else path
+def container_namespace_exists(session: int) -> bool:
+    """Whether a process of the session runs in a mount namespace other than the host's
+    and the session leader's (`unshare`'s, once it has unshared): buildah's container."""
+    try:
+        host = os.readlink("/proc/self/ns/mnt")
+        leader = os.readlink(f"/proc/{session}/ns/mnt")
+    except OSError:
+        return False
+    if leader == host:
+        return False
+    for pid in session_processes(session):
+        try:
+            if os.readlink(f"/proc/{pid}/ns/mnt") not in (host, leader):
+                return True
+        except OSError:
+            continue
+    return False
 
 
-def mounted_volumes(tmp_path: Path, control_plane: ControlPlane, token: str) -> dict[Path, str]:
-    """Host directory → the Deployment's mountPath, for each volume the Pod gets."""
-    ca = write_ca(tmp_path / "ca-files")
-    by_name = {m["name"]: m["mountPath"] for m in deployment_container()["volumeMounts"]}
-    service_account = atomic_volume(
-        tmp_path / "serviceaccount",
-        {
-            "token": token.encode(),
-            "ca.crt": control_plane.pki.serving_ca.cert_pem,
-            "namespace": NS.encode(),
-        },
-        0o644,
-    )
-    signing = atomic_volume(
-        tmp_path / "signing-ca",
-        {"tls.key": ca.key.read_bytes(), "tls.crt": ca.cert.read_bytes()},
-        0o440,
-    )
-    bundle = atomic_volume(
-        tmp_path / "trust-bundle",
-        {"trust-bundle.pem": ca.trust_bundle.read_bytes()},
-        0o444,
-    )
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    os.chown(scratch, 0, GID)
-    scratch.chmod(0o1777)
-    return {
-        service_account: in_rootfs("/var/run/secrets/kubernetes.io/serviceaccount") + ":ro",
-        signing: in_rootfs(by_name["signing-ca"]) + ":ro",
-        bundle: in_rootfs(by_name["trust-bundle"]) + ":ro",
-        scratch: in_rootfs(by_name["tmp"]),
-    }
+class ImageSigner(SignerProcess):
+    """The Pod's container command, run by `PodContainer`. SIGTERM goes to the signer
+    inside, as the kubelet's runtime sends it (a signal to buildah kills its child
+    uncleanly); buildah's exit status is then the signer's."""
+
+    def __init__(self, run: PodContainer, log_path: Path) -> None:
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.log_path = log_path
+        command = container_command(run.spec, run.image.config())
+        self.args = loopback_args(command, self.metrics_port, self.health_port)
+        self._log = log_path.open("ab")
+        self.proc = run.start(self.args, self._log)
+
+    def terminate(self) -> None:
+        for pid in container_processes(self.proc.pid, self.args[0].encode()):
+            os.kill(pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def session_processes(session: int) -> list[int]:
+    """The processes of a session (`start_new_session`) other than its leader."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != session:
+            try:
+                if os.getsid(int(entry)) == session:
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def container_processes(session: int, marker: bytes) -> list[int]:
+    """The processes of `buildah run`'s session whose command line names `marker`,
+    buildah's own runner processes excluded."""
+    found = []
+    for pid in session_processes(session):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not argv[0].startswith(b"buildah") and any(marker in arg for arg in argv):
+            found.append(pid)
+    return found
+
+
+@pytest.fixture(scope="module")
+def signing_ca() -> CertificateAuthority:
+    return generate_ca("image test root")
+
+
+@pytest.fixture(scope="module")
+def shipped(
+    cluster: Cluster, cluster_client: Client, signing_ca: CertificateAuthority
+) -> Iterator[ShippedPod]:
+    """config/default on the cluster; its first Running Pod."""
+    root = cert_pem(signing_ca.cert)
+    pods = deploy(cluster, cluster_client, key_pem(signing_ca.key), root, root)
+    yield pods[0]
+    undeploy(cluster_client)
+
+
+@pytest.fixture(scope="module")
+def kube_proxy(cluster: Cluster, cluster_client: Client) -> Iterator[FreezingProxy]:
+    proxy = kubernetes_service_proxy(cluster, cluster_client)
+    yield proxy
+    proxy.close()
 
 
 def test_image_config_is_the_shipped_entrypoint_as_uid_65532(image: Image) -> None:
@@ -266,95 +417,88 @@ def test_image_reports_its_commit_and_carries_no_test_harness(image: Image, cont
     assert demo.stderr.startswith("error: demo needs the local control plane"), demo.stderr
 
 
-def test_image_entrypoint_as_65532_in_cluster_issues_a_certificate(
+def test_shipped_pods_container_has_a_read_only_root_its_user_and_no_capabilities(
+    image: Image, container: str, cluster_client: Client, shipped: ShippedPod
+) -> None:
+    """What the harness claims of the container, seen from inside it: a read-only root
+    (readOnlyRootFilesystem), a writable /tmp that is the Pod's emptyDir, the Pod's
+    uid/gid, no effective capabilities, and the Secret's key readable through fsGroup."""
+    run = PodContainer(image, container, shipped, kubelet_env(cluster_client, shipped))
+    assert run.read_only_root, "config/manager declares readOnlyRootFilesystem"
+    go = shipped.volume("/tmp") / "probe-go"
+    probe = (
+        # Start once the harness has set the container up (PodContainer.start).
+        "i=0; while [ ! -e /tmp/probe-go ]; do i=$((i+1)); [ $i -lt 3000 ]; sleep 0.1; done; "
+        "id -u; id -g; grep CapEff /proc/self/status; "
+        "touch /probe 2>&1 || true; touch /tmp/probe-from-image && echo tmp-ok; "
+        "head -c 27 /var/run/secrets/service-serving-signer/ca/tls.key; echo; "
+        "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo"
+    )
+    emptydir = shipped.volume("/tmp") / "probe-from-image"
+    try:
+        proc = run.start(["sh", "-ec", probe], subprocess.PIPE)
+        go.touch()
+        out = proc.communicate(timeout=600)[0].decode(errors="replace")
+        assert proc.returncode == 0, out[-3000:]
+        lines = out.splitlines()
+        assert lines[:3] == [str(UID), str(GID), "CapEff:\t0000000000000000"], out
+        assert "Read-only file system" in lines[3], out
+        assert lines[4] == "tmp-ok" and emptydir.is_file()
+        assert lines[5] == "-----BEGIN PRIVATE KEY-----"
+        assert lines[6] == "service-serving-signer"
+    finally:
+        emptydir.unlink(missing_ok=True)
+        go.unlink(missing_ok=True)
+
+
+def test_image_runs_as_the_shipped_pod_on_its_kubelet_written_volumes_and_issues(
     image: Image,
     container: str,
-    control_plane: ControlPlane,
-    client: Client,
-    kubelet: Kubelet,
-    namespace: str,
+    cluster: Cluster,
+    cluster_client: Client,
+    shipped: ShippedPod,
+    kube_proxy: FreezingProxy,
+    signing_ca: CertificateAuthority,
+    node_namespace: str,
     tmp_path: Path,
 ) -> None:
-    ensure_namespace(client, NS)
-    for obj in render(CONFIG / "rbac"):
-        apply(client, obj, dry_run=False, namespace=NS)
-    volumes = mounted_volumes(tmp_path, control_plane, service_account_token(client))
-    metrics_port, health_port = free_port(), free_port()
-    argv = [
-        *image.config()["Entrypoint"],
-        *deployment_args(metrics_port, health_port, f"image-test-{namespace[-6:]}"),
-    ]
-    env = {
-        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-        "KUBERNETES_SERVICE_PORT": str(control_plane.port),
-        "POD_NAMESPACE": NS,
-    }
-    log_path = tmp_path / "signer.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            image.run_argv(container, argv, volumes=volumes, env=env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    env = kubelet_env(cluster_client, shipped)
+    service_range = ipaddress.ip_network(cluster.plane.service_cidr)
+    assert ipaddress.ip_address(env["KUBERNETES_SERVICE_HOST"]) in service_range
+    assert env["KUBERNETES_SERVICE_PORT"] == "443"
+    run = PodContainer(image, container, shipped, env)
+    assert not any(a.startswith("--kubeconfig") for a in container_command(run.spec, {}))
+    signer = ImageSigner(run, tmp_path / "signer.log")
 
     def logs() -> str:
-        return log_path.read_text(errors="replace")[-4000:]
-
-    def ready() -> bool:
-        return http_get(f"http://127.0.0.1:{health_port}/readyz")[0] == 200
+        return "\n".join(signer.log_lines()[-40:])
 
     try:
-        assert eventually(ready, 120, 0.5), logs()
-        kubelet.create_service("web", namespace, selector={"app": "web"})
-        name = issue_one(client, kubelet, namespace, "web-0")
-        assert wait_issued(client, namespace, name, 60), logs()
-        status = client.get(pcr_path(namespace, "v1", name))["status"]
-        leaf = x509.load_pem_x509_certificates(status["certificateChain"].encode())[0]
-        sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        assert sans.get_values_for_type(x509.DNSName) == [
-            f"web.{namespace}.svc.cluster.local",
-            f"web.{namespace}.svc",
-        ]
-        metrics = http_get(f"http://127.0.0.1:{metrics_port}/metrics")[1]
-        # At least ours: requests other tests left waiting in other namespaces of this
-        # shared control plane are this signer's to issue too.
-        issued = re.search(
-            r'^service_serving_ca_controller_requests_total\{result="issued"\} (\S+)$',
-            metrics,
-            re.MULTILINE,
+        assert eventually(lambda: signer.leading() or not signer.alive(), 180, 0.5)
+        assert signer.leading(), logs()
+        # In-cluster: the signer dialled the `kubernetes` Service's ClusterIP.
+        assert kube_proxy.accepted >= 1
+        create_service(cluster_client, node_namespace, "web", {"app": "web"})
+        create_pod(
+            cluster_client,
+            node_namespace,
+            "web-0",
+            node=cluster.nodes[0].name,
+            labels={"app": "web"},
+            signer_name=SIGNER,
+            annotations={"kubernetes.io/service-names": "web"},
         )
-        assert issued is not None and float(issued.group(1)) >= 1.0, metrics[-2000:]
-        lines = [json.loads(line) for line in logs().splitlines() if line.startswith("{")]
-        assert lines, "the Deployment's --log-format=json gives JSON lines"
-        assert not [line for line in logs().splitlines() if "forbidden" in line.lower()]
+        _, files = running_files(cluster, cluster_client, node_namespace, "web-0")
+        names = service_sans("web", node_namespace)
+        verify_against_bundle(files.chain, files.bundle, names)
+        leaf = chain_of(files.chain)[0]
+        assert leaf.issuer == signing_ca.cert.subject, "issued by this container's signing CA"
+        assert dns_sans(leaf) == names
+        assert signer.issued() >= 1.0
+        assert signer.json_logs(), "the Deployment's --log-format=json gives JSON lines"
+        forbidden = [line for line in signer.log_lines() if "forbidden" in line.lower()]
+        assert not forbidden, forbidden[:3]
     finally:
-        # SIGTERM to the signer itself, as the kubelet's runtime sends it; buildah's exit
-        # status is then the signer's (a signal to buildah would kill the child instead).
-        for pid in container_processes(proc.pid, b"service-serving-signer"):
-            os.kill(pid, signal.SIGTERM)
-        try:
-            code = proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            code = proc.wait(10)
+        code = signer.stop()
     assert code == 0, logs()
     assert "shutting down" in logs()
-
-
-def container_processes(session: int, marker: bytes) -> list[int]:
-    """The processes of `buildah run`'s session (started with start_new_session) whose
-    command line names `marker`, buildah's own runner processes excluded."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == session:
-            continue
-        try:
-            if os.getsid(int(entry)) != session:
-                continue
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if not argv[0].startswith(b"buildah") and any(marker in arg for arg in argv):
-            found.append(int(entry))
-    return found

@@ -1,51 +1,73 @@
-"""How the shipped Deployment is scheduled (issue 13): it gates every Pod that projects a
-certificate, so it runs at system-cluster-critical priority and its two replicas never
-share a node (hard spread on hostname) and prefer different zones (soft spread)."""
+"""How the shipped Deployments are scheduled (issue 13). The signer gates every Pod that
+projects a certificate, and the optional injector keeps webhook, APIService and CRD
+caBundles current through a rotation (without it admission calls start failing once
+the old root leaves): both run at system-cluster-critical priority, and the two
+replicas of each never share a node (hard spread on hostname) and prefer different
+zones (soft spread)."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+from pathlib import Path
 from typing import Any
 
-from tests.unit.manager.kustomize import CONFIG, find, render
+import pytest
+
+from tests.unit.manager.kustomize import find, render
+from tests.unit.manager.test_injector_config import write_overlay
+
+DEPLOYMENTS = ["service-serving-signer", "service-serving-signer-injector"]
 
 
-def pod_spec() -> dict[str, Any]:
-    deployment = find(render(CONFIG / "default"), "Deployment", "service-serving-signer")
-    spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
-    return spec
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """config/default with the injector component."""
+    overlay: Path = write_overlay(tmp_path_factory.mktemp("overlay"))
+    return render(overlay)
 
 
-def pod_labels() -> dict[str, str]:
-    deployment = find(render(CONFIG / "default"), "Deployment", "service-serving-signer")
-    labels: dict[str, str] = deployment["spec"]["selector"]["matchLabels"]
-    return labels
+def deployment(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = find(objects, "Deployment", name)
+    return found
 
 
-def test_runs_at_system_cluster_critical_priority() -> None:
-    assert pod_spec()["priorityClassName"] == "system-cluster-critical"
+@pytest.mark.parametrize("name", DEPLOYMENTS)
+def test_runs_at_system_cluster_critical_priority(objects: list[dict[str, Any]], name: str) -> None:
+    spec = deployment(objects, name)["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-cluster-critical"
 
 
-def test_replicas_spread_hard_over_nodes_and_soft_over_zones() -> None:
-    constraints = {c["topologyKey"]: c for c in pod_spec()["topologySpreadConstraints"]}
+@pytest.mark.parametrize("name", DEPLOYMENTS)
+def test_replicas_spread_hard_over_nodes_and_soft_over_zones(
+    objects: list[dict[str, Any]], name: str
+) -> None:
+    found = deployment(objects, name)
+    spec = found["spec"]["template"]["spec"]
+    constraints = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
     assert set(constraints) == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
     assert constraints["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert constraints["kubernetes.io/hostname"]["nodeTaintsPolicy"] == "Honor"
     assert constraints["topology.kubernetes.io/zone"]["whenUnsatisfiable"] == "ScheduleAnyway"
     for constraint in constraints.values():
         assert constraint["maxSkew"] == 1
-        assert constraint["labelSelector"] == {"matchLabels": pod_labels()}
+        assert constraint["labelSelector"] == {
+            "matchLabels": found["spec"]["selector"]["matchLabels"]
+        }
         assert constraint["matchLabelKeys"] == ["pod-template-hash"]
 
 
-def test_keeps_the_hostname_anti_affinity() -> None:
-    terms = pod_spec()["affinity"]["podAntiAffinity"][
-        "preferredDuringSchedulingIgnoredDuringExecution"
-    ]
+@pytest.mark.parametrize("name", DEPLOYMENTS)
+def test_keeps_the_hostname_anti_affinity(objects: list[dict[str, Any]], name: str) -> None:
+    spec = deployment(objects, name)["spec"]["template"]["spec"]
+    terms = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert [t["podAffinityTerm"]["topologyKey"] for t in terms] == ["kubernetes.io/hostname"]
 
 
-def test_the_shutdown_bound_is_one_and_fits_the_termination_grace_period() -> None:
+@pytest.mark.parametrize("name", DEPLOYMENTS)
+def test_the_shutdown_bound_is_one_and_fits_the_termination_grace_period(
+    objects: list[dict[str, Any]], name: str
+) -> None:
     """Syncs in flight get `SHUTDOWN_GRACE` (all controllers together), then the Lease is
     released (one renew-bounded request) and the process exits — all before the kubelet's
     SIGKILL, or the Lease is never released and a standby waits it out."""
@@ -58,4 +80,5 @@ def test_the_shutdown_bound_is_one_and_fits_the_termination_grace_period() -> No
     assert default == SHUTDOWN_GRACE, "each controller loop waits no longer than the process"
     fields = {f.name: f for f in dataclasses.fields(Options)}
     release: float = fields["leader_elect_renew_deadline"].default  # type: ignore[assignment]
-    assert SHUTDOWN_GRACE + release <= pod_spec()["terminationGracePeriodSeconds"]
+    spec = deployment(objects, name)["spec"]["template"]["spec"]
+    assert SHUTDOWN_GRACE + release <= spec["terminationGracePeriodSeconds"]
