@@ -390,9 +390,7 @@ class Informer(Generic[T]):
                 meta = raw.get("metadata") or {}
                 if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
                     self._replace(changed, unseen, _rv(raw))
-                    if listed >= TRIM_AFTER_LIST:
-                        memory.release_free_memory()
-                        memory.freeze_after_lists()
+                    self._after_list(listed)
                     return True
                 continue
             key = object_key(raw)
@@ -402,14 +400,8 @@ class Informer(Generic[T]):
                     unseen.add(key)
                 continue
             listed += 1
-            record = self._safe_transform(raw)
-            if key in unseen:
-                unseen.discard(key)
-                if record is not None and cached.get(key) == record:
-                    continue
-            if record is not None:
-                changed.pop(key, None)
-                changed[self._stored_key(key, record)] = record
+            changed.pop(key, None)
+            self._collect(key, raw, unseen, changed)
         return False
 
     def _list_and_replace(self, stop: threading.Event) -> None:
@@ -425,7 +417,6 @@ class Informer(Generic[T]):
         changed: dict[str, T] = {}
         with self._lock:
             unseen = set(self._items)
-        cached = self._items  # only this thread writes it: reads need no lock
         resource_version = ""
         listed = 0
         for page in pager.pages(self.client, self.list_path, params, stop, name=self.name):
@@ -437,21 +428,29 @@ class Informer(Generic[T]):
                 continue
             for raw in page.get("items") or []:
                 listed += 1
-                key = object_key(raw)
-                record = self._safe_transform(raw)
-                if key in unseen:
-                    unseen.discard(key)
-                    if record is not None and cached.get(key) == record:
-                        continue  # unchanged since the cache saw it
-                if record is not None:
-                    changed[self._stored_key(key, record)] = record
+                self._collect(object_key(raw), raw, unseen, changed)
             resource_version = str((page.get("metadata") or {}).get("resourceVersion", ""))
             del page  # the parsed page goes before the next one is decoded
         if stop.is_set():
             return
         self._replace(changed, unseen, resource_version)
+        self._after_list(listed)
+
+    def _collect(self, key: str, raw: JSON, unseen: set[str], changed: dict[str, T]) -> None:
+        """One listed object: into `changed` unless its record equals the cached one
+        (which then stays as it is); either way it is no longer `unseen`. Only the
+        informer thread writes the cache, so reading it here needs no lock."""
+        record = self._safe_transform(raw)
+        if key in unseen:
+            unseen.discard(key)
+            if record is not None and self._items.get(key) == record:
+                return
+        if record is not None:
+            changed[self._stored_key(key, record)] = record
+
+    def _after_list(self, listed: int) -> None:
         if listed >= TRIM_AFTER_LIST:
-            memory.release_free_memory()  # the pages' garbage, back to the system
+            memory.release_free_memory()  # the list's garbage, back to the system
             memory.freeze_after_lists()
 
     def _replace(
