@@ -363,23 +363,62 @@ def install_signal_handlers(
     """SIGTERM/SIGINT set `stop`; a second one exits at once. SIGHUP (a terminal hang-up,
     or an operator's `kill -HUP`) re-reads the signing-material files now, as daemons
     conventionally do — it never stops the process (Python's default would kill it
-    without releasing the Lease)."""
+    without releasing the Lease). Call from the main thread.
 
-    def handle(signum: int, _frame: object) -> None:
-        if stop.is_set():
-            log.warning("second signal; exiting now", extra={"signal": signum})
-            os._exit(1)
-        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
-        stop.set()
+    Nothing is done in a Python signal handler. Python runs those only in the main
+    thread, between bytecodes, so a signal the kernel delivers to another thread (any
+    thread not blocking it may get a process-directed signal) is never handled while the
+    main thread sits in `stop.wait()` — the process hung until SIGKILL; and a handler that
+    calls `stop.set()` deadlocks if it interrupts the main thread inside `stop.wait()`
+    holding the Event's lock. Instead the interpreter's C-level handler, in whichever
+    thread the signal lands, writes the signal's number to a pipe
+    (`signal.set_wakeup_fd`), and a `signals` thread reading that pipe acts on it."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    for signum in HANDLED_SIGNALS:
+        # A Python-level handler (not SIG_IGN) is what makes the C handler write the pipe.
+        signal.signal(signum, _noted)
+    thread = threading.Thread(
+        target=_act_on_signals,
+        args=(read_end, stop, list(reloaders or [])),
+        name="signals",
+        daemon=True,
+    )
+    thread.start()
 
-    def hang_up(_signum: int, _frame: object) -> None:
-        log.info("SIGHUP: re-reading the signing-material files", extra={"signal": "SIGHUP"})
-        for reload in reloaders or []:
-            reload()
 
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
-    signal.signal(signal.SIGHUP, hang_up)
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _noted(_signum: int, _frame: object) -> None:
+    """The Python-level handler: nothing to do; the wakeup pipe carries the signal."""
+
+
+def _act_on_signals(
+    read_end: int, stop: threading.Event, reloaders: list[Callable[[], None]]
+) -> None:
+    while True:
+        try:
+            data = os.read(read_end, 64)
+        except InterruptedError:
+            continue
+        if not data:
+            return
+        for signum in data:
+            if signum == signal.SIGHUP:
+                log.info(
+                    "SIGHUP: re-reading the signing-material files", extra={"signal": "SIGHUP"}
+                )
+                for reload in reloaders:
+                    reload()
+            elif signum in (signal.SIGTERM, signal.SIGINT):
+                name = signal.Signals(signum).name
+                if stop.is_set():
+                    log.warning("second signal; exiting now", extra={"signal": name})
+                    os._exit(1)
+                log.info("shutting down", extra={"signal": name})
+                stop.set()
 
 
 def serve(proc: Process) -> int:
