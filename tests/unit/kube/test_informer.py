@@ -3,6 +3,7 @@ errors with backoff, and keeps a transformed, indexed cache."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import threading
 import time
@@ -437,6 +438,28 @@ def test_a_streaming_relist_reports_only_what_changed(fake: FakeApi) -> None:
         assert [new["spec"]["nodeName"] for _, new in rec.of("update")] == ["n9"]
         assert [old["metadata"]["name"] for old in rec.of("delete")] == ["c"]
         assert fake.count("GET", PODS, watch=False) == 0
+
+
+def test_stop_during_a_streaming_list_returns_promptly_and_resumes_the_collector(
+    fake: FakeApi,
+) -> None:
+    for n in ("a", "b"):
+        fake.put(PODS, pod(n))
+    fake.initial_events_end = False
+    fake.script_watch(PODS, Stall(60))  # initial events sent, the end BOOKMARK never comes
+    inf = streaming(fake)
+    stop = threading.Event()
+    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
+    thread.start()
+    assert fake.wait_for("GET", PODS, watch=True)
+    time.sleep(0.2)  # the stream is open, the list not ended
+    assert not inf.has_synced()
+    assert not gc.isenabled(), "the collector is paused while a list is in progress"
+    stop.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "stop ends a streaming list that has not ended"
+    assert not inf.has_synced()
+    assert gc.isenabled(), "an abandoned list resumes the collector"
 
 
 def test_a_stream_that_ends_before_its_initial_events_do_falls_back_to_pages(
