@@ -262,6 +262,10 @@ def pcr_record(obj: JSON) -> PCRRecord:
     status = obj.get("status") or {}
     max_seconds = spec.get("maxExpirationSeconds")
     namespace = _name(meta.get("namespace"))
+    terminal = terminal_condition(status)
+    # A finished request is never decided again but stays cached until kube-apiserver
+    # deletes it (15 minutes): it keeps no key material.
+    pending = terminal is None
     return PCRRecord(
         namespace=namespace,
         name=str(meta.get("name", "")),
@@ -274,10 +278,10 @@ def pcr_record(obj: JSON) -> PCRRecord:
         node_name=_name(spec.get("nodeName")),
         service_account_name=_name(spec.get("serviceAccountName")),
         max_expiration_seconds=int(max_seconds) if max_seconds is not None else None,
-        stub_pkcs10=_bytes(spec.get("stubPKCS10Request")),
-        pkix_public_key=_bytes(spec.get("pkixPublicKey")),
+        stub_pkcs10=_bytes(spec.get("stubPKCS10Request")) if pending else None,
+        pkix_public_key=_bytes(spec.get("pkixPublicKey")) if pending else None,
         annotations=frozen_map(spec.get("unverifiedUserAnnotations"), namespace),
-        terminal=terminal_condition(status),
+        terminal=terminal,
     )
 
 

@@ -4,6 +4,7 @@ their records or handing one namespace's objects to another's."""
 
 from __future__ import annotations
 
+import base64
 import gc
 import sys
 from types import MappingProxyType
@@ -12,7 +13,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from signer.records import Labels, frozen_map, interned_maps, pod_record, service_record
+from signer.records import (
+    Labels,
+    frozen_map,
+    interned_maps,
+    pcr_record,
+    pod_record,
+    service_record,
+)
 
 
 def raw_pod(namespace: str, name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
@@ -133,3 +141,35 @@ def test_any_uid_reads_back_exactly_and_only_canonical_ones_are_packed(uid: str)
     pod = pod_record(raw)
     assert pod.uid == uid
     assert isinstance(pod.packed_uid, bytes) is _canonical_uuid(uid)
+
+
+def raw_pcr(status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns1", "name": "req-1", "uid": "u1", "resourceVersion": "7"},
+        "spec": {
+            "signerName": "kubernetes.io/service-serving",
+            "podName": "web-1",
+            "podUID": "pod-uid",
+            "nodeName": "node-1",
+            "serviceAccountName": "sa",
+            "stubPKCS10Request": base64.b64encode(b"stub-der" * 40).decode(),
+            "pkixPublicKey": base64.b64encode(b"spki-der" * 10).decode(),
+            "unverifiedUserAnnotations": {"kubernetes.io/service-names": "web"},
+        },
+        "status": status or {},
+    }
+
+
+def test_a_finished_request_keeps_no_key_material_in_the_cache() -> None:
+    # Finished requests stay cached until kube-apiserver deletes them (15 minutes): after
+    # a 10,000-Pod roll-out that is 10,000 stubs nobody will read again.
+    pending = pcr_record(raw_pcr())
+    assert pending.terminal is None
+    assert pending.stub_pkcs10 == b"stub-der" * 40 and pending.pkix_public_key is not None
+    for kind in ("Issued", "Denied", "Failed"):
+        done = pcr_record(
+            raw_pcr({"conditions": [{"type": kind, "status": "True", "reason": kind}]})
+        )
+        assert done.terminal == kind
+        assert done.stub_pkcs10 is None and done.pkix_public_key is None
+        assert (done.key, done.pod_key, done.pod_uid) == (pending.key, pending.pod_key, "pod-uid")
