@@ -331,7 +331,7 @@ class SignerController:
         if isinstance(names, policy.Denial):
             return Final("Denied", names.reason, names.message)
 
-        pkix = pcr.pkix_public_key
+        pkix: bytes | str | None = pcr.pkix_public_key
         if pcr.stub_pkcs10 is None and pkix is None and self.pcr_version == "v1":
             pkix = self._legacy_pkix_key(pcr)
         public_key = policy.public_key_from_request(pcr.stub_pkcs10, pkix)
@@ -410,7 +410,7 @@ class SignerController:
             raise
         return pod_record(live)
 
-    def _legacy_pkix_key(self, pcr: PCRRecord) -> bytes | None:
+    def _legacy_pkix_key(self, pcr: PCRRecord) -> bytes | str | None:
         """A v1 request without a stub CSR was written by a pre-1.36 kubelet with the
         deprecated `pkixPublicKey`, which the v1 view drops (the API requires one of the
         two). Read it once through v1beta1 rather than deny a request we can sign."""
@@ -423,7 +423,10 @@ class SignerController:
             if is_not_found(err):  # v1beta1 not served, or the request is gone
                 return None
             raise
-        return pcr_record(raw).pkix_public_key
+        # The field itself, not `pcr_record(raw)`: a record of a request another replica
+        # has just finished keeps no key material.
+        value = (raw.get("spec") or {}).get("pkixPublicKey")
+        return value if isinstance(value, bytes | str) and value else None
 
     def _service(
         self,
