@@ -411,7 +411,11 @@ def _act_on_signals(
                     "SIGHUP: re-reading the signing-material files", extra={"signal": "SIGHUP"}
                 )
                 for reload in reloaders:
-                    reload()
+                    try:
+                        reload()
+                    except Exception:
+                        # This thread serves every later signal: it must not die here.
+                        log.exception("SIGHUP: re-reading failed")
             elif signum in (signal.SIGTERM, signal.SIGINT):
                 name = signal.Signals(signum).name
                 if stop.is_set():

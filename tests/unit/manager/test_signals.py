@@ -24,7 +24,12 @@ CHILD = textwrap.dedent(
 
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
     stop = threading.Event()
-    install_signal_handlers(stop, [lambda: print("reloaded", flush=True)])
+    def reload():
+        print("reloaded", flush=True)
+        if sys.argv[2] == "fail":
+            raise OSError("the volume is gone")
+
+    install_signal_handlers(stop, [reload])
     other = threading.Thread(target=time.sleep, args=(120,), daemon=True)
     other.start()
     # The main thread blocks the signals (its mask only): the kernel delivers them to
@@ -38,9 +43,9 @@ CHILD = textwrap.dedent(
 
 
 @contextmanager
-def child(linger: float = 0.0) -> Iterator[subprocess.Popen[str]]:
+def child(linger: float = 0.0, reload: str = "ok") -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(linger)],
+        [sys.executable, "-c", CHILD, str(linger), reload],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -91,4 +96,18 @@ def test_sighup_rereads_the_material_and_does_not_stop() -> None:
         assert proc.poll() is None, "SIGHUP never stops the process"
         proc.send_signal(signal.SIGTERM)
         assert next_line(proc) == "shutting down"
+        assert next_line(proc) == "stopped"
+
+
+def test_a_failing_reload_is_logged_and_later_signals_are_still_served() -> None:
+    with child(reload="fail") as proc:
+        proc.send_signal(signal.SIGHUP)
+        assert next_line(proc) == "SIGHUP: re-reading the signing-material files"
+        assert next_line(proc) == "reloaded"
+        lines = []
+        while (line := next_line(proc)) != "shutting down":
+            lines.append(line)
+            if len(lines) == 1:
+                proc.send_signal(signal.SIGTERM)
+        assert lines[0] == "SIGHUP: re-reading failed", lines
         assert next_line(proc) == "stopped"
