@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench import probe
 from bench.harness import (
     Population,
     apiserver_metrics,
@@ -281,6 +282,7 @@ def _our_starter(
     return start
 
 
+PROBE_SECONDS = 20.0  # the quiet probe; the other lasts as long as its drain
 THROUGHPUT_ROUNDS = 2  # `--rounds` for scale; each round is four 10,000-PCR drains
 
 
@@ -365,7 +367,19 @@ def throughput(ctx: Context) -> Result:
         _log(f"{label}: {d}")
         per_round[label] = [d]
 
+    # The same unit of our work, timed quiet and beside one more (uncounted) Go ceiling
+    # drain: how much dearer every CPU figure above is for sharing the machine.
+    quiet_probe = probe.quiet(ctx.dir("probe"), PROBE_SECONDS)
+    with probe.Beside(ctx.dir("probe")) as beside:
+        beside_drain = ceiling("json")
+    _log(f"probe quiet {quiet_probe}, beside a drain {beside.result} ({beside_drain})")
+
     out: Result = {"throughput_rounds": rounds}
+    out["probe_cpu_ms_quiet"] = quiet_probe["cpu_ms_per_unit"]
+    out["probe_cpu_ms_beside_drain"] = beside.result["cpu_ms_per_unit"]
+    out["cpu_interference_ratio"] = round(
+        beside.result["cpu_ms_per_unit"] / quiet_probe["cpu_ms_per_unit"], 3
+    )
     for label, runs in per_round.items():
         out[f"{label}_per_second"] = _median(r["per_second"] for r in runs)
         out[f"{label}_cpu_s_per_1000"] = _median(r["cpu_s_per_1000"] for r in runs)
