@@ -136,6 +136,9 @@ def table(results: list[Result]) -> str:
             f"  ours/Go JSON ceiling {s['burst_over_go_ceiling']} (token "
             f"{s['token_over_go_ceiling']}); CPU ours/peer {s['cpu_over_peer']} (token "
             f"{s['token_cpu_over_peer']})",
+            f"  the same unit of our work (bench/probe.py): {s['probe_cpu_ms_quiet']} CPU ms "
+            f"quiet, {s['probe_cpu_ms_beside_drain']} beside a drain = "
+            f"{s['cpu_interference_ratio']}x the machine's interference",
             f"  churn: {s['churn_updates']} Service updates in {s['churn_seconds']} s "
             f"({s.get('churn_updates_per_second', '?')}/s of {CHURN_OFFERED:.0f}/s offered) with "
             f"{s['churn_waiting']} waiting: {s['churn_cpu_fraction']:.1%} of a core, "
