@@ -401,6 +401,28 @@ def test_v1_request_hiding_a_legacy_pkix_key_is_read_through_v1beta1(h: Harness)
     assert leaf.public_key() == pki.leaf_key("ECDSAP256").public_key()
 
 
+def test_legacy_key_is_read_even_when_another_replica_has_just_finished_the_request(
+    h: Harness,
+) -> None:
+    # Our cache still holds it pending; the v1beta1 read already sees it Issued. The key
+    # must come from that object all the same (a record of a finished request keeps no
+    # key material): denying "no key" here would be a wrong decision, not a lost race.
+    pod = h.pod()
+    h.service()
+    legacy = h.pcr(pod, legacy_pkix=True)
+    h.pcrs[legacy.key] = dataclasses.replace(legacy, pkix_public_key=None)  # the v1 view
+    assert legacy.pkix_public_key is not None
+    v1beta1 = f"/apis/certificates.k8s.io/v1beta1/namespaces/{NS}/podcertificaterequests/req-1"
+    h.client.objects[v1beta1] = {
+        "spec": {"pkixPublicKey": base64.b64encode(legacy.pkix_public_key).decode()},
+        "status": {"conditions": [{"type": "Issued", "status": "True", "reason": "Issued"}]},
+    }
+
+    h.controller.sync(legacy.key)
+
+    assert h.written_status()["conditions"][0]["type"] == "Issued"
+
+
 def test_request_without_any_key_is_denied(h: Harness) -> None:
     pod = h.pod()
     h.service()
