@@ -35,7 +35,7 @@ import click
 from bench.harness import KeyPool
 from signer import authority, policy
 from signer.ca import write_ca
-from trust.material import load_material
+from trust.files import load_material
 
 SLICE_SECONDS = 0.002  # work this long, then pause as long
 LIFETIME = 86400

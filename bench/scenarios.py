@@ -46,7 +46,8 @@ from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
 from kube.client import ApiError, Client
 from signer.ca import write_ca
-from trust.material import SigningMaterial, load_material
+from trust.files import load_material
+from trust.material import SigningMaterial
 
 Result = dict[str, Any]
 BURST_PODS, BURST_GROUPS = 200, 20

@@ -203,7 +203,8 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
     from kube.client import Client
     from kube.discovery import served_version
     from kube.events import EventRecorder
-    from trust.material import MaterialError, MaterialSource
+    from trust.files import FileMaterialSource
+    from trust.material import MaterialError
 
     registry = registry if registry is not None else make_registry()
     proc = Process(opts=opts, registry=registry, checks=Checks(), identity=identity())
@@ -219,7 +220,7 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
         try:
             # The publisher needs only the bundle; the signer also the key and cert, and
             # they must issue a leaf that verifies (trust.probe, with the signer's profile).
-            material = MaterialSource(
+            material = FileMaterialSource(
                 opts.service_serving_key if signing else None,
                 opts.service_serving_cert if signing else None,
                 opts.service_serving_trust_bundle,

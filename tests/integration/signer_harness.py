@@ -27,7 +27,7 @@ from kube.events import EventRecorder
 from signer.ca import CaFiles, CertificateAuthority, generate_ca, write_ca
 from signer.controller import WAITING_RESYNC_PERIOD, SignerController
 from signer.records import terminal_condition
-from trust.material import MaterialSource
+from trust.files import FileMaterialSource
 
 JSON = dict[str, Any]
 
@@ -69,7 +69,7 @@ class RunningSigner:
             Path(self._tmp.name) / "ca", ca=ca, intermediate=intermediate
         )
         self.registry = CollectorRegistry()
-        self.material = MaterialSource(
+        self.material = FileMaterialSource(
             self.files.key, self.files.cert, self.files.trust_bundle, self.registry, 0.2
         )
         self.recorder = EventRecorder(client, "service-serving-signer", identity)

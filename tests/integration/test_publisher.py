@@ -30,7 +30,7 @@ from tests.integration.signer_harness import (
     wait_terminal,
 )
 from trust.bundle import bundle_name, normalize_bundle
-from trust.material import MaterialSource
+from trust.files import FileMaterialSource
 
 JSON = dict[str, Any]
 
@@ -78,15 +78,19 @@ def delete_ctb(client: Client, name: str) -> None:
 
 
 class RunningPublisher:
-    """A PublisherController fed by a MaterialSource over files in `directory`."""
+    """A PublisherController fed by a FileMaterialSource over files in `directory`."""
 
     def __init__(
-        self, client: Client, directory: Path, signer: str, material: MaterialSource | None = None
+        self,
+        client: Client,
+        directory: Path,
+        signer: str,
+        material: FileMaterialSource | None = None,
     ) -> None:
         self.client = client
         self.signer = signer
         self.registry = CollectorRegistry()
-        self.material = material or MaterialSource(
+        self.material = material or FileMaterialSource(
             directory / "ca.key",
             directory / "ca.crt",
             directory / "trust-bundle.pem",

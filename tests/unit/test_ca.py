@@ -11,7 +11,7 @@ from cryptography import x509
 
 from signer.ca import KEY_TYPES, KeyType, generate_ca, write_ca
 from trust.bundle import normalize_bundle
-from trust.material import load_material
+from trust.files import load_material
 
 
 @pytest.mark.parametrize("key_type", [k for k in KEY_TYPES if k != "RSA4096"])

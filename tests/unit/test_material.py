@@ -16,7 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from signer.ca import CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 from tests.unit import pki
-from trust.material import MaterialError, MaterialSource, load_material
+from trust.bundle import TrustBundle
+from trust.files import FileMaterialSource, load_material
+from trust.material import MaterialError, MaterialSource
 
 
 @pytest.fixture()
@@ -313,7 +315,7 @@ def swap_data(d: Path, version: str, authority: CertificateAuthority, bundle: by
 
 def test_swaps_in_new_set_on_data_symlink_swap_and_calls_listeners(source_dir: Path) -> None:
     registry = CollectorRegistry()
-    source = MaterialSource(*paths(source_dir), registry)
+    source = FileMaterialSource(*paths(source_dir), registry)
     seen: list[str] = []
     source.add_listener(lambda m: seen.append(m.fingerprint))
     assert source.poll() is False
@@ -329,7 +331,7 @@ def test_swaps_in_new_set_on_data_symlink_swap_and_calls_listeners(source_dir: P
 
 def test_picks_up_in_place_rewrite(tmp_path: Path) -> None:
     write_ca(tmp_path, ca=pki.ca("material"))
-    source = MaterialSource(*paths(tmp_path), CollectorRegistry())
+    source = FileMaterialSource(*paths(tmp_path), CollectorRegistry())
     bundle = tmp_path / "trust-bundle.pem"
     bundle.write_bytes(bundle.read_bytes() + cert_pem(pki.ca("other").cert))
     assert source.poll() is True
@@ -341,7 +343,7 @@ def test_keeps_last_good_set_on_mismatched_pair_then_takes_the_fixed_one(
 ) -> None:
     write_ca(tmp_path, ca=pki.ca("material"))
     registry = CollectorRegistry()
-    source = MaterialSource(*paths(tmp_path), registry)
+    source = FileMaterialSource(*paths(tmp_path), registry)
     good = source.current()
     new = pki.ca("material-2")
     # The bundle gains the new root first (runbook step 1) ...
@@ -366,7 +368,7 @@ def test_keeps_last_good_set_on_mismatched_pair_then_takes_the_fixed_one(
 def test_keeps_last_good_set_when_a_file_disappears(tmp_path: Path) -> None:
     write_ca(tmp_path, ca=pki.ca("material"))
     registry = CollectorRegistry()
-    source = MaterialSource(*paths(tmp_path), registry)
+    source = FileMaterialSource(*paths(tmp_path), registry)
     good = source.current()
     shutil.move(tmp_path / "ca.crt", tmp_path / "away.crt")
     assert source.poll() is False
@@ -380,7 +382,7 @@ def test_retries_a_set_that_becomes_valid_with_time(tmp_path: Path) -> None:
     write_ca(tmp_path, ca=pki.ca("material"))
     now = [datetime.now(UTC)]
     registry = CollectorRegistry()
-    source = MaterialSource(*paths(tmp_path), registry, clock=lambda: now[0])
+    source = FileMaterialSource(*paths(tmp_path), registry, clock=lambda: now[0])
     future = generate_ca("soon", not_before=now[0] + timedelta(seconds=30))
     write_ca(tmp_path, ca=future, overwrite=True)
     source.poll()  # the new bundle alone is valid and swapped in; the signing set is not
@@ -396,12 +398,12 @@ def test_initial_load_failure_raises(tmp_path: Path) -> None:
     write_ca(tmp_path, ca=pki.ca("material"))
     (tmp_path / "ca.key").write_bytes(key_pem(pki.ca("other").key))
     with pytest.raises(MaterialError, match="does not match"):
-        MaterialSource(*paths(tmp_path), CollectorRegistry())
+        FileMaterialSource(*paths(tmp_path), CollectorRegistry())
 
 
 def test_reload_counters_start_at_zero(ca_dir: Path) -> None:
     registry = CollectorRegistry()
-    MaterialSource(*paths(ca_dir), registry)
+    FileMaterialSource(*paths(ca_dir), registry)
     assert reload_count(registry, "ok") == 0
     assert reload_count(registry, "invalid") == 0
 
@@ -409,7 +411,7 @@ def test_reload_counters_start_at_zero(ca_dir: Path) -> None:
 def test_run_polls_until_stopped(ca_dir: Path) -> None:
     import threading
 
-    source = MaterialSource(*paths(ca_dir), CollectorRegistry(), poll_interval=0.01)
+    source = FileMaterialSource(*paths(ca_dir), CollectorRegistry(), poll_interval=0.01)
     swapped = threading.Event()
     source.add_listener(lambda _m: swapped.set())
     stop = threading.Event()
@@ -443,7 +445,7 @@ def info_labels(registry: CollectorRegistry) -> dict[str, str]:
 def test_new_bundle_is_taken_while_the_key_is_broken(tmp_path: Path) -> None:
     write_ca(tmp_path, ca=pki.ca("material"))
     registry = CollectorRegistry()
-    source = MaterialSource(*paths(tmp_path), registry)
+    source = FileMaterialSource(*paths(tmp_path), registry)
     bundles: list[str] = []
     source.add_bundle_listener(lambda b: bundles.append(b.pem))
     good = source.current()
@@ -459,20 +461,20 @@ def test_new_bundle_is_taken_while_the_key_is_broken(tmp_path: Path) -> None:
 
 def test_bad_bundle_is_refused_naming_the_bundle_file_and_the_old_one_kept(tmp_path: Path) -> None:
     write_ca(tmp_path, ca=pki.ca("material"))
-    source = MaterialSource(*paths(tmp_path), CollectorRegistry())
+    source = FileMaterialSource(*paths(tmp_path), CollectorRegistry())
     good = source.trust_bundle()
     (tmp_path / "trust-bundle.pem").write_text("-----BEGIN CERTIFICATE-----\nMII")
     assert source.poll() is False
     assert source.trust_bundle() is good
     with pytest.raises(MaterialError, match=r"trust-bundle\.pem: invalid trust bundle"):
-        MaterialSource(*paths(tmp_path), CollectorRegistry())
+        FileMaterialSource(*paths(tmp_path), CollectorRegistry())
 
 
 def test_bundle_only_source_needs_no_key_or_cert(tmp_path: Path) -> None:
     write_ca(tmp_path, ca=pki.ca("material"))
     (tmp_path / "ca.key").unlink()
     registry = CollectorRegistry()
-    source = MaterialSource(None, None, tmp_path / "trust-bundle.pem", registry)
+    source = FileMaterialSource(None, None, tmp_path / "trust-bundle.pem", registry)
     assert source.trust_bundle().anchors == (pki.ca("material").cert,)
     with pytest.raises(RuntimeError):
         source.current()
@@ -489,7 +491,7 @@ def test_invalid_gauge_is_one_while_files_are_rejected_and_info_names_what_is_in
 
     write_ca(tmp_path, ca=pki.ca("material"))
     registry = CollectorRegistry()
-    source = MaterialSource(*paths(tmp_path), registry)
+    source = FileMaterialSource(*paths(tmp_path), registry)
     assert sample(registry, "service_serving_ca_controller_material_invalid") == 0
     first = info_labels(registry)
     assert bundle_name("x/y", source.trust_bundle().pem).endswith(":" + first["trust_bundle"])
@@ -520,7 +522,7 @@ def test_expired_anchor_is_kept_but_warned_about_once_per_bundle(
     write_ca(tmp_path, ca=pki.ca("material"))
     (tmp_path / "trust-bundle.pem").write_bytes(cert_pem(pki.ca("material").cert, old.cert))
     with caplog.at_level(logging.WARNING):
-        source = MaterialSource(*paths(tmp_path), CollectorRegistry())
+        source = FileMaterialSource(*paths(tmp_path), CollectorRegistry())
         source.poll()
         source.poll()
     assert len(source.trust_bundle().anchors) == 2
@@ -532,9 +534,19 @@ def test_expired_anchor_is_kept_but_warned_about_once_per_bundle(
 def test_reload_now_polls_without_waiting_for_the_interval(ca_dir: Path) -> None:
     import threading
 
-    source = MaterialSource(*paths(ca_dir), CollectorRegistry(), poll_interval=3600)
+    # Typed as the protocol the signer and the publisher read (mypy checks the file
+    # source satisfies it).
+    source: MaterialSource = FileMaterialSource(
+        *paths(ca_dir), CollectorRegistry(), poll_interval=3600
+    )
     swapped = threading.Event()
-    source.add_bundle_listener(lambda _b: swapped.set())
+    seen: list[TrustBundle] = []
+
+    def on_bundle(bundle: TrustBundle) -> None:
+        seen.append(bundle)
+        swapped.set()
+
+    source.add_bundle_listener(on_bundle)
     stop = threading.Event()
     thread = threading.Thread(target=source.run, args=(stop,))
     thread.start()
@@ -547,3 +559,5 @@ def test_reload_now_polls_without_waiting_for_the_interval(ca_dir: Path) -> None
         stop.set()
         thread.join(5)
     assert not thread.is_alive()
+    assert seen == [source.trust_bundle()]
+    assert len(seen[0].anchors) == 2

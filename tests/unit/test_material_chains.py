@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from signer.authority import issue_probe, signature_hash
 from signer.ca import KeyType, PrivateKey, cert_pem, generate_key, key_pem
-from trust.material import MaterialError, MaterialFiles, MaterialSource, validate_material
+from trust.files import FileMaterialSource
+from trust.material import MaterialError, MaterialFiles, validate_material
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -259,7 +260,7 @@ def test_reload_keeps_the_last_good_set_when_the_new_one_cannot_issue(
 ) -> None:
     write(tmp_path, two_level())
     registry = CollectorRegistry()
-    source = MaterialSource(
+    source = FileMaterialSource(
         tmp_path / "ca.key",
         tmp_path / "ca.crt",
         tmp_path / "bundle.pem",
@@ -279,7 +280,7 @@ def test_reload_keeps_the_last_good_set_when_the_new_one_cannot_issue(
 def test_start_up_refuses_a_set_that_cannot_issue(tmp_path: Path) -> None:
     write(tmp_path, root_path_len_zero_above_intermediate())
     with pytest.raises(MaterialError, match="path length constraint violated"):
-        MaterialSource(
+        FileMaterialSource(
             tmp_path / "ca.key", tmp_path / "ca.crt", tmp_path / "bundle.pem", issuer=issue_probe
         )
 
@@ -291,7 +292,7 @@ def test_start_up_accepts_a_signing_cert_expiring_within_the_hour_with_a_warning
     # rather than crash-loop until the files are rotated.
     write(tmp_path, signing_cert_expiring_within_the_hour())
     with caplog.at_level(logging.WARNING):
-        source = MaterialSource(
+        source = FileMaterialSource(
             tmp_path / "ca.key", tmp_path / "ca.crt", tmp_path / "bundle.pem", issuer=issue_probe
         )
     assert source.current().signing_cert.subject.rfc4514_string() == "CN=signing"
