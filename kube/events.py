@@ -9,7 +9,8 @@ What it decides:
   namespace (`default` for cluster-scoped objects).
 * **Names.** `<regarding name>.<hex nanoseconds>` as client-go does, strictly increasing
   within the process (so two events in one clock tick do not collide), with the name
-  part cut so the whole stays ≤ 253 characters.
+  part cut so the whole stays ≤ 253 characters (and a `-` or `.` the cut leaves at its
+  end dropped, so the whole stays a DNS subdomain).
 * **Aggregation** — client-go's events library (`tools/events`), so a repeat costs no API
   write of its own. The same (regarding, related, type, reason, note, action) seen
   again while cached: the first repeat PATCHes `series: {count: 2, lastObservedTime}`
@@ -376,4 +377,6 @@ class EventRecorder:
         stamp = (at - _EPOCH) // timedelta(microseconds=1) * 1000
         self._last_ns = max(stamp, self._last_ns + 1)
         suffix = f".{self._last_ns:x}"
-        return regarding_name[: NAME_LIMIT - len(suffix)] + suffix
+        # A cut can end on a `-` or `.`, which must not precede the suffix's dot (the
+        # name would not be a DNS subdomain: 422, and the Event would be lost).
+        return regarding_name[: NAME_LIMIT - len(suffix)].rstrip("-.") + suffix

@@ -272,3 +272,29 @@ def test_stop_sends_what_is_queued_and_ends_the_thread(fake: FakeApi) -> None:
         "same timestamp, distinct names"
     )
     rec.warning(POD, "C", "n", "Sign")  # after stop: ignored, no error
+
+
+# An object name is a DNS subdomain; so is an Event's: dot-separated labels that start and
+# end alphanumeric (the API server answers 422 to anything else and the Event is lost).
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+@pytest.mark.parametrize("separator", ["-", "."])
+def test_a_long_name_cut_before_a_dash_or_dot_still_makes_a_valid_event_name(
+    fake: FakeApi, separator: str
+) -> None:
+    at = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
+    suffix = 1 + len(f"{int(at.timestamp()) * 10**9:x}")  # `.<hex nanoseconds>`
+    kept = 253 - suffix
+    # A 237-character Pod name (at this date) whose cut falls right after a separator.
+    name = "a" * (kept - 1) + separator + "b"
+    recorder = EventRecorder(fake.client(), "service-serving-signer", "pod-a", now=lambda: at)
+    try:
+        recorder.warning(ObjectRef(kind="Pod", namespace="ns", name=name, uid="u"), "R", "n", "S")
+        assert recorder.flush()
+    finally:
+        recorder.stop()
+    [ev] = fake.items(EVENTS)
+    assert len(name) == 237
+    assert len(ev["metadata"]["name"]) <= 253
+    assert DNS_SUBDOMAIN.fullmatch(ev["metadata"]["name"]), ev["metadata"]["name"]
