@@ -116,8 +116,52 @@ def flag(*decls: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*decls, **attrs)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(_version_line())
+    ctx.exit(0)
+
+
+def _version_line() -> str:
+    from manager import buildinfo
+
+    info = buildinfo.current()
+    return f"{buildinfo.DISTRIBUTION} {info.version} (commit {info.commit})"
+
+
+kubeconfig_option = click.option(
+    "--kubeconfig",
+    default=None,
+    envvar=env_name("--kubeconfig"),
+    metavar="FILE",
+    help="Kubeconfig; default in-cluster config, then $KUBECONFIG.",
+)
+output_option = click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format; json keys are camelCase, as kubectl prints.",
+)
+
+
 @click.group(
-    cls=Group, context_settings={"auto_envvar_prefix": ENV_PREFIX, "max_content_width": 120}
+    cls=Group,
+    context_settings={
+        "auto_envvar_prefix": ENV_PREFIX,
+        "max_content_width": 120,
+        "help_option_names": ["-h", "--help"],
+    },
+)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Print the version and the commit it was built from, then exit.",
 )
 def main() -> None:
     """The kubernetes.io/service-serving PodCertificateRequest signer and
@@ -227,15 +271,39 @@ class KlogVerbosity(click.IntRange):
     show_default=True,
     help="Run only while holding the leader Lease (--leader-elect=false).",
 )
-@flag("--leader-elect-lease-duration", type=Duration(), default="15s", show_default=True)
-@flag("--leader-elect-renew-deadline", type=Duration(), default="10s", show_default=True)
-@flag("--leader-elect-retry-period", type=Duration(), default="2s", show_default=True)
+@flag(
+    "--leader-elect-lease-duration",
+    type=Duration(),
+    default="15s",
+    show_default=True,
+    help="How long a non-leader waits after the last renewal before taking the Lease.",
+)
+@flag(
+    "--leader-elect-renew-deadline",
+    type=Duration(),
+    default="10s",
+    show_default=True,
+    help="How long the leader keeps retrying a renewal before it stops leading "
+    "(less than the lease duration).",
+)
+@flag(
+    "--leader-elect-retry-period",
+    type=Duration(),
+    default="2s",
+    show_default=True,
+    help="Wait between attempts to acquire or renew the Lease.",
+)
 @flag(
     "--leader-elect-resource-namespace",
     default=None,
     help="Lease namespace; default the Pod's namespace, else kube-system.",
 )
-@flag("--leader-elect-resource-name", default="service-serving-signer", show_default=True)
+@flag(
+    "--leader-elect-resource-name",
+    default="service-serving-signer",
+    show_default=True,
+    help="Name of the leader-election Lease.",
+)
 @flag(
     "--metrics-bind-address",
     type=Address(),
@@ -250,7 +318,17 @@ class KlogVerbosity(click.IntRange):
     show_default=True,
     help="host:port for /healthz and /readyz; 0 disables.",
 )
-@flag("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True)
+@flag(
+    "--logging-format",
+    "--log-format",
+    "log_format",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    show_default=True,
+    # component-base's name first; the old name (flag and variable) stays an alias
+    envvar=[env_name("--logging-format"), env_name("--log-format")],
+    help="Log format: text (klog's) or json (component-base's). --log-format is an alias.",
+)
 @flag(
     "-v",
     "--v",
@@ -331,6 +409,7 @@ def ca_group() -> None:
     type=click.Choice(
         ["ECDSAP256", "ECDSAP384", "ECDSAP521", "RSA2048", "RSA3072", "RSA4096", "ED25519"]
     ),
+    help="Key algorithm of the CA (kubelet's keyType spelling).",
 )
 @click.option(
     "--validity",
@@ -340,7 +419,11 @@ def ca_group() -> None:
     help="CA certificate lifetime.",
 )
 @click.option("--intermediate", is_flag=True, help="Sign with an intermediate under a new root.")
-@click.option("--force", is_flag=True, help="Replace existing files.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace ca.key, ca.crt and trust-bundle.pem if they exist (the old key is lost).",
+)
 def ca_init(out: Path, key_type: str, validity: float, intermediate: bool, force: bool) -> None:
     """Write a new CA key, signing cert and trust bundle into --out."""
     import datetime as dt
@@ -356,7 +439,7 @@ def ca_init(out: Path, key_type: str, validity: float, intermediate: bool, force
             overwrite=force,
         )
     except (OSError, ValueError) as err:
-        raise StartupError(f"{out}: {err}") from None
+        raise StartupError(f"ca init: {err}") from None
     click.echo(f"wrote {files.key} (private key, mode 0600)")
     click.echo(f"wrote {files.cert} (signing certificate)")
     click.echo(f"wrote {files.trust_bundle} (trust bundle)")
@@ -382,7 +465,7 @@ def bundle_group() -> None:
     help="Label selector (kubectl -l syntax) among the signer's bundles; "
     "omitted matches nothing, '' matches all (KEP-6283).",
 )
-@click.option("--kubeconfig", default=None, envvar=env_name("--kubeconfig"), metavar="FILE")
+@kubeconfig_option
 def bundle_resolve(
     name: str | None, signer_name: str | None, selector: str | None, kubeconfig: str | None
 ) -> None:
@@ -448,13 +531,27 @@ def _list_bundles(
 @main.command("explain")
 @click.argument("kind", type=click.Choice(["pod", "pcr"]))
 @click.argument("target", metavar="NAMESPACE/NAME")
-@click.option("--signer-name", default=DEFAULT_SIGNER_NAME, show_default=True)
-@click.option("--cluster-service-domain", default="cluster.local", show_default=True)
 @click.option(
-    "--pcr-api-version", type=click.Choice(PCR_API_VERSIONS), default="auto", show_default=True
+    "--signer-name",
+    default=DEFAULT_SIGNER_NAME,
+    show_default=True,
+    help="Signer whose decision to explain.",
 )
-@click.option("--kubeconfig", default=None, envvar=env_name("--kubeconfig"), metavar="FILE")
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "--cluster-service-domain",
+    default="cluster.local",
+    show_default=True,
+    help="Domain the signer appends to Service and Pod names (as its run flag).",
+)
+@click.option(
+    "--pcr-api-version",
+    type=click.Choice(PCR_API_VERSIONS),
+    default="auto",
+    show_default=True,
+    help="PodCertificateRequest API version to read; auto = newest served.",
+)
+@kubeconfig_option
+@output_option
 def explain_command(
     kind: str,
     target: str,
@@ -504,7 +601,7 @@ def explain_command(
 
 
 @main.command("version")
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text")
+@output_option
 def version_command(output: str) -> None:
     """Print the version and the commit it was built from."""
     from manager import buildinfo
@@ -517,7 +614,7 @@ def version_command(output: str) -> None:
             )
         )
     else:
-        click.echo(f"{buildinfo.DISTRIBUTION} {info.version} (commit {info.commit})")
+        click.echo(_version_line())
 
 
 def entrypoint(argv: Sequence[str] | None = None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeAlias, get_args
@@ -143,6 +144,14 @@ class CaFiles:
     trust_bundle: Path
 
 
+def unique_common_name(role: str) -> str:
+    """`service-serving-signer root CA@1733119200-9f3a2c`: the creation time and a random
+    suffix, like OpenShift's `openshift-service-serving-signer@<unix time>`, so that two
+    roots published side by side mid-rotation (or a root and its intermediate) never share
+    a subject — clients, `openssl` and the chain probe tell them apart by name."""
+    return f"service-serving-signer {role} CA@{int(time.time())}-{secrets.token_hex(3)}"
+
+
 def write_ca(
     out_dir: str | os.PathLike[str],
     *,
@@ -154,20 +163,23 @@ def write_ca(
 ) -> CaFiles:
     """Write `ca.key` (PKCS#8, mode 0600), `ca.crt` (signing cert, then intermediates) and
     `trust-bundle.pem` (the root) into `out_dir`, creating it. With `intermediate`, a root
-    signs an intermediate and the intermediate is the signing CA. Refuses to replace
-    existing files unless `overwrite`."""
+    signs an intermediate and the intermediate is the signing CA; each new CA gets its own
+    subject (`unique_common_name`). Refuses to replace existing files unless `overwrite`
+    (other files in `out_dir` are left alone)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = CaFiles(out / "ca.key", out / "ca.crt", out / "trust-bundle.pem")
-    if not overwrite:
-        for path in (files.key, files.cert, files.trust_bundle):
-            if path.exists():
-                raise FileExistsError(f"{path} exists; refusing to overwrite a CA")
+    existing = [str(p) for p in (files.key, files.cert, files.trust_bundle) if p.exists()]
+    if existing and not overwrite:
+        raise FileExistsError(
+            f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
+            "refusing to overwrite a CA (pass --force to replace it: the old key is lost)"
+        )
     if ca is None:
-        root = generate_ca(key_type=key_type, validity=validity)
+        root = generate_ca(unique_common_name("root"), key_type=key_type, validity=validity)
         ca = (
             generate_ca(
-                "service-serving-signer throw-away intermediate CA",
+                unique_common_name("intermediate"),
                 key_type=key_type,
                 parent=root,
                 validity=validity,

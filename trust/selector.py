@@ -144,7 +144,7 @@ def resolve_selector(
         if allow_missing:
             return ""
         shown = parse_selector(selector).to_json() if selector is not None else None
-        raise SelectorError(f"selector {shown!r} matched zero ClusterTrustBundles")
+        raise SelectorError(f"selector {json.dumps(shown)} matched zero ClusterTrustBundles")
     return normalize_bundle("".join(_trust_bundle_of(obj) for obj in chosen))
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 from cryptography import x509
@@ -267,3 +270,131 @@ def test_waiting_resync_period_defaults_to_5m_and_reads_its_flag_and_env_var(
     result = invoke(["run", *FILES, "--waiting-resync-period=0s"])
     assert result.exit_code != 0
     assert "--waiting-resync-period" in result.output + result.stderr
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = [path]
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            found += _commands(command, (*path, name))
+        else:
+            found.append((*path, name))
+    return found
+
+
+@pytest.mark.parametrize("path", _commands(main), ids=lambda p: " ".join(p) or "main")
+def test_every_command_takes_h_as_well_as_help(path: tuple[str, ...]) -> None:
+    short, long = invoke([*path, "-h"]), invoke([*path, "--help"])
+    assert short.exit_code == 0, short.output + short.stderr
+    assert short.output == long.output
+    assert "Usage:" in short.output
+
+
+@pytest.mark.parametrize("path", _commands(main), ids=lambda p: " ".join(p) or "main")
+def test_every_flag_says_what_it_does(path: tuple[str, ...]) -> None:
+    command: click.Command = main
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    silent = [
+        p.opts[0]
+        for p in command.params
+        if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()
+    ]
+    assert silent == []
+
+
+def test_version_flag_prints_what_the_version_command_prints() -> None:
+    result = invoke(["--version"])
+    assert result.exit_code == 0
+    assert result.output == invoke(["version"]).output
+    assert result.output.startswith("service-serving-signer ")
+
+
+def test_logging_format_is_component_bases_name_and_log_format_its_alias(
+    captured: list[Options],
+) -> None:
+    assert run_with(captured, *FILES, "--logging-format=json").log_format == "json"
+    assert run_with(captured, *FILES, "--log-format=json").log_format == "json"
+    for variable in ("LOGGING_FORMAT", "LOG_FORMAT"):
+        env = {f"SERVICE_SERVING_SIGNER_{variable}": "json"}
+        assert run_with(captured, *FILES, env=env).log_format == "json"
+    result = invoke(["run", *FILES, "--logging-format=xml"])
+    assert result.exit_code == 1
+    assert "--logging-format" in result.stderr
+
+
+def _keys(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [k for key, item in value.items() for k in (key, *_keys(item))]
+    if isinstance(value, list):
+        return [k for item in value for k in _keys(item)]
+    return []
+
+
+def test_version_json_keys_are_camel_case_like_kubectl() -> None:
+    result = invoke(["version", "-o", "json"])
+    keys = _keys(json.loads(result.output))
+    assert keys
+    assert [k for k in keys if not re.fullmatch(r"[a-z]+(?:[A-Z][a-z0-9]*)*", k)] == []
+
+
+def test_ca_init_gives_every_ca_its_own_common_name(tmp_path: Path) -> None:
+    names = []
+    for directory in ("one", "two", "three"):
+        assert invoke(["ca", "init", "--out", str(tmp_path / directory)]).exit_code == 0
+        cert = x509.load_pem_x509_certificate((tmp_path / directory / "ca.crt").read_bytes())
+        names.append(cert.subject.rfc4514_string())
+    assert len(set(names)) == 3, names
+    assert all(name.startswith("CN=service-serving-signer") for name in names)
+
+
+def test_ca_init_with_intermediate_names_root_and_intermediate_apart(tmp_path: Path) -> None:
+    runs = [tmp_path / "a", tmp_path / "b"]
+    subjects: list[x509.Name] = []
+    for out in runs:
+        assert invoke(["ca", "init", "--out", str(out), "--intermediate"]).exit_code == 0
+        (chain,) = x509.load_pem_x509_certificates((out / "ca.crt").read_bytes())
+        (root,) = x509.load_pem_x509_certificates((out / "trust-bundle.pem").read_bytes())
+        subjects += [chain.subject, root.subject]
+    assert len(set(subjects)) == 4
+
+
+def test_ca_init_overwrite_message_names_the_files_and_force(tmp_path: Path) -> None:
+    assert invoke(["ca", "init", "--out", str(tmp_path)]).exit_code == 0
+    result = invoke(["ca", "init", "--out", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "ca.key" in result.stderr
+    assert "--force" in result.stderr
+
+
+def test_ca_init_needs_no_force_in_an_existing_empty_directory(tmp_path: Path) -> None:
+    (tmp_path / "unrelated.txt").write_text("kept")
+    assert invoke(["ca", "init", "--out", str(tmp_path)]).exit_code == 0
+    assert (tmp_path / "unrelated.txt").read_text() == "kept"
+
+
+def test_bundle_resolve_prints_pem_and_names_an_unmatched_selector_as_json(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert invoke(["ca", "init", "--out", str(tmp_path)]).exit_code == 0
+    pem = (tmp_path / "trust-bundle.pem").read_text()
+    bundle = {
+        "metadata": {"name": "example.com:serving:a", "labels": {"rotation": "current"}},
+        "spec": {"signerName": "example.com/serving", "trustBundle": pem},
+    }
+    monkeypatch.setattr("manager.cli._list_bundles", lambda *a, **k: [bundle])
+    found = invoke(["bundle", "resolve", "--signer-name=example.com/serving", "--selector="])
+    assert found.exit_code == 0, found.stderr
+    assert found.output == pem
+    missed = invoke(
+        ["bundle", "resolve", "--signer-name=example.com/serving", "-l", "rotation=next"]
+    )
+    assert missed.exit_code == 1
+    assert "{'" not in missed.stderr  # no Python dict
+    shown = re.search(r"selector (\{.*\}) matched zero", missed.stderr)
+    assert shown is not None, missed.stderr
+    assert json.loads(shown.group(1)) == {
+        "signerName": "example.com/serving",
+        "labelSelector": {"matchLabels": {"rotation": "next"}},
+    }
