@@ -53,6 +53,7 @@ COPY trust ./trust
 COPY signer ./signer
 COPY publisher ./publisher
 COPY injector ./injector
+COPY managedca ./managedca
 COPY manager ./manager
 ARG VERSION_COMMIT=unknown
 RUN printf '%s\n' "$VERSION_COMMIT" > manager/COMMIT \

@@ -153,7 +153,8 @@ def test_lock_covers_pyproject_dependencies() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["kube", "trust", "signer", "publisher", "injector", "manager", "pyproject.toml"]
+    "path",
+    ["kube", "trust", "signer", "publisher", "injector", "managedca", "manager", "pyproject.toml"],
 )
 def test_dockerignore_lets_the_sources_in(path: str) -> None:
     lines = (ROOT / ".dockerignore").read_text().splitlines()
