@@ -58,8 +58,19 @@ class StartupError(click.ClickException):
     """A failure before the process serves: printed as one `error:` line, exit 1."""
 
 
+HELP_OPTION_NAMES = ["-h", "--help"]
+
+
 class Group(click.Group):
-    """A click group whose errors are one `error: …` line and exit status 1."""
+    """A click group whose errors are one `error: …` line and exit status 1, and whose
+    every command takes `-h` as well as `--help` (set on each command, not only inherited
+    from the group's context: a command can be invoked on its own)."""
+
+    group_class = type  # subgroups are `Group`s too
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        cmd.context_settings.setdefault("help_option_names", HELP_OPTION_NAMES)
+        super().add_command(cmd, name)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("standalone_mode", True) is False:
@@ -152,7 +163,7 @@ output_option = click.option(
     context_settings={
         "auto_envvar_prefix": ENV_PREFIX,
         "max_content_width": 120,
-        "help_option_names": ["-h", "--help"],
+        "help_option_names": HELP_OPTION_NAMES,
     },
 )
 @click.option(
