@@ -8,7 +8,6 @@ The signer's waiting index drops the deleted request."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,14 +17,14 @@ from kube.client import Client
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import (
     chain_of,
-    cluster_signer,
-    create_pod,
     create_service,
     dns_sans,
     pcrs_of,
     running_files,
     service_sans,
+    serving_pod,
     signer_events,
+    signer_fixture,
     unique_signer_name,
     verify_against_bundle,
 )
@@ -34,10 +33,7 @@ SIGNER = unique_signer_name()
 SERVICE_AFTER = 16 * 60
 
 
-@pytest.fixture(scope="module")
-def signer(cluster: Cluster) -> Iterator[SignerProcess]:
-    with cluster_signer(cluster, SIGNER) as proc:
-        yield proc
+signer = signer_fixture(SIGNER)
 
 
 def pending(signer: SignerProcess) -> float | None:
@@ -50,15 +46,7 @@ def test_service_created_16_minutes_later_issues_the_kubelets_recreated_request(
 ) -> None:
     ns = node_namespace
     started = time.monotonic()
-    create_pod(
-        cluster_client,
-        ns,
-        "slow-0",
-        node=cluster.nodes[0].name,
-        labels={"app": "slow"},
-        signer_name=SIGNER,
-        annotations={"kubernetes.io/service-names": "slow"},
-    )
+    serving_pod(cluster, cluster_client, ns, "slow-0", app="slow", signer_name=SIGNER)
     assert eventually(lambda: bool(pcrs_of(cluster_client, ns, "slow-0")), 120)
     [first] = pcrs_of(cluster_client, ns, "slow-0")
     assert eventually(lambda: pending(signer) == 1.0, 60)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.verification import PolicyBuilder, Store
@@ -71,6 +72,52 @@ def create_pod(client: Client, namespace: str, name: str, **kwargs: Any) -> JSON
     body = cert_pod(name, namespace, **kwargs)
     pod: JSON = client.create(f"/api/v1/namespaces/{namespace}/pods", body)
     return pod
+
+
+def serving_pod(
+    cluster: Cluster,
+    client: Client,
+    namespace: str,
+    name: str,
+    *,
+    app: str,
+    signer_name: str,
+    services: str | None = None,
+    **kwargs: Any,
+) -> JSON:
+    """The usual test Pod: on the first hollow node, labelled `app=<app>`, its projection
+    naming `services` (default: the Service called like the app) for `signer_name`."""
+    annotations = {"kubernetes.io/service-names": app if services is None else services}
+    return create_pod(
+        client,
+        namespace,
+        name,
+        node=cluster.nodes[0].name,
+        labels={"app": app},
+        signer_name=signer_name,
+        annotations=annotations,
+        **kwargs,
+    )
+
+
+def signer_fixture(name: str) -> Callable[[Cluster], Iterator[SignerProcess]]:
+    """A module-scoped `signer` fixture: `cluster_signer(cluster, name)` for the module's
+    tests (`signer = signer_fixture(SIGNER)` at module level)."""
+
+    @pytest.fixture(scope="module")
+    def signer(cluster: Cluster) -> Iterator[SignerProcess]:
+        with cluster_signer(cluster, name) as proc:
+            yield proc
+
+    return signer
+
+
+def condition_of_type(pcr: JSON, kind: str) -> JSON | None:
+    """The request's condition of type `kind` (e.g. "Denied"), or None."""
+    for c in (pcr.get("status") or {}).get("conditions") or []:
+        if c["type"] == kind:
+            return dict(c)
+    return None
 
 
 def create_service(

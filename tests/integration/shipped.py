@@ -40,7 +40,7 @@ from controlplane.workload import wait_running
 from kube.client import ApiError, Client, is_already_exists, is_not_found
 from tests.integration.freezing_proxy import FreezingProxy
 from tests.integration.manager_process import SignerProcess
-from tests.integration.test_manager_rbac import apply
+from tests.integration.manifests import apply
 from tests.unit.manager.kustomize import CONFIG, find, render
 
 JSON = dict[str, Any]

@@ -20,7 +20,7 @@ import yaml
 from controlplane import ControlPlane
 from controlplane.binaries import tool
 from kube.client import Client
-from tests.integration.test_manager_rbac import ensure_monitoring_crds, ensure_namespace
+from tests.integration.manifests import ensure_monitoring_crds, ensure_namespace
 
 pytestmark = pytest.mark.integration
 

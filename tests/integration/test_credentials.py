@@ -10,19 +10,8 @@ from typing import Any
 
 from controlplane import ControlPlane
 from kube.client import ApiError, Client
+from tests.integration.identities import service_account_token
 from tests.integration.signer_harness import eventually
-
-
-def service_account_token(client: Client, namespace: str, name: str) -> str:
-    answer = client.create(
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
-    return str(answer["status"]["token"])
 
 
 def create_service_account(client: Client, namespace: str, name: str) -> None:

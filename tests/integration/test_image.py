@@ -48,11 +48,11 @@ from tests.integration.freezing_proxy import FreezingProxy
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import (
     chain_of,
-    create_pod,
     create_service,
     dns_sans,
     running_files,
     service_sans,
+    serving_pod,
     verify_against_bundle,
 )
 from tests.integration.shipped import (
@@ -479,15 +479,7 @@ def test_image_runs_as_the_shipped_pod_on_its_kubelet_written_volumes_and_issues
         # In-cluster: the signer dialled the `kubernetes` Service's ClusterIP.
         assert kube_proxy.accepted >= 1
         create_service(cluster_client, node_namespace, "web", {"app": "web"})
-        create_pod(
-            cluster_client,
-            node_namespace,
-            "web-0",
-            node=cluster.nodes[0].name,
-            labels={"app": "web"},
-            signer_name=SIGNER,
-            annotations={"kubernetes.io/service-names": "web"},
-        )
+        serving_pod(cluster, cluster_client, node_namespace, "web-0", app="web", signer_name=SIGNER)
         _, files = running_files(cluster, cluster_client, node_namespace, "web-0")
         names = service_sans("web", node_namespace)
         verify_against_bundle(files.chain, files.bundle, names)

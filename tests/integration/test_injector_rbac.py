@@ -19,6 +19,7 @@ from controlplane import ControlPlane
 from controlplane.server import free_port
 from injector.decide import REASON_INVALID_SELECTOR
 from kube.client import Client
+from tests.integration.identities import can, service_account_subject, service_account_token
 from tests.integration.injector_harness import (
     VWC_PATH,
     Issuer,
@@ -29,15 +30,14 @@ from tests.integration.injector_harness import (
     validating_webhook,
 )
 from tests.integration.manager_process import SignerProcess, eventually
-from tests.integration.test_manager_rbac import apply, ensure_namespace
+from tests.integration.manifests import apply, ensure_namespace
 from tests.unit.manager.kustomize import CONFIG, render
 
 pytestmark = pytest.mark.integration
 
 NS = "service-serving-signer"
 SA = "service-serving-signer-injector"
-SA_USER = f"system:serviceaccount:{NS}:{SA}"
-SA_GROUPS = ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"]
+SUBJECT = service_account_subject(NS, SA)
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 
@@ -47,18 +47,6 @@ def injector_rbac(client: Client) -> None:
     for obj in render(CONFIG / "injector"):
         if obj["kind"] in RBAC_KINDS:
             apply(client, obj, dry_run=False, namespace=NS)
-
-
-def injector_token(client: Client) -> str:
-    answer = client.create(
-        f"/api/v1/namespaces/{NS}/serviceaccounts/{SA}/token",
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
-    return str(answer["status"]["token"])
 
 
 class InjectorProcess(SignerProcess):
@@ -85,22 +73,6 @@ class InjectorProcess(SignerProcess):
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
 
 
-def can(client: Client, verb: str, resource: str, **attrs: str) -> bool:
-    review = client.create(
-        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {
-                "user": SA_USER,
-                "groups": SA_GROUPS,
-                "resourceAttributes": {"verb": verb, "resource": resource, **attrs},
-            },
-        },
-    )
-    return bool(review["status"].get("allowed"))
-
-
 @pytest.fixture
 def vwc_name(client: Client) -> Iterator[str]:
     name = f"rbac-{uuid.uuid4().hex[:8]}"
@@ -114,7 +86,7 @@ def test_injects_as_its_service_account_with_only_its_rbac_and_no_signing_files(
     control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path, vwc_name: str
 ) -> None:
     kubeconfig = control_plane.write_kubeconfig(
-        tmp_path / "injector.kubeconfig", token=injector_token(client)
+        tmp_path / "injector.kubeconfig", token=service_account_token(client, NS, SA)
     )
     with Issuer(client) as issuer:
         client.create(
@@ -177,7 +149,7 @@ def test_injects_as_its_service_account_with_only_its_rbac_and_no_signing_files(
     ],
 )
 def test_injector_cannot(client: Client, verb: str, resource: str, attrs: dict[str, Any]) -> None:
-    assert not can(client, verb, resource, **attrs)
+    assert not can(client, SUBJECT, verb, resource, **attrs)
 
 
 @pytest.mark.usefixtures("injector_rbac")
@@ -194,7 +166,7 @@ def test_injector_cannot(client: Client, verb: str, resource: str, attrs: dict[s
     ],
 )
 def test_injector_can(client: Client, verb: str, resource: str, attrs: dict[str, Any]) -> None:
-    assert can(client, verb, resource, **attrs)
+    assert can(client, SUBJECT, verb, resource, **attrs)
 
 
 def test_injector_component_passes_server_side_dry_run(client: Client) -> None:

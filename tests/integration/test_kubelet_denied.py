@@ -6,19 +6,18 @@ the one the user sees."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from controlplane.cluster import Cluster
 from kube.client import Client
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import (
-    cluster_signer,
-    create_pod,
+    condition_of_type,
     create_service,
     pcrs_of,
+    serving_pod,
     signer_events,
+    signer_fixture,
     stays_not_running,
     unique_signer_name,
 )
@@ -28,17 +27,11 @@ pytestmark = pytest.mark.integration
 SIGNER = unique_signer_name()
 
 
-@pytest.fixture(scope="module")
-def signer(cluster: Cluster) -> Iterator[SignerProcess]:
-    with cluster_signer(cluster, SIGNER) as proc:
-        yield proc
+signer = signer_fixture(SIGNER)
 
 
 def denied(pcr: dict[str, object]) -> dict[str, str] | None:
-    for c in (pcr.get("status") or {}).get("conditions") or []:  # type: ignore[attr-defined]
-        if c["type"] == "Denied":
-            return dict(c)
-    return None
+    return condition_of_type(pcr, "Denied")
 
 
 def test_denied_pod_never_runs_and_carries_the_signers_warning_event(
@@ -46,14 +39,8 @@ def test_denied_pod_never_runs_and_carries_the_signers_warning_event(
 ) -> None:
     ns = node_namespace
     create_service(cluster_client, ns, "web", {"app": "web"})
-    create_pod(
-        cluster_client,
-        ns,
-        "bad-0",
-        node=cluster.nodes[0].name,
-        labels={"app": "web"},
-        signer_name=SIGNER,
-        annotations={"kubernetes.io/service-names": "web,Web_Bad"},
+    serving_pod(
+        cluster, cluster_client, ns, "bad-0", app="web", signer_name=SIGNER, services="web,Web_Bad"
     )
 
     def the_denied_request() -> dict[str, object] | None:

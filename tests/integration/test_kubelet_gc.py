@@ -11,7 +11,7 @@ import pytest
 
 from controlplane.cluster import Cluster
 from kube.client import Client, is_not_found
-from tests.integration.nodes import create_pod, pcrs_of
+from tests.integration.nodes import pcrs_of, serving_pod
 from tests.integration.signer_harness import RunningSigner, eventually
 
 pytestmark = pytest.mark.integration
@@ -27,15 +27,14 @@ def test_gc_deleting_request_with_its_pod_leaves_nothing_in_signer_index(
     cluster: Cluster, cluster_client: Client, signer: RunningSigner, node_namespace: str
 ) -> None:
     ns = node_namespace
-    create_pod(
+    serving_pod(
+        cluster,
         cluster_client,
         ns,
         "gone-0",
-        node=cluster.nodes[0].name,
-        labels={"app": "gone"},
+        app="gone",
         signer_name=signer.signer_name,
         trust_bundle=False,
-        annotations={"kubernetes.io/service-names": "gone"},
     )
     [pcr] = eventually(lambda: pcrs_of(cluster_client, ns, "gone-0"), timeout=120)
     key = f"{ns}/{pcr['metadata']['name']}"

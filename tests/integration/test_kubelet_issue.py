@@ -5,8 +5,6 @@ ClusterTrustBundle, the key against the leaf, the SANs exactly the Service's nam
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from cryptography import x509
 
@@ -17,7 +15,6 @@ from tests.integration.manager_process import SignerProcess
 from tests.integration.nodes import (
     bundles,
     chain_of,
-    cluster_signer,
     create_pod,
     create_service,
     dns_sans,
@@ -25,6 +22,8 @@ from tests.integration.nodes import (
     pcrs_of,
     running_files,
     service_sans,
+    serving_pod,
+    signer_fixture,
     unique_signer_name,
     verify_against_bundle,
 )
@@ -35,10 +34,7 @@ pytestmark = pytest.mark.integration
 SIGNER = unique_signer_name()
 
 
-@pytest.fixture(scope="module")
-def signer(cluster: Cluster) -> Iterator[SignerProcess]:
-    with cluster_signer(cluster, SIGNER) as proc:
-        yield proc
+signer = signer_fixture(SIGNER)
 
 
 @pytest.mark.parametrize("key_type", KEY_TYPES)
@@ -51,15 +47,8 @@ def test_pod_runs_with_kubelet_written_key_and_chain_verifying_against_projected
 ) -> None:
     ns = node_namespace
     create_service(cluster_client, ns, "web", {"app": "web"})
-    create_pod(
-        cluster_client,
-        ns,
-        "web-0",
-        node=cluster.nodes[0].name,
-        labels={"app": "web"},
-        key_type=key_type,
-        signer_name=SIGNER,
-        annotations={"kubernetes.io/service-names": "web"},
+    serving_pod(
+        cluster, cluster_client, ns, "web-0", app="web", signer_name=SIGNER, key_type=key_type
     )
 
     pod, files = running_files(cluster, cluster_client, ns, "web-0")
@@ -109,15 +98,7 @@ def test_kubelet_stand_in_writes_the_request_the_real_kubelet_writes(
     """`controlplane/kubelet.py` (used by the light-plane tests) against the real thing."""
     ns = node_namespace
     create_service(cluster_client, ns, "web", {"app": "web"})
-    create_pod(
-        cluster_client,
-        ns,
-        "web-0",
-        node=cluster.nodes[0].name,
-        labels={"app": "web"},
-        signer_name=SIGNER,
-        annotations={"kubernetes.io/service-names": "web"},
-    )
+    serving_pod(cluster, cluster_client, ns, "web-0", app="web", signer_name=SIGNER)
     pod, _ = running_files(cluster, cluster_client, ns, "web-0")
     [real] = pcrs_of(cluster_client, ns, "web-0")
     stand_in = pcr_manifest(

@@ -5,8 +5,6 @@ Warning Event on it — and runs once the Service is created; a StatefulSet's Po
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from controlplane.cluster import Cluster
@@ -15,15 +13,15 @@ from kube.client import Client
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import (
     chain_of,
-    cluster_signer,
-    create_pod,
     create_service,
     dns_sans,
     key_matches,
     pcrs_of,
     running_files,
     service_sans,
+    serving_pod,
     signer_events,
+    signer_fixture,
     stays_not_running,
     unique_signer_name,
     verify_against_bundle,
@@ -37,25 +35,14 @@ SIGNER = unique_signer_name()
 AFTER_ISSUE = 300
 
 
-@pytest.fixture(scope="module")
-def signer(cluster: Cluster) -> Iterator[SignerProcess]:
-    with cluster_signer(cluster, SIGNER) as proc:
-        yield proc
+signer = signer_fixture(SIGNER)
 
 
 def test_pod_waits_for_missing_service_then_runs_when_it_is_created(
     cluster: Cluster, cluster_client: Client, signer: SignerProcess, node_namespace: str
 ) -> None:
     ns = node_namespace
-    create_pod(
-        cluster_client,
-        ns,
-        "late-0",
-        node=cluster.nodes[0].name,
-        labels={"app": "late"},
-        signer_name=SIGNER,
-        annotations={"kubernetes.io/service-names": "late"},
-    )
+    serving_pod(cluster, cluster_client, ns, "late-0", app="late", signer_name=SIGNER)
 
     def waiting_events() -> list[dict[str, object]]:
         return [
