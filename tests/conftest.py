@@ -15,11 +15,8 @@ from kube.client import Client
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
-    plane = ControlPlane.start()
-    try:
+    with ControlPlane.start() as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 @pytest.fixture(scope="session")
@@ -28,8 +25,8 @@ def client(control_plane: ControlPlane) -> Client:
     return admin
 
 
-@pytest.fixture
-def namespace(client: Client, request: pytest.FixtureRequest) -> str:
+def create_test_namespace(client: Client, request: pytest.FixtureRequest) -> str:
+    """A new namespace named after the test (DNS-1123, unique), for its objects."""
     base = request.node.name.lower().replace("_", "-")
     base = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:6]}"
@@ -38,6 +35,11 @@ def namespace(client: Client, request: pytest.FixtureRequest) -> str:
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
     )
     return name
+
+
+@pytest.fixture
+def namespace(client: Client, request: pytest.FixtureRequest) -> str:
+    return create_test_namespace(client, request)
 
 
 @pytest.fixture

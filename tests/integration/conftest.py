@@ -4,7 +4,6 @@ kube-controller-manager + hollow kubelets) per session, started only when a test
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -12,15 +11,13 @@ import pytest
 from controlplane.cluster import Cluster
 from controlplane.workload import wait_service_account
 from kube.client import Client
+from tests.conftest import create_test_namespace
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    started = Cluster.start(nodes=2)
-    try:
+    with Cluster.start(nodes=2) as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture(scope="session")
@@ -33,13 +30,7 @@ def cluster_client(cluster: Cluster) -> Client:
 def node_namespace(cluster_client: Client, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace on the cluster, with its `default` ServiceAccount (made by KCM);
     deleted afterwards (KCM's namespace controller finishes the deletion)."""
-    base = request.node.name.lower().replace("_", "-")
-    base = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
-    name = f"{base}-{uuid.uuid4().hex[:6]}"
-    cluster_client.create(
-        "/api/v1/namespaces",
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-    )
+    name = create_test_namespace(cluster_client, request)
     wait_service_account(cluster_client, name)
     yield name
     cluster_client.delete(f"/api/v1/namespaces/{name}")

@@ -76,11 +76,8 @@ def keys() -> KeyPool:
 
 @pytest.fixture
 def plane() -> Iterator[ControlPlane]:
-    own = ControlPlane.start()
-    try:
+    with ControlPlane.start() as own:
         yield own
-    finally:
-        own.stop()
 
 
 def signer_name() -> str:

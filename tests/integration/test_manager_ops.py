@@ -29,11 +29,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def private_plane() -> Iterator[ControlPlane]:
     """A control plane of our own: this module stops its API server."""
-    plane = ControlPlane.start()
-    try:
+    with ControlPlane.start() as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 def test_readyz_waits_for_synced_caches_and_healthz_ignores_the_api_server(
