@@ -208,6 +208,16 @@ class Kubelet:
         )
         return result
 
+    def serving_request(
+        self, namespace: str, app: str = "web", **pcr: Any
+    ) -> tuple[dict[str, Any], PrivateKey]:
+        """The common case in one call: Pod `<app>-0` labelled `app=<app>`, the Service
+        `<app>` selecting it, and the Pod's request naming that Service (`create_pcr`'s
+        keyword arguments pass through)."""
+        pod = self.create_pod(f"{app}-0", namespace, labels={"app": app})
+        self.create_service(app, namespace, selector={"app": app})
+        return self.create_pcr(pod, annotations={"kubernetes.io/service-names": app}, **pcr)
+
     def create_pcr(
         self,
         pod: dict[str, Any],

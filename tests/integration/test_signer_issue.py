@@ -100,11 +100,7 @@ def test_each_key_type_is_issued_and_serves_tls_for_the_service_names(
     with RunningSigner(client, signer_name=PRODUCT_SIGNER, intermediate=True) as signer:
         try:
             kubelet = signer.kubelet
-            pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-            kubelet.create_service("web", namespace, selector={"app": "web"})
-            created, key = kubelet.create_pcr(
-                pod, key_type=key_type, annotations={"kubernetes.io/service-names": "web"}
-            )
+            created, key = kubelet.serving_request(namespace, key_type=key_type)
             stored = wait_terminal(client, created)
         finally:
             delete_pcrs(client, namespace)
@@ -142,11 +138,7 @@ def test_key_usages_follow_the_key_type_and_there_are_no_ip_sans(
     signer: RunningSigner, client: Client, namespace: str, key_type: str
 ) -> None:
     kubelet = signer.kubelet
-    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-    kubelet.create_service("web", namespace, selector={"app": "web"})
-    created, key = kubelet.create_pcr(
-        pod, key_type=key_type, annotations={"kubernetes.io/service-names": "web"}
-    )
+    created, key = kubelet.serving_request(namespace, key_type=key_type)
 
     leaf = chain_of(wait_terminal(client, created))[0]
 
@@ -202,13 +194,7 @@ def test_requested_lifetimes_are_accepted_by_the_api_server(
     signer: RunningSigner, client: Client, namespace: str, max_seconds: int
 ) -> None:
     kubelet = signer.kubelet
-    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-    kubelet.create_service("web", namespace, selector={"app": "web"})
-    created, _ = kubelet.create_pcr(
-        pod,
-        annotations={"kubernetes.io/service-names": "web"},
-        max_expiration_seconds=max_seconds,
-    )
+    created, _ = kubelet.serving_request(namespace, max_expiration_seconds=max_seconds)
 
     stored = wait_terminal(client, created)
 
@@ -226,9 +212,7 @@ def test_requested_lifetimes_are_accepted_by_the_api_server(
 def test_lifetime_is_capped_by_max_certificate_lifetime(client: Client, namespace: str) -> None:
     with RunningSigner(client, max_lifetime_seconds=7200) as signer:
         kubelet = signer.kubelet
-        pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-        kubelet.create_service("web", namespace, selector={"app": "web"})
-        created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+        created, _ = kubelet.serving_request(namespace)
         leaf = chain_of(wait_terminal(client, created))[0]
 
     assert leaf.not_valid_after_utc - leaf.not_valid_before_utc == dt.timedelta(hours=2)
@@ -241,14 +225,8 @@ def test_v1beta1_path_issues_the_same_certificates(
 ) -> None:
     with RunningSigner(client, pcr_version="v1beta1") as signer:
         kubelet = signer.kubelet
-        pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-        kubelet.create_service("web", namespace, selector={"app": "web"})
-        created, key = kubelet.create_pcr(
-            pod,
-            key_type=key_type,
-            annotations={"kubernetes.io/service-names": "web"},
-            version="v1beta1",
-            legacy_pkix=legacy_pkix,
+        created, key = kubelet.serving_request(
+            namespace, key_type=key_type, version="v1beta1", legacy_pkix=legacy_pkix
         )
         if legacy_pkix:
             assert "pkixPublicKey" in created["spec"]
@@ -269,14 +247,7 @@ def test_v1_signer_also_issues_for_a_legacy_pkix_public_key_request(
     """A pre-1.36 kubelet's request (v1beta1, pkixPublicKey + proofOfPossession) shows
     no key in the v1 view; the v1 signer reads it through v1beta1 and issues."""
     kubelet = signer.kubelet
-    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-    kubelet.create_service("web", namespace, selector={"app": "web"})
-    created, key = kubelet.create_pcr(
-        pod,
-        annotations={"kubernetes.io/service-names": "web"},
-        version="v1beta1",
-        legacy_pkix=True,
-    )
+    created, key = kubelet.serving_request(namespace, version="v1beta1", legacy_pkix=True)
 
     stored = wait_terminal(client, created, version="v1beta1")
 

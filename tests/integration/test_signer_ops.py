@@ -28,9 +28,7 @@ def test_expiring_signing_cert_issues_nothing_until_rotated(
     files = write_ca(tmp_path / "ca", ca=expiring_ca(minutes=30))
     with RunningSigner(client, files=files) as signer:
         kubelet = signer.kubelet
-        pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-        kubelet.create_service("web", namespace, selector={"app": "web"})
-        created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+        created, _ = kubelet.serving_request(namespace)
 
         [event] = eventually(
             lambda: events_for(client, namespace, reason="SignerCertificateExpiring"),
