@@ -34,7 +34,7 @@ import click
 
 from bench.harness import KeyPool
 from signer import authority, policy
-from signer.ca import write_ca
+from trust.ca import write_ca
 from trust.files import load_material
 
 SLICE_SECONDS = 0.002  # work this long, then pause as long

@@ -45,7 +45,7 @@ from bench.signers import (
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
 from kube.client import ApiError, Client
-from signer.ca import write_ca
+from trust.ca import write_ca
 from trust.files import load_material
 from trust.material import SigningMaterial
 

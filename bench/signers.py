@@ -34,7 +34,7 @@ from typing import IO
 from controlplane import ControlPlane, binaries
 from controlplane.server import free_port
 from kube.client import Client, is_not_found, path_segment
-from signer.ca import write_ca
+from trust.ca import write_ca
 
 OUR_SIGNER_NAME = "kubernetes.io/service-serving"
 PEER_SIGNER_NAME = "bench.example.com/go-peer"

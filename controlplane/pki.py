@@ -1,6 +1,7 @@
-"""Certificates for the local control plane, made with `cryptography` (envtest's tinyca):
-a serving CA and a serving cert, a client CA and an admin client cert in `system:masters`,
-and the service-account signing key. Test-only material.
+"""Certificates for the local control plane (envtest's tinyca): a serving CA and a serving
+cert, a client CA and an admin client cert in `system:masters`, and the service-account
+signing key. Test-only material; the CAs come from the project's one CA maker
+(`trust.ca`).
 
 The serving cert names what a real API server's does (kube-apiserver's own self-signed
 cert, kubeadm's `apiserver.crt`): 127.0.0.1/localhost where it listens, and the
@@ -15,9 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from trust.ca import cert_pem, generate_ca, key_pem
+from trust.keys import PrivateKey, signature_hash
 
 VALIDITY = dt.timedelta(days=7)
 # The names of the `kubernetes` Service in `default` (kube-apiserver's alternate names).
@@ -36,62 +40,23 @@ def _name(cn: str, org: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _cert_pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
 @dataclass(frozen=True)
 class KeyPair:
-    key: ec.EllipticCurvePrivateKey
+    key: PrivateKey
     cert: x509.Certificate
 
     @property
     def key_pem(self) -> bytes:
-        return _key_pem(self.key)
+        return key_pem(self.key)
 
     @property
     def cert_pem(self) -> bytes:
-        return _cert_pem(self.cert)
+        return cert_pem(self.cert)
 
 
 def _ca(cn: str) -> KeyPair:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn, "envtest"))
-        .issuer_name(_name(cn, "envtest"))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return KeyPair(key, cert)
+    ca = generate_ca(cn, organization="envtest", validity=VALIDITY)
+    return KeyPair(ca.key, ca.cert)
 
 
 def _leaf(ca: KeyPair, name: x509.Name, *, server: bool, service_ip: str | None = None) -> KeyPair:
@@ -120,7 +85,7 @@ def _leaf(ca: KeyPair, name: x509.Name, *, server: bool, service_ip: str | None 
         if service_ip is not None:
             sans.append(x509.IPAddress(ipaddress.ip_address(service_ip)))
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return KeyPair(key, builder.sign(ca.key, hashes.SHA256()))
+    return KeyPair(key, builder.sign(ca.key, signature_hash(ca.key)))
 
 
 @dataclass(frozen=True)
@@ -158,7 +123,7 @@ class ControlPlanePKI:
             "client-ca.crt": self.client_ca.cert_pem,
             "admin.crt": self.admin.cert_pem,
             "admin.key": self.admin.key_pem,
-            "sa.key": _key_pem(self.service_account),
+            "sa.key": key_pem(self.service_account),
             "sa.pub": self.service_account.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             ),

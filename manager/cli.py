@@ -439,7 +439,7 @@ def ca_init(out: Path, key_type: str, validity: float, intermediate: bool, force
     """Write a new CA key, signing cert and trust bundle into --out."""
     import datetime as dt
 
-    from signer import ca
+    from trust import ca
 
     try:
         files = ca.write_ca(

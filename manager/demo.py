@@ -3,7 +3,7 @@
 Decides what the demo proves and how it shows it, on a cluster minus containers
 (`controlplane.cluster`: a real kube-apiserver + etcd, the real kube-controller-manager
 and one hollow node — the real kubelet with a fake container runtime): a throw-away CA
-(`signer.ca`), the signer started as a *subprocess* with its real command line (the same
+(`trust.ca`), the signer started as a *subprocess* with its real command line (the same
 `run` a Deployment uses), then a Service and a workload Pod whose projected volume asks
 for a `podCertificate` and our ClusterTrustBundle. The *kubelet* creates the request,
 waits for it and writes the key, chain and bundle into the Pod's volume; the demo prints
@@ -292,7 +292,7 @@ def run(workdir: Path | None = None) -> int:
 
 
 def _demo(cluster: Any, root: Path) -> SignerProcess:
-    from signer import ca
+    from trust import ca
 
     client = cluster.plane.client()
     node = cluster.nodes[0]

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from signer.policy import PublicKey
 from signer.template import LeafTemplate
+from trust.keys import signature_hash
 from trust.material import SigningKey, SigningMaterial
 
 BACKDATE = timedelta(minutes=2)
@@ -58,18 +59,6 @@ def new_serial() -> int:
         serial = secrets.randbits(128)
         if serial:
             return serial
-
-
-def signature_hash(key: SigningKey) -> hashes.SHA256 | hashes.SHA384 | hashes.SHA512 | None:
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        if isinstance(key.curve, ec.SECP384R1):
-            return hashes.SHA384()
-        if isinstance(key.curve, ec.SECP521R1):
-            return hashes.SHA512()
-        return hashes.SHA256()
-    if isinstance(key, rsa.RSAPrivateKey):
-        return hashes.SHA256()
-    return None
 
 
 def validity(

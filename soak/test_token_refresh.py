@@ -15,11 +15,11 @@ import pytest
 
 from controlplane.cluster import Cluster
 from kube.client import Client
-from signer.ca import cert_pem, generate_ca, key_pem
 from tests.integration.manager_process import eventually
 from tests.integration.nodes import create_service
 from tests.integration.shipped import SA_MOUNT, ShippedSigner, deploy, undeploy
 from tests.integration.test_kubelet_shipped import issue_through_kubelet, jwt_claims
+from trust.ca import cert_pem, generate_ca, key_pem
 
 TOKEN_SECONDS = 600
 

@@ -25,10 +25,10 @@ from injector.controller import InjectorController
 from injector.targets import ANNOTATION
 from kube.client import Client, is_not_found, path_segment
 from kube.events import EventRecorder
-from signer.ca import CertificateAuthority, key_pem
 from tests.integration.signer_harness import RunningSigner, eventually, wait_terminal
 from tests.integration.test_publisher import RunningPublisher, ctb_version
 from tests.integration.webhook_server import WebhookServer
+from trust.ca import CertificateAuthority, key_pem
 
 JSON = dict[str, Any]
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from controlplane import ControlPlane
-from signer.ca import write_ca
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.unit.manager.kustomize import CONFIG
+from trust.ca import write_ca
 
 pytestmark = pytest.mark.integration
 

@@ -59,7 +59,7 @@ from bench.signers import OurSigner
 from controlplane import ControlPlane
 from controlplane.kubelet import pcr_path
 from kube.client import ApiError, Client
-from signer.ca import CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
+from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 
 JSON = dict[str, Any]
 ISSUED = 'result="issued"'

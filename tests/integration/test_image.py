@@ -43,7 +43,6 @@ import pytest
 from controlplane.cluster import Cluster
 from controlplane.server import free_port
 from kube.client import Client
-from signer.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
 from tests.integration.freezing_proxy import FreezingProxy
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import (
@@ -63,6 +62,7 @@ from tests.integration.shipped import (
     loopback_args,
     undeploy,
 )
+from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 

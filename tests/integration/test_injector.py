@@ -185,7 +185,7 @@ def test_hand_edit_is_restored_and_bundle_changes_are_followed(
 
         # The bundle's content changes (a second root added to the file): the publisher
         # replaces the object with a new name and the caBundle follows.
-        from signer.ca import cert_pem, generate_ca
+        from trust.ca import cert_pem, generate_ca
 
         second = generate_ca("injector second root")
         path = issuer.signer.bundle_path()

@@ -11,7 +11,6 @@ import pytest
 
 from controlplane import ControlPlane
 from kube.client import Client
-from signer.ca import write_ca
 from tests.integration.injector_harness import (
     VWC_PATH,
     b64,
@@ -22,6 +21,7 @@ from tests.integration.injector_harness import (
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.test_publisher import bundles_of, delete_ctb
 from trust.bundle import normalize_bundle
+from trust.ca import write_ca
 
 pytestmark = pytest.mark.integration
 

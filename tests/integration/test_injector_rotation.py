@@ -19,7 +19,6 @@ import pytest
 from cryptography import x509
 
 from kube.client import Client
-from signer.ca import cert_pem, generate_ca
 from tests.integration.injector_harness import (
     VWC_PATH,
     Issuer,
@@ -33,6 +32,7 @@ from tests.integration.injector_harness import (
 )
 from tests.integration.signer_harness import eventually
 from tests.integration.test_publisher import _swap_key_and_cert
+from trust.ca import cert_pem, generate_ca
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,6 @@ from cryptography import x509
 from controlplane.cluster import Cluster
 from controlplane.workload import VolumeFiles, phase, volume_files
 from kube.client import Client
-from signer.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
 from tests.integration.manager_process import eventually
 from tests.integration.nodes import (
     bundles,
@@ -45,6 +44,7 @@ from tests.integration.shipped import (
     put_trust_bundle,
     undeploy,
 )
+from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
 
 pytestmark = pytest.mark.integration
 

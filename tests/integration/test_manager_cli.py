@@ -14,8 +14,8 @@ from cryptography import x509
 
 from controlplane import ControlPlane
 from kube.client import Client
-from signer.ca import cert_pem, generate_ca
 from trust.bundle import normalize_bundle
+from trust.ca import cert_pem, generate_ca
 
 pytestmark = pytest.mark.integration
 

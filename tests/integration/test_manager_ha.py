@@ -14,13 +14,13 @@ import pytest
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
 from kube.client import Client
-from signer.ca import write_ca
 from tests.integration.manager_process import (
     SignerProcess,
     eventually,
     issue_one,
     wait_issued,
 )
+from trust.ca import write_ca
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from manager import app
 from manager.demo import http_get
 from manager.ops import run_checks
 from manager.options import BindAddress, Options
-from signer.ca import write_ca
 from tests.integration.manager_process import SignerProcess, eventually
+from trust.ca import write_ca
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,6 @@ import pytest
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
 from kube.client import Client
-from signer.ca import write_ca
 from tests.integration.identities import can, service_account_subject, service_account_token
 from tests.integration.manager_process import (
     PRODUCT_SIGNER,
@@ -23,6 +22,7 @@ from tests.integration.manager_process import (
 )
 from tests.integration.manifests import apply, ensure_monitoring_crds, ensure_namespace
 from tests.unit.manager.kustomize import CONFIG, render
+from trust.ca import write_ca
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives import hashes
 
 from controlplane import ControlPlane
 from kube.client import JSON, Client
-from signer.ca import cert_pem, generate_ca, key_pem, write_ca
 from tests.integration.manager_process import SignerProcess, eventually
 from trust.bundle import bundle_digest, bundle_name, normalize_bundle
+from trust.ca import cert_pem, generate_ca, key_pem, write_ca
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,6 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import Client, is_not_found, path_segment
 from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, PublisherController
-from signer.ca import cert_pem, generate_ca, key_pem, write_ca
 from tests.integration.signer_harness import (
     RunningSigner,
     condition,
@@ -30,6 +29,7 @@ from tests.integration.signer_harness import (
     wait_terminal,
 )
 from trust.bundle import bundle_name, normalize_bundle
+from trust.ca import cert_pem, generate_ca, key_pem, write_ca
 from trust.files import FileMaterialSource
 
 JSON = dict[str, Any]

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 from kube.client import Client
-from signer.ca import write_ca
 from tests.integration.signer_harness import (
     RunningSigner,
     condition,
@@ -20,6 +19,7 @@ from tests.integration.signer_harness import (
     unique_signer_name,
     wait_terminal,
 )
+from trust.ca import write_ca
 
 
 def test_expiring_signing_cert_issues_nothing_until_rotated(

@@ -10,14 +10,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from signer.authority import signature_hash
-from signer.ca import (
-    CertificateAuthority,
-    KeyType,
-    PrivateKey,
-    generate_ca,
-    generate_key,
-)
+from trust.ca import CertificateAuthority, generate_ca
+from trust.keys import KeyType, PrivateKey, generate_key, signature_hash
 
 
 @functools.cache

@@ -19,9 +19,10 @@ from signer.authority import (
     new_serial,
     validity,
 )
-from signer.ca import CertificateAuthority, KeyType, cert_pem, generate_ca, key_pem
 from signer.policy import PublicKey
 from tests.unit import pki
+from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
+from trust.keys import KeyType
 from trust.material import MaterialFiles, SigningMaterial, validate_material
 
 NOW = datetime(2026, 9, 1, 12, 0, 0, 123456, tzinfo=UTC)

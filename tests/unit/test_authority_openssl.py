@@ -13,7 +13,7 @@ import pytest
 
 from controlplane.kubelet import generate_key
 from signer import authority
-from signer.ca import write_ca
+from trust.ca import write_ca
 from trust.files import load_material
 
 BLOCK_END = "-----END CERTIFICATE-----\n"

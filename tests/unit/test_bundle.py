@@ -12,7 +12,6 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from signer.ca import cert_pem, key_pem
 from tests.unit import pki
 from trust.bundle import (
     MAX_TRUST_BUNDLE_SIZE,
@@ -24,6 +23,7 @@ from trust.bundle import (
     normalize_bundle,
     parse_anchors,
 )
+from trust.ca import cert_pem, key_pem
 
 NAMES = ["a", "b", "c", "d"]
 
@@ -118,7 +118,8 @@ def test_normalize_rejects_bundle_over_one_mebibyte() -> None:
     # Distinct CA certs are needed to defeat de-duplication; size the count from one cert.
     one = len(pem(pki.ca("a").cert))
     count = MAX_TRUST_BUNDLE_SIZE // one + 1
-    from signer.ca import generate_ca, generate_key
+    from trust.ca import generate_ca
+    from trust.keys import generate_key
 
     key = generate_key("ED25519")
     text = "".join(pem(generate_ca(f"bulk {i:05d}" + "x" * 40, key=key).cert) for i in range(count))

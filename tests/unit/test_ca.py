@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from signer.ca import KEY_TYPES, KeyType, generate_ca, write_ca
 from trust.bundle import normalize_bundle
+from trust.ca import generate_ca, write_ca
 from trust.files import load_material
+from trust.keys import KEY_TYPES, KeyType
 
 
 @pytest.mark.parametrize("key_type", [k for k in KEY_TYPES if k != "RSA4096"])
@@ -24,6 +25,13 @@ def test_root_ca_is_a_self_signed_ca_with_cert_sign_and_ski(key_type: KeyType) -
     assert usage.critical and usage.value.key_cert_sign and usage.value.crl_sign
     ext.get_extension_for_class(x509.SubjectKeyIdentifier)
     cert.verify_directly_issued_by(cert)
+
+
+def test_subject_carries_the_organization_when_given() -> None:
+    assert generate_ca("plain").cert.subject.rfc4514_string() == "CN=plain"
+    named = generate_ca("envtest-serving-ca", organization="envtest").cert
+    assert named.subject.rfc4514_string() == "O=envtest,CN=envtest-serving-ca"
+    assert named.issuer == named.subject
 
 
 def test_intermediate_is_issued_by_root_and_names_it_in_aki() -> None:

@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
-from signer.ca import CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 from tests.unit import pki
 from trust.bundle import TrustBundle
+from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 from trust.files import FileMaterialSource, load_material
 from trust.material import MaterialError, MaterialSource
 

@@ -15,9 +15,10 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from prometheus_client import CollectorRegistry
 
-from signer.authority import issue_probe, signature_hash
-from signer.ca import KeyType, PrivateKey, cert_pem, generate_key, key_pem
+from signer.authority import issue_probe
+from trust.ca import cert_pem, key_pem
 from trust.files import FileMaterialSource
+from trust.keys import KeyType, PrivateKey, generate_key, signature_hash
 from trust.material import MaterialError, MaterialFiles, validate_material
 
 NOW = datetime.now(UTC).replace(microsecond=0)

@@ -14,7 +14,6 @@ from cryptography.x509.oid import AttributeOID, NameOID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from signer.ca import KeyType, PrivateKey
 from signer.policy import (
     ADD_POD_FQDN,
     INVALID_ANNOTATIONS,
@@ -30,6 +29,7 @@ from signer.policy import (
     sans_for,
 )
 from tests.unit import pki
+from trust.keys import KeyType, PrivateKey
 
 # annotations: accepted forms -----------------------------------------------------------
 

@@ -11,9 +11,9 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import JSON, ApiError
 from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, NotSynced, PublisherController
-from signer.ca import cert_pem
 from tests.unit import pki
 from trust.bundle import TrustBundle, bundle_name, earliest_expiry, normalize_bundle, parse_anchors
+from trust.ca import cert_pem
 
 SIGNER = "kubernetes.io/service-serving"
 PATH = "/apis/certificates.k8s.io/v1/clustertrustbundles"

@@ -25,10 +25,10 @@ from controlplane.kubelet import generate_key, pcr_manifest, stub_csr
 from kube.client import ApiError
 from kube.controller import Requeue
 from kube.events import ObjectRef
-from signer.ca import CertificateAuthority, generate_ca
 from signer.controller import SignerController
 from signer.records import PCRRecord, PodRecord, ServiceRecord, pcr_record, pod_record
 from tests.unit import pki
+from trust.ca import CertificateAuthority, generate_ca
 from trust.material import SigningMaterial
 
 SIGNER = "kubernetes.io/service-serving"

@@ -23,11 +23,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from signer import authority
-from signer.ca import KEY_TYPES, CertificateAuthority, KeyType
 from signer.policy import PublicKey
 from signer.template import LeafTemplate
 from tests.unit import pki
 from tests.unit.test_authority import material
+from trust.ca import CertificateAuthority
+from trust.keys import KEY_TYPES, KeyType
 
 LEAF_TYPES: tuple[KeyType, ...] = KEY_TYPES  # kubelet's six, and RSA2048 besides
 LABEL = st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=63)

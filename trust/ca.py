@@ -4,8 +4,8 @@ Not a production CA: keys are generated in process memory and written unencrypte
 decides is the *shape* of a CA certificate the signer accepts at start-up (SPEC §2):
 basicConstraints CA:TRUE (critical), keyUsage keyCertSign + cRLSign (+ digitalSignature),
 a subject key identifier, and for an intermediate an authority key identifier naming its
-issuer. Key types use kubelet's `keyType` spelling (`ECDSAP256`, `RSA3072`, `ED25519`, …);
-`RSA2048` is accepted for CAs only, because tests want fast keys.
+issuer. Key types: `trust.keys`. The one CA maker of the project: the signer's tests, `ca init`,
+the demo and the local control plane's PKI (`controlplane.pki`) all make CAs here.
 """
 
 from __future__ import annotations
@@ -16,21 +16,12 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeAlias, get_args
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
-from signer.authority import signature_hash
-
-KeyType: TypeAlias = Literal[
-    "ECDSAP256", "ECDSAP384", "ECDSAP521", "RSA2048", "RSA3072", "RSA4096", "ED25519"
-]
-KEY_TYPES: tuple[KeyType, ...] = get_args(KeyType)
-
-PrivateKey: TypeAlias = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+from trust.keys import KeyType, PrivateKey, generate_key, signature_hash
 
 DEFAULT_VALIDITY = dt.timedelta(days=365)
 
@@ -58,21 +49,6 @@ class CertificateAuthority:
         return chain
 
 
-def generate_key(key_type: KeyType = "ECDSAP256") -> PrivateKey:
-    """A fresh private key of `key_type` (kubelet `keyType` names)."""
-    if key_type == "ECDSAP256":
-        return ec.generate_private_key(ec.SECP256R1())
-    if key_type == "ECDSAP384":
-        return ec.generate_private_key(ec.SECP384R1())
-    if key_type == "ECDSAP521":
-        return ec.generate_private_key(ec.SECP521R1())
-    if key_type == "ED25519":
-        return ed25519.Ed25519PrivateKey.generate()
-    if key_type in ("RSA2048", "RSA3072", "RSA4096"):
-        return rsa.generate_private_key(public_exponent=65537, key_size=int(key_type[3:]))
-    raise ValueError(f"unknown key type {key_type!r}; use one of {', '.join(KEY_TYPES)}")
-
-
 def generate_ca(
     common_name: str = "service-serving-signer throw-away CA",
     *,
@@ -81,11 +57,16 @@ def generate_ca(
     not_before: dt.datetime | None = None,
     validity: dt.timedelta = DEFAULT_VALIDITY,
     key: PrivateKey | None = None,
+    organization: str | None = None,
 ) -> CertificateAuthority:
-    """A self-signed root CA, or (with `parent`) an intermediate CA issued by `parent`."""
+    """A self-signed root CA, or (with `parent`) an intermediate CA issued by `parent`.
+    The subject is `CN=common_name`, with `O=organization` when given."""
     key = key if key is not None else generate_key(key_type)
     start = (not_before or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)).replace(microsecond=0)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization is not None:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    subject = x509.Name(attributes)
     issuer_key: PrivateKey = parent.key if parent is not None else key
     issuer_name = parent.cert.subject if parent is not None else subject
     builder = (
