@@ -485,7 +485,7 @@ def bundle_resolve(
         raise StartupError("bundle resolve: give exactly one of --name or --signer-name")
     if name is not None and selector is not None:
         raise StartupError("bundle resolve: --selector goes with --signer-name, not --name")
-    from manager.selector import SelectorSyntaxError, parse_label_selector
+    from kube.labels import SelectorSyntaxError, parse_label_selector
 
     spec: dict[str, Any]
     if name is not None:

@@ -1,6 +1,8 @@
-"""kubectl's `-l` label-selector syntax → a `metav1.LabelSelector` dict.
+"""kubectl's `-l` label-selector syntax → a `metav1.LabelSelector` dict (apimachinery's
+`labels.Parse`, generic: any command line that takes `-l` reads it here; matching a
+ClusterTrustBundle against a selector is `trust.selector`'s).
 
-Decides how `bundle resolve --selector` is read: `a=b`, `a==b` and `a!=b`, `a in (x,y)`,
+Decides how the text is read: `a=b`, `a==b` and `a!=b`, `a in (x,y)`,
 `a notin (x,y)`, `a` (exists) and `!a` (does not exist), joined by commas. Equality
 becomes `matchLabels`; everything else becomes `matchExpressions` (`!=` is `NotIn`
 with one value, as apimachinery's selector does). The empty string is the empty

@@ -1,4 +1,4 @@
-"""kubectl `-l` syntax → LabelSelector dicts for `bundle resolve --selector`."""
+"""kubectl `-l` syntax → LabelSelector dicts (what `bundle resolve --selector` reads)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from manager.selector import SelectorSyntaxError, parse_label_selector
+from kube.labels import SelectorSyntaxError, parse_label_selector
 
 
 @pytest.mark.parametrize(
