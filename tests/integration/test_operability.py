@@ -12,8 +12,8 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -95,6 +95,26 @@ def running(
     assert code == 0, "SIGTERM exits 0"
 
 
+RunSigner = Callable[..., AbstractContextManager[SignerProcess]]
+
+
+@pytest.fixture
+def run_signer(
+    client: Client, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> RunSigner:
+    """`running(...)` with this test's client, plane, CA directory (`tmp_path/ca`), log
+    file and Lease namespace filled in: `with run_signer(signer, *args) as process:`."""
+
+    def run(
+        signer: str, *args: str, log: str = "signer.log", **kw: object
+    ) -> AbstractContextManager[SignerProcess]:
+        lease_ns = f"--leader-elect-resource-namespace={namespace}"
+        ca_dir = tmp_path / "ca"
+        return running(client, control_plane, ca_dir, tmp_path / log, signer, lease_ns, *args, **kw)
+
+    return run
+
+
 def start(
     plane: ControlPlane, ca_dir: Path, log: Path, signer: str, *args: str, **kw: object
 ) -> SignerProcess:
@@ -105,19 +125,16 @@ def start(
 
 
 def test_rejected_rotation_shows_material_invalid_and_keeps_the_fingerprint_until_fixed(
-    control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
+    control_plane: ControlPlane,
+    client: Client,
+    namespace: str,
+    tmp_path: Path,
+    run_signer: RunSigner,
 ) -> None:
     signer = unique_signer()
     old, new = generate_ca("rejected old"), generate_ca("rejected new")
     files = write_ca(tmp_path / "ca", ca=old)
-    with running(
-        client,
-        control_plane,
-        files.key.parent,
-        tmp_path / "signer.log",
-        signer,
-        f"--leader-elect-resource-namespace={namespace}",
-    ) as process:
+    with run_signer(signer) as process:
         assert eventually(process.ready, 60), "ready"
         before = material_info(process)
         assert before is not None
@@ -178,19 +195,16 @@ def test_publisher_only_runs_without_a_ca_key(
 
 
 def test_new_bundle_is_published_while_the_signers_key_is_broken(
-    control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
+    control_plane: ControlPlane,
+    client: Client,
+    namespace: str,
+    tmp_path: Path,
+    run_signer: RunSigner,
 ) -> None:
     signer = unique_signer()
     old, new = generate_ca("broken-key old"), generate_ca("broken-key new")
     files = write_ca(tmp_path / "ca", ca=old)
-    with running(
-        client,
-        control_plane,
-        files.key.parent,
-        tmp_path / "signer.log",
-        signer,
-        f"--leader-elect-resource-namespace={namespace}",
-    ) as process:
+    with run_signer(signer) as process:
         assert eventually(lambda: len(bundle_names(client, signer)) == 1, 60)
         put(files.key, key_pem(new.key))  # broken: does not match the cert
         assert eventually(lambda: invalid(process) == 1, 30)
@@ -271,18 +285,14 @@ def test_new_leader_with_a_stale_bundle_file_keeps_the_new_root_published(
 
 
 def test_ops_endpoints_serve_on_ipv6_loopback(
-    control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
+    control_plane: ControlPlane,
+    client: Client,
+    namespace: str,
+    tmp_path: Path,
+    run_signer: RunSigner,
 ) -> None:
-    files = write_ca(tmp_path / "ca")
-    with running(
-        client,
-        control_plane,
-        files.key.parent,
-        tmp_path / "signer.log",
-        unique_signer(),
-        f"--leader-elect-resource-namespace={namespace}",
-        host="::1",
-    ) as process:
+    write_ca(tmp_path / "ca")
+    with run_signer(unique_signer(), host="::1") as process:
         assert eventually(process.ready, 60), process.log_path.read_text()[-2000:]
         assert process.url("/readyz").startswith("http://[::1]:")
         assert process.get("/healthz")[0] == 200
@@ -290,20 +300,16 @@ def test_ops_endpoints_serve_on_ipv6_loopback(
 
 
 def test_sighup_rereads_the_files_and_keeps_running_and_leading(
-    control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
+    control_plane: ControlPlane,
+    client: Client,
+    namespace: str,
+    tmp_path: Path,
+    run_signer: RunSigner,
 ) -> None:
     signer = unique_signer()
-    files = write_ca(tmp_path / "ca")
+    write_ca(tmp_path / "ca")
     lease = f"hup-{uuid.uuid4().hex[:8]}"
-    with running(
-        client,
-        control_plane,
-        files.key.parent,
-        tmp_path / "signer.log",
-        signer,
-        f"--leader-elect-resource-namespace={namespace}",
-        f"--leader-elect-resource-name={lease}",
-    ) as process:
+    with run_signer(signer, f"--leader-elect-resource-name={lease}") as process:
         assert eventually(process.leading, 60)
         process.proc.send_signal(signal.SIGHUP)
         assert eventually(
