@@ -32,7 +32,7 @@ test-integration: controlplane
 	$(BIN)/pytest -ra -p no:cacheprovider $(PYTEST_ARGS) tests/integration
 
 demo: controlplane
-	$(BIN)/service-serving-signer demo
+	$(BIN)/python -m controlplane.demo
 
 bench: controlplane
 	$(BIN)/python -m bench

@@ -374,30 +374,21 @@ def build_options(values: dict[str, Any]) -> Options:
         raise StartupError(str(err)) from None
 
 
-@main.command("demo")
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Keep the control plane's files here (default: a temporary directory).",
+@main.command(
+    "demo",
+    hidden=True,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
 )
-def demo_command(workdir: Path | None) -> int:
-    """Show the signer end to end on a local control plane; needs no cluster."""
-    import importlib.util
-
-    if importlib.util.find_spec("controlplane") is None:
-        # The runtime image and wheel carry no test harness (Dockerfile, pyproject).
-        raise StartupError(
-            "demo needs the local control plane (controlplane/), which only a development "
-            "checkout has: git clone the project and run `make demo`"
-        )
-    logs.configure("text", 0)
-    from manager.demo import DemoFailure, run
-
-    try:
-        return run(workdir)
-    except DemoFailure as err:
-        raise StartupError(str(err)) from None
+def demo_command() -> None:
+    """A development command: says where it lives instead of running."""
+    # The demo drives the local control plane (controlplane/), which the image and the
+    # wheel do not carry, and no runtime package imports it. A hidden command, so an old
+    # `service-serving-signer demo` habit gets directions instead of "no such command".
+    raise StartupError(
+        "demo needs the local control plane (controlplane/), which only a development "
+        "checkout has: git clone the project and run `make demo` "
+        "(python -m controlplane.demo)"
+    )
 
 
 @main.group("ca")

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from controlplane.demo import http_get
 from controlplane.kubelet import Kubelet, pcr_path
 from controlplane.server import free_port
 from kube.client import Client
-from manager.demo import http_get
 
 PRODUCT_SIGNER = "kubernetes.io/service-serving"
 

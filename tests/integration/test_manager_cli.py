@@ -1,5 +1,5 @@
 """Commands besides `run` against a real API server: `bundle resolve` with KEP-6283
-selector semantics, and `demo` end to end (what `make demo` runs)."""
+selector semantics, and the demo end to end (`make demo`: python -m controlplane.demo)."""
 
 from __future__ import annotations
 
@@ -86,7 +86,12 @@ def test_bundle_resolve_follows_kep_selector_semantics(
 
 
 def test_demo_proves_issuance_and_tls_through_the_kubelet_then_exits_zero(tmp_path: Path) -> None:
-    result = cli("demo", "--workdir", str(tmp_path), timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "controlplane.demo", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert "DNS SANs     : web.demo.svc.cluster.local, web.demo.svc" in out

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from controlplane import ControlPlane
+from controlplane.demo import http_get
 from controlplane.server import free_port
 from manager import app
-from manager.demo import http_get
 from manager.ops import run_checks
 from manager.options import BindAddress, Options
 from tests.integration.manager_process import SignerProcess, eventually

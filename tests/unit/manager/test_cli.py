@@ -213,6 +213,16 @@ def test_startup_failure_from_the_process_is_one_line(monkeypatch: pytest.Monkey
     assert result.stderr == "error: /ca/tls.key: key does not match the certificate\n"
 
 
+@pytest.mark.parametrize("args", [[], ["--workdir", "/tmp/demo"]], ids=["bare", "workdir"])
+def test_demo_says_it_is_a_development_command_and_where_it_runs(args: list[str]) -> None:
+    result = invoke(["demo", *args])
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: demo needs the local control plane")
+    assert "`make demo` (python -m controlplane.demo)" in result.stderr
+    assert "demo" not in invoke(["--help"]).output
+
+
 def test_ca_init_writes_a_usable_ca(tmp_path: Path) -> None:
     out = tmp_path / "ca"
     result = invoke(["ca", "init", "--out", str(out)])

@@ -1,4 +1,7 @@
-"""`service-serving-signer demo`: the main job end to end on a local control plane.
+"""`make demo` (`python -m controlplane.demo [--workdir DIR]`): the main job end to end on
+a local control plane. A development command: it lives beside the control plane it
+drives, which the runtime image does not carry (there, `service-serving-signer demo`
+says so).
 
 Decides what the demo proves and how it shows it, on a cluster minus containers
 (`controlplane.cluster`: a real kube-apiserver + etcd, the real kube-controller-manager
@@ -19,6 +22,7 @@ last log lines.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import shutil
 import signal
@@ -37,6 +41,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cryptography import x509
+from cryptography.x509.verification import PolicyBuilder, Store
+
+from controlplane.cluster import Cluster
+from controlplane.kubelet import pcr_path
+from controlplane.server import free_port
+from controlplane.workload import cert_pod, volume_files, wait_service_account
+from manager import logs
+from trust import ca
+from trust.selector import resolve_selector
 
 SIGNER_NAME = "kubernetes.io/service-serving"
 NAMESPACE = "demo"
@@ -96,8 +109,6 @@ class SignerProcess:
     """`service-serving-signer run` as a child process, logging to a file."""
 
     def __init__(self, kubeconfig: Path, ca_dir: Path, log_path: Path) -> None:
-        from controlplane.server import free_port
-
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.log_path = log_path
@@ -169,8 +180,6 @@ def describe_certificate(chain_pem: str, pcr_status: dict[str, Any]) -> x509.Cer
 def published_bundle(client: Any) -> str:
     """The trust bundle a Pod projecting `clusterTrustBundle: {signerName, labelSelector:
     {}}` would see, resolved with the publisher's own normalisation."""
-    from trust.selector import resolve_selector
-
     items: list[dict[str, Any]] = []
     for version in ("v1", "v1beta1"):
         try:
@@ -245,8 +254,6 @@ def key_metrics(text: str) -> list[str]:
 
 
 def run(workdir: Path | None = None) -> int:
-    from controlplane.cluster import Cluster
-
     owned = workdir is None
     root = Path(tempfile.mkdtemp(prefix="sss-demo-")) if workdir is None else workdir
     root.mkdir(parents=True, exist_ok=True)
@@ -292,8 +299,6 @@ def run(workdir: Path | None = None) -> int:
 
 
 def _demo(cluster: Any, root: Path) -> SignerProcess:
-    from trust import ca
-
     client = cluster.plane.client()
     node = cluster.nodes[0]
     step("creating a throw-away CA (evaluation only)")
@@ -331,8 +336,6 @@ def _demo(cluster: Any, root: Path) -> SignerProcess:
 
 
 def _workload(client: Any, cluster: Any, node: Any, root: Path) -> None:
-    from controlplane.workload import cert_pod, volume_files
-
     pod_name = f"{SERVICE}-0"
     step(
         f"creating Service {NAMESPACE}/{SERVICE} and Pod {pod_name} on {node.name}: a projected "
@@ -388,8 +391,6 @@ def _workload(client: Any, cluster: Any, node: Any, root: Path) -> None:
 
 
 def _late_service(client: Any, cluster: Any, node: Any) -> None:
-    from controlplane.workload import cert_pod
-
     service, pod_name = "late", "late-0"
     step(f"a Pod naming Service {NAMESPACE}/{service}, which does not exist yet")
     asked = time.monotonic()
@@ -439,14 +440,10 @@ def _create(client: Any, plural: str, body: dict[str, Any]) -> None:
 
 
 def _wait_for_service_account(client: Any) -> None:
-    from controlplane.workload import wait_service_account
-
     wait_service_account(client, NAMESPACE)
 
 
 def _pcr_of(client: Any, pod_name: str) -> dict[str, Any] | None:
-    from controlplane.kubelet import pcr_path
-
     for pcr in client.get(pcr_path(NAMESPACE)).get("items") or []:
         if pcr["spec"]["podName"] == pod_name:
             found: dict[str, Any] = pcr
@@ -473,8 +470,6 @@ def _signer_event(client: Any, pod_name: str) -> dict[str, Any] | None:
 
 
 def _verify_chain(chain_pem: str, bundle_pem: str) -> None:
-    from cryptography.x509.verification import PolicyBuilder, Store
-
     chain = x509.load_pem_x509_certificates(chain_pem.encode())
     store = Store(x509.load_pem_x509_certificates(bundle_pem.encode()))
     name = f"{SERVICE}.{NAMESPACE}.svc.{DOMAIN}"
@@ -493,8 +488,6 @@ def _bundle_or_none(client: Any) -> str | None:
 
 
 def _final_status(client: Any, name: str) -> dict[str, Any] | None:
-    from controlplane.kubelet import pcr_path
-
     pcr = client.get(pcr_path(NAMESPACE, "v1", name))
     status: dict[str, Any] = pcr.get("status") or {}
     for condition in status.get("conditions") or []:
@@ -518,3 +511,28 @@ def _humanize_metric(line: str) -> str:
         when = dt.datetime.fromtimestamp(float(value), dt.UTC)
         return f"{name} {value}  (= {when:%Y-%m-%d %H:%M:%SZ})"
     return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line: one `error:` line and status 1 when a step fails."""
+    parser = argparse.ArgumentParser(
+        prog="python -m controlplane.demo",
+        description="Show the signer end to end on a local control plane; needs no cluster.",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="Keep the control plane's files here (default: a temporary directory).",
+    )
+    args = parser.parse_args(argv)
+    logs.configure("text", 0)
+    try:
+        return run(args.workdir)
+    except DemoFailure as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
