@@ -1,0 +1,71 @@
+"""The package layering (docs/interfaces.md): `kube/` is generic, `trust/` is about
+certificates and bundles, each controller package stands on those two alone, `manager/`
+is the process, and nothing that ships imports the development harness (`controlplane/`,
+which the image does not carry, or `tests/`, `bench/`, `soak/`). Every import counts,
+including those made inside functions."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = {"controlplane", "tests", "bench", "soak"}
+BASE = {"kube", "trust"}
+
+
+def _packages() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    found = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    return sorted({name.split(".")[0] for name in found})
+
+
+PACKAGES = _packages()
+RUNTIME = [p for p in PACKAGES if p not in HARNESS]
+OURS = set(PACKAGES) | HARNESS
+
+
+def imports_of(package: str) -> dict[str, set[str]]:
+    """Our top-level packages that `package` imports → the files that import them."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in OURS and top != package:
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_the_packages_are_the_ones_the_rules_name() -> None:
+    assert {"kube", "trust", "manager", "controlplane"} <= set(PACKAGES)
+    assert "signer" in RUNTIME and "controlplane" not in RUNTIME
+
+
+@pytest.mark.parametrize("package", RUNTIME)
+def test_no_runtime_package_imports_the_development_harness(package: str) -> None:
+    harness = {k: v for k, v in imports_of(package).items() if k in HARNESS}
+    assert harness == {}
+
+
+def test_kube_imports_nothing_of_ours() -> None:
+    assert imports_of("kube") == {}
+
+
+def test_trust_stands_on_kube_alone() -> None:
+    assert set(imports_of("trust")) <= {"kube"}
+
+
+@pytest.mark.parametrize("package", [p for p in RUNTIME if p not in BASE | {"manager"}])
+def test_a_controller_package_imports_no_other_controller(package: str) -> None:
+    others = {k: v for k, v in imports_of(package).items() if k not in BASE}
+    assert others == {}
