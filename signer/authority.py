@@ -30,8 +30,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from signer.policy import PublicKey
 from signer.template import LeafTemplate
-from trust.keys import signature_hash
-from trust.material import SigningKey, SigningMaterial
+from trust.keys import PrivateKey, signature_hash
+from trust.material import SigningMaterial
 
 BACKDATE = timedelta(minutes=2)
 MIN_LIFETIME = timedelta(hours=1)
@@ -123,7 +123,7 @@ def issue(
 
 def _build(
     signing: x509.Certificate,
-    key: SigningKey,
+    key: PrivateKey,
     rsa_leaf: bool,
     public_key: PublicKey,
     serial: int,
@@ -148,7 +148,7 @@ def _build(
 
 
 @functools.lru_cache(maxsize=16)
-def _template(signing: x509.Certificate, key: SigningKey, rsa_leaf: bool) -> LeafTemplate | None:
+def _template(signing: x509.Certificate, key: PrivateKey, rsa_leaf: bool) -> LeafTemplate | None:
     """The DER template of `signing`'s leaves (`signer.template`), learnt from and
     checked against `_build`; None (use the builder) if it cannot reproduce it."""
     return LeafTemplate.learn(functools.partial(_build, signing, key, rsa_leaf), key)

@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from signer.policy import PublicKey
-from trust.material import SigningKey
+from trust.keys import PrivateKey
 
 _SAN_OID = bytes.fromhex("0603551d11")  # 2.5.29.17
 _SKI_OID = bytes.fromhex("0603551d0e")  # 2.5.29.14
@@ -129,7 +129,7 @@ def _ski(spki: bytes) -> bytes:
     return _SKI_PREFIX + digest
 
 
-def _signer(key: SigningKey) -> Callable[[bytes], bytes]:
+def _signer(key: PrivateKey) -> Callable[[bytes], bytes]:
     """The CA key's signature over a TBSCertificate, as the builder makes it."""
     if isinstance(key, ec.EllipticCurvePrivateKey):
         digest: hashes.HashAlgorithm
@@ -164,7 +164,7 @@ class LeafTemplate:
     def learn(
         cls,
         reference: Callable[[PublicKey, int, datetime, datetime, Sequence[str]], x509.Certificate],
-        key: SigningKey,
+        key: PrivateKey,
     ) -> LeafTemplate | None:
         """Cut a builder-made reference leaf (`reference(public_key, serial, notBefore,
         notAfter, names)`) into a template; None if the template cannot reproduce it."""

@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, TypeAlias
+from typing import Protocol
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -43,11 +43,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from trust.bundle import BundleError, TrustBundle, decode_pem, normalize_bundle, parse_anchors
+from trust.keys import PrivateKey
 from trust.probe import chain_problem
 
 log = logging.getLogger(__name__)
-
-SigningKey: TypeAlias = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 _CURVES = ("secp256r1", "secp384r1", "secp521r1")
 _MAX_CHAIN_DEPTH = 10
@@ -86,7 +85,7 @@ class SigningMaterial:
     from the cert file, in file order), the normalised trust bundle and its anchors.
     `fingerprint` identifies the set (sha256 over the chain and the bundle)."""
 
-    key: SigningKey
+    key: PrivateKey
     chain: tuple[x509.Certificate, ...]
     trust_bundle: str
     anchors: tuple[x509.Certificate, ...]
@@ -254,7 +253,7 @@ def validate_material(
     return material
 
 
-def _parse_key(data: bytes, path: str) -> SigningKey:
+def _parse_key(data: bytes, path: str) -> PrivateKey:
     blocks = _pem_types(data, path)
     if "CERTIFICATE" in blocks and not any(t.endswith("PRIVATE KEY") for t in blocks):
         raise MaterialError(
@@ -385,7 +384,7 @@ def _spki(key: object) -> bytes:
 
 
 def _check_key_matches(
-    key: SigningKey, cert: x509.Certificate, key_path: str, cert_path: str
+    key: PrivateKey, cert: x509.Certificate, key_path: str, cert_path: str
 ) -> None:
     try:
         matches = _spki(key.public_key()) == _spki(cert.public_key())
