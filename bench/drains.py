@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.harness import JSON, Population, cpu_seconds, populate
+from bench.harness import Population, cpu_seconds, populate
 from bench.scenarios import (
     BURST_GROUPS,
     BURST_PODS,
@@ -41,6 +41,7 @@ from bench.signers import (
     PeerSigner,
     SignerProcess,
 )
+from kube.types import JSON
 
 IDLE_SECONDS = 3.0
 SIGNERS = ("go_ceiling_json", "ours_cert", "ours_token", "go_peer")

@@ -42,11 +42,10 @@ from controlplane.kubelet import (
     stub_csr,
 )
 from kube.client import ApiError, Client, StreamCanceller, is_gone
+from kube.types import JSON
 from signer import authority
 from signer.policy import sans_for
 from trust.material import SigningMaterial
-
-JSON = dict[str, Any]
 
 # Keys per key type in the pool; RSA-4096 generation takes ~1 s each, so it is reused.
 POOL_SIZES = {"RSA3072": 4, "RSA4096": 3, "ECDSAP256": 16, "ECDSAP384": 8, "ECDSAP521": 8}

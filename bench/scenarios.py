@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import (
-    JSON,
     Creator,
     KeyPool,
     Population,
@@ -45,6 +44,7 @@ from bench.signers import (
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
 from kube.client import ApiError, Client
+from kube.types import JSON
 from trust.ca import write_ca
 from trust.files import load_material
 from trust.material import SigningMaterial

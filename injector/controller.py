@@ -36,10 +36,11 @@ from prometheus_client import CollectorRegistry
 from injector import decide as decisions
 from injector.metrics import InjectorMetrics
 from injector.targets import KINDS, Kind, Target, apply_body, split_key, target_key, to_target
-from kube.client import JSON, ApiError, Client, is_not_found, path_segment
+from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.controller import Controller, Requeue
 from kube.events import ObjectRef
 from kube.informer import Informer
+from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from trust.bundle import earliest_expiry
 

@@ -38,8 +38,7 @@ from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
 from kube.credentials import Credentials, Headers, kubeconfig_token_file
 from kube.http1 import Exchanger, Stream, TransportError
-
-JSON = dict[str, Any]
+from kube.types import JSON
 
 DEFAULT_TIMEOUT = urllib3.Timeout(connect=10.0, read=30.0)
 

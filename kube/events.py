@@ -42,7 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from kube.client import JSON, ApiError, Client, is_already_exists, is_not_found, path_segment
+from kube.client import ApiError, Client, is_already_exists, is_not_found, path_segment
+from kube.types import JSON
 
 log = logging.getLogger(__name__)
 

@@ -72,7 +72,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from kube import memory, pager
-from kube.client import JSON, ApiError, Client, StreamCanceller
+from kube.client import ApiError, Client, StreamCanceller
+from kube.types import JSON
 
 log = logging.getLogger(__name__)
 

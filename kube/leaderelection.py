@@ -46,7 +46,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from kube import _metrics
-from kube.client import JSON, ApiError, Client, is_not_found, path_segment
+from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.types import JSON
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from typing import Any
 
 import orjson
 
-from kube.client import JSON, ApiError, Client
+from kube.client import ApiError, Client
+from kube.types import JSON
 
 log = logging.getLogger(__name__)
 

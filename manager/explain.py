@@ -28,9 +28,9 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.events import ObjectRef
+from kube.types import JSON
 from signer.controller import PCR_GROUP, Final, SignerController, Wait
 from signer.records import (
-    JSON,
     PCRRecord,
     PodRecord,
     ServiceRecord,

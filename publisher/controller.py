@@ -40,17 +40,10 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from kube.client import (
-    JSON,
-    ApiError,
-    Client,
-    is_already_exists,
-    is_conflict,
-    is_not_found,
-    path_segment,
-)
+from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found, path_segment
 from kube.controller import Controller, Requeue
 from kube.informer import Informer
+from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from publisher.metrics import PublisherMetrics
 from trust.bundle import BundleError, TrustBundle, anchor_ders, bundle_name, earliest_expiry

@@ -51,12 +51,12 @@ from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.controller import Controller, Requeue
 from kube.events import EventRecorder, ObjectRef
 from kube.informer import Informer
+from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from signer import authority, policy
 from signer.index import WaitingIndex
 from signer.metrics import SignerMetrics
 from signer.records import (
-    JSON,
     PCRRecord,
     PodRecord,
     ServiceRecord,

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-JSON = dict[str, Any]
+from kube.types import JSON
 
 TERMINAL_CONDITIONS = ("Issued", "Denied", "Failed")
 

@@ -25,12 +25,11 @@ from injector.controller import InjectorController
 from injector.targets import ANNOTATION
 from kube.client import Client, is_not_found, path_segment
 from kube.events import EventRecorder
+from kube.types import JSON
 from tests.integration.signer_harness import RunningSigner, eventually, wait_terminal
 from tests.integration.test_publisher import RunningPublisher, ctb_version
 from tests.integration.webhook_server import WebhookServer
 from trust.ca import CertificateAuthority, key_pem
-
-JSON = dict[str, Any]
 
 SERVICE_PORT = 8443
 VWC_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"

@@ -24,13 +24,13 @@ from cryptography.x509.verification import PolicyBuilder, Store
 from controlplane.cluster import Cluster
 from controlplane.workload import VolumeFiles, cert_pod, volume_files, wait_running
 from kube.client import Client
+from kube.types import JSON
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.signer_harness import unique_signer_name
 from trust.ca import write_ca
 
 __all__ = ["unique_signer_name"]
 
-JSON = dict[str, Any]
 DOMAIN = "cluster.local"
 
 

@@ -31,19 +31,18 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from controlplane.cluster import Cluster
 from controlplane.hollow_node import HollowNode
 from controlplane.server import free_port
 from controlplane.workload import wait_running
 from kube.client import ApiError, Client, is_already_exists, is_not_found
+from kube.types import JSON
 from tests.integration.freezing_proxy import FreezingProxy
 from tests.integration.manager_process import SignerProcess
 from tests.integration.manifests import apply
 from tests.unit.manager.kustomize import CONFIG, find, render
 
-JSON = dict[str, Any]
 NS = "service-serving-signer"
 DEPLOYMENT = "service-serving-signer"
 SECRET = "service-serving-signer-ca"

@@ -24,12 +24,11 @@ from prometheus_client import CollectorRegistry
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import Client
 from kube.events import EventRecorder
+from kube.types import JSON
 from signer.controller import WAITING_RESYNC_PERIOD, SignerController
 from signer.records import terminal_condition
 from trust.ca import CaFiles, CertificateAuthority, generate_ca, write_ca
 from trust.files import FileMaterialSource
-
-JSON = dict[str, Any]
 
 PRODUCT_SIGNER = "kubernetes.io/service-serving"
 

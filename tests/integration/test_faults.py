@@ -59,9 +59,9 @@ from bench.signers import OurSigner
 from controlplane import ControlPlane
 from controlplane.kubelet import pcr_path
 from kube.client import ApiError, Client
+from kube.types import JSON
 from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 
-JSON = dict[str, Any]
 ISSUED = 'result="issued"'
 ERROR = 'result="error"'
 

@@ -20,7 +20,8 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 
 from controlplane import ControlPlane
-from kube.client import JSON, Client
+from kube.client import Client
+from kube.types import JSON
 from tests.integration.manager_process import SignerProcess, eventually
 from trust.bundle import bundle_digest, bundle_name, normalize_bundle
 from trust.ca import cert_pem, generate_ca, key_pem, write_ca

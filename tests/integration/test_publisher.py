@@ -21,6 +21,7 @@ from cryptography import x509
 from prometheus_client import CollectorRegistry
 
 from kube.client import Client, is_not_found, path_segment
+from kube.types import JSON
 from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, PublisherController
 from tests.integration.signer_harness import (
     RunningSigner,
@@ -31,8 +32,6 @@ from tests.integration.signer_harness import (
 from trust.bundle import bundle_name, normalize_bundle
 from trust.ca import cert_pem, generate_ca, key_pem, write_ca
 from trust.files import FileMaterialSource
-
-JSON = dict[str, Any]
 
 
 def ctb_version(client: Client) -> str:

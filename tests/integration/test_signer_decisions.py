@@ -14,6 +14,7 @@ from cryptography import x509
 
 from controlplane.kubelet import generate_key, pcr_manifest, pcr_path, stub_csr
 from kube.client import Client
+from kube.types import JSON
 from tests.integration.signer_harness import (
     RunningSigner,
     condition,
@@ -21,8 +22,6 @@ from tests.integration.signer_harness import (
     eventually,
     wait_terminal,
 )
-
-JSON = dict[str, Any]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cryptography import x509
@@ -22,6 +21,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from controlplane.kubelet import KEY_TYPES, PrivateKey
 from kube.client import Client
+from kube.types import JSON
 from tests.integration.signer_harness import (
     PRODUCT_SIGNER,
     RunningSigner,
@@ -29,8 +29,6 @@ from tests.integration.signer_harness import (
     delete_pcrs,
     wait_terminal,
 )
-
-JSON = dict[str, Any]
 
 
 @pytest.fixture

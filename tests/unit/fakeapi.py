@@ -36,9 +36,7 @@ from urllib.parse import parse_qsl, urlsplit
 from kubernetes import client as k8s_client
 
 from kube.client import Client
-
-JSON = dict[str, Any]
-
+from kube.types import JSON
 
 # watch script actions ----------------------------------------------------------------
 

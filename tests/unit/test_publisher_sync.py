@@ -9,7 +9,8 @@ from urllib.parse import unquote
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kube.client import JSON, ApiError
+from kube.client import ApiError
+from kube.types import JSON
 from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, NotSynced, PublisherController
 from tests.unit import pki
 from trust.bundle import TrustBundle, bundle_name, earliest_expiry, normalize_bundle, parse_anchors

@@ -25,6 +25,7 @@ from controlplane.kubelet import generate_key, pcr_manifest, stub_csr
 from kube.client import ApiError
 from kube.controller import Requeue
 from kube.events import ObjectRef
+from kube.types import JSON
 from signer.controller import SignerController
 from signer.records import PCRRecord, PodRecord, ServiceRecord, pcr_record, pod_record
 from tests.unit import pki
@@ -33,7 +34,6 @@ from trust.material import SigningMaterial
 
 SIGNER = "kubernetes.io/service-serving"
 NS = "team-a"
-JSON = dict[str, Any]
 
 
 # fakes -------------------------------------------------------------------------------------

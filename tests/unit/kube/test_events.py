@@ -12,8 +12,9 @@ from typing import Any, cast
 
 import pytest
 
-from kube.client import JSON, Client
+from kube.client import Client
 from kube.events import EventRecorder, ObjectRef, truncate_utf8
+from kube.types import JSON
 from tests.unit.fakeapi import FakeApi
 
 EVENTS = "/apis/events.k8s.io/v1/namespaces/ns/events"

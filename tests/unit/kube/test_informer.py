@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kube.client import JSON
 from kube.informer import Backoff, Informer
+from kube.types import JSON
 from tests.unit.fakeapi import FakeApi, Gate, Recorder, Stall, bookmark, event, gone
 
 PODS = "/api/v1/namespaces/ns/pods"

@@ -11,7 +11,8 @@ import orjson
 import pytest
 
 from kube import pager
-from kube.client import JSON, ApiError
+from kube.client import ApiError
+from kube.types import JSON
 from tests.unit.fakeapi import FakeApi
 
 PODS = "/api/v1/namespaces/ns/pods"

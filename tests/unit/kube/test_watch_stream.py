@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kube.client import JSON, ApiError
+from kube.client import ApiError
+from kube.types import JSON
 from tests.unit.fakeapi import FakeApi, Raw, event
 
 PODS = "/api/v1/namespaces/ns/pods"
