@@ -10,9 +10,9 @@ status body), watch bodies are streamed line by line, every request has a read
 timeout, errors carry the status code and `Retry-After`, and writes pass a client-side
 token bucket (`--kube-api-qps` / `--kube-api-burst`) like client-go's.
 
-Connection liveness (SPEC §6): every socket has TCP keepalive and a user timeout (a
-black-holed peer is noticed in ~45 s, as client-go's HTTP/2 ping does), every request a
-read timeout, and a timeout closes the pool's idle connections too, so the retry dials
+Connection liveness (docs/reference.md §6): every socket has TCP keepalive and a user
+timeout (a black-holed peer is noticed in ~45 s, as client-go's HTTP/2 ping does), every
+request a read timeout, and a timeout closes the pool's idle connections too, so the retry dials
 a fresh connection instead of meeting the next dead one.
 """
 

@@ -13,11 +13,11 @@ Decisions:
   and dropped.
 - Every block must be a `CERTIFICATE` holding an X.509 certificate whose basicConstraints
   extension is present and says CA:TRUE; this is what kube-apiserver's ClusterTrustBundle
-  validation requires (research/api-contract.md §1e), so we fail at the file instead of at
+  validation requires (`ValidateClusterTrustBundle`), so we fail at the file instead of at
   the API server.
 - Duplicates are removed by DER bytes and the rest sorted bytewise by DER, as kubelet's
-  `normalizeTrustAnchors` does before its shuffle (research/anchors.md §5). We do not
-  shuffle: a stable order gives a stable hash, hence a stable object name.
+  `normalizeTrustAnchors` (`pkg/kubelet/clustertrustbundle`) does before its shuffle. We
+  do not shuffle: a stable order gives a stable hash, hence a stable object name.
 - Output is header-less PEM, 64-column base64, each block ending in a newline — byte for
   byte what Go's `pem.EncodeToMemory` writes.
 """

@@ -1,11 +1,12 @@
 """Throw-away certificate authorities for `service-serving-signer ca init`, tests and the demo.
 
-Not a production CA: keys are generated in process memory and written unencrypted. What it
-decides is the *shape* of a CA certificate the signer accepts at start-up (SPEC §2):
-basicConstraints CA:TRUE (critical), keyUsage keyCertSign + cRLSign (+ digitalSignature),
-a subject key identifier, and for an intermediate an authority key identifier naming its
-issuer. Key types: `trust.keys`. The one CA maker of the project: the signer's tests, `ca init`,
-the demo and the local control plane's PKI (`controlplane.pki`) all make CAs here.
+Not a production CA: keys are generated in process memory and written unencrypted. What
+it decides is the *shape* of a CA certificate the signer accepts at start-up
+(docs/reference.md §2): basicConstraints CA:TRUE (critical), keyUsage keyCertSign +
+cRLSign (+ digitalSignature), a subject key identifier, and for an intermediate an
+authority key identifier naming its issuer. Key types: `trust.keys`. The one CA maker of
+the project: the signer's tests, `ca init`, the demo and the local control plane's PKI
+(`controlplane.pki`) all make CAs here.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The file source of signing material (SPEC §3): the key, certificate and trust-bundle
-files named by the flags, re-read when they change, and the metrics of that.
+"""The file source of signing material (docs/reference.md §3): the key, certificate and
+trust-bundle files named by the flags, re-read when they change, and the metrics of that.
 
 Decisions:
 
@@ -132,9 +132,9 @@ def load_material(
     issuer: LeafIssuer | None = None,
     domain: str = DEFAULT_DOMAIN,
 ) -> SigningMaterial:
-    """Read and validate the three files (SPEC §2). Raises `MaterialError`. A usable key
-    file readable by group or others is logged as a warning (only once the set is valid,
-    so a failed start prints one line)."""
+    """Read and validate the three files (docs/reference.md §2). Raises `MaterialError`.
+    A usable key file readable by group or others is logged as a warning (only once the
+    set is valid, so a failed start prints one line)."""
     key_p, cert_p, bundle_p = os.fspath(key_path), os.fspath(cert_path), os.fspath(bundle_path)
     check_distinct(key_p, cert_p)
     files = read_files(key_p, cert_p, bundle_p)

@@ -1,6 +1,6 @@
 """Signing material: which key, certificate chain and trust bundle the signer uses, and
-whether a set is acceptable (SPEC §2), decided on bytes already read — no file, no API.
-Also the protocol every source of material satisfies (`MaterialSource`): the files
+whether a set is acceptable (docs/reference.md §2), decided on bytes already read — no
+file, no API. Also the protocol every source of material satisfies (`MaterialSource`): the files
 (`trust.files`) today, an API-backed source beside it.
 
 Decisions:
@@ -13,8 +13,8 @@ Decisions:
 - One validation per unit serves start-up and every later change: a set that would fail
   start-up is never swapped in.
 - A signing set is accepted only if it can issue: its signing certificate must outlive
-  the next hour (nothing shorter than 1 h is issued, SPEC §5.3; at start-up, with no
-  other set to keep, such a cert is accepted with a warning), and a throw-away leaf
+  the next hour (nothing shorter than 1 h is issued, docs/reference.md §5.3; at start-up,
+  with no other set to keep, such a cert is accepted with a warning), and a throw-away leaf
   issued with it must verify for server auth against its own anchors (`trust.probe`,
   when a `LeafIssuer` is given — the manager always gives the signer's).
 - An anchor of the bundle that has expired is published (the bundle is the operator's
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 _CURVES = ("secp256r1", "secp384r1", "secp521r1")
 _MAX_CHAIN_DEPTH = 10
 MIN_REMAINING = timedelta(hours=1)
-"""A signing certificate must outlive this, or nothing could be issued (SPEC §5.3)."""
+"""A signing certificate must outlive this, or nothing could be issued (docs/reference.md §5.3)."""
 DEFAULT_DOMAIN = "cluster.local"
 
 
@@ -180,7 +180,7 @@ class MaterialFiles:
 
 
 def validate_trust_bundle(data: bytes, bundle_path: str, modified: datetime) -> TrustBundle:
-    """The publisher's unit: the bundle file on its own (SPEC §2, last bullet)."""
+    """The publisher's unit: the bundle file on its own (docs/reference.md §2)."""
     try:
         pem = normalize_bundle(data)
     except BundleError as err:
@@ -204,7 +204,7 @@ def validate_material(
     domain: str = DEFAULT_DOMAIN,
     starting: bool = False,
 ) -> SigningMaterial:
-    """The signer's unit, SPEC §2 on bytes already read; the paths only name files in
+    """The signer's unit, docs/reference.md §2 on bytes already read; the paths only name files in
     errors. With `issuer`, a throw-away leaf issued with the set must verify for server
     auth against the set's anchors (`trust.probe`).
 
