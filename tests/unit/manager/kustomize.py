@@ -24,7 +24,7 @@ def render(directory: Path) -> list[dict[str, Any]]:
     for entry in [*kustomization.get("resources", []), *kustomization.get("components", [])]:
         target = (directory / entry).resolve()
         objects += render(target) if target.is_dir() else _load(target)
-    objects = copy.deepcopy(objects)
+    objects = copy.deepcopy(objects) + _generated_config_maps(directory, kustomization)
     namespace = kustomization.get("namespace")
     for obj in objects:
         meta = obj.setdefault("metadata", {})
@@ -41,6 +41,23 @@ def render(directory: Path) -> list[dict[str, Any]]:
                 if container.get("image") == image["name"]:
                     container["image"] = f"{image.get('newName', image['name'])}:{image['newTag']}"
     return objects
+
+
+def _generated_config_maps(directory: Path, kustomization: dict[str, Any]) -> list[dict[str, Any]]:
+    """`configMapGenerator` entries made of `files`, without a hash suffix (the only form
+    config/ uses; kustomize's suffix is not reproduced here)."""
+    generators = kustomization.get("configMapGenerator", [])
+    if generators:
+        assert kustomization.get("generatorOptions", {}).get("disableNameSuffixHash") is True
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": generator["name"]},
+            "data": {name: (directory / name).read_text() for name in generator["files"]},
+        }
+        for generator in generators
+    ]
 
 
 def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
