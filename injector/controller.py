@@ -1,4 +1,4 @@
-"""The caBundle injection controller (SPEC §11, opt-in: `--controllers=*,injector`).
+"""The caBundle injection controller (docs/reference.md §11, opt-in: `--controllers=*,injector`).
 
 For every ValidatingWebhookConfiguration, MutatingWebhookConfiguration, APIService and
 CRD annotated `service-serving-signer/ca-bundle-from: <ClusterTrustBundleSelector JSON>`

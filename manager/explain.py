@@ -51,7 +51,8 @@ class Outcome(enum.IntEnum):
 
 SEVERITY = (Outcome.DENY, Outcome.WAIT, Outcome.NO_REQUEST, Outcome.ISSUE)
 
-# What to change, by the reason the signer gives (SPEC §5.2; README "Troubleshooting").
+# What to change, by the reason the signer gives (docs/reference.md §5.2;
+# docs/troubleshoot.md).
 FIXES: Mapping[str, str] = {
     "InvalidUnverifiedUserAnnotations": (
         "fix the podCertificate projection's userAnnotations: kubernetes.io/service-names "

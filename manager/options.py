@@ -1,6 +1,6 @@
 """The validated configuration of one `service-serving-signer run` process.
 
-This module decides what every SPEC §2 flag *means*: Go-style durations (`24h`, `90m`,
+This module decides what every docs/reference.md §2 flag *means*: Go-style durations (`24h`, `90m`,
 `1h30m`), kube-controller-manager's `--controllers` syntax (`*`, `signer`, `-publisher`),
 bind addresses (`:10358`, `127.0.0.1:9000`, `[::1]:9000`, `0` = disabled), signer names
 (exactly what kube-apiserver's `ValidateSignerName` accepts), the leader
@@ -253,7 +253,7 @@ def default_leader_election_namespace(
 
 @dataclass(frozen=True)
 class Options:
-    """Every SPEC §2 flag, parsed and validated. Durations are in seconds."""
+    """Every docs/reference.md §2 flag, parsed and validated. Durations are in seconds."""
 
     service_serving_key: str
     service_serving_cert: str

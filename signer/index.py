@@ -1,12 +1,13 @@
 """The waiting index: which PodCertificateRequests wait on which Service or Pod.
 
 A request whose Services are missing or do not select its Pod is neither issued nor
-refused (SPEC §5.2.6): it *waits*, and is re-driven only when something it depends on
-changes — a Service it names is added or updated, or its Pod's labels change. This module
-decides which requests such an event wakes, and nothing else. A Service event costs time
-proportional to the requests waiting on *that* Service, never to all requests (SPEC §5.4,
-bench "wake-up"); the only periodic work is the controller's slow resync of the waiting
-requests (`waiting_keys`), a safety net against a missed event.
+refused (docs/reference.md §5.2 step 6): it *waits*, and is re-driven only when something
+it depends on changes — a Service it names is added or updated, or its Pod's labels
+change. This module decides which requests such an event wakes, and nothing else. A
+Service event costs time proportional to the requests waiting on *that* Service, never to
+all requests (docs/reference.md §5.4, bench "wake-up"); the only periodic work is the
+controller's slow resync of the waiting requests (`waiting_keys`), a safety net against a
+missed event.
 
 Keys are strings: `namespace/name` for Services and Pods, and the work-queue key
 (`namespace/name`) for requests. Each request has at most one entry: `wait()` replaces

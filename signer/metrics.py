@@ -1,4 +1,5 @@
-"""The signer's Prometheus metrics (SPEC §6), registered on a caller-supplied registry.
+"""The signer's Prometheus metrics (docs/reference.md §6), registered on a caller-supplied
+registry.
 
 What counts as what is decided here, once:
 - `requests_total{result="issued"}`: a certificate was written to a request's status;

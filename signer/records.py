@@ -1,7 +1,7 @@
 """Compact, immutable records of the objects the signer caches.
 
 The informers hold these instead of whole API objects: a Pod record is the handful of
-fields the signer reads (ARCHITECTURE "informer … transform"), which is what lets a
+fields the signer reads (docs/design.md §3), which is what lets a
 replica cache tens of thousands of Pods cheaply. Each transform decides which fields
 `sync` may depend on — anything not copied here cannot be read from the cache.
 
