@@ -1,9 +1,10 @@
-"""Connection liveness against the real API server (SPEC §6, issue 9 item 2): when every
-established connection goes silent without closing — a NAT or load balancer dropping its
-state, a partitioned server — the signer notices by itself and carries on over fresh
-connections. A `FreezingProxy` between signer and kube-apiserver stops forwarding on its
-open connections while accepting new ones; the kernel behind it keeps ACKing, so only the
-read timeouts (the bookmark-derived watch timeout, the request timeout) can tell."""
+"""Connection liveness against the real API server (docs/reference.md §6, issue 9 item 2):
+when every established connection goes silent without closing — a NAT or load balancer
+dropping its state, a partitioned server — the signer notices by itself and carries on
+over fresh connections. A `FreezingProxy` between signer and kube-apiserver stops
+forwarding on its open connections while accepting new ones; the kernel behind it keeps
+ACKing, so only the read timeouts (the bookmark-derived watch timeout, the request
+timeout) can tell."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Waiting on Services and re-driving by index (SPEC §5.2.6, §5.4), against the real API
-server: requests whose Services are missing or do not select the Pod stay pending with one
-aggregated Warning Event, and issue within seconds of the event that fixes them."""
+"""Waiting on Services and re-driving by index (docs/reference.md §5.2 step 6, §5.4),
+against the real API server: requests whose Services are missing or do not select the Pod
+stay pending with one aggregated Warning Event, and issue within seconds of the event that
+fixes them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The issued certificate (SPEC §5.3): extensions, validity clamps, refresh time, chain."""
+"""The issued certificate (docs/reference.md §5.3): extensions, validity clamps, refresh
+time, chain."""
 
 from __future__ import annotations
 

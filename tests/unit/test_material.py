@@ -1,4 +1,4 @@
-"""Signing-material validation (SPEC §2) and hot reload (SPEC §3)."""
+"""Signing-material validation (docs/reference.md §2) and hot reload (docs/reference.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Annotation policy, SAN order and the public-key step (SPEC §5.2 steps 1-2, §5.3)."""
+"""Annotation policy, SAN order and the public-key step (docs/reference.md §5.2 steps 1-2,
+§5.3)."""
 
 from __future__ import annotations
 
