@@ -1,4 +1,4 @@
-"""The six benchmark scenarios of TESTING.md "Benchmarks"; each returns one flat dict.
+"""The six benchmark scenarios of bench/README.md "Scenarios"; each returns one flat dict.
 
 Every scenario builds its own namespace (and the big ones their own control plane, see
 `bench.__main__`), starts the signer it measures as a subprocess, builds every request

@@ -56,7 +56,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A skipped test hides a missing component: the run fails instead (TESTING.md)."""
+    """A skipped test hides a missing component: the run fails instead
+    (docs/development.md)."""
     if _skipped and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print(f"\nFAILED: {len(_skipped)} test(s) skipped; skips are not allowed here:")
