@@ -5,8 +5,9 @@ What it decides:
 * **Cost.** The headers a request carries are cached. The official client recomputes them
   on every request through its `refresh_api_key_hook`, which for kubeconfig and
   in-cluster identities re-applies the whole configuration (setting the host calls
-  `urllib.request.getproxies()`): about 165 µs per request, for a value that changes
-  once an hour.
+  `urllib.request.getproxies()`): a measurable share of a write's client CPU
+  (bench/README.md, "Figures behind module decisions"), for a value that changes once an
+  hour.
 * **Freshness.** A bearer token read from a file — a kubeconfig `tokenFile`, or the
   in-cluster ServiceAccount token (`/var/run/secrets/kubernetes.io/serviceaccount/
   token`, a projected token kubelet rotates, expiring after about an hour) — is re-read

@@ -13,8 +13,7 @@ pages that stay mapped until `malloc_trim`. This module decides:
   every free heap page to the system.
 
 Both are no-ops where the C library is not glibc (musl, macOS) or cannot be loaded.
-Measured (bench "scale", 20,000 synthetic Pods): RSS per cached Pod after a paged LIST
-835 → 592 bytes in a micro-benchmark.
+What they saved is measured in bench/README.md ("Figures behind module decisions").
 
 And how it keeps Python's cyclic garbage collector out of the way of a big cache:
 
@@ -29,9 +28,8 @@ And how it keeps Python's cyclic garbage collector out of the way of a big cache
   object — the cache above all — moves to the permanent generation, which later
   collections do not traverse. Frozen objects are still freed by refcount when dropped
   (records are acyclic); only a frozen object that later joins a reference cycle is
-  never collected, and only live objects are frozen.
-  Measured (150,000 Pods + 10,000 Services, start-up to /readyz): signer CPU 26.7 s
-  with the collector as it comes, 18.9 s with it off.
+  never collected, and only live objects are frozen. The collector was a large share of
+  the signer's start-up CPU at scale (bench/README.md, "Start-up").
 """
 
 from __future__ import annotations

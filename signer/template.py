@@ -1,7 +1,8 @@
 """Leaf certificates assembled from DER pieces instead of a `CertificateBuilder` per leaf.
 
-Why: with the builder, a leaf costs about five times the CA's signature itself (the
-builder's Python objects, extension validation and encoding, then the native encoder).
+Why: with the builder, a leaf costs several times the CA's signature itself (the
+builder's Python objects, extension validation and encoding, then the native encoder;
+bench/README.md, "Figures behind module decisions").
 Every leaf of one signing certificate shares all of its bytes but the serial, the
 validity, the public key, the SAN and the SKI, so those are spliced into fixed bytes and
 the TBSCertificate is signed with the CA key directly.
