@@ -11,10 +11,11 @@ The state machine (docs/managed-ca.md), one action per call, checked in this ord
    ever signed by a CA absent from the published bundle, from the very first one.
 3. *Staged* (a next CA exists) — `Swap` only when, at the same time:
    the bundle read back holds the current and the next CA; that was first seen at a
-   recorded instant (`MarkPublished` records it); every replica whose report is live
-   has loaded a bundle holding the next CA; the propagation delay has passed since the
-   recorded instant (kubelet's `clusterTrustBundle` projection refresh); and the next
-   CA is valid now. Otherwise `Wait`, saying for what and until when.
+   recorded instant (`MarkPublished` records it, and the instant the propagation delay —
+   kubelet's `clusterTrustBundle` projection refresh — ends, so a changed flag does not
+   move a rotation under way); every replica whose report is live has loaded a bundle
+   holding the next CA; that instant has passed; and the next CA is valid now.
+   Otherwise `Wait`, saying for what and until when.
 4. *Stable* — `Retire` previous roots whose retire time (swap time + the longest leaf
    lifetime issued + a margin) has passed, except the newest `keep_previous` that have
    not expired (a CA history); else `Stage` when `ca rotate` asked for it or the
@@ -81,6 +82,7 @@ class State:
     next: CaInfo | None = None
     staged_at: datetime | None = None
     published_at: datetime | None = None  # bundle read back first held current + next
+    swap_not_before: datetime | None = None  # published_at + the propagation delay then
     previous: tuple[Previous, ...] = ()  # newest first
     rotate_requested_at: datetime | None = None  # `ca rotate`, not yet acted on
     swapped_at: datetime | None = None  # the last swap
@@ -154,6 +156,7 @@ class Stage:
 @dataclass(frozen=True)
 class MarkPublished:
     at: datetime
+    swap_not_before: datetime
 
 
 @dataclass(frozen=True)
@@ -209,17 +212,18 @@ def _staged(state: State, nxt: CaInfo, obs: Observations, now: datetime, config:
     both = {state.current.fingerprint, nxt.fingerprint}
     if not both <= obs.published:
         return Wait(None, "the ClusterTrustBundle read back does not hold both CAs yet")
-    if state.published_at is None:
-        return MarkPublished(now)
+    if state.published_at is None or state.swap_not_before is None:
+        return MarkPublished(now, now + config.propagation_delay)
     live = [r for r in obs.reports if r.live(now)]
     behind = sorted(r.replica for r in live if nxt.fingerprint not in r.anchors)
     if not live:
         return Wait(None, "no replica reports the bundle it has loaded")
     if behind:
         return Wait(None, f"replicas that have not loaded the next CA: {', '.join(behind)}")
-    until = state.published_at + config.propagation_delay
-    if now < until:
-        return Wait(until, "the propagation delay (kubelet's clusterTrustBundle refresh)")
+    if now < state.swap_not_before:
+        return Wait(
+            state.swap_not_before, "the propagation delay (kubelet's clusterTrustBundle refresh)"
+        )
     if now < nxt.not_before:
         return Wait(nxt.not_before, "the next CA's notBefore")
     return Swap(now, config.retire_at(now))
@@ -262,20 +266,29 @@ def confirmed(state: State, at: datetime) -> State:
 def staged(state: State, nxt: CaInfo, at: datetime) -> State:
     if state.next is not None:
         raise ValueError("a next CA is already staged")
-    return replace(state, next=nxt, staged_at=at, published_at=None, rotate_requested_at=None)
+    return replace(
+        state,
+        next=nxt,
+        staged_at=at,
+        published_at=None,
+        swap_not_before=None,
+        rotate_requested_at=None,
+    )
 
 
-def marked_published(state: State, at: datetime) -> State:
-    return replace(state, published_at=at)
+def marked_published(state: State, at: datetime, swap_not_before: datetime) -> State:
+    return replace(state, published_at=at, swap_not_before=swap_not_before)
 
 
 def swapped(state: State, at: datetime, retire_at: datetime) -> State:
     if state.next is None:
         raise ValueError("no next CA to swap in")
+    # The last rotation's stage and publish times stay, for `ca status` and the record.
     prev = Previous(state.current, at, retire_at)
-    return State(
+    return replace(
+        state,
         current=state.next,
-        confirmed_at=state.confirmed_at,
+        next=None,
         previous=(prev, *state.previous),
         swapped_at=at,
         rotate_requested_at=None,

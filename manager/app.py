@@ -200,7 +200,6 @@ def identity() -> str:
 
 def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Process:
     """Everything that can fail at start-up, before anything is started."""
-    from kube.client import Client
     from kube.discovery import served_version
     from kube.events import EventRecorder
     from trust.files import FileMaterialSource
@@ -210,36 +209,41 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
     proc = Process(opts=opts, registry=registry, checks=Checks(), identity=identity())
 
     material: Any = None
+    client: Any = None
     signing = "signer" in opts.controllers
+    if opts.managed_ca:
+        # The managed CA is read through the API: the client first.
+        client = _client(opts, proc)
     if opts.controllers & SIGNING_CONTROLLERS:
-        issuer = None
-        if signing:
-            from signer.authority import issue_probe
+        if opts.managed_ca:
+            from manager.managed_ca import material_source
 
-            issuer = issue_probe
-        try:
-            # The publisher needs only the bundle; the signer also the key and cert, and
-            # they must issue a leaf that verifies (trust.probe, with the signer's profile).
-            material = FileMaterialSource(
-                opts.service_serving_key if signing else None,
-                opts.service_serving_cert if signing else None,
-                opts.service_serving_trust_bundle,
-                registry,
-                issuer=issuer,
-                domain=opts.cluster_service_domain,
-            )
-        except MaterialError as err:
-            raise StartupFailure(str(err)) from None
+            material = managed_source = material_source(opts, client, registry, signing)
+        else:
+            issuer = None
+            if signing:
+                from signer.authority import issue_probe
+
+                issuer = issue_probe
+            try:
+                # The publisher needs only the bundle; the signer also the key and cert,
+                # and they must issue a leaf that verifies (trust.probe, with the
+                # signer's profile).
+                material = FileMaterialSource(
+                    opts.service_serving_key if signing else None,
+                    opts.service_serving_cert if signing else None,
+                    opts.service_serving_trust_bundle,
+                    registry,
+                    issuer=issuer,
+                    domain=opts.cluster_service_domain,
+                )
+            except MaterialError as err:
+                raise StartupFailure(str(err)) from None
         proc.checks.add_readiness("signing-material", lambda: _material_loaded(material, signing))
         proc.reloaders.append(material.reload_now)
 
-    try:
-        client = Client.from_kubeconfig(
-            opts.kubeconfig, qps=opts.kube_api_qps, burst=opts.kube_api_burst
-        )
-    except Exception as err:
-        raise StartupFailure(f"kubeconfig: {_one_line(err)}") from None
-    proc.closers.append(client.close)
+    if client is None:
+        client = _client(opts, proc)
 
     try:
         if "publisher" in opts.controllers:
@@ -294,6 +298,9 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
 
         if "injector" in opts.controllers:
             _build_injector(proc, client, registry)
+
+        if opts.managed_ca and material is not None:
+            _build_managed_ca(proc, client, managed_source)
     except StartupFailure:
         raise
     except Exception as err:
@@ -310,20 +317,48 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
     return proc
 
 
+def _client(opts: Options, proc: Process) -> Any:
+    from kube.client import Client
+
+    try:
+        client = Client.from_kubeconfig(
+            opts.kubeconfig, qps=opts.kube_api_qps, burst=opts.kube_api_burst
+        )
+    except Exception as err:
+        raise StartupFailure(f"kubeconfig: {_one_line(err)}") from None
+    proc.closers.append(client.close)
+    return client
+
+
+def _ctb_version(client: Any, why: str) -> str:
+    from kube.discovery import served_version
+
+    version = served_version(client, CERTIFICATES_GROUP, "clustertrustbundles", ["v1", "v1beta1"])
+    if version is None:
+        raise StartupFailure(
+            f"API server: certificates.k8s.io serves no clustertrustbundles ({why})"
+        )
+    return version
+
+
+def _build_managed_ca(proc: Process, client: Any, source: Any) -> None:
+    """The managed CA (SPEC §12): its controller, this replica's report, the gates."""
+    from kube.events import EventRecorder
+    from manager.managed_ca import wire
+
+    ctb_version = _ctb_version(client, "the managed CA is published as one")
+    recorder = EventRecorder(client, "service-serving-signer", proc.identity)
+    proc.closers.insert(0, recorder.stop)
+    wire(proc, client, source, ctb_version, recorder)
+    log.info("managed CA configured", extra={"secret": proc.opts.managed_ca_secret_name})
+
+
 def _build_injector(proc: Process, client: Any, registry: CollectorRegistry) -> None:
     """The opt-in caBundle injector (SPEC §11): needs no signing material."""
     from injector.controller import InjectorController
-    from kube.discovery import served_version
     from kube.events import EventRecorder
 
-    ctb_version = served_version(
-        client, CERTIFICATES_GROUP, "clustertrustbundles", ["v1", "v1beta1"]
-    )
-    if ctb_version is None:
-        raise StartupFailure(
-            "API server: certificates.k8s.io serves no clustertrustbundles "
-            "(the injector resolves caBundles from them)"
-        )
+    ctb_version = _ctb_version(client, "the injector resolves caBundles from them")
     recorder = EventRecorder(client, "service-serving-signer", proc.identity)
     proc.closers.insert(0, recorder.stop)
     proc.controllers["injector"] = InjectorController(

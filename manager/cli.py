@@ -23,8 +23,11 @@ import click
 
 from manager import logs
 from manager.options import (
+    CA_MODES,
+    DEFAULT_MANAGED_CA_SECRET,
     DEFAULT_SIGNER_NAME,
     LOG_FORMATS,
+    MANAGED_CA_KEY_TYPES,
     PCR_API_VERSIONS,
     BindAddress,
     Options,
@@ -330,6 +333,64 @@ class KlogVerbosity(click.IntRange):
     help="host:port for /healthz and /readyz; 0 disables.",
 )
 @flag(
+    "--ca-mode",
+    type=click.Choice(CA_MODES),
+    default="file",
+    show_default=True,
+    help="file: the CA comes from --service-serving-key/-cert/-trust-bundle (the KEP's "
+    "contract). managed: the signer makes its CA, keeps it in a Secret and rotates it "
+    "(docs/managed-ca.md).",
+)
+@flag(
+    "--managed-ca-secret-name",
+    default=DEFAULT_MANAGED_CA_SECRET,
+    show_default=True,
+    help="Secret holding the managed CA, in the leader-election namespace.",
+)
+@flag(
+    "--managed-ca-key-type",
+    type=click.Choice(MANAGED_CA_KEY_TYPES),
+    default="ECDSAP256",
+    show_default=True,
+    help="Key algorithm of a managed CA.",
+)
+@flag(
+    "--managed-ca-lifetime",
+    type=Duration(),
+    default="8760h",
+    show_default=True,
+    help="Lifetime of a managed CA certificate.",
+)
+@flag(
+    "--managed-ca-rotate-at",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Fraction of a managed CA's life after which its successor is staged.",
+)
+@flag(
+    "--managed-ca-propagation-delay",
+    type=Duration(),
+    default="10m",
+    show_default=True,
+    help="Wait after the bundle holds both CAs before signing with the new one (covers "
+    "kubelet's clusterTrustBundle projection refresh).",
+)
+@flag(
+    "--managed-ca-retire-margin",
+    type=Duration(),
+    default="1h",
+    show_default=True,
+    help="Added to swap time + --max-certificate-lifetime before an old root leaves the bundle.",
+)
+@flag(
+    "--managed-ca-keep-previous",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Previous roots kept in the bundle after their retire time, until they expire.",
+)
+@flag(
     "--logging-format",
     "--log-format",
     "log_format",
@@ -393,7 +454,8 @@ def demo_command() -> None:
 
 @main.group("ca")
 def ca_group() -> None:
-    """Throw-away certificate authorities (evaluation and tests, not production)."""
+    """Certificate authorities: a throw-away one for evaluation (init), and the managed
+    CA's status and rotation (status, rotate; --ca-mode=managed)."""
 
 
 @ca_group.command("init")
@@ -617,6 +679,10 @@ def version_command(output: str) -> None:
         )
     else:
         click.echo(_version_line())
+
+
+# `ca status` and `ca rotate` live in their own module and register on `ca_group`.
+from manager import ca_cli as _ca_cli  # noqa: E402, F401
 
 
 def entrypoint(argv: Sequence[str] | None = None) -> None:

@@ -35,6 +35,12 @@ KUBERNETES_SIGNER_MAX_LIFETIME = 24 * 3600.0
 MIN_CERTIFICATE_LIFETIME = 3600.0
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 LOG_FORMATS = ("text", "json")
+CA_MODES = ("file", "managed")
+MANAGED_CA_KEY_TYPES = ("ECDSAP256", "ECDSAP384", "ECDSAP521", "RSA2048", "RSA3072", "RSA4096")
+DEFAULT_MANAGED_CA_SECRET = "service-serving-signer-managed-ca"
+MIN_RETIRE_MARGIN = 300.0
+"""Above the managed material source's re-read period (60 s) with room for clock steps:
+the margin must cover a replica signing with the old CA a moment after the swap."""
 PCR_API_VERSIONS = ("auto", "v1", "v1beta1")
 # client-go's leaderelection.JitterFactor: RenewDeadline must exceed JitterFactor * RetryPeriod.
 LEADER_ELECTION_JITTER_FACTOR = 1.2
@@ -278,26 +284,50 @@ class Options:
     health_probe_bind_address: BindAddress | None = BindAddress("", 10359)
     log_format: str = "text"
     verbosity: int = 0
+    # managed CA (SPEC §12, docs/managed-ca.md); ignored with ca_mode="file"
+    ca_mode: str = "file"
+    managed_ca_secret_name: str = DEFAULT_MANAGED_CA_SECRET
+    managed_ca_key_type: str = "ECDSAP256"
+    managed_ca_lifetime: float = 365 * 86400.0
+    managed_ca_rotate_at: float = 0.5
+    managed_ca_propagation_delay: float = 600.0
+    managed_ca_retire_margin: float = 3600.0
+    managed_ca_keep_previous: int = 0
+
+    @property
+    def managed_ca(self) -> bool:
+        return self.ca_mode == "managed"
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
         """Raise `OptionsError` for the first unusable value."""
+        if self.ca_mode not in CA_MODES:
+            raise OptionsError("--ca-mode", f"{self.ca_mode!r} is not one of {', '.join(CA_MODES)}")
+        if self.managed_ca:
+            self._validate_managed_ca()
         # The signer needs the CA key and cert and the bundle; the publisher only the
-        # bundle; the injector none of them.
-        if "signer" in self.controllers:
+        # bundle; the injector none of them. A managed CA needs no file.
+        elif "signer" in self.controllers:
             for flag, path in (
                 ("--service-serving-key", self.service_serving_key),
                 ("--service-serving-cert", self.service_serving_cert),
             ):
                 if not path:
                     raise OptionsError(flag, "required by the signer controller")
-        if self.controllers & SIGNING_CONTROLLERS and not self.service_serving_trust_bundle:
+        if (
+            not self.managed_ca
+            and self.controllers & SIGNING_CONTROLLERS
+            and not self.service_serving_trust_bundle
+        ):
             raise OptionsError("--service-serving-trust-bundle", "required")
-        if "signer" in self.controllers and os.path.abspath(
-            self.service_serving_key
-        ) == os.path.abspath(self.service_serving_cert):
+        if (
+            not self.managed_ca
+            and "signer" in self.controllers
+            and os.path.abspath(self.service_serving_key)
+            == os.path.abspath(self.service_serving_cert)
+        ):
             raise OptionsError(
                 "--service-serving-cert", "must be a different file from --service-serving-key"
             )
@@ -329,6 +359,49 @@ class Options:
             )
         if self.verbosity < 0:
             raise OptionsError("-v", "must not be negative")
+
+    def _validate_managed_ca(self) -> None:
+        for flag_name, value in (
+            ("--service-serving-key", self.service_serving_key),
+            ("--service-serving-cert", self.service_serving_cert),
+            ("--service-serving-trust-bundle", self.service_serving_trust_bundle),
+        ):
+            if value:
+                raise OptionsError(
+                    flag_name, "is for --ca-mode=file; a managed CA lives in its Secret"
+                )
+        if not _DNS1123_SUBDOMAIN.fullmatch(self.managed_ca_secret_name):
+            raise OptionsError(
+                "--managed-ca-secret-name",
+                f"{self.managed_ca_secret_name!r} is not a DNS subdomain",
+            )
+        if self.managed_ca_key_type not in MANAGED_CA_KEY_TYPES:
+            raise OptionsError(
+                "--managed-ca-key-type",
+                f"{self.managed_ca_key_type!r} is not one of {', '.join(MANAGED_CA_KEY_TYPES)}",
+            )
+        if not 0.0 < self.managed_ca_rotate_at < 1.0:
+            raise OptionsError("--managed-ca-rotate-at", "must be a fraction between 0 and 1")
+        if self.managed_ca_retire_margin < MIN_RETIRE_MARGIN:
+            raise OptionsError(
+                "--managed-ca-retire-margin",
+                f"must be at least {format_duration(MIN_RETIRE_MARGIN)}",
+            )
+        if self.managed_ca_propagation_delay < 0:
+            raise OptionsError("--managed-ca-propagation-delay", "must not be negative")
+        if self.managed_ca_keep_previous < 0:
+            raise OptionsError("--managed-ca-keep-previous", "must not be negative")
+        # A rotation started at the rotation point must finish (propagation delay) and
+        # its leaves must be issuable for their full lifetime before the CA expires.
+        left = self.managed_ca_lifetime * (1 - self.managed_ca_rotate_at)
+        needed = self.managed_ca_propagation_delay + self.max_certificate_lifetime
+        if left <= needed:
+            raise OptionsError(
+                "--managed-ca-lifetime",
+                f"{format_duration(self.managed_ca_lifetime)} leaves {format_duration(left)} "
+                f"after the rotation point; at least the propagation delay + "
+                f"--max-certificate-lifetime ({format_duration(needed)}) is needed",
+            )
 
     def _validate_lifetime(self) -> None:
         lifetime = self.max_certificate_lifetime

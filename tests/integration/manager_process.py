@@ -37,7 +37,7 @@ class SignerProcess:
     def __init__(
         self,
         kubeconfig: Path | str,
-        ca_dir: Path,
+        ca_dir: Path | None,
         log_path: Path,
         *args: str,
         signer_name: str = PRODUCT_SIGNER,
@@ -48,18 +48,21 @@ class SignerProcess:
         self.health_port = free_port()
         self.log_path = log_path
         self.host = f"[{host}]" if ":" in host else host
-        ca_files = [
-            f"--service-serving-key={ca_dir / 'ca.key'}",
-            f"--service-serving-cert={ca_dir / 'ca.crt'}",
-        ]
+        files: list[str] = []  # none with ca_dir=None (--ca-mode=managed)
+        if ca_dir is not None:
+            if key_and_cert:
+                files += [
+                    f"--service-serving-key={ca_dir / 'ca.key'}",
+                    f"--service-serving-cert={ca_dir / 'ca.crt'}",
+                ]
+            files.append(f"--service-serving-trust-bundle={ca_dir / 'trust-bundle.pem'}")
         self.args = [
             sys.executable,
             "-m",
             "manager",
             "run",
             f"--kubeconfig={kubeconfig}",
-            *(ca_files if key_and_cert else []),
-            f"--service-serving-trust-bundle={ca_dir / 'trust-bundle.pem'}",
+            *files,
             f"--signer-name={signer_name}",
             f"--metrics-bind-address={self.host}:{self.metrics_port}",
             f"--health-probe-bind-address={self.host}:{self.health_port}",

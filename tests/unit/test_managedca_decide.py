@@ -21,6 +21,7 @@ from managedca.decide import (
     Swap,
     Wait,
     decide,
+    marked_published,
     staged,
     swapped,
 )
@@ -46,7 +47,7 @@ def report(*fps: str, name: str = "r1", at: datetime = T0) -> Report:
 
 STABLE = State(current=A, confirmed_at=T0)
 STAGED = staged(STABLE, B, T0 + 2 * DAY)
-PUBLISHED = STAGED.__class__(**{**STAGED.__dict__, "published_at": T0 + 2 * DAY})
+PUBLISHED = marked_published(STAGED, T0 + 2 * DAY, T0 + 2 * DAY + timedelta(minutes=10))
 SWAPPED = swapped(PUBLISHED, T0 + 3 * DAY, CFG.retire_at(T0 + 3 * DAY))
 
 
@@ -91,7 +92,7 @@ CASES = [
         STAGED,
         obs("aa", "bb"),
         T0 + 2 * DAY + H,
-        MarkPublished(T0 + 2 * DAY + H),
+        MarkPublished(T0 + 2 * DAY + H, T0 + 2 * DAY + H + timedelta(minutes=10)),
     ),
     (
         "swap waits for a replica that has not loaded the next CA",
@@ -140,7 +141,9 @@ CASES = [
     ),
     (
         "swap waits for a next CA that is not valid yet (clock stepped back)",
-        State(current=A, confirmed_at=T0, next=B, staged_at=T0, published_at=T0),
+        State(
+            current=A, confirmed_at=T0, next=B, staged_at=T0, published_at=T0, swap_not_before=T0
+        ),
         obs("aa", "bb", reports=(report("aa", "bb", at=T0 + 12 * H),)),
         T0 + 12 * H,
         Wait(B.not_before, "the next CA's notBefore"),

@@ -126,7 +126,7 @@ class World:
         if isinstance(action, Stage):
             return staged(state, self.new_ca(), now)
         if isinstance(action, MarkPublished):
-            return marked_published(state, action.at)
+            return marked_published(state, action.at, action.swap_not_before)
         if isinstance(action, Swap):
             return swapped(state, action.at, action.retire_at)
         if isinstance(action, Retire):

@@ -1,0 +1,140 @@
+"""The process's wiring of `--ca-mode=managed` (SPEC §12, docs/managed-ca.md).
+
+What it decides:
+
+- The material comes from `trust.managed.ApiMaterialSource` (the CA Secret, watched in the
+  leader-election namespace) instead of files; SIGHUP re-reads the Secret.
+- Every replica, leader or not, reports what it has loaded (`managedca.report`), so the
+  leader can gate a swap on it.
+- The managed-CA controller runs on the leader beside the signer and the publisher. The
+  publisher's workers start once the source has a bundle and the signer's once it has a
+  confirmed CA (`AfterMaterial`): right after a bootstrap there is nothing to publish or
+  sign with yet, and a sync failing on that would only back off and log errors.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from managedca.controller import ManagedCAController
+from managedca.decide import Config
+from managedca.report import LoadedReporter
+from manager.options import Options
+from trust.managed import ApiMaterialSource
+
+
+def config_of(opts: Options) -> Config:
+    return Config(
+        ca_lifetime=timedelta(seconds=opts.managed_ca_lifetime),
+        rotate_at=opts.managed_ca_rotate_at,
+        propagation_delay=timedelta(seconds=opts.managed_ca_propagation_delay),
+        max_leaf_lifetime=timedelta(seconds=opts.max_certificate_lifetime),
+        retire_margin=timedelta(seconds=opts.managed_ca_retire_margin),
+        keep_previous=opts.managed_ca_keep_previous,
+    )
+
+
+def make_ca_of(opts: Options) -> Callable[[datetime], tuple[bytes, bytes]]:
+    """A new root for the managed CA with a subject of its own (`trust.ca`'s unique name:
+    old and new are told apart by name as well during a rotation)."""
+    from trust.ca import cert_pem, generate_ca, key_pem, unique_common_name
+
+    def make(now: datetime) -> tuple[bytes, bytes]:
+        ca = generate_ca(
+            unique_common_name("managed root"),
+            key_type=opts.managed_ca_key_type,  # type: ignore[arg-type]
+            not_before=now - timedelta(minutes=5),
+            validity=timedelta(seconds=opts.managed_ca_lifetime),
+        )
+        return key_pem(ca.key), cert_pem(ca.cert)
+
+    return make
+
+
+def material_source(
+    opts: Options, client: Any, registry: CollectorRegistry, signing: bool
+) -> ApiMaterialSource:
+    issuer = None
+    if signing:
+        from signer.authority import issue_probe
+
+        issuer = issue_probe
+    return ApiMaterialSource(
+        client,
+        opts.leader_elect_resource_namespace,
+        opts.managed_ca_secret_name,
+        registry,
+        signing=signing,
+        issuer=issuer,
+        domain=opts.cluster_service_domain,
+    )
+
+
+class AfterMaterial:
+    """A controller whose workers start only once `ready(stop)` returns True."""
+
+    def __init__(self, controller: Any, ready: Callable[[threading.Event], bool]) -> None:
+        self.controller = controller
+        self._ready = ready
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.controller, name)
+
+    def has_synced(self) -> bool:
+        return bool(self.controller.has_synced())
+
+    def run_workers(self, stop: threading.Event) -> None:
+        if self._ready(stop):
+            target = getattr(self.controller, "run_workers", None) or self.controller.run
+            target(stop)
+
+    def run(self, stop: threading.Event) -> None:
+        self.run_workers(stop)
+
+
+def wire(
+    proc: Any,
+    client: Any,
+    source: ApiMaterialSource,
+    ctb_version: str,
+    recorder: Any,
+) -> None:
+    """Add the managed-CA controller, this replica's reporter, and the material gates."""
+    opts: Options = proc.opts
+    controller = ManagedCAController(
+        client,
+        namespace=opts.leader_elect_resource_namespace,
+        secret_name=opts.managed_ca_secret_name,
+        signer_name=opts.signer_name,
+        ctb_version=ctb_version,
+        config=config_of(opts),
+        make_ca=make_ca_of(opts),
+        recorder=recorder,
+        registry=proc.registry,
+        on_written=source.apply,
+    )
+    reporter = LoadedReporter(
+        client,
+        opts.leader_elect_resource_namespace,
+        opts.managed_ca_secret_name,
+        proc.identity,
+        source.loaded,
+    )
+    source.add_bundle_listener(reporter.trigger)
+    source.add_listener(reporter.trigger)
+    source.add_bundle_listener(controller.trigger)
+    proc.warmers.append(reporter.run)
+    if "publisher" in proc.controllers:
+        proc.controllers["publisher"] = AfterMaterial(
+            proc.controllers["publisher"], source.wait_for_bundle
+        )
+    if "signer" in proc.controllers:
+        proc.controllers["signer"] = AfterMaterial(
+            proc.controllers["signer"], source.wait_for_signing_set
+        )
+    proc.controllers["managed-ca"] = controller

@@ -1,0 +1,305 @@
+"""The managed CA against the real API server, with real `run` processes (issue 21):
+bootstrap from nothing (two replicas racing make one CA), `ca rotate` through stage and
+swap with every phase persisted, a leader SIGKILLed in each phase and its successor
+resuming there, and retire driven by the persisted timestamps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from controlplane import ControlPlane
+from controlplane.kubelet import Kubelet, pcr_path
+from kube.client import ApiError, Client, is_not_found
+from managedca.store import PREVIOUS, decode, format_time
+from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
+from trust.managed import DEFAULT_SECRET_NAME, anchors_of, fingerprint
+
+pytestmark = pytest.mark.integration
+
+LEASE = (
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=500ms",
+)
+DELAY = 8.0  # --managed-ca-propagation-delay in these tests
+
+
+class Managed:
+    """Processes in managed mode for one signer name, in one namespace."""
+
+    def __init__(
+        self, control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
+    ) -> None:
+        self.control_plane = control_plane
+        self.client = client
+        self.namespace = namespace
+        self.tmp_path = tmp_path
+        self.signer_name = f"t{uuid.uuid4().hex[:10]}.example.com/managed"
+        self.lease = f"ca-{uuid.uuid4().hex[:8]}"
+        self.processes: list[SignerProcess] = []
+        self.secret_path = f"/api/v1/namespaces/{namespace}/secrets/{DEFAULT_SECRET_NAME}"
+
+    def start(self, name: str, *extra: str) -> SignerProcess:
+        proc = SignerProcess(
+            self.control_plane.kubeconfig,
+            None,
+            self.tmp_path / f"{name}.log",
+            "--ca-mode=managed",
+            f"--leader-elect-resource-namespace={self.namespace}",
+            f"--leader-elect-resource-name={self.lease}",
+            f"--managed-ca-propagation-delay={int(DELAY)}s",
+            "--max-certificate-lifetime=1h",
+            "--managed-ca-retire-margin=5m",
+            *LEASE,
+            *extra,
+            signer_name=self.signer_name,
+        )
+        self.processes.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.processes:
+            proc.stop()
+
+    def secret(self) -> dict[str, Any] | None:
+        try:
+            return self.client.get(self.secret_path)
+        except ApiError as err:
+            if is_not_found(err):
+                return None
+            raise
+
+    def annotations(self) -> dict[str, str]:
+        secret = self.secret() or {}
+        return dict((secret.get("metadata") or {}).get("annotations") or {})
+
+    def phase(self) -> str | None:
+        return self.annotations().get("service-serving-signer/ca-phase")
+
+    def published(self) -> frozenset[str]:
+        listed = self.client.get(
+            "/apis/certificates.k8s.io/v1/clustertrustbundles",
+            {"fieldSelector": f"spec.signerName={self.signer_name}"},
+        )
+        return frozenset().union(*(anchors_of(i["spec"]["trustBundle"]) for i in listed["items"]))
+
+    def ca(self, role: str = "current") -> str:
+        state = decode(self.secret() or {}).state
+        ca = state.current if role == "current" else state.next
+        assert ca is not None
+        return ca.fingerprint
+
+    def ca_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "manager",
+                "ca",
+                *args,
+                f"--kubeconfig={self.control_plane.kubeconfig}",
+                f"--namespace={self.namespace}",
+                f"--signer-name={self.signer_name}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def leader(self) -> SignerProcess:
+        assert eventually(lambda: any(p.alive() and p.leading() for p in self.processes), 20)
+        return next(p for p in self.processes if p.alive() and p.leading())
+
+    def issue(self, kubelet: Kubelet, name: str) -> str:
+        """Issue one certificate; return the fingerprint of the CA that signed it."""
+        pcr = issue_one(self.client, kubelet, self.namespace, name, signer_name=self.signer_name)
+        assert wait_issued(self.client, self.namespace, pcr, 30), pcr
+        status = self.client.get(pcr_path(self.namespace, "v1", pcr))["status"]
+        leaf = x509.load_pem_x509_certificates(status["certificateChain"].encode())[0]
+        for fp in self.published():
+            secret = self.secret() or {}
+            for ca_pem in _all_ca_pems(secret):
+                if fingerprint(ca_pem)[0] == fp and _signed_by(leaf, ca_pem):
+                    return fp
+        raise AssertionError("the leaf is signed by no published CA")
+
+
+def _all_ca_pems(secret: dict[str, Any]) -> list[bytes]:
+    from managedca.store import split_pem
+    from trust.managed import bundle_pem, secret_data
+
+    return split_pem(bundle_pem(secret_data(secret)))
+
+
+def _signed_by(leaf: x509.Certificate, ca_pem: bytes) -> bool:
+    try:
+        leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture
+def managed(control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path) -> Any:
+    m = Managed(control_plane, client, namespace, tmp_path)
+    yield m
+    m.stop_all()
+
+
+def test_two_replicas_racing_bootstrap_make_one_ca_and_issue_within_seconds(
+    managed: Managed, kubelet: Kubelet
+) -> None:
+    """Without leader election both replicas run the CA controller at once: the
+    conditional create lets one win, the other adopts its CA."""
+    kubelet.create_service("web", managed.namespace, selector={"app": "web"})
+    started = time.monotonic()
+    a = managed.start("a", "--leader-elect=false")
+    b = managed.start("b", "--leader-elect=false")
+    assert eventually(lambda: managed.phase() == "Stable", 30), managed.annotations()
+    assert managed.published() == {managed.ca()}, "one CA, published"
+    assert managed.issue(kubelet, "first") == managed.ca()
+    first_certificate = time.monotonic() - started
+    print(f"managed mode: start to first issued certificate {first_certificate:.1f}s")
+    assert eventually(lambda: a.ready() and b.ready(), 10), "both replicas serve the one CA"
+    created = [line for p in (a, b) for line in p.log_lines() if "created the managed CA" in line]
+    assert len(created) == 1, created
+
+
+def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
+    managed: Managed, kubelet: Kubelet
+) -> None:
+    kubelet.create_service("web", managed.namespace, selector={"app": "web"})
+    managed.start("a")
+    managed.start("b")
+    assert eventually(lambda: managed.phase() == "Stable", 30)
+    old = managed.ca()
+    assert managed.issue(kubelet, "before") == old
+
+    rotated = managed.ca_cli("rotate")
+    assert rotated.returncode == 0, rotated.stderr
+    assert eventually(lambda: managed.phase() == "Staged", 15)
+    new = managed.ca("next")
+    assert eventually(lambda: managed.published() == {old, new}, 15), "old + new published"
+    assert managed.issue(kubelet, "during") == old, "still signing with the old CA"
+    status = managed.ca_cli("status", "-o", "json")
+    assert status.returncode == 0, status.stderr
+    assert "PRIVATE" not in status.stdout
+    report = json.loads(status.stdout)
+    assert report["phase"] == "Staged" and [c["role"] for c in report["cas"]] == [
+        "current",
+        "next",
+    ]
+
+    assert eventually(lambda: managed.phase() == "Retiring", 30), managed.annotations()
+    notes = managed.annotations()
+    staged = _time(notes, "staged-at")
+    published = _time(notes, "published-at")
+    swap_not_before = _time(notes, "swap-not-before")
+    swapped = _time(notes, "swapped-at")
+    assert swapped >= swap_not_before == published + timedelta(seconds=DELAY)
+    print(
+        f"phases: stage→published {(published - staged).total_seconds():.0f}s, "
+        f"published→swap {(swapped - published).total_seconds():.0f}s"
+    )
+    assert managed.ca() == new
+    assert managed.published() == {old, new}, "the old root stays until its retire time"
+    assert managed.issue(kubelet, "after") == new
+
+    # Retire is driven by the persisted retire time (swap + 1h + 5m): move it into the past.
+    _move_retire_time_to_the_past(managed)
+    assert eventually(lambda: managed.phase() == "Stable", 20), managed.annotations()
+    assert eventually(lambda: managed.published() == {new}, 15), "the old root is retired"
+    events = managed.client.get(
+        f"/apis/events.k8s.io/v1/namespaces/{managed.namespace}/events",
+    )["items"]
+    reasons = {e["reason"] for e in events if e["regarding"]["kind"] == "Secret"}
+    assert {
+        "ManagedCACreated",
+        "ManagedCAConfirmed",
+        "ManagedCAStaged",
+        "ManagedCAPublished",
+        "ManagedCASwapped",
+        "ManagedCARetired",
+    } <= reasons
+    assert not any("PRIVATE KEY" in e.get("note", "") for e in events)
+
+
+def test_a_leader_killed_in_each_phase_is_resumed_there_by_its_successor(
+    managed: Managed, kubelet: Kubelet
+) -> None:
+    """A replica without the publisher holds each phase that waits for the bundle; it is
+    SIGKILLed there, and a full replica resumes from the persisted state (same CAs)."""
+    kubelet.create_service("web", managed.namespace, selector={"app": "web"})
+    # Bootstrapping: created, never confirmed (nothing publishes it).
+    a = managed.start("a", "--controllers=signer")
+    assert eventually(lambda: managed.phase() == "Bootstrapping", 30)
+    first = managed.ca()
+    time.sleep(1)
+    a.kill()
+    b = managed.start("b")
+    assert eventually(lambda: managed.phase() == "Stable", 30)
+    assert managed.ca() == first, "the successor confirmed the same CA"
+
+    # Staged, before the bundle holds both: the next CA survives the kill unchanged.
+    b.stop()
+    c = managed.start("c", "--controllers=signer")
+    assert eventually(c.leading, 20)
+    assert managed.ca_cli("rotate").returncode == 0
+    assert eventually(lambda: managed.phase() == "Staged", 15)
+    nxt = managed.ca("next")
+    time.sleep(1)
+    assert "service-serving-signer/ca-published-at" not in managed.annotations()
+    c.kill()
+
+    # Staged, published, waiting for the propagation delay: killed again.
+    d = managed.start("d", f"--managed-ca-propagation-delay={int(DELAY * 5)}s")
+    assert eventually(lambda: "service-serving-signer/ca-published-at" in managed.annotations(), 30)
+    assert managed.ca("next") == nxt
+    swap_not_before = _time(managed.annotations(), "swap-not-before")
+    d.kill()
+    e = managed.start("e")
+    assert eventually(lambda: managed.phase() == "Retiring", 60), managed.annotations()
+    notes = managed.annotations()
+    assert managed.ca() == nxt, "the successor swapped to the CA staged before the kills"
+    assert _time(notes, "swapped-at") >= swap_not_before, "the persisted delay was honoured"
+
+    # Retiring: killed, and the successor retires on the persisted time.
+    e.kill()
+    _move_retire_time_to_the_past(managed)
+    managed.start("f")
+    assert eventually(lambda: managed.phase() == "Stable", 30), managed.annotations()
+    assert eventually(lambda: managed.published() == {nxt}, 15)
+    assert managed.issue(kubelet, "end") == nxt
+
+
+def _time(annotations: dict[str, str], name: str) -> datetime:
+    return datetime.strptime(
+        annotations[f"service-serving-signer/ca-{name}"], "%Y-%m-%dT%H:%M:%SZ"
+    ).replace(tzinfo=UTC)
+
+
+def _move_retire_time_to_the_past(managed: Managed) -> None:
+    for _ in range(10):
+        secret = managed.secret()
+        assert secret is not None
+        previous = json.loads(secret["metadata"]["annotations"][PREVIOUS])
+        for p in previous:
+            p["retireAt"] = format_time(datetime.now(UTC) - timedelta(seconds=1))
+        secret["metadata"]["annotations"][PREVIOUS] = json.dumps(previous)
+        try:
+            managed.client.replace(managed.secret_path, secret)
+            return
+        except ApiError as err:
+            if err.status != 409:
+                raise
+    raise AssertionError("could not move the retire time")
