@@ -342,7 +342,7 @@ def _ctb_version(client: Any, why: str) -> str:
 
 
 def _build_managed_ca(proc: Process, client: Any, source: Any) -> None:
-    """The managed CA (SPEC §12): its controller, this replica's report, the gates."""
+    """The managed CA (docs/managed-ca.md): its controller, this replica's report, the gates."""
     from kube.events import EventRecorder
     from manager.managed_ca import wire
 

@@ -1,5 +1,5 @@
 """`service-serving-signer ca status` and `ca rotate`: the operator's view of a managed CA
-and its one lever (SPEC §12, docs/managed-ca.md).
+and its one lever (docs/managed-ca.md).
 
 `status` reads the CA Secret, the published ClusterTrustBundles and the replicas'
 reports with the caller's kubeconfig, and prints the phase, the current / next /

@@ -1,4 +1,4 @@
-"""The process's wiring of `--ca-mode=managed` (SPEC §12, docs/managed-ca.md).
+"""The process's wiring of `--ca-mode=managed` (docs/managed-ca.md).
 
 What it decides:
 

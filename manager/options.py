@@ -284,7 +284,7 @@ class Options:
     health_probe_bind_address: BindAddress | None = BindAddress("", 10359)
     log_format: str = "text"
     verbosity: int = 0
-    # managed CA (SPEC §12, docs/managed-ca.md); ignored with ca_mode="file"
+    # managed CA (docs/managed-ca.md); ignored with ca_mode="file"
     ca_mode: str = "file"
     managed_ca_secret_name: str = DEFAULT_MANAGED_CA_SECRET
     managed_ca_key_type: str = "ECDSAP256"

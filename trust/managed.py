@@ -1,4 +1,4 @@
-"""Signing material from the managed CA's Secret, read through the API (SPEC §12): the
+"""Signing material from the managed CA's Secret, read through the API (docs/managed-ca.md): the
 second `trust.material.MaterialSource`, beside the files.
 
 Decisions:
