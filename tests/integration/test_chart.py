@@ -169,6 +169,14 @@ def test_helm_template_with_every_option_equals_config_with_every_component(
     assert_same_objects(template(*ALL_OPTIONS), config)
 
 
+def test_helm_template_with_a_managed_ca_equals_config_managed() -> None:
+    """managedCA.enabled: no Secret/ConfigMap volumes, --ca-mode=managed, the namespaced
+    Role; and no Secret in the chart (the controller makes it, so uninstall keeps it)."""
+    rendered = template("managedCA.enabled=true")
+    assert not [o for o in rendered if o["kind"] == "Secret"]
+    assert_same_objects(rendered, kustomize(CONFIG / "managed"))
+
+
 def test_image_digest_value_pins_the_image() -> None:
     digest = "sha256:" + "ab" * 32
     rendered = template(f"image.digest={digest}", "image.repository=registry.example/sss")

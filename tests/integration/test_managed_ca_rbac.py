@@ -1,0 +1,112 @@
+"""The managed CA's RBAC against the real API server: with only config/rbac and the Role of
+config/managed-ca, the controller running as its ServiceAccount bootstraps the CA (a
+create), watches the one Secret by name (list/watch with fieldSelector metadata.name,
+authorised by resourceNames), issues, and rotates through stage and swap (updates, the
+replicas' Lease reports); and SubjectAccessReviews show what it still cannot do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controlplane import ControlPlane
+from controlplane.kubelet import Kubelet
+from kube.client import ApiError, Client, is_not_found
+from tests.integration.identities import can, service_account_subject, service_account_token
+from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
+from tests.integration.manifests import apply, ensure_namespace
+from tests.unit.manager.kustomize import CONFIG, render
+from trust.managed import DEFAULT_SECRET_NAME
+
+pytestmark = pytest.mark.integration
+
+NS = "service-serving-signer"
+SA = "service-serving-signer"
+SUBJECT = service_account_subject(NS, SA)
+SECRET_PATH = f"/api/v1/namespaces/{NS}/secrets/{DEFAULT_SECRET_NAME}"
+
+
+@pytest.fixture(scope="module")
+def managed_rbac_applied(client: Client) -> None:
+    ensure_namespace(client, NS)
+    for obj in [*render(CONFIG / "rbac"), *render(CONFIG / "managed-ca")]:
+        apply(client, obj, dry_run=False, namespace=NS)
+
+
+def _phase(client: Client) -> str | None:
+    try:
+        secret = client.get(SECRET_PATH)
+    except ApiError as err:
+        if is_not_found(err):
+            return None
+        raise
+    return str(secret["metadata"].get("annotations", {}).get("service-serving-signer/ca-phase"))
+
+
+@pytest.mark.usefixtures("managed_rbac_applied")
+def test_bootstraps_issues_and_rotates_as_its_service_account(
+    control_plane: ControlPlane,
+    client: Client,
+    kubelet: Kubelet,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    try:
+        client.delete(SECRET_PATH)  # a CA left by an earlier test of this session
+    except ApiError as err:
+        if not is_not_found(err):
+            raise
+    kubeconfig = control_plane.write_kubeconfig(
+        tmp_path / "sa.kubeconfig", token=service_account_token(client, NS, SA)
+    )
+    signer = SignerProcess(
+        kubeconfig,
+        None,
+        tmp_path / "signer.log",
+        "--ca-mode=managed",
+        f"--leader-elect-resource-namespace={NS}",
+        "--leader-elect-resource-name=managed-rbac-test",
+        "--managed-ca-propagation-delay=2s",
+    )
+    try:
+        assert eventually(lambda: _phase(client) == "Stable", 30), signer.log_lines()[-20:]
+        kubelet.create_service("web", namespace, selector={"app": "web"})
+        name = issue_one(client, kubelet, namespace, "web-0")
+        assert wait_issued(client, namespace, name, 15), signer.log_lines()[-20:]
+
+        client.patch(
+            SECRET_PATH,
+            {
+                "metadata": {
+                    "annotations": {
+                        "service-serving-signer/ca-rotate-requested-at": ("2026-01-01T00:00:00Z")
+                    }
+                }
+            },
+        )
+        assert eventually(lambda: _phase(client) == "Retiring", 30), signer.log_lines()[-20:]
+        forbidden = [line for line in signer.log_lines() if "forbidden" in line.lower()]
+        assert not forbidden, forbidden[:3]
+    finally:
+        assert signer.stop() == 0
+
+
+@pytest.mark.usefixtures("managed_rbac_applied")
+@pytest.mark.parametrize(
+    ("verb", "resource", "kwargs"),
+    [
+        ("get", "secrets", {"namespace": NS, "name": "another"}),
+        ("list", "secrets", {"namespace": NS}),
+        ("watch", "secrets", {"namespace": NS}),
+        ("update", "secrets", {"namespace": NS, "name": "service-serving-signer-ca"}),
+        ("patch", "secrets", {"namespace": NS, "name": DEFAULT_SECRET_NAME}),
+        ("delete", "secrets", {"namespace": NS, "name": DEFAULT_SECRET_NAME}),
+        ("create", "secrets", {"namespace": "default"}),
+        ("list", "leases", {"group": "coordination.k8s.io", "namespace": "kube-system"}),
+    ],
+)
+def test_managed_ca_service_account_cannot(
+    client: Client, verb: str, resource: str, kwargs: dict[str, str]
+) -> None:
+    assert not can(client, SUBJECT, verb, resource, **kwargs)
