@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from trust.bundle import TrustBundle
 from trust.material import (
@@ -50,6 +50,7 @@ from trust.material import (
     validate_material,
     validate_trust_bundle,
 )
+from trust.metrics import MaterialMetrics
 
 log = logging.getLogger(__name__)
 
@@ -150,39 +151,6 @@ def load_material(
 # hot reload ---------------------------------------------------------------------------
 
 _Digest: TypeAlias = tuple[str, ...]
-
-
-class MaterialMetrics:
-    """`material_reload_total{result}`, `material_invalid` and `material_info{...}`."""
-
-    def __init__(self, registry: CollectorRegistry | None) -> None:
-        registry = registry if registry is not None else CollectorRegistry()
-        self.reloads = Counter(
-            "service_serving_ca_controller_material_reload_total",
-            "Reloads of the signing key, certificate and trust bundle files, by result.",
-            ["result"],
-            registry=registry,
-        )
-        for result in ("ok", "invalid"):
-            self.reloads.labels(result)
-        self.invalid = Gauge(
-            "service_serving_ca_controller_material_invalid",
-            "1 while the signing-material files on disk are rejected (the last good set "
-            "stays in use; the reason is logged), else 0.",
-            registry=registry,
-        )
-        self.info = Gauge(
-            "service_serving_ca_controller_material_info",
-            "Always 1; the labels fingerprint the material in use: trust_bundle (the hash "
-            "that ends the ClusterTrustBundle name) and signing_certificate (sha256 of DER).",
-            ["trust_bundle", "signing_certificate"],
-            registry=registry,
-        )
-
-    def show(self, bundle: TrustBundle, material: SigningMaterial | None) -> None:
-        self.info.clear()
-        signing = material.signing_fingerprint if material is not None else ""
-        self.info.labels(bundle.fingerprint, signing).set(1)
 
 
 class FileMaterialSource:

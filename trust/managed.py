@@ -45,7 +45,6 @@ from prometheus_client import CollectorRegistry
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.informer import Informer
 from trust.bundle import BundleError, TrustBundle, normalize_bundle, parse_anchors
-from trust.files import MaterialMetrics
 from trust.material import (
     DEFAULT_DOMAIN,
     BundleListener,
@@ -57,6 +56,7 @@ from trust.material import (
     validate_material,
     validate_trust_bundle,
 )
+from trust.metrics import MaterialMetrics
 
 log = logging.getLogger(__name__)
 
