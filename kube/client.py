@@ -193,12 +193,19 @@ class Client:
 
     @classmethod
     def from_kubeconfig(
-        cls, kubeconfig: str | None = None, *, qps: float = 50.0, burst: int = 100
+        cls,
+        kubeconfig: str | None = None,
+        *,
+        qps: float = 50.0,
+        burst: int = 100,
+        context: str | None = None,
     ) -> Client:
-        """In-cluster config when `kubeconfig` is None and we run in a Pod, else the
-        kubeconfig file (`kubeconfig` or `$KUBECONFIG` or `~/.kube/config`)."""
+        """In-cluster config when `kubeconfig` and `context` are None and we run in a
+        Pod, else the kubeconfig file (`kubeconfig` — a colon-separated list is merged as
+        kubectl does — or `$KUBECONFIG` or `~/.kube/config`) at `context` (default: its
+        current context)."""
         configuration = k8s_client.Configuration()
-        if kubeconfig is None:
+        if kubeconfig is None and context is None:
             try:
                 load_incluster: Any = k8s_config.load_incluster_config  # untyped upstream
                 load_incluster(client_configuration=configuration)
@@ -212,6 +219,7 @@ class Client:
         loader: Any = kube_config._get_kube_config_loader(  # untyped upstream
             filename=kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION,
             persist_config=False,
+            active_context=context,
         )
         loader.load_and_set(configuration)
         path = kubeconfig_token_file(loader)

@@ -592,78 +592,6 @@ def _list_bundles(
         raise StartupError(f"bundle resolve: {err}") from None
 
 
-@main.command("explain")
-@click.argument("kind", type=click.Choice(["pod", "pcr"]))
-@click.argument("target", metavar="NAMESPACE/NAME")
-@click.option(
-    "--signer-name",
-    default=DEFAULT_SIGNER_NAME,
-    show_default=True,
-    help="Signer whose decision to explain.",
-)
-@click.option(
-    "--cluster-service-domain",
-    default="cluster.local",
-    show_default=True,
-    help="Domain the signer appends to Service and Pod names (as its run flag).",
-)
-@click.option(
-    "--pcr-api-version",
-    type=click.Choice(PCR_API_VERSIONS),
-    default="auto",
-    show_default=True,
-    help="PodCertificateRequest API version to read; auto = newest served.",
-)
-@kubeconfig_option
-@output_option
-def explain_command(
-    kind: str,
-    target: str,
-    signer_name: str,
-    cluster_service_domain: str,
-    pcr_api_version: str,
-    kubeconfig: str | None,
-    output: str,
-) -> int:
-    """Say what the signer would decide now for a Pod's requests, and why (read-only).
-
-    Exit status: 0 issued or would be issued, 2 waits, 3 Denied/Failed or would be,
-    4 the Pod has no request for the signer, 1 error."""
-    namespace, sep, name = target.partition("/")
-    if not sep or not namespace or not name or "/" in name:
-        raise StartupError(f"explain: {target!r} is not NAMESPACE/NAME")
-    from kube.client import ApiError, Client
-    from kube.discovery import served_version
-    from manager.explain import Explainer, ExplainError, render_json, render_text
-
-    try:
-        client = Client.from_kubeconfig(kubeconfig, qps=0, burst=1)
-    except Exception as err:
-        raise StartupError(f"kubeconfig: {_one_line(str(err))}") from None
-    try:
-        version = pcr_api_version
-        if version == "auto":
-            version = (
-                served_version(
-                    client, "certificates.k8s.io", "podcertificaterequests", ["v1", "v1beta1"]
-                )
-                or ""
-            )
-            if not version:
-                raise StartupError("explain: the cluster serves no PodCertificateRequest API")
-        explainer = Explainer(
-            client, signer_name=signer_name, domain=cluster_service_domain, pcr_version=version
-        )
-        if kind == "pod":
-            report = explainer.explain_pod(namespace, name)
-        else:
-            report = explainer.explain_pcr(namespace, name)
-    except (ExplainError, ApiError) as err:
-        raise StartupError(f"explain: {_one_line(str(err))}") from None
-    click.echo(render_json(report) if output == "json" else render_text(report), nl=False)
-    return int(report.outcome)
-
-
 @main.command("version")
 @output_option
 def version_command(output: str) -> None:
@@ -683,6 +611,18 @@ def version_command(output: str) -> None:
 
 # `ca status` and `ca rotate` live in their own module and register on `ca_group`.
 from manager import ca_cli as _ca_cli  # noqa: E402, F401
+
+# `explain` and `status` (manager.explain_cli), here and as the kubectl plugin.
+from manager.explain_cli import register  # noqa: E402  (needs Group, StartupError above)
+
+register(main)
+
+
+def kubectl_plugin() -> None:
+    """The `kubectl-service_serving` console script: `kubectl service-serving …`."""
+    from manager.explain_cli import plugin
+
+    plugin.main(prog_name="kubectl service-serving")
 
 
 def entrypoint(argv: Sequence[str] | None = None) -> None:

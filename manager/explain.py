@@ -1,39 +1,58 @@
-"""`service-serving-signer explain (pod|pcr) NAMESPACE/NAME`: why a certificate waits.
+"""`explain pod|pcr NAME`: what will happen to a Pod's certificate requests, and why.
 
-What it decides: nothing of its own. It reads the request(s) from the cluster and asks the
-signer's own decision function — `SignerController.decide`, the code the running signer
-uses — what it would do now, with the controller's stores reading live from the API
-server instead of informer caches. So explain cannot drift from the signer: a wait it
-reports is the wait the signer is in. It writes nothing (no status, no Event, no index).
+What it decides, read-only (no status, no Event, no index):
 
-What it adds is presentation: for a wait, each Service that blocks the request, why, and
-for a selector mismatch the selector keys whose values differ from the Pod's labels; for
-a deny, the reason, the signer's message and what to change.
+* **The signer's decision**, from the signer's own decision code over stores that read
+  live from the API server instead of informer caches — so explain cannot drift from the
+  signer: a wait it reports is the wait the signer is in.
+* **Whether anything will act on it** (`manager.health`): a pending request is only
+  decided while a signer replica holds and renews the leader Lease; a request of another
+  signer name is not ours to decide; a decision the signer should have written within
+  seconds but has not after `STUCK_AFTER` means the leader is not acting on it. Any of
+  those is the verdict "nothing will act" (exit 5), whatever the decision would be.
+* **Its clock**: kube-controller-manager's PodCertificateRequest cleaner deletes every
+  request `CLEANUP_AFTER` (15 min) after creation, at passes `CLEANUP_PERIOD` (5 min)
+  apart; kubelet then makes a new request. A waiting request is shown with that time.
+* **Advice** (`manager.advice`): the value that would pass and where to write it (the
+  owner's Pod template, followed through ReplicaSet → Deployment and Job → CronJob).
+* **Issued**: the DNS names, `notAfter` and `beginRefreshAt` of the certificate.
 
-Exit status (for scripts; the `Outcome` values): 0 the request is (or would be) issued,
-2 it waits, 3 it is (or would be) Denied or Failed, 4 the Pod has no request for this
-signer; 1 an error (not found, no access, no cluster). For a Pod with several requests
-the most severe wins: deny, then wait, then no request, then issue.
+Permissions: everything it needs in the Pod's namespace comes with namespace `view` plus
+the aggregated `service-serving-signer-view` ClusterRole (config/rbac). The signer's
+Lease and ClusterTrustBundles are read when allowed; a refusal there is shown as the
+missing permission and the health as unknown, never as a failure. A refusal of something
+the answer needs (the request, the Pod) is an error naming (verb, resource, namespace).
+
+Exit status (the `Outcome` values): 0 issued or would be issued by a running signer, 2 it
+waits, 3 it is (or would be) Denied or Failed, 4 the Pod has no request for this signer,
+5 nothing will act on it; 1 an error. For a Pod with several requests the most severe
+wins: deny, nothing acts, wait, no request, issue.
 """
 
 from __future__ import annotations
 
 import enum
-import json
+import functools
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cryptography import x509
 from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.events import ObjectRef
 from kube.types import JSON
+from manager import advice
+from manager.access import AccessDenied, denied_or_raise
+from manager.health import Health, Leader
 from signer.controller import PCR_GROUP, Final, SignerController, Wait
 from signer.records import (
     PCRRecord,
     PodRecord,
     ServiceRecord,
+    parse_time,
     pcr_record,
     pod_record,
     service_record,
@@ -41,48 +60,30 @@ from signer.records import (
 )
 from trust.material import SigningMaterial
 
+CLEANUP_AFTER = timedelta(minutes=15)  # kube-controller-manager: NewPCRCleanerController
+CLEANUP_PERIOD = timedelta(minutes=5)
+STUCK_AFTER = timedelta(minutes=2)
+
 
 class Outcome(enum.IntEnum):
     ISSUE = 0
     WAIT = 2
     DENY = 3
     NO_REQUEST = 4
+    NOTHING_ACTS = 5
+
+    @property
+    def label(self) -> str:
+        return {
+            Outcome.ISSUE: "issue",
+            Outcome.WAIT: "wait",
+            Outcome.DENY: "deny",
+            Outcome.NO_REQUEST: "no request",
+            Outcome.NOTHING_ACTS: "nothing will act",
+        }[self]
 
 
-SEVERITY = (Outcome.DENY, Outcome.WAIT, Outcome.NO_REQUEST, Outcome.ISSUE)
-
-# What to change, by the reason the signer gives (docs/reference.md §5.2;
-# docs/troubleshoot.md).
-FIXES: Mapping[str, str] = {
-    "InvalidUnverifiedUserAnnotations": (
-        "fix the podCertificate projection's userAnnotations: kubernetes.io/service-names "
-        "(comma-separated Service names of the Pod's namespace) and/or "
-        'kubernetes.io/add-pod-fqdn: "true", nothing else; then recreate the Pod'
-    ),
-    "UnsupportedKeyType": (
-        "set the projection's keyType to one the signer signs (ECDSAP256, ECDSAP384, "
-        "ECDSAP521, RSA3072, RSA4096, ED25519); then recreate the Pod"
-    ),
-    "InvalidStubPKCS10Request": (
-        "the stub CSR must be empty (kubelet writes one); a client other than kubelet "
-        "created this request"
-    ),
-    "PodNotFound": "the Pod is gone or was recreated; kubelet creates a new request",
-    "PodMismatch": (
-        "the request's node or ServiceAccount differs from the Pod's; only the Pod's "
-        "kubelet may request for it"
-    ),
-    "PodTerminating": "the Pod is being deleted; its replacement gets its own request",
-    "PodHostnameRequired": (
-        "set spec.hostname and spec.subdomain (a StatefulSet does) and a headless Service "
-        "named like spec.subdomain; Pod specs are immutable, so recreate the Pod"
-    ),
-    "ServiceNotFound": "create the Service in the Pod's namespace (or fix the name)",
-    "ServiceSelectorMismatch": (
-        "make the Service's selector match the Pod's labels (or relabel the Pod)"
-    ),
-    "ServiceNotHeadless": "recreate the Service with clusterIP: None (it is immutable)",
-}
+SEVERITY = (Outcome.DENY, Outcome.NOTHING_ACTS, Outcome.WAIT, Outcome.NO_REQUEST, Outcome.ISSUE)
 
 
 class ExplainError(RuntimeError):
@@ -102,15 +103,23 @@ class Blocking:
 @dataclass(frozen=True)
 class RequestReport:
     name: str
-    created: str | None
+    created: datetime | None
     outcome: Outcome
     summary: str
+    signer_name: str = ""
     reason: str | None = None
     message: str | None = None
     fix: str | None = None
     dns_names: tuple[str, ...] = ()
     blocking: tuple[Blocking, ...] = ()
     already: str | None = None  # the terminal condition written, if any
+    not_after: datetime | None = None
+    begin_refresh_at: datetime | None = None
+    why_nothing_acts: str | None = None
+    cleanup: str | None = None  # when kube-controller-manager deletes it
+
+    def age(self, now: datetime) -> timedelta | None:
+        return now - self.created if self.created else None
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,9 @@ class Report:
     signer_name: str
     requests: tuple[RequestReport, ...]
     note: str | None = None
+    owner: advice.Owner | None = None
+    health: Health | None = None
+    other_signers: tuple[str, ...] = ()
 
     @property
     def outcome(self) -> Outcome:
@@ -127,7 +139,7 @@ class Report:
         return next(o for o in SEVERITY if o in outcomes)
 
 
-# live stores: the controller's Store protocol, answered by the API server -------------
+# live stores: the decision's store protocol, answered by the API server ----------------
 
 
 class _LiveStore:
@@ -136,10 +148,18 @@ class _LiveStore:
         self._plural = plural
         self._transform = transform
         self.seen: dict[str, Any] = {}
+        self.raw: dict[str, JSON | None] = {}
 
     def get(self, key: str) -> Any:
-        if key in self.seen:
-            return self.seen[key]
+        if key not in self.seen:
+            obj = self.get_raw(key)
+            self.seen[key] = None if obj is None else self._transform(obj)
+        return self.seen[key]
+
+    def get_raw(self, key: str) -> JSON | None:
+        """The object as served (read once per run), or None if it does not exist."""
+        if key in self.raw:
+            return self.raw[key]
         namespace, _, name = key.partition("/")
         try:
             obj = self._client.get(
@@ -147,12 +167,12 @@ class _LiveStore:
             )
         except ApiError as err:
             if not is_not_found(err):
-                raise
-            record = None
+                raise denied_or_raise(err, "get", self._plural, "", namespace, name) from None
+            found = None
         else:
-            record = self._transform(obj)
-        self.seen[key] = record
-        return record
+            found = obj
+        self.raw[key] = found
+        return found
 
 
 class _NoMaterial:
@@ -185,10 +205,14 @@ class Explainer:
         signer_name: str,
         domain: str,
         pcr_version: str,
+        health: Health | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.client = client
         self.signer_name = signer_name
         self.pcr_version = pcr_version
+        self.health = health
+        self.now = now
         self.controller = SignerController(
             client,
             _NoMaterial(),
@@ -202,119 +226,285 @@ class Explainer:
         self._services = _LiveStore(client, "services", service_record)
         self.controller.pods = self._pods
         self.controller.services = self._services
+        self._owners: dict[tuple[str, str, str], advice.Owner] = {}
 
-    def _pcr_base(self, namespace: str) -> str:
-        return (
-            f"/apis/{PCR_GROUP}/{self.pcr_version}/namespaces/{path_segment(namespace)}"
-            "/podcertificaterequests"
-        )
+    def pcr_base(self, namespace: str | None) -> str:
+        scope = f"/namespaces/{path_segment(namespace)}" if namespace else ""
+        return f"/apis/{PCR_GROUP}/{self.pcr_version}{scope}/podcertificaterequests"
 
-    def _read(self, path: str, what: str) -> JSON:
+    def _read(self, path: str, what: str, resource: str, group: str, ns: str, name: str) -> JSON:
         try:
             return self.client.get(path)
         except ApiError as err:
             if is_not_found(err):
                 raise ExplainError(f"{what} not found") from None
-            raise ExplainError(f"{what}: {err}") from None
+            raise denied_or_raise(err, "get", resource, group, ns, name) from None
+
+    def pod_raw(self, namespace: str, name: str) -> JSON | None:
+        """The Pod as served, read once per run (the decision reads the same copy)."""
+        return self._pods.get_raw(f"{namespace}/{name}")
 
     def explain_pcr(self, namespace: str, name: str) -> Report:
         what = f"PodCertificateRequest {namespace}/{name}"
-        raw = self._read(f"{self._pcr_base(namespace)}/{path_segment(name)}", what)
+        raw = self._read(
+            f"{self.pcr_base(namespace)}/{path_segment(name)}",
+            what,
+            "podcertificaterequests",
+            PCR_GROUP,
+            namespace,
+            name,
+        )
         pcr = pcr_record(raw)
-        if pcr.signer_name != self.signer_name:
-            raise ExplainError(
-                f"{what} is for signer {pcr.signer_name!r}, not {self.signer_name!r}"
-            )
-        return Report(namespace, pcr.pod_name, self.signer_name, (self._request(pcr, raw),))
+        pod_raw = self.pod_raw(namespace, pcr.pod_name)
+        if pod_raw is not None and (pod_raw.get("metadata") or {}).get("uid") != pcr.pod_uid:
+            pod_raw = None
+        owner = self.owner_of(namespace, pcr.pod_name, pod_raw)
+        request = self.request(pcr, raw, pod_raw, owner)
+        return Report(
+            namespace, pcr.pod_name, self.signer_name, (request,), owner=owner, health=self.health
+        )
 
     def explain_pod(self, namespace: str, name: str) -> Report:
-        pod_raw = self._read(
-            f"/api/v1/namespaces/{path_segment(namespace)}/pods/{path_segment(name)}",
-            f"Pod {namespace}/{name}",
-        )
+        pod_raw = self.pod_raw(namespace, name)
+        if pod_raw is None:
+            raise ExplainError(f"Pod {namespace}/{name} not found")
         uid = (pod_raw.get("metadata") or {}).get("uid")
         try:
             listed = self.client.get(
-                self._pcr_base(namespace), {"fieldSelector": f"spec.signerName={self.signer_name}"}
+                self.pcr_base(namespace), {"fieldSelector": f"spec.podName={name}"}
             )
         except ApiError as err:
-            raise ExplainError(f"listing PodCertificateRequests in {namespace}: {err}") from None
+            raise denied_or_raise(
+                err, "list", "podcertificaterequests", PCR_GROUP, namespace
+            ) from None
         raws = [
             item
             for item in listed.get("items") or []
-            if (item.get("spec") or {}).get("podName") == name
-            and (item.get("spec") or {}).get("podUID") == uid
+            if (item.get("spec") or {}).get("podUID") == uid
         ]
         raws.sort(key=lambda item: (item.get("metadata") or {}).get("creationTimestamp") or "")
-        reports = tuple(self._request(pcr_record(raw), raw) for raw in raws)
+        ours = [r for r in raws if (r.get("spec") or {}).get("signerName") == self.signer_name]
+        others = sorted(
+            {str((r.get("spec") or {}).get("signerName")) for r in raws if r not in ours}
+        )
+        owner = self.owner_of(namespace, name, pod_raw)
+        reports = tuple(self.request(pcr_record(raw), raw, pod_raw, owner) for raw in ours)
         note = None
         if not reports:
-            projects = _projects_signer(pod_raw, self.signer_name)
+            projects = projected_volume(pod_raw, self.signer_name) is not None
             note = (
                 "kubelet has not created a request yet (it does once the Pod is bound to a "
                 "node and its volumes are set up)"
                 if projects
                 else f"the Pod projects no podCertificate volume for {self.signer_name}"
             )
-        return Report(namespace, name, self.signer_name, reports, note)
+        return Report(
+            namespace,
+            name,
+            self.signer_name,
+            reports,
+            note,
+            owner=owner,
+            health=self.health,
+            other_signers=tuple(others),
+        )
 
-    def _request(self, pcr: PCRRecord, raw: JSON) -> RequestReport:
-        created = (raw.get("metadata") or {}).get("creationTimestamp")
-        terminal = terminal_condition(raw.get("status") or {})
+    # owners ------------------------------------------------------------------------------
+
+    def owner_of(self, namespace: str, pod_name: str, pod_raw: JSON | None) -> advice.Owner:
+        """The controller whose Pod template makes this Pod (ReplicaSet → Deployment,
+        Job → CronJob). A read that is refused stops at what is known."""
+        ref = _controller_ref(pod_raw)
+        if ref is None:
+            return advice.owner("Pod", pod_name)
+        if (namespace, *ref) not in self._owners:
+            self._owners[(namespace, *ref)] = self._top_owner(namespace, *ref)
+        return self._owners[(namespace, *ref)]
+
+    def _top_owner(self, namespace: str, kind: str, name: str) -> advice.Owner:
+        parents = {"ReplicaSet": ("apps/v1", "replicasets"), "Job": ("batch/v1", "jobs")}
+        if kind in parents:
+            group_version, plural = parents[kind]
+            try:
+                obj: JSON | None = self.client.get(
+                    f"/apis/{group_version}/namespaces/{path_segment(namespace)}/{plural}/"
+                    f"{path_segment(name)}"
+                )
+            except ApiError:
+                obj = None
+            parent = _controller_ref(obj)
+            if parent is not None and parent[0] in ("Deployment", "CronJob"):
+                kind, name = parent
+        return advice.owner(kind, name)
+
+    # one request -------------------------------------------------------------------------
+
+    def request(
+        self, pcr: PCRRecord, raw: JSON, pod_raw: JSON | None, owner: advice.Owner
+    ) -> RequestReport:
+        report = self._decided(pcr, raw, pod_raw, owner)
+        if report.already is None:
+            report = self._will_anything_act(report)
+        return report
+
+    def _context(self, pcr: PCRRecord, pod_raw: JSON | None, owner: advice.Owner) -> advice.Context:
+        labels = ((pod_raw or {}).get("metadata") or {}).get("labels") or {}
+        return advice.Context(
+            namespace=pcr.namespace,
+            owner=owner,
+            volume=projected_volume(pod_raw or {}, pcr.signer_name) or "",
+            annotations=dict(pcr.annotations),
+            pod_labels=dict(labels),
+        )
+
+    def _decided(
+        self, pcr: PCRRecord, raw: JSON, pod_raw: JSON | None, owner: advice.Owner
+    ) -> RequestReport:
+        ctx = self._context(pcr, pod_raw, owner)
+        report = functools.partial(
+            RequestReport, name=pcr.name, created=pcr.created, signer_name=pcr.signer_name
+        )
+        if pcr.signer_name != self.signer_name:
+            return report(
+                outcome=Outcome.NOTHING_ACTS,
+                summary=f"is for signer {pcr.signer_name}",
+                why_nothing_acts=(
+                    f"this signer serves {self.signer_name}, not {pcr.signer_name}; "
+                    "only that signer's controller decides it"
+                ),
+            )
+        status = raw.get("status") or {}
+        terminal = terminal_condition(status)
+        if terminal == "Issued":
+            return report(
+                outcome=Outcome.ISSUE,
+                summary="Issued",
+                dns_names=chain_dns_names(status.get("certificateChain")),
+                not_after=parse_time(status.get("notAfter")),
+                begin_refresh_at=parse_time(status.get("beginRefreshAt")),
+                already=terminal,
+            )
         if terminal is not None:
             condition = _condition(raw, terminal)
-            reason = condition.get("reason")
-            outcome = Outcome.ISSUE if terminal == "Issued" else Outcome.DENY
-            return RequestReport(
-                name=pcr.name,
-                created=created,
-                outcome=outcome,
-                summary=f"already {terminal}",
+            reason = str(condition.get("reason") or "")
+            return report(
+                outcome=Outcome.DENY,
+                summary=terminal,
                 reason=reason,
                 message=condition.get("message"),
-                fix=None if terminal == "Issued" else FIXES.get(str(reason)),
+                fix=advice.for_denial(reason, ctx) or None,
                 already=terminal,
             )
         decision = self.controller.decide(pcr)
         if isinstance(decision, Final):
-            return RequestReport(
-                name=pcr.name,
-                created=created,
+            return report(
                 outcome=Outcome.DENY,
                 summary=f"would be {decision.condition} ({decision.reason})",
                 reason=decision.reason,
                 message=decision.message,
-                fix=FIXES.get(decision.reason),
+                fix=advice.for_denial(decision.reason, ctx) or None,
             )
         if isinstance(decision, Wait):
-            blocking = tuple(
-                Blocking(
-                    service=b.service_key,
-                    reason=b.reason,
-                    message=b.message,
-                    fix=FIXES.get(b.reason, ""),
-                    differing_keys=(
-                        _differing_keys(self._services.get(b.service_key), decision.pod)
-                        if b.reason == "ServiceSelectorMismatch"
-                        else {}
-                    ),
-                )
-                for b in decision.blockers
-            )
-            return RequestReport(
-                name=pcr.name,
-                created=created,
+            ctx = replace(ctx, pod_labels=dict(decision.pod.labels))
+            blocking = tuple(self._blocking(b, decision.pod, ctx) for b in decision.blockers)
+            return report(
                 outcome=Outcome.WAIT,
                 summary=f"waits on {len(blocking)} Service(s)",
                 blocking=blocking,
             )
-        return RequestReport(
-            name=pcr.name,
-            created=created,
+        return report(
             outcome=Outcome.ISSUE,
             summary="would be issued now",
             dns_names=decision.dns_names,
         )
+
+    def _blocking(self, blocker: Any, pod: PodRecord, ctx: advice.Context) -> Blocking:
+        service: ServiceRecord | None = self._services.get(blocker.service_key)
+        name = blocker.service_key.partition("/")[2]
+        selector = dict(service.selector) if service is not None else None
+        return Blocking(
+            service=blocker.service_key,
+            reason=blocker.reason,
+            message=blocker.message,
+            fix=advice.for_blocker(blocker.reason, name, ctx, selector),
+            differing_keys=(
+                _differing_keys(service, pod) if blocker.reason == "ServiceSelectorMismatch" else {}
+            ),
+        )
+
+    def _will_anything_act(self, report: RequestReport) -> RequestReport:
+        """A pending request of ours: is a signer there to act, and how long is left."""
+        if report.outcome is Outcome.NOTHING_ACTS:
+            return report
+        now = self.now()
+        age = report.age(now)
+        cleanup = None
+        if report.created is not None and age is not None:
+            deadline = report.created + CLEANUP_AFTER
+            if age >= CLEANUP_AFTER:
+                cleanup = (
+                    f"older than {span(CLEANUP_AFTER)}: kube-controller-manager's "
+                    f"PodCertificateRequest cleaner deletes it at its next pass (every "
+                    f"{span(CLEANUP_PERIOD)}); kubelet then makes a new request"
+                )
+            else:
+                cleanup = (
+                    f"kube-controller-manager deletes it {span(deadline - now)} from now "
+                    f"(at {rfc3339(deadline)}) unless it is decided first; kubelet then "
+                    "makes a new request"
+                )
+        report = replace(report, cleanup=cleanup)
+        lease = self.health.lease if self.health is not None else None
+        if lease is None or lease.acting is None:
+            return report
+        if not lease.acting:
+            return replace(
+                report,
+                outcome=Outcome.NOTHING_ACTS,
+                why_nothing_acts=no_leader_text(lease.leader, lease.namespace, lease.name),
+            )
+        decided_now = report.outcome in (Outcome.ISSUE, Outcome.DENY)
+        if decided_now and age is not None and age >= STUCK_AFTER:
+            return replace(
+                report,
+                outcome=Outcome.NOTHING_ACTS,
+                why_nothing_acts=(
+                    f"the signer would decide this at once, yet it has been pending for "
+                    f"{span(age)} while {lease.holder} holds the Lease: the leader is not "
+                    "acting on it (its logs, its RBAC, its --signer-name)"
+                ),
+            )
+        return report
+
+
+def no_leader_text(leader: Leader, namespace: str, name: str) -> str:
+    lease = f"Lease {namespace}/{name}"
+    return {
+        Leader.RELEASED: f"no signer holds {lease} (released, holderIdentity empty): "
+        "no replica of the signer is running",
+        Leader.EXPIRED: f"the holder of {lease} stopped renewing it: the signer is down or "
+        "cut off from the API server",
+        Leader.MISSING: f"{lease} does not exist: no signer runs with that Lease "
+        "(--lease-namespace/--lease-name if it was installed elsewhere)",
+    }.get(leader, "")
+
+
+def chain_dns_names(chain: Any) -> tuple[str, ...]:
+    if not chain:
+        return ()
+    try:
+        leaf = x509.load_pem_x509_certificates(str(chain).encode())[0]
+        sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, IndexError, x509.ExtensionNotFound):
+        return ()
+    return tuple(sans.get_values_for_type(x509.DNSName))
+
+
+def _controller_ref(obj: JSON | None) -> tuple[str, str] | None:
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return str(ref.get("kind")), str(ref.get("name"))
+    return None
 
 
 def _condition(raw: JSON, kind: str) -> Mapping[str, Any]:
@@ -337,54 +527,28 @@ def _differing_keys(
     }
 
 
-def _projects_signer(pod: JSON, signer_name: str) -> bool:
+def projected_volume(pod: JSON, signer_name: str) -> str | None:
+    """The name of the Pod's volume that projects a podCertificate for `signer_name`."""
     for volume in (pod.get("spec") or {}).get("volumes") or ():
         for source in (volume.get("projected") or {}).get("sources") or ():
             if (source.get("podCertificate") or {}).get("signerName") == signer_name:
-                return True
-    return False
+                return str(volume.get("name") or "")
+    return None
 
 
-# rendering -----------------------------------------------------------------------------
+def rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def render_text(report: Report) -> str:
-    lines = [
-        f"Pod {report.namespace}/{report.pod} (signer {report.signer_name}): "
-        f"{report.outcome.name.lower().replace('_', ' ')}"
-    ]
-    if report.note:
-        lines.append(f"  {report.note}")
-    for request in report.requests:
-        lines.append(
-            f"  PodCertificateRequest {request.name} (created {request.created}): {request.summary}"
-        )
-        if request.dns_names:
-            lines.append(f"    names: {', '.join(request.dns_names)}")
-        if request.reason and request.already != "Issued":
-            lines.append(f"    reason: {request.reason}")
-        if request.message and request.already != "Issued":
-            lines.append(f"    message: {request.message}")
-        if request.fix:
-            lines.append(f"    fix: {request.fix}")
-        for block in request.blocking:
-            lines.append(f"    Service {block.service}: {block.reason}")
-            lines.append(f"      {block.message}")
-            for key, (wanted, has) in block.differing_keys.items():
-                shown = "no such label" if has is None else f"{has!r}"
-                lines.append(f"      selector key {key}: Service wants {wanted!r}, Pod has {shown}")
-            if block.fix:
-                lines.append(f"      fix: {block.fix}")
-    return "\n".join(lines) + "\n"
+def span(delta: timedelta) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d"
 
 
-def render_json(report: Report) -> str:
-    body = asdict(report)
-    body["outcome"] = report.outcome.name.lower()
-    for request, raw in zip(body["requests"], report.requests, strict=True):
-        request["outcome"] = raw.outcome.name.lower()
-        for block in request["blocking"]:
-            block["differing_keys"] = {
-                k: {"service": v[0], "pod": v[1]} for k, v in block["differing_keys"].items()
-            }
-    return json.dumps(body, indent=2) + "\n"
+__all__ = ["AccessDenied", "ExplainError", "Explainer", "Outcome", "Report", "RequestReport"]

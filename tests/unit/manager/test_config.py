@@ -37,8 +37,11 @@ def test_default_installs_everything_into_its_namespace(default: list[dict[str, 
             "Namespace",
             "ServiceAccount",
             "ClusterRole",
+            "ClusterRole",
             "ClusterRoleBinding",
             "Role",
+            "Role",
+            "RoleBinding",
             "RoleBinding",
             "Deployment",
             "Service",
@@ -79,10 +82,10 @@ def test_nothing_grants_secrets_or_wildcards(default: list[dict[str, Any]]) -> N
 
 
 def test_leases_only_in_own_namespace(default: list[dict[str, Any]]) -> None:
-    role = find(default, "Role")
+    role = find(default, "Role", "service-serving-signer-leader-election")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert rules_of(role) == [("coordination.k8s.io", "leases", ("create", "get", "update"), ())]
-    binding = find(default, "RoleBinding")
+    binding = find(default, "RoleBinding", "service-serving-signer-leader-election")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     cluster_binding = find(default, "ClusterRoleBinding")
     for b in (binding, cluster_binding):

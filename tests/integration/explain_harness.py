@@ -1,0 +1,55 @@
+"""`explain` as the CLI runs it, and the signer's leader Lease as `kube.leaderelection`
+writes it, for the explain and status tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from kube.client import ApiError, Client, is_already_exists
+from manager.cli import main
+
+LEASE = "signer"
+
+
+def write_lease(client: Client, namespace: str, holder: str, renewed_ago: float = 0) -> None:
+    """Create or overwrite Lease `namespace/LEASE`; `holder` "" is a released Lease."""
+    renew = datetime.now(UTC) - timedelta(seconds=renewed_ago)
+    stamp = renew.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    body = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE, "namespace": namespace},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 15 if holder else 1,
+            "renewTime": stamp,
+            "acquireTime": stamp,
+        },
+    }
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    try:
+        client.create(path, body)
+    except ApiError as err:
+        if not is_already_exists(err):
+            raise
+        old = client.get(f"{path}/{LEASE}")
+        client.replace(f"{path}/{LEASE}", {**old, "spec": body["spec"]})
+
+
+def run_explain(kubeconfig: Path | str, lease_namespace: str, *args: str) -> tuple[int, str, str]:
+    """`service-serving-signer explain ARGS` with the test's Lease; (exit, stdout, stderr)."""
+    result = CliRunner().invoke(
+        main,
+        [
+            "explain",
+            *args,
+            f"--kubeconfig={kubeconfig}",
+            f"--lease-namespace={lease_namespace}",
+            f"--lease-name={LEASE}",
+        ],
+        prog_name="service-serving-signer",
+    )
+    return result.exit_code, result.stdout, result.stderr

@@ -1,0 +1,183 @@
+"""Issue 23 through the real kubelet, kube-controller-manager and RBAC: the only signer
+stopped, a new Pod hangs in ContainerCreating, and an application-team user — a client
+certificate bound to nothing but `view` in the Pod's namespace, with config/rbac's
+aggregated role folded into `view` by kube-controller-manager — runs `explain` and is
+told that nothing will act; before the aggregated role exists it is told which
+permission is missing."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from controlplane.cluster import Cluster
+from kube.client import ApiError, Client, is_not_found
+from manager.cli import main
+from tests.integration.manager_process import SignerProcess, eventually
+from tests.integration.manifests import apply, ensure_namespace
+from tests.integration.nodes import (
+    create_pod,
+    create_service,
+    pcrs_of,
+    stays_not_running,
+    unique_signer_name,
+)
+from tests.unit.manager.kustomize import CONFIG, render
+from trust.ca import write_ca
+
+pytestmark = pytest.mark.integration
+
+SIGNER = unique_signer_name()
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+VIEW_ROLE = "service-serving-signer-view"
+LEASE = "service-serving-signer"  # what config/rbac's status Role lets everyone read
+
+
+def rbac_object(name: str) -> list[dict[str, Any]]:
+    return [o for o in render(CONFIG / "rbac") if o["metadata"]["name"] == name]
+
+
+@pytest.fixture
+def lease_namespace(cluster_client: Client) -> Iterator[str]:
+    """Where this test's signer keeps its Lease, with config/rbac's status Role in it."""
+    name = f"sss-explain-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(cluster_client, name)
+    for obj in rbac_object("service-serving-signer-status"):
+        apply(cluster_client, obj, dry_run=False, namespace=name)
+    yield name
+    cluster_client.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def view_role(cluster_client: Client) -> Iterator[Any]:
+    """Applies the aggregated ClusterRole when called; deleted afterwards."""
+
+    def install() -> None:
+        for obj in rbac_object(VIEW_ROLE):
+            apply(cluster_client, obj, dry_run=False)
+
+    yield install
+    try:
+        cluster_client.delete(f"{RBAC}/clusterroles/{VIEW_ROLE}")
+    except ApiError as err:
+        if not is_not_found(err):
+            raise
+
+
+def app_team_kubeconfig(cluster: Cluster, client: Client, namespace: str, path: Path) -> Path:
+    """A client-certificate user bound to the built-in `view` ClusterRole in `namespace`."""
+    user = f"alice-{uuid.uuid4().hex[:6]}"
+    client.create(
+        f"{RBAC}/namespaces/{namespace}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "team-view"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "view",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )
+    return cluster.plane.write_kubeconfig(path, user=cluster.plane.pki.client_cert(user))
+
+
+def test_app_team_is_told_nothing_will_act_when_the_only_signer_stopped(
+    cluster: Cluster,
+    cluster_client: Client,
+    node_namespace: str,
+    lease_namespace: str,
+    view_role: Any,
+    tmp_path: Path,
+) -> None:
+    ns = node_namespace
+    with tempfile.TemporaryDirectory(prefix="explain-signer-") as tmp:
+        write_ca(Path(tmp) / "ca")
+        signer = SignerProcess(
+            cluster.plane.kubeconfig,
+            Path(tmp) / "ca",
+            Path(tmp) / "signer.log",
+            f"--leader-elect-resource-namespace={lease_namespace}",
+            f"--leader-elect-resource-name={LEASE}",
+            signer_name=SIGNER,
+        )
+        try:
+            assert eventually(signer.leading, 60), "\n".join(signer.log_lines()[-20:])
+        finally:
+            assert signer.stop() == 0  # releases the Lease: holderIdentity ""
+    create_service(cluster_client, ns, "web", {"app": "web"})
+    create_pod(
+        cluster_client,
+        ns,
+        "nosigner-0",
+        node=cluster.nodes[0].name,
+        labels={"app": "web"},
+        signer_name=SIGNER,
+        annotations={"kubernetes.io/service-names": "web"},
+    )
+    assert eventually(lambda: bool(pcrs_of(cluster_client, ns, "nosigner-0")), 120)
+    [pcr] = pcrs_of(cluster_client, ns, "nosigner-0")
+    assert stays_not_running(cluster_client, ns, "nosigner-0", 3)
+    kubeconfig = app_team_kubeconfig(cluster, cluster_client, ns, tmp_path / "alice")
+
+    def explain() -> tuple[int, str, str]:
+        result = CliRunner().invoke(
+            main,
+            [
+                "explain",
+                "pod",
+                "nosigner-0",
+                "-n",
+                ns,
+                f"--kubeconfig={kubeconfig}",
+                f"--signer-name={SIGNER}",
+                f"--lease-namespace={lease_namespace}",
+            ],
+            prog_name="service-serving-signer",
+        )
+        return result.exit_code, result.stdout, result.stderr
+
+    code, _, err = explain()
+    assert code == 1
+    assert err == (
+        f"error: explain: forbidden: cannot list podcertificaterequests.certificates.k8s.io in "
+        f"namespace {ns} (check: kubectl auth can-i list "
+        f"podcertificaterequests.certificates.k8s.io -n {ns}); namespace view with the "
+        f"aggregated ClusterRole {VIEW_ROLE} grants what it reads\n"
+    )
+
+    view_role()  # kube-controller-manager folds it into `view`
+    assert eventually(lambda: explain()[0] != 1, 60, interval=1), explain()[2]
+    code, out, _ = explain()
+    print(
+        f"\n$ explain pod nosigner-0 -n {ns}   # as a user with namespace view\n{out}(exit {code})"
+    )
+
+    assert code == 5, out
+    lines = out.splitlines()
+    released = (
+        f"no signer holds Lease {lease_namespace}/{LEASE} (released, holderIdentity empty): "
+        "no replica of the signer is running"
+    )
+    assert lines[0] == f"Pod {ns}/nosigner-0 (signer {SIGNER}): nothing will act"
+    assert lines[1].startswith(f"  leader: none: {released}; released ")
+    assert lines[2] == (
+        "  bundle: unknown: forbidden: cannot list clustertrustbundles.certificates.k8s.io "
+        "(cluster-scoped) (check: kubectl auth can-i list "
+        "clustertrustbundles.certificates.k8s.io)"
+    )
+    assert lines[3].startswith(f"  PodCertificateRequest {pcr['metadata']['name']} (created ")
+    assert lines[3].endswith("): would be issued now")
+    assert lines[4] == f"    nothing will act: {released}"
+    assert lines[5] == f"    names: web.{ns}.svc.cluster.local, web.{ns}.svc"
+    assert lines[6].startswith("    cleanup: kube-controller-manager deletes it ")
+    assert len(lines) == 7
+    assert stays_not_running(cluster_client, ns, "nosigner-0", 1)
