@@ -158,64 +158,72 @@ def test_status_shows_health_then_what_is_not_issued_by_namespace_and_reason(
         "      cleanup: kube-controller-manager deletes it <span> from now (at <time>) unless "
         "it is decided first; kubelet then makes a new request"
     )
-    assert normalise(out, cluster_state) == [
+    header = [
         "Signer <signer>",
         f"  leader: <holder> (renewed <age> ago, Lease SHOP/{LEASE})",
         "  bundle: published as ClusterTrustBundle <bundle>; CA expires <time>",
         f"    anchor: {subject}, expires <time>",
         f"  material in use: {subject}, expires <time> (from the newest issued chain)",
         "Requests in all namespaces: 7 (1 Denied, 1 Failed, 2 Issued, 3 waiting)",
-        "",
-        "Namespace DATA",
-        "  Failed PodNotFound: 1 request(s)",
-        "    Pod gone-0",
-        "      PodCertificateRequest <gone-0> (created <time>): Failed",
-        "        reason: PodNotFound",
-        "        message: Pod DATA/gone-0 with uid <uid> does not exist",
-        "        fix: the Pod is gone or was re-created; kubelet makes a new request for the "
-        "new Pod",
-        "  waiting ServiceSelectorMismatch: 1 request(s)",
-        "    Pod db-0",
-        "      PodCertificateRequest <db-0> (created <time>): waits on 1 Service(s)",
-        "        Service DATA/db: ServiceSelectorMismatch",
-        "          Service 'db' selector {app=db} does not select Pod 'db-0'; "
-        "PodCertificateRequest DATA/<db-0> waits until it does",
-        "          selector key app: Service wants 'db', Pod has 'postgres'",
-        "          fix: add labels app=db to Pod DATA/db-0's metadata.labels, or set Service "
-        "DATA/db's selector to app=postgres",
-        "  " + cleanup,
-        "",
-        "Namespace SHOP",
-        "  waiting ServiceNotFound: 2 request(s)",
-        "    Pod api-0",
-        "      PodCertificateRequest <api-0> (created <time>): waits on 1 Service(s)",
-        "        Service SHOP/api: ServiceNotFound",
-        "          Service 'api' does not exist in namespace 'SHOP'; PodCertificateRequest "
-        "SHOP/<api-0> waits until it does",
-        "          fix: create Service SHOP/api with selector app=api, or name an existing "
-        "Service in Pod SHOP/api-0's spec.volumes.projected.sources[].podCertificate"
-        ".userAnnotations",
-        "  " + cleanup,
-        "    Pod api-1",
-        "      PodCertificateRequest <api-1> (created <time>): waits on 1 Service(s)",
-        "        Service SHOP/api: ServiceNotFound",
-        "          Service 'api' does not exist in namespace 'SHOP'; PodCertificateRequest "
-        "SHOP/<api-1> waits until it does",
-        "          fix: create Service SHOP/api with selector app=api, or name an existing "
-        "Service in Pod SHOP/api-1's spec.volumes.projected.sources[].podCertificate"
-        ".userAnnotations",
-        "  " + cleanup,
-        "  Denied InvalidUnverifiedUserAnnotations: 1 request(s)",
-        "    Pod bad-0",
-        "      PodCertificateRequest <bad-0> (created <time>): Denied",
-        "        reason: InvalidUnverifiedUserAnnotations",
-        "        message: entry 1 of kubernetes.io/service-names 'Shop/Web' names a namespace; "
-        "only Services in the Pod's own namespace can be used, so write just the Service "
-        "name ('Web')",
-        "        fix: set Pod SHOP/bad-0's spec.volumes.projected.sources[].podCertificate"
-        '.userAnnotations to {kubernetes.io/service-names: "web"}; Pod specs are '
-        "immutable: delete the Pod and create it again with the change",
     ]
+    blocks = {
+        cluster_state["data"]: [
+            "",
+            "Namespace DATA",
+            "  Failed PodNotFound: 1 request(s)",
+            "    Pod gone-0",
+            "      PodCertificateRequest <gone-0> (created <time>): Failed",
+            "        reason: PodNotFound",
+            "        message: Pod DATA/gone-0 with uid <uid> does not exist",
+            "        fix: the Pod is gone or was re-created; kubelet makes a new request for the "
+            "new Pod",
+            "  waiting ServiceSelectorMismatch: 1 request(s)",
+            "    Pod db-0",
+            "      PodCertificateRequest <db-0> (created <time>): waits on 1 Service(s)",
+            "        Service DATA/db: ServiceSelectorMismatch",
+            "          Service 'db' selector {app=db} does not select Pod 'db-0'; "
+            "PodCertificateRequest DATA/<db-0> waits until it does",
+            "          selector key app: Service wants 'db', Pod has 'postgres'",
+            "          fix: add labels app=db to Pod DATA/db-0's metadata.labels, or set Service "
+            "DATA/db's selector to app=postgres",
+            "  " + cleanup,
+        ],
+        cluster_state["shop"]: [
+            "",
+            "Namespace SHOP",
+            "  waiting ServiceNotFound: 2 request(s)",
+            "    Pod api-0",
+            "      PodCertificateRequest <api-0> (created <time>): waits on 1 Service(s)",
+            "        Service SHOP/api: ServiceNotFound",
+            "          Service 'api' does not exist in namespace 'SHOP'; PodCertificateRequest "
+            "SHOP/<api-0> waits until it does",
+            "          fix: create Service SHOP/api with selector app=api, or name an existing "
+            "Service in Pod SHOP/api-0's spec.volumes.projected.sources[].podCertificate"
+            ".userAnnotations",
+            "  " + cleanup,
+            "    Pod api-1",
+            "      PodCertificateRequest <api-1> (created <time>): waits on 1 Service(s)",
+            "        Service SHOP/api: ServiceNotFound",
+            "          Service 'api' does not exist in namespace 'SHOP'; PodCertificateRequest "
+            "SHOP/<api-1> waits until it does",
+            "          fix: create Service SHOP/api with selector app=api, or name an existing "
+            "Service in Pod SHOP/api-1's spec.volumes.projected.sources[].podCertificate"
+            ".userAnnotations",
+            "  " + cleanup,
+            "  Denied InvalidUnverifiedUserAnnotations: 1 request(s)",
+            "    Pod bad-0",
+            "      PodCertificateRequest <bad-0> (created <time>): Denied",
+            "        reason: InvalidUnverifiedUserAnnotations",
+            "        message: entry 1 of kubernetes.io/service-names 'Shop/Web' names a namespace; "
+            "only Services in the Pod's own namespace can be used, so write just the Service "
+            "name ('Web')",
+            "        fix: set Pod SHOP/bad-0's spec.volumes.projected.sources[].podCertificate"
+            '.userAnnotations to {kubernetes.io/service-names: "web"}; Pod specs are '
+            "immutable: delete the Pod and create it again with the change",
+        ],
+    }
+    expected = header + [line for ns in sorted(blocks) for line in blocks[ns]]
+    assert normalise(out, cluster_state) == expected
 
 
 def _holder(client: Client, namespace: str) -> str:
