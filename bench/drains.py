@@ -36,10 +36,10 @@ from bench.scenarios import (
 from bench.signers import (
     OUR_SIGNER_NAME,
     PEER_SIGNER_NAME,
+    BenchedProcess,
     CeilingSigner,
     OurSigner,
     PeerSigner,
-    SignerProcess,
 )
 from kube.types import JSON
 
@@ -47,10 +47,10 @@ IDLE_SECONDS = 3.0
 SIGNERS = ("go_ceiling_json", "ours_cert", "ours_token", "go_peer")
 
 
-class _Idle(SignerProcess):
+class _Idle(BenchedProcess):
     """Wraps a signer so that `stop()` first measures its CPU over `IDLE_SECONDS`."""
 
-    def __init__(self, inner: SignerProcess) -> None:
+    def __init__(self, inner: BenchedProcess) -> None:
         super().__init__(inner.workdir)
         self.inner = inner
         self.idle_cpu_fraction = float("nan")
@@ -85,9 +85,9 @@ def drains(ctx: Context) -> Result:
             ctx.client, f"drain-{label}-{counter}", pods=BURST_PODS, groups=BURST_GROUPS
         )
 
-    def starter(label: str, pop: Population) -> Callable[[list[JSON]], SignerProcess]:
-        def start(bodies: list[JSON]) -> SignerProcess:
-            inner: SignerProcess
+    def starter(label: str, pop: Population) -> Callable[[list[JSON]], BenchedProcess]:
+        def start(bodies: list[JSON]) -> BenchedProcess:
+            inner: BenchedProcess
             if label == "go_ceiling_json":
                 statuses = presigned_statuses(material, pop.namespace, ctx.keys, bodies)
                 inner = CeilingSigner(
@@ -113,7 +113,9 @@ def drains(ctx: Context) -> Result:
             holder: list[_Idle] = []
             start = starter(label, pop)
 
-            def keep(bodies: list[JSON], start: Any = start, holder: Any = holder) -> SignerProcess:
+            def keep(
+                bodies: list[JSON], start: Any = start, holder: Any = holder
+            ) -> BenchedProcess:
                 signer: _Idle = start(bodies)
                 holder.append(signer)
                 return signer

@@ -66,10 +66,10 @@ from bench.scenarios import (
 from bench.signers import (
     OUR_SIGNER_NAME,
     PEER_SIGNER_NAME,
+    BenchedProcess,
     CeilingSigner,
     OurSigner,
     PeerSigner,
-    SignerProcess,
     go_tool,
 )
 from controlplane.kubelet import pcr_path
@@ -275,8 +275,8 @@ def _token_kubeconfig(ctx: Context) -> Path:
 
 def _our_starter(
     ctx: Context, label: str, workers: int, kw: dict[str, Any]
-) -> Callable[[list[Any]], SignerProcess]:
-    def start(bodies: list[Any]) -> SignerProcess:
+) -> Callable[[list[Any]], BenchedProcess]:
+    def start(bodies: list[Any]) -> BenchedProcess:
         return OurSigner(ctx.plane, ctx.dir(f"scale-{label}"), workers=workers, **kw).start()
 
     return start
@@ -314,7 +314,7 @@ def throughput(ctx: Context) -> Result:
     def ceiling(ct: str) -> Result:
         pop = fresh(f"ceiling-{ct}")
 
-        def start(bodies: list[Any]) -> SignerProcess:
+        def start(bodies: list[Any]) -> BenchedProcess:
             statuses = presigned_statuses(material, pop.namespace, ctx.keys, bodies)
             return CeilingSigner(
                 ctx.plane,

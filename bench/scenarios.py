@@ -36,10 +36,10 @@ from bench.harness import (
 from bench.signers import (
     OUR_SIGNER_NAME,
     PEER_SIGNER_NAME,
+    BenchedProcess,
     CeilingSigner,
     OurSigner,
     PeerSigner,
-    SignerProcess,
 )
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
@@ -84,7 +84,7 @@ def _burst(
     ctx: Context,
     label: str,
     signer_name: str,
-    start_signer: Callable[[Population, list[JSON]], SignerProcess],
+    start_signer: Callable[[Population, list[JSON]], BenchedProcess],
     *,
     scenario: str | None = None,
     pop: Population | None = None,
@@ -236,7 +236,7 @@ def drain(
     pop: Population,
     count: int,
     signer_name: str,
-    start_signer: Callable[[list[JSON]], SignerProcess],
+    start_signer: Callable[[list[JSON]], BenchedProcess],
 ) -> Result:
     """A backlog: `count` PCRs created with nobody serving them, then the signer started.
     Rate = (issued - 1) / (last Issued - first Issued) as our watch saw them, so neither
@@ -287,8 +287,8 @@ def ceiling(ctx: Context) -> Result:
     material = ceiling_material(ctx.workdir)
     pop = populate(ctx.client, "bench-ceiling", pods=BURST_PODS, groups=BURST_GROUPS)
 
-    def start(content_type: str, verb: str = "put") -> Callable[[list[JSON]], SignerProcess]:
-        def go(bodies: list[JSON]) -> SignerProcess:
+    def start(content_type: str, verb: str = "put") -> Callable[[list[JSON]], BenchedProcess]:
+        def go(bodies: list[JSON]) -> BenchedProcess:
             statuses = presigned_statuses(material, pop.namespace, ctx.keys, bodies)
             return CeilingSigner(
                 ctx.plane,

@@ -43,12 +43,14 @@ CEILING_WORKERS = 16
 GO_SOURCES = {"peer-signer": "peer", "ceiling-signer": "ceiling", "bench-populate": "populate"}
 
 
-class SignerProcessError(RuntimeError):
+class BenchedProcessError(RuntimeError):
     pass
 
 
-class SignerProcess:
-    """A signer subprocess with its log in `workdir`."""
+class BenchedProcess:
+    """A process the bench measures (ours, the Go peer or the ceiling writer), its log in
+    `workdir`. Not `controlplane.process.SignerProcess`: that one is only ours, with its ops
+    servers; this one is CPU-timed by pid and stopped the same way for all three."""
 
     name = "signer"
 
@@ -73,13 +75,13 @@ class SignerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise SignerProcessError(
+                raise BenchedProcessError(
                     f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}"
                 )
             if self._ready():
                 return
             time.sleep(0.1)
-        raise SignerProcessError(f"{self.name} not ready after {timeout:.0f}s:\n{self.tail()}")
+        raise BenchedProcessError(f"{self.name} not ready after {timeout:.0f}s:\n{self.tail()}")
 
     def tail(self, lines: int = 30) -> str:
         path = self.workdir / f"{self.name}.log"
@@ -105,7 +107,7 @@ class SignerProcess:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> SignerProcess:
+    def __enter__(self) -> BenchedProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -119,11 +121,11 @@ def cli_path() -> str:
         return str(beside)
     found = shutil.which("service-serving-signer")
     if found is None:
-        raise SignerProcessError("service-serving-signer is not installed in this venv")
+        raise BenchedProcessError("service-serving-signer is not installed in this venv")
     return found
 
 
-class OurSigner(SignerProcess):
+class OurSigner(BenchedProcess):
     name = "service-serving-signer"
 
     def __init__(
@@ -190,7 +192,7 @@ class OurSigner(SignerProcess):
         return total
 
 
-class PeerSigner(SignerProcess):
+class PeerSigner(BenchedProcess):
     name = "peer-signer"
 
     def __init__(
@@ -224,7 +226,7 @@ class PeerSigner(SignerProcess):
             raise
 
 
-class CeilingSigner(SignerProcess):
+class CeilingSigner(BenchedProcess):
     """The Go ceiling: pre-signed statuses for one namespace's PCRs (see bench/ceiling)."""
 
     name = "ceiling-signer"

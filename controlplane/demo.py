@@ -25,16 +25,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import shutil
-import signal
 import socket
 import ssl
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,7 +41,7 @@ from cryptography.x509.verification import PolicyBuilder, Store
 
 from controlplane.cluster import Cluster
 from controlplane.kubelet import pcr_path
-from controlplane.server import free_port
+from controlplane.process import ProcessExited, SignerProcess, http_get
 from controlplane.workload import cert_pod, volume_files, wait_service_account
 from manager import logs
 from trust import ca
@@ -90,72 +86,6 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
             return result
         time.sleep(0.2)
     raise DemoFailure(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as resp:
-            return int(resp.status), resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return int(err.code), err.read().decode()
-    except OSError:
-        return 0, ""
-
-
-# --- the signer subprocess -------------------------------------------------------------
-
-
-class SignerProcess:
-    """`service-serving-signer run` as a child process, logging to a file."""
-
-    def __init__(self, kubeconfig: Path, ca_dir: Path, log_path: Path) -> None:
-        self.metrics_port = free_port()
-        self.health_port = free_port()
-        self.log_path = log_path
-        self.args = [
-            sys.executable,
-            "-m",
-            "manager",
-            "run",
-            f"--kubeconfig={kubeconfig}",
-            f"--service-serving-key={ca_dir / 'ca.key'}",
-            f"--service-serving-cert={ca_dir / 'ca.crt'}",
-            f"--service-serving-trust-bundle={ca_dir / 'trust-bundle.pem'}",
-            f"--leader-elect-resource-namespace={SIGNER_NAMESPACE}",
-            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-        ]
-        self._log = log_path.open("ab")
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
-
-    def url(self, path: str) -> str:
-        port = self.metrics_port if path == "/metrics" else self.health_port
-        return f"http://127.0.0.1:{port}{path}"
-
-    def wait_ready(self, timeout: float) -> None:
-        def ready() -> bool | None:
-            if self.proc.poll() is not None:
-                raise DemoFailure(f"the signer exited with status {self.proc.returncode}")
-            return True if http_get(self.url("/readyz"))[0] == 200 else None
-
-        wait_for("the signer's /readyz", ready, timeout)
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return int(self.proc.returncode)
-
-    def log_tail(self, lines: int = 15) -> list[str]:
-        try:
-            return self.log_path.read_text(errors="replace").splitlines()[-lines:]
-        except OSError:
-            return []
 
 
 # --- the certificate and the TLS proof --------------------------------------------------
@@ -313,9 +243,18 @@ def _demo(cluster: Any, root: Path) -> SignerProcess:
         )
 
     step("starting `service-serving-signer run` as a subprocess")
-    signer = SignerProcess(cluster.plane.kubeconfig, files.key.parent, root / "signer.log")
+    signer = SignerProcess(
+        cluster.plane.kubeconfig,
+        files.key.parent,
+        root / "signer.log",
+        f"--leader-elect-resource-namespace={SIGNER_NAMESPACE}",
+        log_format="text",
+    )
     detail(" ".join(["service-serving-signer", *signer.args[3:]]))
-    signer.wait_ready(timeout=60)
+    try:
+        signer.wait_ready(timeout=60)
+    except (ProcessExited, TimeoutError) as err:
+        raise DemoFailure(str(err).splitlines()[0]) from None
     detail(f"/readyz 200; logs in {signer.log_path}")
     bundle = wait_for("the published ClusterTrustBundle", lambda: _bundle_or_none(client), 30)
     detail(f"published ClusterTrustBundle for {SIGNER_NAME} ({bundle.count('BEGIN')} anchor)")

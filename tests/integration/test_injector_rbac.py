@@ -6,8 +6,6 @@ component's manifests pass server-side dry-run."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,6 @@ from typing import Any
 import pytest
 
 from controlplane import ControlPlane
-from controlplane.server import free_port
 from injector.decide import REASON_INVALID_SELECTOR
 from kube.client import Client
 from tests.integration.identities import can, service_account_subject, service_account_token
@@ -49,30 +46,6 @@ def injector_rbac(client: Client) -> None:
             apply(client, obj, dry_run=False, namespace=NS)
 
 
-class InjectorProcess(SignerProcess):
-    """`service-serving-signer run --controllers=injector` with no key, cert or bundle
-    flag (the rest of SignerProcess: logs, metrics, readiness, stop)."""
-
-    def __init__(self, kubeconfig: Path, log_path: Path, *args: str) -> None:
-        self.metrics_port = free_port()
-        self.health_port = free_port()
-        self.log_path = log_path
-        self.args = [
-            sys.executable,
-            "-m",
-            "manager",
-            "run",
-            "--controllers=injector",
-            f"--kubeconfig={kubeconfig}",
-            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-            "--log-format=json",
-            *args,
-        ]
-        self._log = log_path.open("ab")
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
-
-
 @pytest.fixture
 def vwc_name(client: Client) -> Iterator[str]:
     name = f"rbac-{uuid.uuid4().hex[:8]}"
@@ -94,11 +67,14 @@ def test_injects_as_its_service_account_with_only_its_rbac_and_no_signing_files(
         )
         # A bad annotation too: its Warning Event proves the Events permission.
         client.create(VWC_PATH, validating_webhook(f"{vwc_name}-bad", namespace, "absent", "{"))
-        process = InjectorProcess(
+        process = SignerProcess(  # no material flag: the injector needs none
             kubeconfig,
+            None,
             tmp_path / "injector.log",
+            "--controllers=injector",
             f"--leader-elect-resource-namespace={NS}",
             "--leader-elect-resource-name=injector-rbac-test",
+            signer_name=None,
         )
         try:
             assert eventually(process.ready, 60), "\n".join(process.log_lines()[-20:])

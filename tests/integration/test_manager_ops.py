@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from controlplane import ControlPlane
-from controlplane.demo import http_get
+from controlplane.process import http_get
 from controlplane.server import free_port
 from manager import app
 from manager.ops import run_checks
