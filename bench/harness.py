@@ -41,7 +41,8 @@ from controlplane.kubelet import (
     pcr_path,
     stub_csr,
 )
-from kube.client import ApiError, Client, StreamCanceller, is_gone
+from kube.client import ApiError, Client, is_gone
+from kube.transport import StreamCanceller
 from kube.types import JSON
 from signer import authority
 from signer.policy import sans_for

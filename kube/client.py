@@ -1,32 +1,47 @@
-"""A small JSON REST client on top of the official `kubernetes` client's transport.
+"""A small JSON REST client: one request policy over a transport.
 
-The official client owns what it does well — kubeconfig and in-cluster loading, TLS,
-client certificates, the urllib3 pool — and we own the rest: credentials cached and
-re-read on a timer and after a 401 (`kube.credentials`),
-requests and responses are plain dicts parsed with `orjson` (the generated pydantic
-models cost several times the CPU and reject fields they do not know; the standard
-`json` module takes ~3x orjson's CPU to decode a watch event and ~10x to encode a
-status body), watch bodies are streamed line by line, every request has a read
-timeout, errors carry the status code and `Retry-After`, and writes pass a client-side
-token bucket (`--kube-api-qps` / `--kube-api-burst`) like client-go's.
+The official `kubernetes` client owns what it does well — kubeconfig and in-cluster
+loading, TLS, client certificates, dialling through its urllib3 pool — and we own the
+rest. Like httpx, each request policy is applied once, on the way down, in `_call`:
 
-Connection liveness (docs/reference.md §6): every socket has TCP keepalive and a user
-timeout (a black-holed peer is noticed in ~45 s, as client-go's HTTP/2 ping does), every
-request a read timeout, and a timeout closes the pool's idle connections too, so the retry dials
-a fresh connection instead of meeting the next dead one.
+1. **Rate limit.** Every verb but GET and HEAD takes a token from the client's write
+   limiter (`kube.tokenbucket`, `--kube-api-qps` / `--kube-api-burst`, like client-go's).
+   `with_own_limiter()` gives a caller that must not queue behind the workers' writes
+   (leader election) a bucket of its own.
+2. **Count.** Requests by verb (`request_count()`, read by benchmarks); a retry after a
+   401 is the same request.
+3. **Encode.** Bodies are dicts encoded with `orjson`, answers decoded with it (the
+   generated pydantic models cost several times the CPU and reject fields they do not
+   know; the standard `json` module takes ~3x orjson's CPU to decode a watch event and
+   ~10x to encode a status body).
+4. **Headers.** Accept, User-Agent and the credentials' header, encoded once per
+   credentials value (`kube.credentials`: cached, re-read on a timer), plus the body's
+   Content-Type.
+5. **401.** The credentials are re-read (a rotated token file) and the request, which
+   was not acted on, is sent once more.
+6. **Errors.** A non-2xx answer is an `ApiError` with its status, Status body and
+   `Retry-After`; a transport failure is `ApiError(0)`, and a timeout also closes the
+   idle connections (below).
+
+Under it, one `kube.transport.Transport` per client carries every request: the lean
+HTTP/1.1 path (`kube.http1`) when the API server is reached directly, urllib3 behind an
+HTTP proxy. Watch bodies are streamed line by line; every request has a read timeout.
+
+Connection liveness (docs/reference.md §6): every socket has TCP keepalive and a user timeout (a black-holed
+peer is noticed in ~45 s, as client-go's HTTP/2 ping does), every request a read
+timeout, and a timeout closes the idle connections too, so the retry dials a fresh
+connection instead of meeting the next dead one.
 """
 
 from __future__ import annotations
 
-import contextlib
-import queue
+import copy
 import re
 import socket
 import threading
-import time
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
@@ -37,10 +52,16 @@ from kubernetes.config import incluster_config, kube_config
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
 from kube.credentials import Credentials, Headers, kubeconfig_token_file
-from kube.http1 import Exchanger, Stream, TransportError
+from kube.http1 import Exchanger
+from kube.tokenbucket import TokenBucket
+from kube.transport import Answer, Stream, StreamCanceller, Timeouts, Transport, TransportError
 from kube.types import JSON
+from kube.urllib3_transport import Urllib3Transport
 
-DEFAULT_TIMEOUT = urllib3.Timeout(connect=10.0, read=30.0)
+CONNECT_TIMEOUT = 10.0
+DEFAULT_TIMEOUTS = Timeouts(connect=CONNECT_TIMEOUT, read=30.0)
+# Reads are not rate limited (client-go limits them too; we never have: behaviour kept).
+_UNLIMITED = frozenset(("GET", "HEAD"))
 
 # TCP keepalive on every connection, tuned to notice a silently dead peer (a NAT or
 # load-balancer drop) about as fast as client-go's HTTP/2 health check does (ping after
@@ -48,7 +69,7 @@ DEFAULT_TIMEOUT = urllib3.Timeout(connect=10.0, read=30.0)
 # after 3 unanswered; TCP_USER_TIMEOUT bounds data left unacknowledged the same way.
 # (The kubernetes client's own keepalive defaults, idle 30 s x 9 probes of 15 s, take
 # 165 s.) A peer whose kernel still answers — a frozen proxy, a hung server — is caught
-# by the read timeouts instead: `DEFAULT_TIMEOUT` here, the bookmark-derived watch read
+# by the read timeouts instead: `DEFAULT_TIMEOUTS` here, the bookmark-derived watch read
 # timeout in `kube.informer`.
 KEEPALIVE_IDLE = 30
 KEEPALIVE_INTERVAL = 5
@@ -110,30 +131,6 @@ def is_gone(err: BaseException) -> bool:
     return isinstance(err, ApiError) and err.status == 410
 
 
-class TokenBucket:
-    """client-go's `flowcontrol.NewTokenBucketRateLimiter(qps, burst)`: `take()` blocks
-    until a token is free. `qps <= 0` disables limiting."""
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self.qps = qps
-        self.burst = max(1, burst)
-        self._tokens = float(self.burst)
-        self._last = time.monotonic()
-        self._lock = threading.Lock()
-
-    def take(self) -> None:
-        if self.qps <= 0:
-            return
-        with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
-            self._last = now
-            self._tokens -= 1.0
-            wait = -self._tokens / self.qps if self._tokens < 0 else 0.0
-        if wait > 0:
-            time.sleep(wait)
-
-
 @dataclass(frozen=True)
 class RequestCount:
     """Requests sent, by verb; read by benchmarks (API requests per PCR)."""
@@ -146,7 +143,8 @@ class RequestCount:
 
 
 class Client:
-    """JSON over HTTPS to one API server. Thread-safe (urllib3 pools are)."""
+    """JSON over HTTPS to one API server: the one request policy (module docstring) over
+    one `kube.transport.Transport`. Thread-safe."""
 
     def __init__(
         self,
@@ -165,23 +163,20 @@ class Client:
         if configuration.socket_options is None:
             configuration.socket_options = socket_options()
         self._api = k8s_client.ApiClient(configuration)
-        self._pool = self._api.rest_client.pool_manager
+        pool = self._api.rest_client.pool_manager
         self.host = configuration.host.rstrip("/")
-        # Requests go straight to the one host's connection pool: PoolManager.request
-        # re-parses the URL and re-derives the pool key on every call, a sizeable part
-        # of the ~0.5 ms of client CPU a status write costs. Through a proxy, the
-        # manager's URL handling is needed, so it stays in that path.
-        self._host_pool: urllib3.HTTPConnectionPool | None = None
-        # Writes (every verb but GET) and watches take the lean HTTP/1.1 path of
-        # `kube.http1` over connections dialled by that same pool (same TLS, same socket
-        # options); single GETs (LIST pages among them) stay on urllib3.
-        self._http1: Exchanger | None = None
-        if not isinstance(self._pool, urllib3.ProxyManager):
-            host_pool = self._pool.connection_from_url(self.host)
-            self._host_pool = host_pool
-            new_conn: Any = host_pool._new_conn  # untyped enough: returns a connection
-            self._http1 = Exchanger(new_conn, urlsplit(self.host).netloc)
-        self._path_prefix = urlsplit(self.host).path
+        parts = urlsplit(self.host)
+        self._path_prefix = parts.path
+        # Every request takes one transport, so a write and the read after it (a 409
+        # re-read) go the same way. Direct: the lean HTTP/1.1 path over connections the
+        # official client's urllib3 pool dials (same TLS, same socket options); through a
+        # proxy, urllib3's proxy manager.
+        self.transport: Transport
+        if isinstance(pool, urllib3.ProxyManager):
+            self.transport = Urllib3Transport(pool, f"{parts.scheme}://{parts.netloc}")
+        else:
+            new_conn: Any = pool.connection_from_url(self.host)._new_conn  # untyped enough
+            self.transport = Exchanger(new_conn, parts.netloc)
         # (User-Agent, credentials, the header lines they make): one tuple, swapped whole.
         self._head: tuple[str, Headers, bytes] = ("", {}, b"")
         self.user_agent = user_agent
@@ -245,40 +240,71 @@ class Client:
             credentials=Credentials.static({"Authorization": f"Bearer {token}"}),
         )
 
+    def with_own_limiter(self) -> Client:
+        """This client (same transport, credentials, request counts) with a write limiter
+        of its own at the same qps and burst: its writes never queue behind this one's,
+        nor this one's behind its. Leader election uses one, as kube-controller-manager
+        gives leader election a client of its own."""
+        view = copy.copy(self)
+        view.write_limiter = self.write_limiter.fresh()
+        return view
+
     def close(self) -> None:
         """Close the idle connections (a watch in flight keeps its own until it ends)."""
-        if self._http1 is not None:
-            self._http1.close_idle()
+        self.transport.close_idle()
         api: Any = self._api  # ApiClient.close is untyped upstream
         api.close()
 
-    # requests -----------------------------------------------------------------------
+    # the request policy ---------------------------------------------------------------
 
     def request_count(self) -> RequestCount:
         with self._count_lock:
             return RequestCount(dict(self._counts))
 
-    def _headers(self, content_type: str | None, auth: Mapping[str, str]) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": self.user_agent, **auth}
-        if content_type:
-            headers["Content-Type"] = content_type
-        return headers
-
     def url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
         return f"{self.host}{path}{_query(params)}"
 
-    def _send(
+    @overload
+    def _call(
         self,
         method: str,
         path: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-        timeout: urllib3.Timeout | None = None,
+        params: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str | None,
+        timeouts: Timeouts,
+        stream: Literal[False] = False,
+        canceller: StreamCanceller | None = None,
+    ) -> Answer: ...
+
+    @overload
+    def _call(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str | None,
+        timeouts: Timeouts,
+        stream: Literal[True],
+        canceller: StreamCanceller | None = None,
+    ) -> Stream: ...
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str | None,
+        timeouts: Timeouts,
         stream: bool = False,
-    ) -> urllib3.BaseHTTPResponse:
-        if method not in ("GET", "HEAD"):
+        canceller: StreamCanceller | None = None,
+    ) -> Answer | Stream:
+        """Every request, once: limit, count, encode, send with the header lines, on a
+        401 re-read the credentials and send once more, map an error answer. Returns a
+        2xx answer (`stream`: with its body still to read)."""
+        if method not in _UNLIMITED:
             self.write_limiter.take()
         with self._count_lock:
             self._counts[method] = self._counts.get(method, 0) + 1
@@ -286,174 +312,39 @@ class Client:
         if body is not None:
             data = orjson.dumps(body)
             content_type = content_type or "application/json"
-        auth = self.credentials.headers()
-        resp = self._urlopen(method, path, params, data, self._headers(content_type, auth), timeout)
-        if resp.status == 401 and self.credentials.after_unauthorized(auth):
-            # Rotated credentials (a re-read token file): the request was not acted on,
-            # so send it once more with the new ones.
-            _discard(resp)
-            auth = self.credentials.headers()
-            headers = self._headers(content_type, auth)
-            resp = self._urlopen(method, path, params, data, headers, timeout)
-        if resp.status >= 400:
-            try:
-                raw = resp.read()
-            except (urllib3.exceptions.HTTPError, OSError) as err:
-                resp.close()
-                self._transport_failed(err)
-                raise ApiError(0, f"{type(err).__name__}: {err}") from err
-            finally:
-                resp.release_conn()
-            raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
-        response: urllib3.BaseHTTPResponse = resp
-        return response
-
-    def _urlopen(
-        self,
-        method: str,
-        path: str,
-        params: Mapping[str, Any] | None,
-        data: bytes | None,
-        headers: dict[str, str],
-        timeout: urllib3.Timeout | None,
-    ) -> urllib3.BaseHTTPResponse:
-        try:
-            if self._host_pool is not None:
-                resp: urllib3.BaseHTTPResponse = self._host_pool.urlopen(
-                    method,
-                    f"{self._path_prefix}{path}{_query(params)}",
-                    body=data,
-                    headers=headers,
-                    timeout=timeout or DEFAULT_TIMEOUT,
-                    preload_content=False,
-                    retries=False,
-                    redirect=False,
-                )
-            else:
-                resp = self._pool.request(
-                    method,
-                    self.url(path, params),
-                    body=data,
-                    headers=headers,
-                    timeout=timeout or DEFAULT_TIMEOUT,
-                    preload_content=False,
-                    retries=False,
-                )
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            self._transport_failed(err)
-            raise ApiError(0, f"{type(err).__name__}: {err}") from err
-        return resp
-
-    def _transport_failed(self, err: BaseException) -> None:
-        """A request timed out: the connection it used is dead or hung (urllib3 has
-        already closed it), and the idle ones in the pool went the same way to the same
-        server, so retries would meet them one timeout at a time. Close them all, as an
-        HTTP/2 client loses every stream with its one connection; the next requests
-        dial afresh. Other failures (refused, reset) leave the pool alone."""
-        if isinstance(err, urllib3.exceptions.TimeoutError | TimeoutError) or (
-            isinstance(err, TransportError) and err.timeout
-        ):
-            self.drop_idle_connections()
-
-    def drop_idle_connections(self) -> None:
-        """Close every idle pooled connection (connections in use are left alone)."""
-        if self._http1 is not None:
-            self._http1.close_idle()
-        if self._host_pool is None:
-            self._pool.clear()
-            return
-        slots: Any = self._host_pool.pool  # a LifoQueue of connections or None slots
-        if slots is None:
-            return
-        taken = 0
-        while True:
-            try:
-                conn = slots.get(block=False)
-            except queue.Empty:
-                break
-            taken += 1
-            if conn is not None:
-                conn.close()
-        for _ in range(taken):
-            try:
-                slots.put(None, block=False)
-            except queue.Full:  # a connection came back meanwhile and took the slot
-                break
-
-    def _json(self, method: str, path: str, *, discard: bool = False, **kwargs: Any) -> JSON:
-        if method != "GET" and self._http1 is not None:
-            raw = self._write(method, path, **kwargs)
-        else:
-            raw = self._body(method, path, **kwargs)
-        if not raw or discard:
-            return {}
-        result: JSON = orjson.loads(raw)
-        return result
-
-    def _body(self, method: str, path: str, **kwargs: Any) -> bytes:
-        resp = self._send(method, path, **kwargs)
-        try:
-            raw: bytes = resp.read()
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            resp.close()
-            self._transport_failed(err)
-            raise ApiError(0, f"{type(err).__name__}: {err}") from err
-        finally:
-            resp.release_conn()
-        return raw
-
-    def _write(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-        timeout: urllib3.Timeout | None = None,
-    ) -> bytes:
-        """`_send` + read for a write, through `kube.http1`: the same rate limit, counts,
-        401 retry and errors, fewer layers. Returns the answer's body."""
-        assert self._http1 is not None
-        self.write_limiter.take()
-        with self._count_lock:
-            self._counts[method] = self._counts.get(method, 0) + 1
-        data = None
-        if body is not None:
-            data = orjson.dumps(body)
-            content_type = content_type or "application/json"
         target = f"{self._path_prefix}{path}{_query(params)}"
-        limits = timeout or DEFAULT_TIMEOUT
         auth = self.credentials.headers()
+        reply: Answer | Stream
         for attempt in (0, 1):
             head = self._head_for(auth)
             if content_type:
                 head += b"Content-Type: " + content_type.encode("latin-1") + b"\r\n"
             try:
-                answer = self._http1.exchange(
-                    method,
-                    target,
-                    head,
-                    data,
-                    connect_timeout=_seconds(limits.connect_timeout),
-                    read_timeout=_seconds(limits.read_timeout),
-                    total=_seconds(limits.total),
-                )
+                if stream:
+                    reply = self.transport.stream(method, target, head, timeouts, canceller)
+                else:
+                    reply = self.transport.exchange(method, target, head, data, timeouts)
             except TransportError as err:
-                self._transport_failed(err)
-                raise ApiError(0, str(err)) from err
-            if answer.status == 401 and attempt == 0 and self.credentials.after_unauthorized(auth):
+                raise self._transport_failed(err) from err
+            if reply.status == 401 and attempt == 0 and self.credentials.after_unauthorized(auth):
                 # Rotated credentials (a re-read token file): the request was not acted
                 # on, so send it once more with the new ones.
+                reply.close()
                 auth = self.credentials.headers()
                 continue
             break
-        if answer.status >= 400:
-            raise _error_from(answer.status, answer.reason, answer.body, answer.retry_after)
-        return answer.body
+        if reply.status >= 400:
+            try:
+                raw = reply.read_all()
+            except TransportError as err:
+                raise self._transport_failed(err) from err
+            finally:
+                reply.close()
+            raise _error_from(reply.status, reply.reason, raw, reply.retry_after)
+        return reply
 
     def _head_for(self, auth: Headers) -> bytes:
-        """The header lines every write carries (Accept, User-Agent, credentials),
+        """The header lines every request carries (Accept, User-Agent, credentials),
         encoded once per credentials value."""
         agent, seen, head = self._head
         if agent != self.user_agent or seen is not auth:
@@ -464,17 +355,49 @@ class Client:
             self._head = (self.user_agent, auth, head)
         return head
 
+    def _transport_failed(self, err: TransportError) -> ApiError:
+        """The `ApiError(0)` for a transport failure. After a timeout, the connection the
+        request used is dead or hung (already closed), and the idle ones went the same
+        way to the same server, so retries would meet them one timeout at a time: close
+        them all, as an HTTP/2 client loses every stream with its one connection; the
+        next requests dial afresh. Other failures (refused, reset) leave them alone."""
+        if err.timeout:
+            self.drop_idle_connections()
+        return ApiError(0, str(err))
+
+    def drop_idle_connections(self) -> None:
+        """Close every idle connection (connections in use are left alone)."""
+        self.transport.close_idle()
+
+    # verbs ----------------------------------------------------------------------------
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        body: Any,
+        timeout: float | None,
+        content_type: str | None = None,
+        discard: bool = False,
+    ) -> JSON:
+        raw = self._call(method, path, params, body, content_type, _timeouts(timeout)).body
+        if not raw or discard:
+            return {}
+        result: JSON = orjson.loads(raw)
+        return result
+
     def get(
         self, path: str, params: Mapping[str, Any] | None = None, *, timeout: float | None = None
     ) -> JSON:
-        return self._json("GET", path, params=params, timeout=_timeout(timeout))
+        return self._json("GET", path, params, None, timeout)
 
     def get_bytes(
         self, path: str, params: Mapping[str, Any] | None = None, *, timeout: float | None = None
     ) -> bytes:
         """`get`, undecoded: the JSON body as it came (for callers that decode it
         elsewhere, e.g. on another thread than the one that waits for the network)."""
-        return self._body("GET", path, params=params, timeout=_timeout(timeout))
+        return self._call("GET", path, params, None, None, _timeouts(timeout)).body
 
     def create(
         self,
@@ -484,7 +407,7 @@ class Client:
         *,
         timeout: float | None = None,
     ) -> JSON:
-        return self._json("POST", path, body=body, params=params, timeout=_timeout(timeout))
+        return self._json("POST", path, params, body, timeout)
 
     def replace(
         self,
@@ -494,7 +417,7 @@ class Client:
         *,
         timeout: float | None = None,
     ) -> JSON:
-        return self._json("PUT", path, body=body, params=params, timeout=_timeout(timeout))
+        return self._json("PUT", path, params, body, timeout)
 
     def patch(
         self,
@@ -508,15 +431,7 @@ class Client:
     ) -> JSON:
         """`discard_response`: read the answer but do not decode it (returns `{}`), for
         callers that only need to know the write succeeded."""
-        return self._json(
-            "PATCH",
-            path,
-            body=body,
-            content_type=patch_type,
-            params=params,
-            timeout=_timeout(timeout),
-            discard=discard_response,
-        )
+        return self._json("PATCH", path, params, body, timeout, patch_type, discard_response)
 
     def delete(
         self,
@@ -526,7 +441,7 @@ class Client:
         *,
         timeout: float | None = None,
     ) -> JSON:
-        return self._json("DELETE", path, body=body, params=params, timeout=_timeout(timeout))
+        return self._json("DELETE", path, params, body, timeout)
 
     def watch(
         self,
@@ -539,32 +454,31 @@ class Client:
         """Yield watch events (`{"type": ..., "object": {...}}`) until the server ends the
         stream. A read that stalls longer than `read_timeout` raises ApiError(0), as does
         a body cut off mid-event. `canceller.cancel()` from another thread ends the
-        stream at once (quietly, or with ApiError(0) if the transport complains)."""
-        watch_params = {**params, "watch": "true"}
-        if self._http1 is not None:
-            stream = self._open_stream(path, watch_params, read_timeout)
-            body: Iterator[bytes] = stream.data()
-            handle: Any = stream
-        else:
-            resp = self._send(
-                "GET",
-                path,
-                params=watch_params,
-                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
-                stream=True,
-            )
-            body, handle = _read1_chunks(resp), resp
-        if canceller is not None:
-            canceller._attach(handle)
+        stream at once, also while it is being dialled or awaits its answer (quietly, or
+        with ApiError(0) if the transport complains); a watch started after it ends
+        at once without a request."""
+        if canceller is not None and canceller.cancelled:
+            return
+        stream = self._call(
+            "GET",
+            path,
+            {**params, "watch": "true"},
+            None,
+            None,
+            Timeouts(connect=CONNECT_TIMEOUT, read=read_timeout),
+            stream=True,
+            canceller=canceller,
+        )
         try:
+            body = stream.data()
             buf = bytearray()
             while True:
                 try:
                     chunk = next(body, b"")
-                except (TransportError, urllib3.exceptions.HTTPError, OSError, ValueError) as err:
+                except TransportError as err:
                     if not (canceller and canceller.cancelled):
                         self._transport_failed(err)
-                    raise ApiError(0, f"watch stream: {type(err).__name__}: {err}") from err
+                    raise ApiError(0, f"watch stream: {err}") from err
                 if not chunk:
                     break
                 search = len(buf)  # what was kept holds no newline
@@ -579,97 +493,7 @@ class Client:
             if buf.strip() and not (canceller and canceller.cancelled):
                 yield _event(buf)
         finally:
-            if canceller is not None:
-                canceller._detach(handle)
-            # Close before releasing: a half-read stream must not go back to the pool.
-            handle.close()
-            if isinstance(handle, urllib3.BaseHTTPResponse):
-                handle.release_conn()
-
-    def _open_stream(self, path: str, params: Mapping[str, Any], read_timeout: float) -> Stream:
-        """A watch's GET over `kube.http1` (a connection of its own): the same counts,
-        401 re-read + one retry and errors as `_send`."""
-        assert self._http1 is not None
-        with self._count_lock:
-            self._counts["GET"] = self._counts.get("GET", 0) + 1
-        target = f"{self._path_prefix}{path}{_query(params)}"
-        auth = self.credentials.headers()
-        for attempt in (0, 1):
-            try:
-                stream = self._http1.stream(
-                    "GET",
-                    target,
-                    self._head_for(auth),
-                    connect_timeout=10.0,
-                    read_timeout=read_timeout,
-                )
-            except TransportError as err:
-                self._transport_failed(err)
-                raise ApiError(0, str(err)) from err
-            if stream.status == 401 and attempt == 0 and self.credentials.after_unauthorized(auth):
-                stream.close()
-                auth = self.credentials.headers()
-                continue
-            break
-        if stream.status >= 400:
-            try:
-                raw = stream.read_all()
-            except TransportError as err:
-                self._transport_failed(err)
-                raise ApiError(0, str(err)) from err
-            finally:
-                stream.close()
-            raise _error_from(stream.status, stream.reason, raw, stream.retry_after)
-        return stream
-
-
-def _read1_chunks(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
-    while chunk := resp.read1(65536):
-        yield chunk
-
-
-class StreamCanceller:
-    """Ends a watch blocked in a socket read, from another thread.
-
-    `cancel()` shuts down the read side of the response's socket (urllib3's
-    `HTTPResponse.shutdown()`), so the blocked `recv` returns at once; a watch started
-    after `cancel()` ends immediately. This is what lets `Informer.run` return promptly
-    when its stop event is set, whatever the read timeout."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._resp: urllib3.BaseHTTPResponse | None = None
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        with self._lock:
-            self.cancelled = True
-            if self._resp is not None:
-                _shutdown(self._resp)
-
-    def _attach(self, resp: urllib3.BaseHTTPResponse) -> None:
-        with self._lock:
-            self._resp = resp
-            if self.cancelled:
-                _shutdown(resp)
-
-    def _detach(self, resp: urllib3.BaseHTTPResponse) -> None:
-        with self._lock:
-            if self._resp is resp:
-                self._resp = None
-
-
-def _discard(resp: urllib3.BaseHTTPResponse) -> None:
-    """Read and drop an answer we will not use, returning its connection to the pool."""
-    with contextlib.suppress(urllib3.exceptions.HTTPError, OSError):
-        resp.read()
-    resp.release_conn()
-
-
-def _shutdown(resp: urllib3.BaseHTTPResponse) -> None:
-    # Already closed or released: nothing is blocked on it.
-    with contextlib.suppress(OSError, ValueError, RuntimeError):
-        resp.shutdown()
+            stream.close()
 
 
 def _event(line: bytes | bytearray) -> JSON:
@@ -682,16 +506,11 @@ def _event(line: bytes | bytearray) -> JSON:
     return event
 
 
-def _timeout(seconds: float | None) -> urllib3.Timeout | None:
+def _timeouts(seconds: float | None) -> Timeouts:
     """A whole-request bound: connect and each read within `seconds` (None: default)."""
     if seconds is None:
-        return None
-    return urllib3.Timeout(total=seconds, connect=min(10.0, seconds), read=seconds)
-
-
-def _seconds(value: Any) -> float | None:
-    """A urllib3 timeout value as seconds for a socket (its "default" sentinel: None)."""
-    return float(value) if isinstance(value, int | float) else None
+        return DEFAULT_TIMEOUTS
+    return Timeouts(connect=min(CONNECT_TIMEOUT, seconds), read=seconds, total=seconds)
 
 
 def _query(params: Mapping[str, Any] | None) -> str:

@@ -21,8 +21,14 @@ What it keeps from the urllib3 path (it is built on it):
   over closes the connection instead of returning it.
 * **Timeouts.** The connect timeout bounds the dial, the read timeout every socket
   read and write; a timeout (or any transport error) raises `TransportError` and closes
-  that connection; `close_idle()` closes the idle ones (the client does so on a timeout,
-  as for its urllib3 pool).
+  that connection; `close_idle()` closes the idle ones (the client does so on a timeout).
+* **Cancelling a stream.** A stream's socket is handed to its `StreamCanceller` as soon
+  as the TCP connection is up (a duplicate of its descriptor, so shutting it down from
+  another thread never touches the TLS object in use): a cancel ends the TLS handshake,
+  the wait for the head or a read of the body at once.
+
+It implements `kube.transport.Transport`; the request policy above it is
+`kube.client.Client`'s.
 
 What it does not do: redirects, proxies (a proxied client keeps urllib3 for everything),
 `Expect: 100-continue`, compressed bodies (it asks for `identity`), HTTP/2.
@@ -39,35 +45,23 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kube.transport import Answer, StreamCanceller, Timeouts, TransportError
+
 MAX_HEADER_BYTES = 1 << 20  # kube-apiserver's own MaxHeaderBytes
 _RECV = 65536
 
 
-class TransportError(Exception):
-    """The exchange failed below HTTP (dial, TLS, timeout, reset, malformed answer).
-    `timeout` says whether it was a timeout (the client then drops idle connections)."""
-
-    def __init__(self, message: str, *, timeout: bool = False) -> None:
-        super().__init__(message)
-        self.timeout = timeout
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    status: int
-    reason: str
-    body: bytes
-    retry_after: str | None
-
-
 class Stream:
-    """A response read as it arrives, on a connection of its own (never reused).
-    `shutdown()` may be called from another thread to end a blocked read at once."""
+    """A response read as it arrives, on a connection of its own (never reused): a
+    `kube.transport.Stream`."""
 
-    def __init__(self, link: _Link, head: _Head, buf: bytearray) -> None:
+    def __init__(
+        self, link: _Link, head: _Head, buf: bytearray, canceller: StreamCanceller | None
+    ) -> None:
         self._link = link
         self._head = head
         self._buf = buf
+        self._canceller = canceller
         self.status = head.status
         self.reason = head.reason
         self.retry_after = head.retry_after
@@ -85,12 +79,8 @@ class Stream:
     def read_all(self) -> bytes:
         return b"".join(self.data())
 
-    def shutdown(self) -> None:
-        with contextlib.suppress(OSError):
-            self._link.sock.shutdown(socket.SHUT_RD)
-
     def close(self) -> None:
-        self._link.close()
+        _release(self._link, self._canceller)
 
 
 class _Connection(Protocol):
@@ -105,22 +95,53 @@ class _Connection(Protocol):
 
 
 class _Link:
-    """One connected urllib3 connection and its socket."""
+    """One connected urllib3 connection and its socket (and, for a stream, the
+    duplicate descriptor its canceller shuts down)."""
 
-    __slots__ = ("conn", "sock")
+    __slots__ = ("conn", "interrupter", "sock")
 
-    def __init__(self, conn: _Connection) -> None:
+    def __init__(self, conn: _Connection, interrupter: _Interrupter | None = None) -> None:
         self.conn = conn
         self.sock: Any = conn.sock
+        self.interrupter = interrupter
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.conn.close()
+        if self.interrupter is not None:
+            self.interrupter.close()
+
+
+class _Interrupter:
+    """A duplicate of a connection's TCP socket descriptor. `shutdown()` acts on the
+    socket, not the descriptor, so it ends a read blocked on the original (or on the TLS
+    socket wrapped around it) without touching either object from another thread."""
+
+    __slots__ = ("_sock",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock.dup()
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def _release(link: _Link, canceller: StreamCanceller | None) -> None:
+    """Close a stream's connection, detached first: a cancel must not shut down a
+    descriptor number that is closed (and maybe reused)."""
+    if canceller is not None and link.interrupter is not None:
+        canceller.detach(link.interrupter)
+    link.close()
 
 
 class Exchanger:
-    """Sends requests over reused connections to one origin. Thread-safe: a connection
-    is used by one request at a time."""
+    """Sends requests over reused connections to one origin: a
+    `kube.transport.Transport`. Thread-safe: a connection is used by one request at a
+    time."""
 
     def __init__(self, new_connection: Callable[[], _Connection], authority: str) -> None:
         self._new_connection = new_connection
@@ -135,15 +156,12 @@ class Exchanger:
         target: str,
         headers: bytes,
         body: bytes | None,
-        *,
-        connect_timeout: float | None,
-        read_timeout: float | None,
-        total: float | None = None,
+        timeouts: Timeouts,
     ) -> Answer:
         """One request → its answer. `headers`: `Name: value\\r\\n` lines (no Host, no
-        Content-Length). Each socket read waits at most `read_timeout`, and at most what
-        is left of `total` after connecting (as urllib3's `Timeout(total=...)`). Raises
-        `TransportError`."""
+        Content-Length). Each socket read waits at most `timeouts.read`, and at most what
+        is left of `timeouts.total` after connecting (as urllib3's `Timeout(total=...)`).
+        Raises `TransportError`."""
         head = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), self._prefix, headers]
         if body is not None:
             head.append(b"Content-Length: %d\r\n\r\n" % len(body))
@@ -151,8 +169,9 @@ class Exchanger:
         else:
             head.append(b"Content-Length: 0\r\n\r\n" if method != "GET" else b"\r\n")
         request = b"".join(head)
+        read_timeout, total = timeouts.read, timeouts.total
         started = time.monotonic()
-        link = self._take(connect_timeout)
+        link = self._take(timeouts.connect)
         if total is not None:
             left = max(total - (time.monotonic() - started), 0.001)
             read_timeout = left if read_timeout is None else min(read_timeout, left)
@@ -178,28 +197,28 @@ class Exchanger:
         method: str,
         target: str,
         headers: bytes,
-        *,
-        connect_timeout: float | None,
-        read_timeout: float | None,
+        timeouts: Timeouts,
+        canceller: StreamCanceller | None = None,
     ) -> Stream:
         """Send a bodiless request on a fresh connection and return once the answer's
-        header block is in; the caller reads and closes the `Stream`."""
+        header block is in; the caller reads and closes the `Stream`. `canceller` gets
+        the socket as soon as it is connected (see the module docstring)."""
         request = b"".join(
             (f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), self._prefix, headers, b"\r\n")
         )
-        link = self._dial(connect_timeout)
+        link = self._dial(timeouts.connect, canceller)
         try:
-            link.sock.settimeout(read_timeout)
+            link.sock.settimeout(timeouts.read)
             link.sock.sendall(request)
             buf = bytearray()
             head = _read_head(link.sock, buf)
         except TimeoutError as err:
-            link.close()
+            _release(link, canceller)
             raise TransportError(f"TimeoutError: {err or 'timed out'}", timeout=True) from err
         except (OSError, ValueError) as err:
-            link.close()
+            _release(link, canceller)
             raise TransportError(f"{type(err).__name__}: {err}") from err
-        return Stream(link, head, buf)
+        return Stream(link, head, buf, canceller)
 
     def close_idle(self) -> None:
         """Close every idle connection (those in use are left alone)."""
@@ -226,22 +245,46 @@ class Exchanger:
             link.close()
         return self._dial(connect_timeout)
 
-    def _dial(self, connect_timeout: float | None) -> _Link:
+    def _dial(
+        self, connect_timeout: float | None, canceller: StreamCanceller | None = None
+    ) -> _Link:
         conn = self._new_connection()
         conn.timeout = connect_timeout
+        interrupter: list[_Interrupter] = []
+        if canceller is not None:
+            # urllib3 makes the TCP connection in `_new_conn()` and then, for HTTPS,
+            # shakes hands on it inside `connect()`: hand the socket over in between.
+            hooked: Any = conn
+            tcp_connect: Callable[[], socket.socket] = hooked._new_conn
+
+            def connected() -> socket.socket:
+                sock = tcp_connect()
+                interrupter.append(_Interrupter(sock))
+                canceller.attach(interrupter[0])
+                return sock
+
+            hooked._new_conn = connected
         try:
             conn.connect()
         except TimeoutError as err:
-            with contextlib.suppress(Exception):
-                conn.close()
+            _abandon(conn, interrupter, canceller)
             msg = f"TimeoutError: connect: {err or 'timed out'}"
             raise TransportError(msg, timeout=True) from err
         except Exception as err:
-            with contextlib.suppress(Exception):
-                conn.close()
+            _abandon(conn, interrupter, canceller)
             raise TransportError(f"{type(err).__name__}: {err}") from err
         self.dialled += 1
-        return _Link(conn)
+        return _Link(conn, interrupter[0] if interrupter else None)
+
+
+def _abandon(
+    conn: _Connection, interrupter: list[_Interrupter], canceller: StreamCanceller | None
+) -> None:
+    if canceller is not None and interrupter:
+        canceller.detach(interrupter[0])
+        interrupter[0].close()
+    with contextlib.suppress(Exception):
+        conn.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,8 +46,12 @@ What it decides:
   this catches one whose kernel still answers.
 * **Stopping.** `run(stop)` returns promptly after `stop` is set, whatever the read
   timeout: a small helper thread waits on `stop` and then shuts down the socket of the
-  watch in flight (`kube.client.StreamCanceller`), so the blocked read ends at once.
-  A LIST page in flight is bounded by the client's request timeout.
+  watch in flight (`kube.transport.StreamCanceller`), so the blocked read ends at once —
+  also while the watch is in its TLS handshake or awaits its answer's head (the socket
+  is handed over as soon as it is connected; only a TCP connect to a black-holed
+  address waits out the 10 s connect timeout, and behind an HTTP proxy the hand-over
+  comes with the head). A LIST page in flight is bounded by the client's request
+  timeout.
 * **Records.** `transform(raw) -> T` keeps only what callers read; the cache key
   (`namespace/name`, or `name` when cluster-scoped) is computed from the raw metadata
   before transforming. `key(record)`, when given, must return that same key from the
@@ -72,7 +76,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from kube import memory, pager
-from kube.client import ApiError, Client, StreamCanceller
+from kube.client import ApiError, Client
+from kube.transport import StreamCanceller
 from kube.types import JSON
 
 log = logging.getLogger(__name__)

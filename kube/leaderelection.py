@@ -26,6 +26,11 @@ What it decides:
   `holderIdentity` cleared and `leaseDurationSeconds: 1` so a standby takes over at its
   next retry instead of waiting out the lease. `on_stopped_leading` is *not* called on a
   release we asked for (stopping is not losing).
+* **Its own limiter.** Lease requests go through a view of the given client with a write
+  limiter of its own (`Client.with_own_limiter()`, same qps and burst), as
+  kube-controller-manager gives leader election a client of its own: a renewal never
+  queues behind a burst of the workers' writes, which could otherwise outlast
+  `renew_deadline` and cost the lease.
 * **Health.** `healthy()` is False only while we believe we lead but have not renewed
   for longer than `lease_duration` (+ `health_tolerance`): a stuck renew loop.
 * **Metric.** `leader_election_master_status{name}` is 1 while leading, else 0.
@@ -98,7 +103,7 @@ class LeaderElector:
             raise ValueError(f"renew_deadline must be greater than {JITTER_FACTOR} * retry_period")
         if retry_period <= 0:
             raise ValueError("retry_period must be positive")
-        self.client = client
+        self.client = client.with_own_limiter()
         self.namespace = namespace
         self.name = name
         self.identity = identity

@@ -35,6 +35,7 @@ from typing import Generic, Protocol, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kube import _metrics
+from kube.tokenbucket import TokenBucket
 
 K = TypeVar("K", bound=Hashable)
 
@@ -81,24 +82,14 @@ class ItemExponentialFailureRateLimiter:
 
 
 class BucketRateLimiter:
-    """A token bucket shared by all keys (Go's `rate.Limiter.Reserve().Delay()`):
-    each call reserves a token, possibly in the future, and returns the wait."""
+    """A token bucket shared by all keys (`kube.tokenbucket`): each call reserves a
+    token, possibly in the future, and returns the wait."""
 
     def __init__(self, qps: float = 10.0, burst: int = 100, clock: Clock = time.monotonic):
-        self.qps = qps
-        self.burst = burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._last = clock()
-        self._lock = threading.Lock()
+        self.bucket = TokenBucket(qps, burst, clock=clock)
 
     def when(self, key: Hashable) -> float:
-        with self._lock:
-            now = self._clock()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
-            self._last = now
-            self._tokens -= 1.0
-            return -self._tokens / self.qps if self._tokens < 0 else 0.0
+        return self.bucket.reserve()
 
     def forget(self, key: Hashable) -> None:
         pass

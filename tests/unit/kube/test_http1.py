@@ -18,6 +18,7 @@ from kubernetes import client as k8s_client
 from kube import http1
 from kube.client import ApiError, Client
 from kube.credentials import Credentials
+from kube.transport import Timeouts, TransportError
 from tests.unit.fakeapi import FakeApi
 from tests.unit.kube.test_credentials import token_kubeconfig
 
@@ -30,6 +31,12 @@ def fake() -> Iterator[FakeApi]:
     api.put("/api/v1/namespaces", {"metadata": {"name": "default"}})
     yield api
     api.stop()
+
+
+def lean(client: Client) -> http1.Exchanger:
+    """The client's transport: the lean path (the API server is reached directly)."""
+    assert isinstance(client.transport, http1.Exchanger)
+    return client.transport
 
 
 def configmap(name: str, **data: str) -> dict[str, object]:
@@ -50,7 +57,7 @@ def test_writes_answer_as_before_and_reuse_one_connection(fake: FakeApi) -> None
     assert fake.get(CONFIGMAPS, "a") is None
     counts = {"POST": 1, "PATCH": 2, "GET": 1, "PUT": 1, "DELETE": 1}
     assert client.request_count().by_method == counts
-    assert client._http1 is not None and client._http1.dialled == 1
+    assert lean(client).dialled == 1
     sent = list(fake.matching("PATCH", f"{CONFIGMAPS}/a"))
     assert sent[0].body == {"data": {"k": "2"}}
     assert sent[0].user_agent == "service-serving-signer"
@@ -71,7 +78,7 @@ def test_a_write_error_carries_status_reason_and_retry_after(fake: FakeApi) -> N
         client.patch(f"{CONFIGMAPS}/nope", {"data": {}})
     assert missing.value.status == 404
     # Error answers leave the connection reusable.
-    assert client._http1 is not None and client._http1.dialled == 1
+    assert lean(client).dialled == 1
 
 
 def test_a_401_on_a_write_re_reads_the_token_file_and_retries_once(
@@ -93,8 +100,7 @@ def test_a_401_on_a_write_re_reads_the_token_file_and_retries_once(
 
 def test_a_write_that_times_out_closes_the_idle_connections(fake: FakeApi) -> None:
     client = fake.client()
-    writer = client._http1
-    assert writer is not None
+    writer = lean(client)
     # Two idle connections, as two writes in flight at once leave them (dialled
     # directly: two threads racing on a loaded machine may well share one).
     client.create(CONFIGMAPS, configmap("c0"))
@@ -117,9 +123,9 @@ def test_a_write_that_times_out_closes_the_idle_connections(fake: FakeApi) -> No
 def test_close_closes_the_idle_write_connections(fake: FakeApi) -> None:
     client = fake.client()
     client.create(CONFIGMAPS, configmap("a"))
-    assert client._http1 is not None and len(client._http1._idle) == 1
+    assert len(lean(client)._idle) == 1
     client.close()
-    assert client._http1._idle == []
+    assert lean(client)._idle == []
 
 
 def test_a_header_with_a_line_break_is_refused_not_sent(fake: FakeApi) -> None:
@@ -297,7 +303,7 @@ def test_a_malformed_or_cut_off_answer_is_a_transient_transport_error(
     with pytest.raises(ApiError) as failed:
         client.patch("/api/v1/x", {})
     assert failed.value.status == 0 and failed.value.transient
-    assert client._http1 is not None and client._http1._idle == []
+    assert lean(client)._idle == []
 
 
 def test_a_watch_decodes_events_split_across_chunks_on_its_own_connection(
@@ -378,9 +384,7 @@ def test_a_total_bound_caps_each_read_by_what_connecting_left(
     clock = [100.0]
     monkeypatch.setattr("kube.http1.time.monotonic", lambda: clock[0])
     exchanger = http1.Exchanger(SlowConnection, "example:443")
-    with pytest.raises(http1.TransportError) as failed:
-        exchanger.exchange(
-            "PUT", "/x", b"", b"{}", connect_timeout=0.5, read_timeout=30.0, total=0.5
-        )
+    with pytest.raises(TransportError) as failed:
+        exchanger.exchange("PUT", "/x", b"", b"{}", Timeouts(connect=0.5, read=30.0, total=0.5))
     assert failed.value.timeout
     assert timeouts == [pytest.approx(0.1)]

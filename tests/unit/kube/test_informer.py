@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +14,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
+from kubernetes import client as k8s_client
 
+from kube.client import Client
+from kube.credentials import Credentials
 from kube.informer import Backoff, Informer
 from kube.types import JSON
 from tests.unit.fakeapi import FakeApi, Gate, Recorder, Stall, bookmark, event, gone
@@ -473,3 +477,57 @@ def test_a_stream_that_ends_before_its_initial_events_do_falls_back_to_pages(
         assert inf.keys() == ["ns/a"]
         assert fake.count("GET", PODS, watch=False) == 1
         assert inf.watch_list is True, "one cut stream does not turn streaming lists off"
+
+
+class SilentServer:
+    """Accepts connections (the kernel completes each TCP handshake) and never sends a
+    byte: a hung API server, or a proxy that lost its upstream."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.accepted = threading.Event()
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self._held.append(conn)
+            self.accepted.set()
+
+    def client(self, scheme: str) -> Client:
+        configuration = k8s_client.Configuration()
+        configuration.host = f"{scheme}://127.0.0.1:{self.listener.getsockname()[1]}"
+        configuration.verify_ssl = False
+        return Client(configuration, qps=0, credentials=Credentials.static({}))
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self._held:
+            conn.close()
+
+
+@pytest.mark.parametrize(
+    "scheme", ["http", "https"], ids=["awaiting-the-answer", "dialling-the-tls-handshake"]
+)
+def test_stop_while_the_watch_is_dialled_or_awaits_its_answer_returns_promptly(
+    scheme: str,
+) -> None:
+    server = SilentServer()
+    try:
+        inf: Informer[Any] = Informer(server.client(scheme), PODS, name="pods", read_timeout=20.0)
+        stop = threading.Event()
+        thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
+        thread.start()
+        assert server.accepted.wait(5)
+        time.sleep(0.3)  # in the TLS handshake, or the request sent and its answer awaited
+        stopped_at = time.monotonic()
+        stop.set()
+        thread.join(timeout=25)
+        assert not thread.is_alive()
+        assert time.monotonic() - stopped_at < 2.0, "stop waited for a timeout"
+    finally:
+        server.close()

@@ -364,3 +364,22 @@ def test_the_lease_is_released_only_after_the_leader_work_has_finished(fake: Fak
     [done_at] = finished
     [release] = [r for r in fake.matching("PUT", LEASE) if r.body["spec"]["holderIdentity"] == ""]
     assert release.at >= done_at
+
+
+def test_a_renewal_is_not_delayed_by_an_exhausted_worker_bucket(fake: FakeApi) -> None:
+    """Leader election has a write limiter of its own (kube-controller-manager gives it a
+    client of its own): a burst of worker writes that has emptied the client's bucket
+    for the next 30 s delays neither taking the Lease nor renewing it."""
+    client = fake.client(qps=20.0, burst=1)
+    for _ in range(600):
+        client.write_limiter.reserve()  # the workers' writes: 30 s of tokens spoken for
+    a = candidate(fake, "a", client=client, retry_period=0.1).start()
+    try:
+        assert a.started.wait(3), "taking the Lease waited for the workers' bucket"
+        renewals = fake.count("PUT", LEASE)
+        time.sleep(1.0)
+        assert fake.count("PUT", LEASE) - renewals >= 3, "renewals waited for the workers' bucket"
+        assert not a.lost.is_set()
+    finally:
+        a.finish()
+    assert client.write_limiter.reserve() > 25.0, "the elector took none of the workers' tokens"

@@ -1,0 +1,86 @@
+"""The request policy (`kube.client.Client`) over its transport: one transport carries
+every request of a client, and a client behind an HTTP proxy (urllib3) gets the same
+policy — credentials retry, error mapping with Retry-After, counts, watches."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s_client
+
+from kube.client import ApiError, Client
+from kube.credentials import Credentials
+from kube.urllib3_transport import Urllib3Transport
+from tests.unit.kube.test_http1 import ScriptedServer
+
+
+def reply(conn: socket.socket, status: str, body: bytes, *headers: bytes) -> None:
+    head = b"HTTP/1.1 " + status.encode() + b"\r\n" + b"".join(h + b"\r\n" for h in headers)
+    conn.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+
+def test_the_re_read_after_a_conflict_goes_over_the_write_s_connection() -> None:
+    def answer(conn: socket.socket, n: int) -> None:
+        if n == 1:
+            reply(conn, "409 Conflict", b'{"kind":"Status","reason":"Conflict","code":409}')
+        else:
+            reply(conn, "200 OK", b'{"metadata":{"name":"x"}}')
+
+    server = ScriptedServer(answer)
+    try:
+        client = server.client()
+        with pytest.raises(ApiError) as conflict:
+            client.patch("/api/v1/namespaces/ns/configmaps/x", {"data": {}})
+        assert conflict.value.status == 409
+        assert client.get("/api/v1/namespaces/ns/configmaps/x")["metadata"]["name"] == "x"
+        assert server.connections == 1, "one transport, one pooled connection"
+    finally:
+        server.close()
+
+
+def test_a_proxied_client_applies_the_same_policy_over_urllib3(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("old")
+
+    def answer(conn: socket.socket, n: int) -> None:
+        request = server.requests[n - 1]
+        if n > 1 and b"Bearer old" in request:
+            reply(conn, "401 Unauthorized", b'{"kind":"Status","code":401}')
+        elif request.startswith(b"GET ") and b"watch=true" in request:
+            events = b'{"type":"ADDED","object":{"a":1}}\n{"type":"DELETED","object":{"a":1}}\n'
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"%x\r\n%s\r\n0\r\n\r\n" % (len(events), events)
+            )
+        elif request.startswith(b"GET "):
+            body = b'{"kind":"Status","reason":"TooManyRequests","code":429}'
+            reply(conn, "429 Too Many Requests", body, b"Retry-After: 7")
+        else:
+            reply(conn, "200 OK", b'{"n":%d}' % n)
+
+    server = ScriptedServer(answer)
+    try:
+        configuration = k8s_client.Configuration()
+        configuration.host = "http://api.example:6443"
+        configuration.proxy = server.url
+        client = Client(configuration, qps=0, credentials=Credentials.token_file(str(token)))
+        assert isinstance(client.transport, Urllib3Transport)
+
+        assert client.patch("/api/v1/x", {"a": 1}) == {"n": 1}
+        token.write_text("new")
+        assert client.patch("/api/v1/x", {"a": 2}) == {"n": 3}  # 401, re-read, once more
+        with pytest.raises(ApiError) as throttled:
+            client.get("/api/v1/y")
+        assert throttled.value.status == 429 and throttled.value.retry_after == 7.0
+        events = list(client.watch("/api/v1/pods", {}, read_timeout=5))
+        assert [e["type"] for e in events] == ["ADDED", "DELETED"]
+
+        assert client.request_count().by_method == {"PATCH": 2, "GET": 2}
+        lines = [r.split(b"\r\n", 1)[0] for r in server.requests]
+        assert lines[0] == b"PATCH http://api.example:6443/api/v1/x HTTP/1.1"
+        assert [b"Bearer new" in r for r in server.requests] == [False, False, True, True, True]
+        assert b"Content-Type: application/merge-patch+json" in server.requests[0]
+    finally:
+        server.close()
