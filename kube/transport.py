@@ -87,7 +87,8 @@ class Stream(Protocol):
 
 
 class Transport(Protocol):
-    """What `kube.client.Client` sends its requests over (see the module docstring)."""
+    """What `kube.client.Client` sends its requests over (see the module docstring).
+    Its implementations repeat these signatures on purpose: that is what a protocol is."""
 
     def exchange(
         self, method: str, target: str, headers: bytes, body: bytes | None, timeouts: Timeouts

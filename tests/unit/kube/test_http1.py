@@ -1,8 +1,8 @@
-"""The lean write path (`kube.http1` under `kube.client.Client`): the same answers,
-errors, credentials retry and connection hygiene as the urllib3 path it replaces for
-writes — against the fake API server, and against a scripted socket server for the
-HTTP/1.1 framing a real server may use (chunked bodies, 1xx, `Connection: close`, a
-connection closed while idle)."""
+"""The lean path (`kube.http1` under `kube.client.Client`, every request of a directly
+connected client): the answers, errors, credentials retry and connection hygiene the
+request policy expects of a transport — against the fake API server, and against a
+scripted socket server for the HTTP/1.1 framing a real server may use (chunked bodies,
+1xx, `Connection: close`, a connection closed while idle)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from kube.credentials import Credentials
 from kube.informer import Backoff, Informer
 from kube.types import JSON
 from tests.unit.fakeapi import FakeApi, Gate, Recorder, Stall, bookmark, event, gone
+from tests.unit.kube.test_http1 import ScriptedServer
 
 PODS = "/api/v1/namespaces/ns/pods"
 
@@ -479,35 +479,11 @@ def test_a_stream_that_ends_before_its_initial_events_do_falls_back_to_pages(
         assert inf.watch_list is True, "one cut stream does not turn streaming lists off"
 
 
-class SilentServer:
-    """Accepts connections (the kernel completes each TCP handshake) and never sends a
-    byte: a hung API server, or a proxy that lost its upstream."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.accepted = threading.Event()
-        self._held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self._held.append(conn)
-            self.accepted.set()
-
-    def client(self, scheme: str) -> Client:
-        configuration = k8s_client.Configuration()
-        configuration.host = f"{scheme}://127.0.0.1:{self.listener.getsockname()[1]}"
-        configuration.verify_ssl = False
-        return Client(configuration, qps=0, credentials=Credentials.static({}))
-
-    def close(self) -> None:
-        self.listener.close()
-        for conn in self._held:
-            conn.close()
+def silent_client(server: ScriptedServer, scheme: str) -> Client:
+    configuration = k8s_client.Configuration()
+    configuration.host = server.url.replace("http", scheme, 1)
+    configuration.verify_ssl = False
+    return Client(configuration, qps=0, credentials=Credentials.static({}))
 
 
 @pytest.mark.parametrize(
@@ -516,13 +492,19 @@ class SilentServer:
 def test_stop_while_the_watch_is_dialled_or_awaits_its_answer_returns_promptly(
     scheme: str,
 ) -> None:
-    server = SilentServer()
+    # A server that accepts connections (the kernel completes each TCP handshake) and
+    # never sends a byte: a hung API server, or a proxy that lost its upstream.
+    server = ScriptedServer(lambda conn, n: None)
     try:
-        inf: Informer[Any] = Informer(server.client(scheme), PODS, name="pods", read_timeout=20.0)
+        inf: Informer[Any] = Informer(
+            silent_client(server, scheme), PODS, name="pods", read_timeout=20.0
+        )
         stop = threading.Event()
         thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
         thread.start()
-        assert server.accepted.wait(5)
+        deadline = time.monotonic() + 5
+        while server.connections == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(0.3)  # in the TLS handshake, or the request sent and its answer awaited
         stopped_at = time.monotonic()
         stop.set()
