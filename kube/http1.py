@@ -266,25 +266,14 @@ class Exchanger:
             hooked._new_conn = connected
         try:
             conn.connect()
-        except TimeoutError as err:
-            _abandon(conn, interrupter, canceller)
-            msg = f"TimeoutError: connect: {err or 'timed out'}"
-            raise TransportError(msg, timeout=True) from err
         except Exception as err:
-            _abandon(conn, interrupter, canceller)
+            _release(_Link(conn, interrupter[0] if interrupter else None), canceller)
+            if isinstance(err, TimeoutError):
+                msg = f"TimeoutError: connect: {err or 'timed out'}"
+                raise TransportError(msg, timeout=True) from err
             raise TransportError(f"{type(err).__name__}: {err}") from err
         self.dialled += 1
         return _Link(conn, interrupter[0] if interrupter else None)
-
-
-def _abandon(
-    conn: _Connection, interrupter: list[_Interrupter], canceller: StreamCanceller | None
-) -> None:
-    if canceller is not None and interrupter:
-        canceller.detach(interrupter[0])
-        interrupter[0].close()
-    with contextlib.suppress(Exception):
-        conn.close()
 
 
 @dataclass(frozen=True, slots=True)
