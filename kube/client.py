@@ -27,10 +27,10 @@ Under it, one `kube.transport.Transport` per client carries every request: the l
 HTTP/1.1 path (`kube.http1`) when the API server is reached directly, urllib3 behind an
 HTTP proxy. Watch bodies are streamed line by line; every request has a read timeout.
 
-Connection liveness (docs/reference.md §6): every socket has TCP keepalive and a user timeout (a black-holed
-peer is noticed in ~45 s, as client-go's HTTP/2 ping does), every request a read
-timeout, and a timeout closes the idle connections too, so the retry dials a fresh
-connection instead of meeting the next dead one.
+Connection liveness (docs/reference.md §6): every socket has TCP keepalive and a user
+timeout (a black-holed peer is noticed in ~45 s, as client-go's HTTP/2 ping does), every
+request a read timeout, and a timeout closes the idle connections too, so the retry
+dials a fresh connection instead of meeting the next dead one.
 """
 
 from __future__ import annotations
