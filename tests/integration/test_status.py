@@ -6,9 +6,11 @@ line by line, with times and generated names replaced by placeholders."""
 from __future__ import annotations
 
 import functools
+import json
 import re
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +262,28 @@ def test_status_is_bounded_and_says_what_it_left_out(cluster_state: dict[str, An
     assert (
         "  3 more not shown (the oldest 2 are); narrow with -n NAMESPACE or raise --max-requests"
     ) in lines
+
+
+def test_explain_of_an_issued_request_shows_names_not_after_and_refresh(
+    cluster_state: dict[str, Any],
+) -> None:
+    code, out = run(cluster_state, "explain", "pod", "web-0", "-n", cluster_state["shop"])
+    print(f"\n$ explain pod web-0 -n SHOP\n{out}(exit {code})")
+
+    assert code == 0, out
+    lines = normalise(out, cluster_state)
+    assert lines[0] == "Pod SHOP/web-0 (signer <signer>): issue"
+    assert lines[2:] == [
+        "  PodCertificateRequest <web-0> (created <time>): Issued",
+        "    names: web.SHOP.svc.cluster.local, web.SHOP.svc",
+        "    notAfter: <time>",
+        "    beginRefreshAt: <time>",
+    ]
+    request = json.loads(
+        run(cluster_state, "explain", "pod", f"{cluster_state['shop']}/web-0", "-o", "json")[1]
+    )["requests"][0]
+    not_after = datetime.fromisoformat(request["notAfter"].replace("Z", "+00:00"))
+    refresh = datetime.fromisoformat(request["beginRefreshAt"].replace("Z", "+00:00"))
+    created = datetime.fromisoformat(request["creationTimestamp"].replace("Z", "+00:00"))
+    assert created < refresh < not_after <= created + timedelta(hours=24, minutes=1)
+    assert request["condition"] == "Issued"
