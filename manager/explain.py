@@ -62,7 +62,10 @@ from trust.material import SigningMaterial
 
 CLEANUP_AFTER = timedelta(minutes=15)  # kube-controller-manager: NewPCRCleanerController
 CLEANUP_PERIOD = timedelta(minutes=5)
-STUCK_AFTER = timedelta(minutes=2)
+# A renewing leader decides a request within seconds; a backlog of thousands (a large
+# rollout at the signer's write rate) drains within a few minutes. Past this, the leader
+# is not acting on the request.
+STUCK_AFTER = timedelta(minutes=5)
 
 
 class Outcome(enum.IntEnum):
@@ -471,7 +474,8 @@ class Explainer:
                 why_nothing_acts=(
                     f"the signer would decide this at once, yet it has been pending for "
                     f"{span(age)} while {lease.holder} holds the Lease: the leader is not "
-                    "acting on it (its logs, its RBAC, its --signer-name)"
+                    "acting on it, or far behind (its logs, its RBAC, its --signer-name, "
+                    'workqueue_depth{name="service_serving_signer"})'
                 ),
             )
         return report

@@ -143,11 +143,11 @@ def test_issuable_request_left_pending_under_a_renewing_leader_is_nothing_acts(
     fresh = explainer(client, namespace, datetime.now(UTC))
     assert fresh.explain_pod(namespace, "web-0").outcome is Outcome.ISSUE
 
-    stuck = explainer(client, namespace, datetime.now(UTC) + timedelta(minutes=3))
+    stuck = explainer(client, namespace, datetime.now(UTC) + timedelta(minutes=6))
     report = stuck.explain_pod(namespace, "web-0")
     assert report.outcome is Outcome.NOTHING_ACTS
     why = report.requests[0].why_nothing_acts or ""
-    assert "pending for 3m while signer-0_x holds the Lease" in why
+    assert "pending for 6m while signer-0_x holds the Lease" in why
 
 
 def test_missing_bundle_is_said_without_changing_the_verdict(
