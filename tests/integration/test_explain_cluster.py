@@ -181,3 +181,45 @@ def test_app_team_is_told_nothing_will_act_when_the_only_signer_stopped(
     assert lines[6].startswith("    cleanup: kube-controller-manager deletes it ")
     assert len(lines) == 7
     assert stays_not_running(cluster_client, ns, "nosigner-0", 1)
+
+    def status(*args: str) -> tuple[int, str, str]:
+        result = CliRunner().invoke(
+            main,
+            [
+                "status",
+                *args,
+                f"--kubeconfig={kubeconfig}",
+                f"--signer-name={SIGNER}",
+                f"--lease-namespace={lease_namespace}",
+            ],
+            prog_name="service-serving-signer",
+        )
+        return result.exit_code, result.stdout, result.stderr
+
+    code, out, _ = status("-n", ns)
+    assert code == 5, out
+    assert f"Requests in namespace {ns}: 1 (1 nothing will act)" in out.splitlines()
+    assert "    Pod nosigner-0" in out.splitlines()
+    code, _, err = status()
+    assert code == 1
+    assert err.startswith(
+        "error: status: forbidden: cannot list podcertificaterequests.certificates.k8s.io in "
+        "all namespaces (check: kubectl auth can-i list "
+        "podcertificaterequests.certificates.k8s.io -A); with -n NAMESPACE it reads one "
+        "namespace"
+    )
+
+
+def test_chart_renders_the_aggregated_view_role_and_the_lease_reader() -> None:
+    from tests.integration.test_chart import template
+
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in template()}
+    view = objects[("ClusterRole", VIEW_ROLE)]
+    for role in ("view", "edit", "admin"):
+        assert (
+            view["metadata"]["labels"][f"rbac.authorization.k8s.io/aggregate-to-{role}"] == "true"
+        )
+    status_role = objects[("Role", "service-serving-signer-status")]
+    assert status_role["rules"][0]["resourceNames"] == [LEASE]
+    binding = objects[("RoleBinding", "service-serving-signer-status")]
+    assert binding["subjects"][0]["name"] == "system:authenticated"
