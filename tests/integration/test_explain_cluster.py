@@ -17,14 +17,17 @@ import pytest
 from click.testing import CliRunner
 
 from controlplane.cluster import Cluster
+from controlplane.workload import cert_pod, wait_running
 from kube.client import ApiError, Client, is_not_found
 from manager.cli import main
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.manifests import apply, ensure_namespace
 from tests.integration.nodes import (
+    condition_of_type,
     create_pod,
     create_service,
     pcrs_of,
+    signer_fixture,
     stays_not_running,
     unique_signer_name,
 )
@@ -223,3 +226,111 @@ def test_chart_renders_the_aggregated_view_role_and_the_lease_reader() -> None:
     assert status_role["rules"][0]["resourceNames"] == [LEASE]
     binding = objects[("RoleBinding", "service-serving-signer-status")]
     assert binding["subjects"][0]["name"] == "system:authenticated"
+
+
+DEPLOY_SIGNER = unique_signer_name()
+signer = signer_fixture(DEPLOY_SIGNER)
+
+
+def web_pods(client: Client, namespace: str) -> list[dict[str, Any]]:
+    listed = client.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": "app=web"})
+    return [p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def test_advice_for_a_deployments_pod_is_followed_to_an_issued_certificate(
+    cluster: Cluster, cluster_client: Client, signer: SignerProcess, node_namespace: str
+) -> None:
+    """kube-controller-manager makes the ReplicaSet and the Pod; the signer denies
+    `Shop/Web`; explain names the Deployment's template and the value; applying exactly
+    that gets a certificate."""
+    ns, client = node_namespace, cluster_client
+    pod_spec = cert_pod(
+        "x",
+        ns,
+        node=None,
+        signer_name=DEPLOY_SIGNER,
+        annotations={"kubernetes.io/service-names": "Shop/Web"},
+    )["spec"]
+    client.create(
+        f"/apis/apps/v1/namespaces/{ns}/deployments",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod_spec},
+            },
+        },
+    )
+
+    def denied_pod() -> str | None:
+        for pod in web_pods(client, ns):
+            for pcr in pcrs_of(client, ns, pod["metadata"]["name"]):
+                if condition_of_type(pcr, "Denied"):
+                    return str(pod["metadata"]["name"])
+        return None
+
+    assert eventually(lambda: denied_pod() is not None, 120, interval=0.5)
+    pod_name = denied_pod()
+    assert pod_name is not None
+    lease = ["--lease-namespace=kube-system", f"--lease-name={signer.lease_name}"]
+
+    def explain(name: str) -> tuple[int, str]:
+        result = CliRunner().invoke(
+            main,
+            [
+                "explain",
+                "pod",
+                name,
+                "-n",
+                ns,
+                f"--kubeconfig={cluster.plane.kubeconfig}",
+                f"--signer-name={DEPLOY_SIGNER}",
+                *lease,
+            ],
+            prog_name="service-serving-signer",
+        )
+        return result.exit_code, result.stdout + result.stderr
+
+    code, out = explain(pod_name)
+    print(f"\n$ explain pod {pod_name} -n {ns}\n{out}(exit {code})")
+    assert code == 3, out
+    assert f"  owner: Deployment {ns}/web" in out.splitlines()
+    fix = (
+        f"    fix: set Deployment {ns}/web's Pod template (spec.template.spec.volumes[name=tls]"
+        ".projected.sources[].podCertificate.userAnnotations) to "
+        '{kubernetes.io/service-names: "web"}; the Deployment replaces its Pods with ones that '
+        "carry the change"
+    )
+    assert fix in out.splitlines()
+
+    create_service(client, ns, "web", {"app": "web"})
+    fixed = cert_pod(
+        "x",
+        ns,
+        node=None,
+        signer_name=DEPLOY_SIGNER,
+        annotations={"kubernetes.io/service-names": "web"},
+    )["spec"]["volumes"]
+    client.patch(
+        f"/apis/apps/v1/namespaces/{ns}/deployments/web",
+        {"spec": {"template": {"spec": {"volumes": fixed}}}},
+    )
+
+    def issued_pod() -> str | None:
+        for pod in web_pods(client, ns):
+            for pcr in pcrs_of(client, ns, pod["metadata"]["name"]):
+                if (pcr.get("status") or {}).get("certificateChain"):
+                    return str(pod["metadata"]["name"])
+        return None
+
+    assert eventually(lambda: issued_pod() is not None, 180, interval=0.5)
+    new_pod = issued_pod()
+    assert new_pod is not None and new_pod != pod_name
+    wait_running(client, ns, new_pod, 300)
+    code, out = explain(new_pod)
+    print(f"\n$ explain pod {new_pod} -n {ns}\n{out}(exit {code})")
+    assert code == 0, out
+    assert f"    names: web.{ns}.svc.cluster.local, web.{ns}.svc" in out.splitlines()
