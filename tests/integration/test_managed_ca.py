@@ -20,7 +20,8 @@ from cryptography import x509
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client, is_not_found
-from managedca.store import PREVIOUS, decode, format_time
+from managedca.store import decode
+from tests.integration.managed_ca_harness import move_retire_time_to_the_past, phase
 from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
 from trust.managed import DEFAULT_SECRET_NAME, anchors_of, fingerprint
 
@@ -84,7 +85,7 @@ class Managed:
         return dict((secret.get("metadata") or {}).get("annotations") or {})
 
     def phase(self) -> str | None:
-        return self.annotations().get("service-serving-signer/ca-phase")
+        return phase(self.client, self.secret_path)
 
     def published(self) -> frozenset[str]:
         listed = self.client.get(
@@ -216,7 +217,7 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
     assert managed.issue(kubelet, "after") == new
 
     # Retire is driven by the persisted retire time (swap + 1h + 5m): move it into the past.
-    _move_retire_time_to_the_past(managed)
+    move_retire_time_to_the_past(managed.client, managed.secret_path)
     assert eventually(lambda: managed.phase() == "Stable", 20), managed.annotations()
     assert eventually(lambda: managed.published() == {new}, 15), "the old root is retired"
     events = managed.client.get(
@@ -275,7 +276,7 @@ def test_a_leader_killed_in_each_phase_is_resumed_there_by_its_successor(
 
     # Retiring: killed, and the successor retires on the persisted time.
     e.kill()
-    _move_retire_time_to_the_past(managed)
+    move_retire_time_to_the_past(managed.client, managed.secret_path)
     managed.start("f")
     assert eventually(lambda: managed.phase() == "Stable", 30), managed.annotations()
     assert eventually(lambda: managed.published() == {nxt}, 15)
@@ -286,20 +287,3 @@ def _time(annotations: dict[str, str], name: str) -> datetime:
     return datetime.strptime(
         annotations[f"service-serving-signer/ca-{name}"], "%Y-%m-%dT%H:%M:%SZ"
     ).replace(tzinfo=UTC)
-
-
-def _move_retire_time_to_the_past(managed: Managed) -> None:
-    for _ in range(10):
-        secret = managed.secret()
-        assert secret is not None
-        previous = json.loads(secret["metadata"]["annotations"][PREVIOUS])
-        for p in previous:
-            p["retireAt"] = format_time(datetime.now(UTC) - timedelta(seconds=1))
-        secret["metadata"]["annotations"][PREVIOUS] = json.dumps(previous)
-        try:
-            managed.client.replace(managed.secret_path, secret)
-            return
-        except ApiError as err:
-            if err.status != 409:
-                raise
-    raise AssertionError("could not move the retire time")

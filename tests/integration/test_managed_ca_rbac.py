@@ -14,6 +14,7 @@ from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
 from kube.client import ApiError, Client, is_not_found
 from tests.integration.identities import can, service_account_subject, service_account_token
+from tests.integration.managed_ca_harness import phase
 from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
 from tests.integration.manifests import apply, ensure_namespace
 from tests.unit.manager.kustomize import CONFIG, render
@@ -35,13 +36,7 @@ def managed_rbac_applied(client: Client) -> None:
 
 
 def _phase(client: Client) -> str | None:
-    try:
-        secret = client.get(SECRET_PATH)
-    except ApiError as err:
-        if is_not_found(err):
-            return None
-        raise
-    return str(secret["metadata"].get("annotations", {}).get("service-serving-signer/ca-phase"))
+    return phase(client, SECRET_PATH)
 
 
 @pytest.mark.usefixtures("managed_rbac_applied")
