@@ -287,3 +287,15 @@ def test_explain_of_an_issued_request_shows_names_not_after_and_refresh(
     created = datetime.fromisoformat(request["creationTimestamp"].replace("Z", "+00:00"))
     assert created < refresh < not_after <= created + timedelta(hours=24, minutes=1)
     assert request["condition"] == "Issued"
+
+
+def test_status_reads_in_pages_and_agrees_with_one_page(
+    cluster_state: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import manager.status
+
+    whole = normalise(run(cluster_state, "status")[1], cluster_state)
+    monkeypatch.setattr(manager.status, "PAGE_SIZE", 2)  # 7 requests: four pages
+    paged = normalise(run(cluster_state, "status")[1], cluster_state)
+    assert paged == whole
+    assert whole[5] == "Requests in all namespaces: 7 (1 Denied, 1 Failed, 2 Issued, 3 waiting)"
