@@ -12,8 +12,9 @@ rest. Like httpx, each request policy is applied once, on the way down, in `_cal
    401 is the same request.
 3. **Encode.** Bodies are dicts encoded with `orjson`, answers decoded with it (the
    generated pydantic models cost several times the CPU and reject fields they do not
-   know; the standard `json` module takes ~3x orjson's CPU to decode a watch event and
-   ~10x to encode a status body).
+   know; the standard `json` module takes several times orjson's CPU to decode a watch
+   event and to encode a status body: bench/README.md, "Figures behind module
+   decisions").
 4. **Headers.** Accept, User-Agent and the credentials' header, encoded once per
    credentials value (`kube.credentials`: cached, re-read on a timer), plus the body's
    Content-Type.

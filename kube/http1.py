@@ -5,9 +5,10 @@ CPU on layers a JSON API client does not need — header objects assembled field
 and sent in several TLS writes, the response headers parsed by the `email` package,
 response wrappers, pool bookkeeping. Here a request is one bytes object written with one
 `sendall`, and the answer is parsed from a buffer: the status line, the three headers we
-read (`Content-Length`, `Transfer-Encoding`, `Connection`, plus `Retry-After`), and a
-body by length or chunked. About a third of the CPU of a write. A watch is one request
-on a connection of its own whose chunked body is de-chunked straight off the socket.
+read (`Content-Length`, `Transfer-Encoding`, `Connection`, plus `Retry-After`), and a body
+by length or chunked, for a fraction of the client CPU of a write (bench/README.md,
+"Figures behind module decisions"). A watch is one request on a connection of its own
+whose chunked body is de-chunked straight off the socket.
 
 What it keeps from the urllib3 path (it is built on it):
 

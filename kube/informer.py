@@ -20,7 +20,8 @@ What it decides:
   objects fire nothing and keep their cached record instance. Only the changed records
   are held while listing (plus a set of the cached keys), so a relist never holds two
   copies of a big cache. No resourceVersion is kept per object: at 150,000 Pods that map
-  alone was ~65 bytes a Pod, to save one transform per object on a rare relist.
+  was a measurable share of the cache (bench/README.md, "Memory"), to save one transform
+  per object on a rare relist.
 * **Watching.** WATCH from the last resourceVersion with `allowWatchBookmarks=true` and a
   server `timeoutSeconds` drawn from [min_watch_timeout, max_watch_timeout]; BOOKMARKs
   and every event advance the resourceVersion. When the server ends a watch normally we
