@@ -8,6 +8,7 @@ to ask for instead of a bare "forbidden".
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kube.client import ApiError
@@ -62,3 +63,30 @@ def denied_or_raise(
     if err.status != 403:
         raise err
     return AccessDenied(Forbidden(verb, resource, group, namespace, name))
+
+
+# kube-apiserver's RBAC refusal: `… cannot list resource "pods" in API group "" in the
+# namespace "shop"` (no namespace part for cluster-scoped or all-namespace requests).
+_REFUSAL = re.compile(
+    r'cannot (?P<verb>\S+) resource "(?P<resource>[^"]+)" in API group "(?P<group>[^"]*)"'
+    r'(?: in the namespace "(?P<namespace>[^"]+)")?'
+)
+
+
+def refusal(err: ApiError) -> AccessDenied | None:
+    """The permission a 403 from any read names, or None for another error."""
+    if err.status != 403:
+        return None
+    match = _REFUSAL.search(str(err.body.get("message") or ""))
+    if match is None:
+        return None
+    details = err.body.get("details") or {}
+    return AccessDenied(
+        Forbidden(
+            match["verb"],
+            match["resource"],
+            match["group"],
+            match["namespace"] or "",
+            str(details.get("name") or ""),
+        )
+    )

@@ -215,7 +215,11 @@ def _target(kind: str, name: str | None, namespace: str | None) -> tuple[str, st
 
 
 def _access_error(command: str, err: Exception) -> StartupError:
-    from manager.access import AccessDenied
+    from kube.client import ApiError
+    from manager.access import AccessDenied, refusal
+
+    if isinstance(err, ApiError):
+        err = refusal(err) or err
 
     if isinstance(err, AccessDenied):
         if not err.missing.namespace and err.missing.namespaced:

@@ -55,3 +55,22 @@ def test_refusals_name_the_scope_and_the_can_i_check() -> None:
     assert lease.can_i() == (
         "kubectl auth can-i get leases.coordination.k8s.io/service-serving-signer -n sss"
     )
+
+
+def test_a_refusal_from_any_read_names_its_permission() -> None:
+    from kube.client import ApiError
+    from manager.access import refusal
+
+    err = ApiError(
+        403,
+        "Forbidden",
+        {
+            "message": 'services "web" is forbidden: User "alice" cannot get resource '
+            '"services" in API group "" in the namespace "shop"',
+            "details": {"name": "web", "kind": "services"},
+        },
+    )
+    denied = refusal(err)
+    assert denied is not None
+    assert str(denied.missing) == "forbidden: cannot get services 'web' in namespace shop"
+    assert refusal(ApiError(404, "NotFound", {"message": "x"})) is None
