@@ -8,13 +8,13 @@ server-side apply under its own field manager (`service-serving-signer-injector`
 
 Wiring, in kube-controller-manager's shape:
 
-* five informers, each with a transform that keeps only what `sync` reads
-  (`injector.targets.Target` for the four kinds; name, signer, labels and PEM for
-  ClusterTrustBundles of every signer);
+* five informers (`informers(factory)`: the process builds and starts them), each with
+  a transform that keeps only what `sync` reads (`injector.targets.Target` for the four
+  kinds; name, signer, labels and PEM for ClusterTrustBundles of every signer);
 * an index on each of the four caches from "which bundles can change my selection"
   (`name:<bundle>` or `signer:<signerName>`, `injector.decide.selection_keys`) so a
   ClusterTrustBundle add/update/delete re-drives exactly the objects it may concern;
-* one queue of `<Kind>/<name>` keys on `kube.controller.Controller` (workers start on
+* one queue of `<Kind>/<name>` keys on `kube.controller.Loop` (workers start on
   synced caches; the processNextWorkItem contract); handlers only enqueue; a periodic
   resync re-drives every annotated object (the safety net against a missed event, and
   the repair of a hand-edited caBundle whose watch event was lost).
@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -37,9 +38,9 @@ from injector import decide as decisions
 from injector.metrics import InjectorMetrics
 from injector.targets import KINDS, Kind, Target, apply_body, split_key, target_key, to_target
 from kube.client import ApiError, Client, is_not_found, path_segment
-from kube.controller import Controller, Requeue
+from kube.controller import Cache, Loop, Requeue
 from kube.events import ObjectRef
-from kube.informer import Informer
+from kube.factory import InformerFactory
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from trust.bundle import earliest_expiry
@@ -58,8 +59,8 @@ class Recorder(Protocol):
     def warning(self, regarding: ObjectRef, reason: str, note: str, action: str) -> None: ...
 
 
-class TargetCache(Protocol):
-    def has_synced(self) -> bool: ...
+class TargetCache(Cache[Target], Protocol):
+    """An informer's cache of one kind of annotated object, indexed by selection."""
 
     def get(self, key: str) -> Target | None: ...
 
@@ -68,14 +69,38 @@ class TargetCache(Protocol):
     def by_index(self, index_name: str, value: str) -> list[Target]: ...
 
 
-class BundleCache(Protocol):
-    def has_synced(self) -> bool: ...
+class BundleCache(Cache[JSON], Protocol):
+    """The informer's cache of every ClusterTrustBundle (`bundle_record`s)."""
 
     def list(self) -> list[JSON]: ...
 
 
-class NotSynced(Exception):
-    """A cache is not filled yet; deciding from it would be deciding from nothing."""
+@dataclass(frozen=True)
+class Caches:
+    """The caches the injector reads: one per kind (by `Kind.kind`) and the bundles."""
+
+    targets: Mapping[str, TargetCache]
+    bundles: BundleCache
+
+
+def informers(factory: InformerFactory, *, ctb_version: str) -> Caches:
+    """One informer per kind (`Target` records, indexed by what they select) and one of
+    every signer's ClusterTrustBundles (`bundle_record`s)."""
+    targets: dict[str, TargetCache] = {
+        kind.kind: factory.informer(
+            kind.path,
+            name=kind.resource,
+            transform=_transform_for(kind),
+            indexers={SELECTION_INDEX: _selection_index},
+        )
+        for kind in KINDS
+    }
+    bundles = factory.informer(
+        f"/apis/certificates.k8s.io/{ctb_version}/clustertrustbundles",
+        name="clustertrustbundles-injector",
+        transform=bundle_record,
+    )
+    return Caches(targets, bundles)
 
 
 def bundle_record(raw: JSON) -> JSON:
@@ -99,17 +124,17 @@ def _selection_index(target: Target) -> list[str]:
 class InjectorController:
     """Keeps annotated objects' caBundles equal to their selected trust bundle."""
 
+    name = "injector"
+
     def __init__(
         self,
         client: Client,
+        caches: Caches,
         recorder: Recorder,
         *,
-        ctb_version: str = "v1",
         workers: int = 2,
         resync_period: float = 300.0,
         registry: CollectorRegistry | None = None,
-        caches: Mapping[str, TargetCache] | None = None,
-        bundles: BundleCache | None = None,
     ) -> None:
         self.client = client
         self.recorder = recorder
@@ -117,54 +142,25 @@ class InjectorController:
         self.resync_period = resync_period
         self.metrics = InjectorMetrics(registry)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
-        self._informers: list[Informer[Any]] = []
-        if caches is None:
-            built: dict[str, TargetCache] = {}
-            for kind in KINDS:
-                informer: Informer[Target] = Informer(
-                    client,
-                    kind.path,
-                    name=kind.resource,
-                    transform=_transform_for(kind),
-                    indexers={SELECTION_INDEX: _selection_index},
-                )
-                informer.add_handler(
-                    self._on_target, self._on_target_update, self._on_target_delete
-                )
-                self._informers.append(informer)
-                built[kind.kind] = informer
-            caches = built
-        self.caches: Mapping[str, TargetCache] = caches
-        if bundles is None:
-            ctb_informer: Informer[JSON] = Informer(
-                client,
-                f"/apis/certificates.k8s.io/{ctb_version}/clustertrustbundles",
-                name="clustertrustbundles-injector",
-                transform=bundle_record,
-            )
-            ctb_informer.add_handler(self._on_bundle, self._on_bundle_update, self._on_bundle)
-            self._informers.append(ctb_informer)
-            bundles = ctb_informer
-        self.bundles: BundleCache = bundles
-        self.loop = Controller(
-            "injector",
-            self._sync_key,
+        self.caches: Mapping[str, TargetCache] = caches.targets
+        self.bundles: BundleCache = caches.bundles
+        for cache in self.caches.values():
+            cache.add_handler(self._on_target, self._on_target_update, self._on_target_delete)
+        self.bundles.add_handler(self._on_bundle, self._on_bundle_update, self._on_bundle)
+        self.loop = Loop(
+            self.name,
+            self.sync,
             self.queue,
-            informers=self._informers,
             synced=(self.bundles.has_synced, *(c.has_synced for c in self.caches.values())),
             workers=workers,
             resync_period=resync_period,
             resync_keys=self.resync,
         )
 
-    # informers and handlers (handlers only enqueue) ----------------------------------
+    # handlers (they only enqueue) ----------------------------------------------------
 
     def has_synced(self) -> bool:
         return self.loop.has_synced()
-
-    def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
-        """Start filling the caches (idempotent); a standby replica warms up too."""
-        return self.loop.start_informers(stop)
 
     def _on_target(self, target: Target) -> None:
         self.queue.add(target.key)
@@ -203,47 +199,26 @@ class InjectorController:
 
     # the loop: kube.controller ---------------------------------------------------------
 
-    def run_workers(self, stop: threading.Event) -> None:
-        """Sync every annotated object once, then on every event and resync, until `stop`."""
-        self.loop.run_workers(stop)
-
     def run(self, stop: threading.Event) -> None:
-        """Informers and workers until `stop` is set. Blocks."""
-        self.start_informers(stop)
-        self.run_workers(stop)
-
-    def _sync_key(self, key: str) -> Requeue | None:
-        try:
-            self.sync(key)
-        except NotSynced:
-            # Not a failure: come back once the caches are filled.
-            return Requeue(after=0.2)
-        except ApiError as err:
-            # Transient (or the object changed under us): retry with this key's backoff,
-            # sooner if the server said when.
-            log.warning("injector sync failed; retrying", extra={"key": key, "error": str(err)})
-            return Requeue(after=err.retry_after)
-        return None
+        """Sync every annotated object once (the informers' adds), then on every event and
+        resync, until `stop`. API errors raise from `sync`; the loop retries them."""
+        self.loop.run(stop)
 
     # the sync ------------------------------------------------------------------------
 
-    def sync(self, key: str) -> None:
+    def sync(self, key: str) -> Requeue | None:
         """Decide from the caches for one `<Kind>/<name>` key and write at most one apply
-        patch. Raises `NotSynced` or `ApiError` (the caller retries)."""
+        patch. Raises `ApiError` (the loop retries)."""
         kind, name = split_key(key)
-        cache = self.caches[kind.kind]
-        if not (cache.has_synced() and self.bundles.has_synced()):
-            raise NotSynced(key)
-        target = cache.get(name)
+        target = self.caches[kind.kind].get(name)
         if target is None:
             self.metrics.keep_expiry(key, None)
-            return
+            return None
         decision = decisions.decide(target, self.bundles.list())
         ref = _ref(kind, target)
         match decision:
             case decisions.Ignore():
                 self.metrics.keep_expiry(key, None)
-                return
             case decisions.Invalid(reason=reason, message=message):
                 self.metrics.keep_expiry(key, None)
                 self.recorder.warning(ref, reason, message, "InjectCABundle")
@@ -256,6 +231,7 @@ class InjectorController:
                 self.metrics.observe(kind.kind, "unchanged")
             case decisions.Inject():
                 self._inject(kind, target, decision)
+        return None
 
     def _inject(self, kind: Kind, target: Target, decision: decisions.Inject) -> None:
         # No Normal Event per write: a rotation re-writes every injected object at once,

@@ -1,23 +1,33 @@
-"""One controller loop for every controller: informers, a rate-limited queue, workers.
+"""One shape for every controller, and the one loop that runs them.
 
-The shape of kube-controller-manager's `pkg/controller/certificates/certificate_controller.go`:
-the loop owns the informers' start-up, `has_synced`, the worker threads and client-go's
-`processNextWorkItem` contract; a controller supplies only `sync(key)` and its event
-handlers (which only enqueue). What the loop decides:
+The shape of kube-controller-manager's controllers (`pkg/controller/certificates/`): the
+process builds the informers (`kube.factory.InformerFactory`) and passes each controller
+the caches it reads in its constructor; the controller registers event handlers that only
+enqueue, and supplies `sync(key)`; this module's `Loop` does the rest. What every
+controller is to the process is `Controller` (below): `name`, `has_synced()`, `run(stop)`
+(the workers; the informers are the process's) and `sync(key)`.
 
-* **Workers start only on synced caches.** `run_workers` waits for every informer (and any
-  extra `synced` check) before the first key is taken: a decision from a half-filled cache
-  could delete or deny something that exists.
-* **The contract**, for the outcome of one `sync(key)`:
-  `None` → done: `forget` the key's backoff; `Requeue(after=s)` → the server said when
-  (`Retry-After`): `add_after`; `Requeue()` → retry with the key's exponential backoff
-  (`add_rate_limited`); an exception → the same backoff, and `on_error` is told. Always
+What the loop decides:
+
+* **Workers start only on synced caches.** `run` waits for every `synced` check before the
+  first key is taken: a decision from a half-filled cache could delete or deny something
+  that exists. So no `sync` ever sees an unsynced cache, and none checks.
+* **The contract** (client-go's `processNextWorkItem`), for the outcome of one `sync(key)`:
+  `None` → done: `forget` the key's backoff; `Requeue(after=s)` → `add_after`;
+  `Requeue()` → retry with the key's exponential backoff (`add_rate_limited`). Always
   `done(key)` last, so the queue may hand the key out again.
+* **The error policy is the loop's, not the controllers'.** A `sync` lets every failure
+  raise. A transient `ApiError` (transport failure, 429, 5xx) is retried after the
+  server's `Retry-After` when it sent one, else with the key's backoff, logged as a
+  warning without a traceback; any other exception (403, 422, a bug) is logged with its
+  traceback and retried with the key's backoff (up to the queue's 1000 s ceiling, as
+  kube-controller-manager does). `on_error` is told of every failure, so a controller
+  counts its errors in one place.
 * **Resync.** With `resync_period`, every period the keys `resync_keys()` names are added
   (KCM's periodic resync; for the signer, only the waiting requests).
 * **Shutdown.** Once `stop` is set no worker takes a new key — keys still queued stay
   unprocessed, as a replica that stops leading must not keep acting — while syncs already
-  running finish; `run_workers` returns after they have (bounded by `shutdown_timeout`,
+  running finish; `run` returns after they have (bounded by `shutdown_timeout`,
   `SHUTDOWN_GRACE` by default), so the caller can release the Lease knowing nothing of
   ours still writes.
 """
@@ -29,8 +39,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from kube.client import ApiError
 from kube.workqueue import RateLimitingQueue
 
 log = logging.getLogger(__name__)
@@ -44,27 +55,66 @@ SHUTDOWN_GRACE = 20.0
 
 @dataclass(frozen=True)
 class Requeue:
-    """Retry the key: after `after` seconds if the server said so, else with backoff."""
+    """Retry the key: after `after` seconds if set, else with the key's backoff."""
 
     after: float | None = None
 
 
 Sync = Callable[[str], Requeue | None]
 
+T = TypeVar("T", covariant=True)
 
-class RunnableInformer(Protocol):
-    """What the loop needs of an informer (`kube.informer.Informer`)."""
+
+class Cache(Protocol[T]):
+    """What every controller needs of each cache it is given (`kube.informer.Informer`
+    or a test's seeded fake): the synced flag the loop waits for, and the event handlers
+    it registers (they only enqueue). A controller's own cache protocol adds the reads
+    its `sync` makes."""
+
+    def has_synced(self) -> bool: ...
+
+    def add_handler(
+        self,
+        on_add: Callable[[T], None] | None = None,
+        on_update: Callable[[T, T], None] | None = None,
+        on_delete: Callable[[T], None] | None = None,
+    ) -> None: ...
+
+
+def wait_until(
+    check: Callable[[], bool], stop: threading.Event, timeout: float | None = None
+) -> bool:
+    """Poll `check` until it holds (True), or `stop` is set or `timeout` passes (False)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not stop.is_set():
+        if check():
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        stop.wait(0.05)
+    return False
+
+
+class Controller(Protocol):
+    """What the process needs of every controller (signer, publisher, injector, ...).
+
+    Built over caches the process made (its informers are started by the process, before
+    leadership, so a standby is warm); `run(stop)` runs the workers until `stop` is set
+    and returns once the syncs in flight have finished; `sync(key)` is one decision and
+    its action (tests call it directly)."""
 
     @property
     def name(self) -> str: ...
 
-    def run(self, stop: threading.Event) -> None: ...
-
     def has_synced(self) -> bool: ...
 
+    def run(self, stop: threading.Event) -> None: ...
 
-class Controller:
-    """Informers + one queue + `workers` threads running `sync` (see the module docstring)."""
+    def sync(self, key: str) -> Requeue | None: ...
+
+
+class Loop:
+    """One queue + `workers` threads running `sync` (see the module docstring)."""
 
     def __init__(
         self,
@@ -72,7 +122,6 @@ class Controller:
         sync: Sync,
         queue: RateLimitingQueue[str],
         *,
-        informers: Sequence[RunnableInformer] = (),
         synced: Sequence[Callable[[], bool]] = (),
         workers: int = 1,
         on_error: Callable[[str, Exception], None] | None = None,
@@ -85,54 +134,19 @@ class Controller:
         self.workers = max(1, workers)
         self.resync_period = resync_period
         self._sync = sync
-        self._informers = tuple(informers)
         self._synced = tuple(synced)
         self._on_error = on_error
         self._resync_keys = resync_keys
         self._shutdown_timeout = shutdown_timeout
-        self._stop = threading.Event()  # the `stop` of the running `run_workers`
-        self._informer_threads: list[threading.Thread] = []
-        self._start_lock = threading.Lock()
-
-    # informers ------------------------------------------------------------------------
-
-    def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
-        """Start every informer (may run before leadership: warm caches). Idempotent: a
-        second call returns the threads of the first."""
-        with self._start_lock:
-            if not self._informer_threads:
-                for informer in self._informers:
-                    thread = threading.Thread(
-                        target=informer.run,
-                        args=(stop,),
-                        name=f"informer-{informer.name}",
-                        daemon=True,
-                    )
-                    thread.start()
-                    self._informer_threads.append(thread)
-            return list(self._informer_threads)
+        self._stop = threading.Event()  # the `stop` of the running `run`
 
     def has_synced(self) -> bool:
-        return all(i.has_synced() for i in self._informers) and all(s() for s in self._synced)
+        return all(s() for s in self._synced)
 
     def wait_for_sync(self, stop: threading.Event, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not stop.is_set():
-            if self.has_synced():
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            stop.wait(0.05)
-        return False
-
-    # workers --------------------------------------------------------------------------
+        return wait_until(self.has_synced, stop, timeout)
 
     def run(self, stop: threading.Event) -> None:
-        """Informers and workers; blocks until `stop` is set and the workers have ended."""
-        self.start_informers(stop)
-        self.run_workers(stop)
-
-    def run_workers(self, stop: threading.Event) -> None:
         """Wait for the caches, run the workers (and the resync) until `stop`, then stop
         taking keys and wait for the syncs in flight."""
         self._stop = stop
@@ -184,10 +198,16 @@ class Controller:
             return False
         try:
             outcome = self._sync(key)
+        except ApiError as err:
+            self._failed(key, err)
+            if err.transient and err.retry_after is not None:
+                # The server said when (429/503 with Retry-After): honour it.
+                self.queue.add_after(key, err.retry_after)
+            else:
+                # Retry with this key's exponential backoff.
+                self.queue.add_rate_limited(key)
         except Exception as err:
-            log.exception("%s: sync failed", self.name, extra={"key": key})
-            if self._on_error is not None:
-                self._on_error(key, err)
+            self._failed(key, err)
             # An unexpected failure: retry with this key's exponential backoff.
             self.queue.add_rate_limited(key)
         else:
@@ -195,7 +215,7 @@ class Controller:
                 # Done (written, waiting, or nothing to do): reset the key's backoff.
                 self.queue.forget(key)
             elif outcome.after is not None:
-                # The server said when (Retry-After): honour it.
+                # The controller said when: honour it.
                 self.queue.add_after(key, outcome.after)
             else:
                 # Retry later with this key's exponential backoff.
@@ -204,3 +224,15 @@ class Controller:
             # Let the queue hand this key to a worker again.
             self.queue.done(key)
         return True
+
+    def _failed(self, key: str, err: Exception) -> None:
+        if isinstance(err, ApiError) and err.transient:
+            log.warning(
+                "%s: transient API error; retrying",
+                self.name,
+                extra={"key": key, "error": str(err)},
+            )
+        else:
+            log.exception("%s: sync failed; retrying", self.name, extra={"key": key})
+        if self._on_error is not None:
+            self._on_error(key, err)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,7 +33,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found, path_segment
-from kube.controller import Controller, Requeue
+from kube.controller import Loop, Requeue
 from kube.events import ObjectRef
 from kube.workqueue import RateLimitingQueue
 from managedca import decide as d
@@ -123,6 +124,8 @@ class Observed:
 class ManagedCAController:
     """See the module docstring. `sync_once()` is one step (tests, `ca status`)."""
 
+    name = "managed-ca"
+
     def __init__(
         self,
         client: Client,
@@ -154,9 +157,9 @@ class ManagedCAController:
         self.ctb_path = f"/apis/certificates.k8s.io/{ctb_version}/clustertrustbundles"
         self.metrics = ManagedCAMetrics(registry)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
-        self.loop = Controller(
-            "managed-ca",
-            self._sync_key,
+        self.loop = Loop(
+            self.name,
+            self.sync,
             self.queue,
             resync_period=resync_period,
             resync_keys=lambda: (KEY,),
@@ -168,12 +171,9 @@ class ManagedCAController:
     def has_synced(self) -> bool:
         return True  # no cache: every step reads the API
 
-    def run_workers(self, stop: Any) -> None:
+    def run(self, stop: threading.Event) -> None:
         self.queue.add(KEY)
-        self.loop.run_workers(stop)
-
-    def run(self, stop: Any) -> None:
-        self.run_workers(stop)
+        self.loop.run(stop)
 
     def trigger(self, *_: object) -> None:
         self.queue.add(KEY)
@@ -227,7 +227,7 @@ class ManagedCAController:
             self._step(seen.stored, seen.secret, action, now)
         return action
 
-    def _sync_key(self, _key: str) -> Requeue | None:
+    def sync(self, _key: str = KEY) -> Requeue | None:
         try:
             action = self.sync_once()
         except ApiError as err:

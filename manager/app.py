@@ -33,12 +33,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from kube import memory
-from kube.controller import SHUTDOWN_GRACE
+from kube.controller import SHUTDOWN_GRACE, Controller
+from kube.factory import InformerFactory
 from manager.ops import BindError, Checks, OpsServer, start_servers
 from manager.options import SIGNING_CONTROLLERS, Options
 
@@ -55,19 +56,6 @@ class StartupFailure(Exception):
     """The process cannot start; `str()` is one line (`<file or thing>: <problem>`)."""
 
 
-class Controller(Protocol):
-    """What the manager needs of a controller (signer, publisher and injector).
-
-    A controller with `start_informers(stop)` gets its caches warmed before leadership
-    (so a standby is ready); while leading, `run_workers(stop)` runs if it exists, else
-    `run(stop)` (whose own `start_informers` must then be idempotent).
-    """
-
-    def run(self, stop: threading.Event) -> None: ...
-
-    def has_synced(self) -> bool: ...
-
-
 @dataclass
 class Process:
     """The running pieces of one process, in the order they are stopped."""
@@ -79,7 +67,7 @@ class Process:
     stop: threading.Event = field(default_factory=threading.Event)
     controllers: dict[str, Controller] = field(default_factory=dict)
     warmers: list[Callable[[threading.Event], None]] = field(default_factory=list)
-    informer_starters: list[Callable[[threading.Event], object]] = field(default_factory=list)
+    informers: InformerFactory | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
     reloaders: list[Callable[[], None]] = field(default_factory=list)
     servers: list[OpsServer] = field(default_factory=list)
@@ -107,11 +95,12 @@ class Process:
         self.checks.add_thread(thread, self.stopping)
 
     def start_informers(self) -> None:
-        for start in self.informer_starters:
-            threads = start(self._background_stop)
-            for thread in threads if isinstance(threads, list) else []:
-                self._background.append(thread)
-                self.checks.add_thread(thread, self.stopping)
+        """Every controller's informers, before leadership: a standby has warm caches."""
+        if self.informers is None:
+            return
+        for thread in self.informers.start(self._background_stop):
+            self._background.append(thread)
+            self.checks.add_thread(thread, self.stopping)
 
     # controllers: only while leading -------------------------------------------------
 
@@ -132,13 +121,8 @@ class Process:
         threads = []
         for name, controller in self.controllers.items():
             # Informers already run (warmed before leadership); only the workers start here.
-            # A controller without `run_workers` gets `run`, whose `start_informers` is a
-            # no-op the second time.
-            target = getattr(controller, "run_workers", None)
-            if not callable(target):
-                target = controller.run
             thread = threading.Thread(
-                target=target, args=(workers_stop,), name=f"{name}-controller", daemon=True
+                target=controller.run, args=(workers_stop,), name=f"{name}-controller", daemon=True
             )
             thread.start()
             threads.append(thread)
@@ -244,10 +228,11 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
 
     if client is None:
         client = _client(opts, proc)
+    factory = proc.informers = InformerFactory(client)
 
     try:
         if "publisher" in opts.controllers:
-            from publisher.controller import PublisherController
+            from publisher import controller as publishing
 
             ctb_version = served_version(
                 client, CERTIFICATES_GROUP, "clustertrustbundles", ["v1", "v1beta1"]
@@ -257,8 +242,11 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
                     "API server: certificates.k8s.io serves no clustertrustbundles "
                     "(enable the ClusterTrustBundle feature and API)"
                 )
-            publisher = PublisherController(
+            publisher = publishing.PublisherController(
                 client,
+                publishing.informers(
+                    factory, signer_name=opts.signer_name, ctb_version=ctb_version
+                ),
                 material.trust_bundle,
                 signer_name=opts.signer_name,
                 ctb_version=ctb_version,
@@ -269,7 +257,7 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
             log.info("publisher configured", extra={"clustertrustbundles": ctb_version})
 
         if "signer" in opts.controllers:
-            from signer.controller import SignerController
+            from signer import controller as signers
 
             pcr_version = served_version(
                 client, CERTIFICATES_GROUP, "podcertificaterequests", opts.pcr_versions_preferred
@@ -282,8 +270,9 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
                 )
             recorder = EventRecorder(client, "service-serving-signer", proc.identity)
             proc.closers.insert(0, recorder.stop)
-            proc.controllers["signer"] = SignerController(
+            proc.controllers["signer"] = signers.SignerController(
                 client,
+                signers.informers(factory, signer_name=opts.signer_name, pcr_version=pcr_version),
                 material,
                 signer_name=opts.signer_name,
                 domain=opts.cluster_service_domain,
@@ -297,7 +286,7 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
             log.info("signer configured", extra={"podcertificaterequests": pcr_version})
 
         if "injector" in opts.controllers:
-            _build_injector(proc, client, registry)
+            _build_injector(proc, client, factory, registry)
 
         if opts.managed_ca and material is not None:
             _build_managed_ca(proc, client, managed_source)
@@ -310,9 +299,6 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
         proc.warmers.append(material.run)
     for name, controller in proc.controllers.items():
         proc.checks.add_readiness(f"{name}-informers-synced", controller.has_synced)
-        start = getattr(controller, "start_informers", None)
-        if callable(start):
-            proc.informer_starters.append(start)
     proc.client = client
     return proc
 
@@ -353,16 +339,18 @@ def _build_managed_ca(proc: Process, client: Any, source: Any) -> None:
     log.info("managed CA configured", extra={"secret": proc.opts.managed_ca_secret_name})
 
 
-def _build_injector(proc: Process, client: Any, registry: CollectorRegistry) -> None:
+def _build_injector(
+    proc: Process, client: Any, factory: InformerFactory, registry: CollectorRegistry
+) -> None:
     """The opt-in caBundle injector (SPEC §11): needs no signing material."""
-    from injector.controller import InjectorController
+    from injector import controller as injecting
     from kube.events import EventRecorder
 
     ctb_version = _ctb_version(client, "the injector resolves caBundles from them")
     recorder = EventRecorder(client, "service-serving-signer", proc.identity)
     proc.closers.insert(0, recorder.stop)
-    proc.controllers["injector"] = InjectorController(
-        client, recorder, ctb_version=ctb_version, registry=registry
+    proc.controllers["injector"] = injecting.InjectorController(
+        client, injecting.informers(factory, ctb_version=ctb_version), recorder, registry=registry
     )
     log.info("injector configured", extra={"clustertrustbundles": ctb_version})
 

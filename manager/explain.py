@@ -47,7 +47,7 @@ from kube.types import JSON
 from manager import advice
 from manager.access import AccessDenied, denied_or_raise
 from manager.health import Health, Leader
-from signer.controller import PCR_GROUP, Final, SignerController, Wait
+from signer.controller import PCR_GROUP, Caches, Final, SignerController, Wait
 from signer.records import (
     PCRRecord,
     PodRecord,
@@ -177,6 +177,12 @@ class _LiveStore:
         self.raw[key] = found
         return found
 
+    def has_synced(self) -> bool:
+        return True
+
+    def add_handler(self, on_add: Any = None, on_update: Any = None, on_delete: Any = None) -> None:
+        """Explain reacts to no change."""
+
 
 class _NoMaterial:
     """decide() never signs; explain holds no key material."""
@@ -216,8 +222,13 @@ class Explainer:
         self.pcr_version = pcr_version
         self.health = health
         self.now = now
+        self._pods = _LiveStore(client, "pods", pod_record)
+        self._services = _LiveStore(client, "services", service_record)
         self.controller = SignerController(
             client,
+            Caches(
+                pcrs=_LiveStore(client, "-", pcr_record), pods=self._pods, services=self._services
+            ),
             _NoMaterial(),
             signer_name=signer_name,
             domain=domain,
@@ -225,10 +236,6 @@ class Explainer:
             registry=CollectorRegistry(),
             recorder=_NoEvents(),
         )
-        self._pods = _LiveStore(client, "pods", pod_record)
-        self._services = _LiveStore(client, "services", service_record)
-        self.controller.pods = self._pods
-        self.controller.services = self._services
         self._owners: dict[tuple[str, str, str], advice.Owner] = {}
 
     def pcr_base(self, namespace: str | None) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from kube.controller import Controller, Requeue
 from managedca.controller import ManagedCAController
 from managedca.decide import Config
 from managedca.report import LoadedReporter
@@ -78,23 +79,26 @@ def material_source(
 class AfterMaterial:
     """A controller whose workers start only once `ready(stop)` returns True."""
 
-    def __init__(self, controller: Any, ready: Callable[[threading.Event], bool]) -> None:
+    def __init__(self, controller: Controller, ready: Callable[[threading.Event], bool]) -> None:
         self.controller = controller
         self._ready = ready
+
+    @property
+    def name(self) -> str:
+        return self.controller.name
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.controller, name)
 
     def has_synced(self) -> bool:
-        return bool(self.controller.has_synced())
-
-    def run_workers(self, stop: threading.Event) -> None:
-        if self._ready(stop):
-            target = getattr(self.controller, "run_workers", None) or self.controller.run
-            target(stop)
+        return self.controller.has_synced()
 
     def run(self, stop: threading.Event) -> None:
-        self.run_workers(stop)
+        if self._ready(stop):
+            self.controller.run(stop)
+
+    def sync(self, key: str) -> Requeue | None:
+        return self.controller.sync(key)
 
 
 def wire(

@@ -24,8 +24,9 @@ Bundles of other signers are never touched: the informer only sees ours (field s
 `spec.signerName=<signer>`) and `sync` re-checks the field.
 
 Reconciles are triggered by any add/update/delete of one of our bundles, by `trigger()`
-(the trust-bundle file changed) and by a periodic resync. Failures are retried with the
-queue's per-item backoff. Each sync counts `clustertrustbundle_publisher_sync_total{code}`;
+(the trust-bundle file changed) and by a periodic resync. Failures raise and are retried
+by the shared loop (`kube.controller`: after the server's Retry-After when transient,
+else with the key's backoff). Each sync counts `clustertrustbundle_publisher_sync_total{code}`;
 a successful one sets the trust-bundle expiry gauge.
 """
 
@@ -35,14 +36,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found, path_segment
-from kube.controller import Controller, Requeue
-from kube.informer import Informer
+from kube.client import (
+    ApiError,
+    Client,
+    is_already_exists,
+    is_conflict,
+    is_not_found,
+    path_segment,
+)
+from kube.controller import Cache, Loop, Requeue
+from kube.factory import InformerFactory
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from publisher.metrics import PublisherMetrics
@@ -57,34 +66,53 @@ QUEUE_NAME = "ca_cert_publisher_cluster_trust_bundles"
 KEY = ""  # the single queue key, as in KCM
 
 
-class BundleCache(Protocol):
+class BundleCache(Cache[JSON], Protocol):
     """What `sync` reads: the informer's cache of our ClusterTrustBundles."""
-
-    def has_synced(self) -> bool: ...
 
     def get(self, key: str) -> JSON | None: ...
 
     def list(self) -> list[JSON]: ...
 
 
-class NotSynced(Exception):
-    """The cache is not filled yet; decisions from it would delete live objects."""
+@dataclass(frozen=True)
+class Caches:
+    """The cache the publisher reads: the ClusterTrustBundles of our signer."""
+
+    bundles: BundleCache
+
+
+def informers(factory: InformerFactory, *, signer_name: str, ctb_version: str) -> Caches:
+    """Our signer's ClusterTrustBundles, whole (a bundle is small and few exist)."""
+    return Caches(
+        bundles=factory.informer(
+            f"/apis/{GROUP}/{ctb_version}/clustertrustbundles",
+            name="clustertrustbundles",
+            field_selector=f"spec.signerName={signer_name}",
+            transform=_whole,
+        )
+    )
+
+
+def _whole(raw: JSON) -> JSON:
+    return raw
 
 
 class PublisherController:
     """Keeps exactly one ClusterTrustBundle for `signer_name`, holding the trust bundle
     that `bundle_source()` returns (normalised, with its file's mtime)."""
 
+    name = "publisher"
+
     def __init__(
         self,
         client: Client,
+        caches: Caches,
         bundle_source: Callable[[], TrustBundle],
         *,
         signer_name: str,
         ctb_version: str,
         registry: CollectorRegistry | None = None,
         resync_period: float = 60.0,
-        informer: BundleCache | None = None,
     ) -> None:
         if ctb_version not in ("v1", "v1beta1", "v1alpha1"):
             raise ValueError(f"unsupported ClusterTrustBundle version {ctb_version!r}")
@@ -96,27 +124,17 @@ class PublisherController:
         self.path = f"/apis/{GROUP}/{ctb_version}/clustertrustbundles"
         self.metrics = PublisherMetrics(registry)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
-        self._informer: Informer[JSON] | None = None
-        if informer is None:
-            self._informer = Informer(
-                client,
-                self.path,
-                name="clustertrustbundles",
-                field_selector=f"spec.signerName={signer_name}",
-            )
-            informer = self._informer
-            self._informer.add_handler(
-                lambda _obj: self.trigger(),
-                lambda _old, _new: self.trigger(),
-                lambda _obj: self.trigger(),
-            )
-        self.cache: BundleCache = informer
+        self.cache = caches.bundles
+        self.cache.add_handler(
+            lambda _obj: self.trigger(),
+            lambda _old, _new: self.trigger(),
+            lambda _obj: self.trigger(),
+        )
         self._kept: set[str] = set()
-        self.loop = Controller(
-            "publisher",
-            self._sync_key,
+        self.loop = Loop(
+            self.name,
+            self.sync,
             self.queue,
-            informers=(self._informer,) if self._informer is not None else (),
             synced=(self.cache.has_synced,),
             resync_period=resync_period,
             resync_keys=lambda: (KEY,),
@@ -125,39 +143,22 @@ class PublisherController:
     # lifecycle ----------------------------------------------------------------------------
 
     def has_synced(self) -> bool:
-        return self.cache.has_synced()
+        return self.loop.has_synced()
 
     def trigger(self, *_: object) -> None:
         """Reconcile soon (the trust bundle changed, or one of our bundles did)."""
         self.queue.add(KEY)
 
-    def start_informers(self, stop: threading.Event) -> None:
-        """Start filling the cache (idempotent); lets a standby replica warm up."""
-        self.loop.start_informers(stop)
-
-    def run_workers(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event) -> None:
         """Reconcile (once at once, then on every trigger and resync) until `stop`."""
         self.trigger()
-        self.loop.run_workers(stop)
-
-    def run(self, stop: threading.Event) -> None:
-        """Informer and worker until `stop` is set. Blocks."""
-        self.start_informers(stop)
-        self.run_workers(stop)
-
-    def _sync_key(self, _key: str) -> Requeue | None:
-        try:
-            self.sync()
-        except Exception as err:
-            # Transient (API error, stale cache): retry the key with its backoff.
-            log.warning("publisher sync failed; retrying: %s", err)
-            return Requeue()
-        return None
+        self.loop.run(stop)
 
     # the reconcile -------------------------------------------------------------------
 
-    def sync(self) -> None:
-        """One reconcile from the cache. Raises on any failed API call (to be retried)."""
+    def sync(self, key: str = KEY) -> Requeue | None:
+        """One reconcile from the cache (there is one key). Raises on any failed API call,
+        for the loop to retry."""
         started = time.monotonic()
         err: BaseException | None = None
         try:
@@ -169,10 +170,9 @@ class PublisherController:
             raise
         finally:
             self.metrics.observe(err, time.monotonic() - started)
+        return None
 
     def _sync(self, bundle: TrustBundle) -> None:
-        if not self.cache.has_synced():
-            raise NotSynced("ClusterTrustBundle cache not synced")
         name = bundle_name(self.signer_name, bundle.pem)
         existing = self.cache.get(name)
         if existing is None:

@@ -20,7 +20,7 @@ four outcomes, in the order of SPEC §5.2:
 
 Losing a write race (409) to another replica is not an error: the request is re-read, and
 if it is already terminal nothing is counted. Event handlers only enqueue keys; the workers
-are `kube.controller.Controller` (client-go's processNextWorkItem contract, shutdown).
+are `kube.controller.Loop` (client-go's processNextWorkItem contract, shutdown).
 
 Lookups trust the caches for what can only get better (a Service appearing re-drives the
 request anyway) and confirm with one live GET before anything final: a Pod absent from the
@@ -48,9 +48,9 @@ from typing import Protocol, TypeVar
 from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client, is_not_found, path_segment
-from kube.controller import Controller, Requeue
+from kube.controller import Cache, Loop, Requeue
 from kube.events import EventRecorder, ObjectRef
-from kube.informer import Informer
+from kube.factory import InformerFactory
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from signer import authority, policy
@@ -85,10 +85,35 @@ WAITING_RESYNC_PERIOD = 300.0
 T = TypeVar("T", covariant=True)
 
 
-class Store(Protocol[T]):
-    """What `sync` needs of a cache: a read by `namespace/name`."""
+class Store(Cache[T], Protocol[T]):
+    """What the signer reads of a cache: a record by `namespace/name`."""
 
     def get(self, key: str) -> T | None: ...
+
+
+@dataclass(frozen=True)
+class Caches:
+    """The caches the signer reads: its requests, every Pod and every Service."""
+
+    pcrs: Store[PCRRecord]
+    pods: Store[PodRecord]
+    services: Store[ServiceRecord]
+
+
+def informers(factory: InformerFactory, *, signer_name: str, pcr_version: str) -> Caches:
+    """The signer's informers, each keeping only what a decision reads (`signer.records`)."""
+    if pcr_version not in PCR_VERSIONS:
+        raise ValueError(f"pcr_version must be one of {PCR_VERSIONS}, not {pcr_version!r}")
+    return Caches(
+        pcrs=factory.informer(
+            f"/apis/{PCR_GROUP}/{pcr_version}/podcertificaterequests",
+            name="podcertificaterequests",
+            field_selector=f"spec.signerName={signer_name}",
+            transform=pcr_record,
+        ),
+        pods=factory.informer("/api/v1/pods", name="pods", transform=pod_record, key=_pod_key),
+        services=factory.informer("/api/v1/services", name="services", transform=service_record),
+    )
 
 
 class MaterialSource(Protocol):
@@ -155,9 +180,12 @@ Decision = Final | Wait | Sign
 
 
 class SignerController:
+    name = "signer"
+
     def __init__(
         self,
         client: Client,
+        caches: Caches,
         material_source: MaterialSource,
         *,
         signer_name: str,
@@ -193,33 +221,19 @@ class SignerController:
         self._blocked_on_material: set[str] = set()
         self._blocked_lock = threading.Lock()
 
-        self.pcr_informer: Informer[PCRRecord] = Informer(
-            client,
-            f"/apis/{PCR_GROUP}/{pcr_version}/podcertificaterequests",
-            name="podcertificaterequests",
-            field_selector=f"spec.signerName={signer_name}",
-            transform=pcr_record,
-        )
-        self.pod_informer: Informer[PodRecord] = Informer(
-            client, "/api/v1/pods", name="pods", transform=pod_record, key=_pod_key
-        )
-        self.service_informer: Informer[ServiceRecord] = Informer(
-            client, "/api/v1/services", name="services", transform=service_record
-        )
-        # `sync` reads through these; unit tests replace them with dicts.
-        self.pcrs: Store[PCRRecord] = self.pcr_informer
-        self.pods: Store[PodRecord] = self.pod_informer
-        self.services: Store[ServiceRecord] = self.service_informer
-
-        self.pcr_informer.add_handler(self._on_pcr_add, self._on_pcr_update, self._on_pcr_delete)
-        self.service_informer.add_handler(self._on_service, self._on_service_update, None)
-        self.pod_informer.add_handler(self._on_pod_add, self._on_pod_update, None)
+        self.caches = caches
+        self.pcrs = caches.pcrs
+        self.pods = caches.pods
+        self.services = caches.services
+        self.pcrs.add_handler(self._on_pcr_add, self._on_pcr_update, self._on_pcr_delete)
+        self.services.add_handler(self._on_service, self._on_service_update, None)
+        self.pods.add_handler(self._on_pod_add, self._on_pod_update, None)
         material_source.add_listener(self._on_material_change)
-        self.loop = Controller(
-            "signer",
+        self.loop = Loop(
+            self.name,
             lambda key: self.sync(key),
             self.queue,
-            informers=(self.pcr_informer, self.pod_informer, self.service_informer),
+            synced=(self.pcrs.has_synced, self.pods.has_synced, self.services.has_synced),
             workers=self.workers,
             on_error=lambda _key, _err: self.metrics.error(),
             resync_period=waiting_resync_period or None,
@@ -228,22 +242,12 @@ class SignerController:
 
     # lifecycle: the shared controller loop (kube.controller) ------------------------------
 
-    def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
-        """Start the three informers (may run before leadership: warm caches). Idempotent."""
-        return self.loop.start_informers(stop)
-
     def has_synced(self) -> bool:
         return self.loop.has_synced()
 
-    def wait_for_sync(self, stop: threading.Event, timeout: float | None = None) -> bool:
-        return self.loop.wait_for_sync(stop, timeout)
-
-    def run_workers(self, stop: threading.Event) -> None:
-        """Run the workers until `stop`; returns once the syncs in flight have finished."""
-        self.loop.run_workers(stop)
-
     def run(self, stop: threading.Event) -> None:
-        """Informers and workers; blocks until `stop` is set."""
+        """The workers, on synced caches, until `stop`; returns once the syncs in flight
+        have finished."""
         self.loop.run(stop)
 
     # event handlers: enqueue only ---------------------------------------------------------
@@ -310,20 +314,15 @@ class SignerController:
         if pcr is None or pcr.terminal is not None or pcr.signer_name != self.signer_name:
             self.index.forget(key)
             return None
-        try:
-            decision = self.decide(pcr)
-            if isinstance(decision, Final):
-                return self._finish(pcr, decision)
-            if isinstance(decision, Wait):
-                self._wait(pcr, decision)
-                return None
-            return self._issue(pcr, decision)
-        except ApiError as err:
-            if not err.transient:
-                raise
-            log.warning("transient API error", extra={"key": key, "error": str(err)})
-            self.metrics.error()
-            return Requeue(after=err.retry_after)
+        # API errors raise: the loop retries them (after Retry-After when transient)
+        # and counts them through `on_error`.
+        decision = self.decide(pcr)
+        if isinstance(decision, Final):
+            return self._finish(pcr, decision)
+        if isinstance(decision, Wait):
+            self._wait(pcr, decision)
+            return None
+        return self._issue(pcr, decision)
 
     def decide(self, pcr: PCRRecord) -> Decision:
         """SPEC §5.2, in order. Reads caches, with live GETs only where §5.2 allows."""

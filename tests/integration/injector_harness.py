@@ -21,10 +21,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from injector.controller import InjectorController
+from injector.controller import InjectorController, informers
 from injector.targets import ANNOTATION
 from kube.client import Client, is_not_found, path_segment
 from kube.events import EventRecorder
+from kube.factory import InformerFactory
 from kube.types import JSON
 from tests.integration.signer_harness import RunningSigner, eventually, wait_terminal
 from tests.integration.test_publisher import RunningPublisher, ctb_version
@@ -136,10 +137,11 @@ class RunningInjector:
         self.client = client
         self.registry = CollectorRegistry()
         self.recorder = EventRecorder(client, "service-serving-signer", "injector-test")
+        self.informers = InformerFactory(client)
         self.controller = InjectorController(
             client,
+            informers(self.informers, ctb_version=ctb_version(client)),
             self.recorder,
-            ctb_version=ctb_version(client),
             registry=self.registry,
             resync_period=resync_period,
         )
@@ -149,6 +151,7 @@ class RunningInjector:
         )
 
     def __enter__(self) -> RunningInjector:
+        self.informers.start(self.stop)
         self.thread.start()
         eventually(self.controller.has_synced, timeout=30, what="injector informers synced")
         return self

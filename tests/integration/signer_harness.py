@@ -24,8 +24,9 @@ from prometheus_client import CollectorRegistry
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import Client
 from kube.events import EventRecorder
+from kube.factory import InformerFactory
 from kube.types import JSON
-from signer.controller import WAITING_RESYNC_PERIOD, SignerController
+from signer.controller import WAITING_RESYNC_PERIOD, SignerController, informers
 from signer.records import terminal_condition
 from trust.ca import CaFiles, CertificateAuthority, generate_ca, write_ca
 from trust.files import FileMaterialSource
@@ -72,8 +73,13 @@ class RunningSigner:
             self.files.key, self.files.cert, self.files.trust_bundle, self.registry, 0.2
         )
         self.recorder = EventRecorder(client, "service-serving-signer", identity)
+        self.informers = InformerFactory(client)
+        self.caches = informers(
+            self.informers, signer_name=self.signer_name, pcr_version=pcr_version
+        )
         self.controller = SignerController(
             client,
+            self.caches,
             self.material,
             signer_name=self.signer_name,
             domain="cluster.local",
@@ -89,6 +95,7 @@ class RunningSigner:
         self._threads: list[threading.Thread] = []
 
     def start(self) -> RunningSigner:
+        self._threads.extend(self.informers.start(self.stop))
         for target, name in (
             (self.material.run, "material"),
             (self.controller.run, "signer"),
@@ -96,7 +103,7 @@ class RunningSigner:
             thread = threading.Thread(target=target, args=(self.stop,), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
-        assert self.controller.wait_for_sync(self.stop, timeout=30), "informers did not sync"
+        assert self.informers.wait_for_sync(self.stop, timeout=30), "informers did not sync"
         return self
 
     def close(self) -> None:

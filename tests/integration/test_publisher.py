@@ -21,8 +21,9 @@ from cryptography import x509
 from prometheus_client import CollectorRegistry
 
 from kube.client import Client, is_not_found, path_segment
+from kube.factory import InformerFactory
 from kube.types import JSON
-from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, PublisherController
+from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, PublisherController, informers
 from tests.integration.signer_harness import (
     RunningSigner,
     condition,
@@ -96,8 +97,10 @@ class RunningPublisher:
             self.registry,
             0.1,
         )
+        self.informers = InformerFactory(client)
         self.controller = PublisherController(
             client,
+            informers(self.informers, signer_name=signer, ctb_version=ctb_version(client)),
             self.material.trust_bundle,
             signer_name=signer,
             ctb_version=ctb_version(client),
@@ -110,6 +113,7 @@ class RunningPublisher:
 
     def start(self, *, with_material: bool = True) -> RunningPublisher:
         targets = [self.controller.run] + ([self.material.run] if with_material else [])
+        self.threads.extend(self.informers.start(self.stop))
         for target in targets:
             thread = threading.Thread(target=target, args=(self.stop,), daemon=True)
             thread.start()

@@ -13,6 +13,7 @@ import pytest
 from bench.harness import apiserver_metrics, sum_samples
 from controlplane import ControlPlane
 from kube.client import Client
+from kube.informer import Informer
 from signer.controller import QUEUE_NAME
 from tests.integration.signer_harness import (
     RunningSigner,
@@ -207,7 +208,8 @@ def test_annotation_only_service_updates_do_not_re_drive_and_repeats_write_no_ev
             {"metadata": {"annotations": {"example.com/poke": str(i)}}},
         )
         last_rv = patched["metadata"]["resourceVersion"]
-    informer = signer.controller.service_informer
+    informer = signer.caches.services
+    assert isinstance(informer, Informer)
     eventually(
         lambda: int(informer.resource_version or 0) >= int(last_rv), what="informer caught up"
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import time
 from typing import Any, cast
 
 import pytest
@@ -16,8 +18,8 @@ from injector.controller import (
     APPLY_PATCH,
     FIELD_MANAGER,
     SELECTION_INDEX,
+    Caches,
     InjectorController,
-    NotSynced,
     bundle_record,
 )
 from injector.targets import (
@@ -33,6 +35,7 @@ from injector.targets import (
 from kube.client import ApiError, Client
 from kube.events import ObjectRef
 from tests.unit import pki
+from tests.unit.fakes import FakeCache
 from trust.bundle import normalize_bundle
 from trust.selector import parse_selector_json
 
@@ -237,37 +240,13 @@ def test_selection_index_values_match_bundle_keys() -> None:
 # the sync, against seeded caches ------------------------------------------------------
 
 
-class Cache:
-    def __init__(self, items: list[Any] | None = None, synced: bool = True) -> None:
-        self.items: dict[str, Any] = {}
-        self.synced = synced
-        for item in items or []:
-            self.put(item)
+def selection(target: Target) -> list[str]:
+    selector = decisions.selector_of(target)
+    return decisions.selection_keys(selector) if selector is not None else []
 
-    def put(self, item: Any) -> None:
-        name = item.name if isinstance(item, Target) else item["metadata"]["name"]
-        self.items[name] = item
 
-    def has_synced(self) -> bool:
-        return self.synced
-
-    def get(self, key: str) -> Any:
-        return self.items.get(key)
-
-    def keys(self) -> list[str]:
-        return list(self.items)
-
-    def by_index(self, index_name: str, value: str) -> list[Any]:
-        assert index_name == SELECTION_INDEX
-        out = []
-        for item in self.items.values():
-            selector = decisions.selector_of(item)
-            if selector is not None and value in decisions.selection_keys(selector):
-                out.append(item)
-        return out
-
-    def list(self) -> Any:  # last: from here on `list` in the class means this method
-        return [*self.items.values()]
+def target_cache() -> FakeCache[Target]:
+    return FakeCache(key=lambda target: target.name, indexers={SELECTION_INDEX: selection})
 
 
 class FakeClient:
@@ -291,19 +270,20 @@ class Events:
 
 
 def controller(
-    targets: list[Any], bundles: list[Any], client: FakeClient | None = None, **kw: Any
-) -> tuple[InjectorController, FakeClient, Events, dict[str, Cache]]:
+    targets: list[Target], bundles: list[Any], client: FakeClient | None = None, **kw: Any
+) -> tuple[InjectorController, FakeClient, Events, dict[str, FakeCache[Target]]]:
     fake = client or FakeClient()
     events = Events()
-    caches = {k.kind: Cache() for k in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK, API_SERVICE, CRD)}
+    caches = {
+        k.kind: target_cache() for k in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK, API_SERVICE, CRD)
+    }
     for target in targets:
         caches[target.kind].put(target)
     ctrl = InjectorController(
         cast(Client, fake),
+        Caches(caches, FakeCache(bundles, key=lambda b: str(b["metadata"]["name"]), **kw)),
         events,
         registry=CollectorRegistry(),
-        caches=caches,
-        bundles=Cache(bundles, **kw),
     )
     return ctrl, fake, events, caches
 
@@ -366,12 +346,27 @@ def test_sync_ignores_unannotated_and_missing_objects() -> None:
     assert sum(ctrl.metrics.count(k, "unchanged") for k in ctrl.caches) == 0
 
 
-def test_sync_waits_for_bundle_cache() -> None:
+def test_no_sync_before_the_bundle_cache_has_synced() -> None:
+    """Deciding from an empty bundle cache would be deciding from nothing: the loop starts
+    the workers only once every cache has synced."""
     target = to_target(VALIDATING_WEBHOOK, webhook_config())
-    ctrl, client, _, _ = controller([target], [], synced=False)
-    with pytest.raises(NotSynced):
-        ctrl.sync(target.key)
-    assert client.patches == []
+    ctrl, client, _, _ = controller([target], [ctb("b1", ["a"])], synced=False)
+    assert not ctrl.has_synced()
+    ctrl.queue.add(target.key)
+    stop = threading.Event()
+    thread = threading.Thread(target=ctrl.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        assert client.patches == []
+        cast(FakeCache[Any], ctrl.bundles).synced = True
+        deadline = time.monotonic() + 5
+        while not client.patches and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(client.patches) == 1
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 def test_sync_counts_error_and_raises_for_retry() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
@@ -11,8 +13,9 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError
 from kube.types import JSON
-from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, NotSynced, PublisherController
+from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, Caches, PublisherController
 from tests.unit import pki
+from tests.unit.fakes import FakeCache
 from trust.bundle import TrustBundle, bundle_name, earliest_expiry, normalize_bundle, parse_anchors
 from trust.ca import cert_pem
 
@@ -45,19 +48,8 @@ class FakeClient:
         return self._act("delete", path, body)
 
 
-class FakeCache:
-    def __init__(self, objects: list[JSON], synced: bool = True) -> None:
-        self.objects = {o["metadata"]["name"]: o for o in objects}
-        self.synced = synced
-
-    def has_synced(self) -> bool:
-        return self.synced
-
-    def get(self, key: str) -> JSON | None:
-        return self.objects.get(key)
-
-    def list(self) -> list[JSON]:
-        return list(self.objects.values())
+def cached(objects: list[JSON], synced: bool = True) -> FakeCache[JSON]:
+    return FakeCache(objects, key=lambda obj: str(obj["metadata"]["name"]), synced=synced)
 
 
 def ctb(
@@ -88,24 +80,24 @@ def trust_bundle(pem: str = BUNDLE, modified: datetime = FILE_MODIFIED) -> Trust
 
 
 def controller(
-    cache: FakeCache,
+    cache: FakeCache[JSON],
     client: FakeClient,
     registry: CollectorRegistry | None = None,
     source: TrustBundle | None = None,
 ) -> PublisherController:
     return PublisherController(
         client,  # type: ignore[arg-type]
+        Caches(cache),
         lambda: source or trust_bundle(),
         signer_name=SIGNER,
         ctb_version="v1",
         registry=registry or CollectorRegistry(),
-        informer=cache,
     )
 
 
 def test_creates_the_bundle_when_missing() -> None:
     client = FakeClient()
-    controller(FakeCache([]), client).sync()
+    controller(cached([]), client).sync()
     [(verb, path, body)] = client.actions
     assert (verb, path) == ("create", PATH)
     assert body["metadata"] == {"name": NAME, "labels": {MANAGED_BY_LABEL: MANAGED_BY}}
@@ -115,7 +107,7 @@ def test_creates_the_bundle_when_missing() -> None:
 
 def test_does_nothing_when_up_to_date() -> None:
     client = FakeClient()
-    controller(FakeCache([ctb(NAME, BUNDLE)]), client).sync()
+    controller(cached([ctb(NAME, BUNDLE)]), client).sync()
     assert client.actions == []
 
 
@@ -126,7 +118,7 @@ def test_does_nothing_when_up_to_date() -> None:
 )
 def test_restores_an_edited_bundle_conditionally(current: JSON) -> None:
     client = FakeClient()
-    controller(FakeCache([current]), client).sync()
+    controller(cached([current]), client).sync()
     [(verb, path, body)] = client.actions
     assert verb == "replace"
     assert path == f"{PATH}/kubernetes.io%3Aservice-serving%3A{NAME.rsplit(':', 1)[1]}"
@@ -139,7 +131,7 @@ def test_creates_new_before_deleting_stale_bundles_of_our_signer_only() -> None:
     client = FakeClient()
     stale = ctb(bundle_name(SIGNER, OTHER_BUNDLE), OTHER_BUNDLE)
     foreign = ctb("example.com:other:abc", OTHER_BUNDLE, signer="example.com/other")
-    controller(FakeCache([stale, foreign]), client).sync()
+    controller(cached([stale, foreign]), client).sync()
     assert [a[0] for a in client.actions] == ["create", "delete"]
     _, path, body = client.actions[1]
     assert path.endswith(bundle_name(SIGNER, OTHER_BUNDLE).rsplit(":", 1)[1])
@@ -149,29 +141,43 @@ def test_creates_new_before_deleting_stale_bundles_of_our_signer_only() -> None:
 def test_delete_of_already_gone_bundle_is_success() -> None:
     client = FakeClient(fail={"delete": ApiError(404, "Not Found")})
     stale = ctb(bundle_name(SIGNER, OTHER_BUNDLE), OTHER_BUNDLE)
-    controller(FakeCache([ctb(NAME, BUNDLE), stale]), client).sync()
+    controller(cached([ctb(NAME, BUNDLE), stale]), client).sync()
 
 
 def test_create_racing_a_lagging_cache_is_success() -> None:
     client = FakeClient(fail={"create": ApiError(409, "Conflict", {"reason": "AlreadyExists"})})
-    controller(FakeCache([]), client).sync()
+    controller(cached([]), client).sync()
 
 
 def test_api_failure_is_raised_and_counted_with_its_code() -> None:
     registry = CollectorRegistry()
     client = FakeClient(fail={"create": ApiError(503, "Service Unavailable")})
     with pytest.raises(ApiError):
-        controller(FakeCache([]), client, registry).sync()
+        controller(cached([]), client, registry).sync()
     assert (
         registry.get_sample_value("clustertrustbundle_publisher_sync_total", {"code": "503"}) == 1
     )
 
 
-def test_refuses_to_decide_from_an_unsynced_cache() -> None:
+def test_no_reconcile_before_the_cache_has_synced() -> None:
+    """Deciding from an empty cache would create and delete against live objects: the
+    loop starts the worker only once the cache has synced."""
     client = FakeClient()
-    with pytest.raises(NotSynced):
-        controller(FakeCache([], synced=False), client).sync()
-    assert client.actions == []
+    cache = cached([], synced=False)
+    stop = threading.Event()
+    thread = threading.Thread(target=controller(cache, client).run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        assert client.actions == []
+        cache.synced = True
+        deadline = time.monotonic() + 5
+        while not client.actions and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [verb for verb, _, _ in client.actions] == ["create"]
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 def test_success_counts_200_and_sets_expiry_gauge() -> None:
@@ -180,7 +186,7 @@ def test_success_counts_200_and_sets_expiry_gauge() -> None:
         registry.get_sample_value("clustertrustbundle_publisher_sync_total", {"code": "200"})
         is None
     )
-    pub = controller(FakeCache([ctb(NAME, BUNDLE)]), FakeClient(), registry)
+    pub = controller(cached([ctb(NAME, BUNDLE)]), FakeClient(), registry)
     assert (
         registry.get_sample_value("clustertrustbundle_publisher_sync_total", {"code": "200"}) == 0
     )
@@ -207,7 +213,7 @@ def test_keeps_a_newer_bundle_of_ours_holding_an_anchor_our_file_lacks() -> None
     # Another replica published old + new root after our file was last written here.
     newer = ctb(bundle_name(SIGNER, BOTH), BOTH, created=FILE_MODIFIED + timedelta(minutes=1))
     client = FakeClient()
-    controller(FakeCache([newer]), client).sync()
+    controller(cached([newer]), client).sync()
     assert [verb for verb, _, _ in client.actions] == ["create"]  # ours, beside it
     assert deletes(client) == []
 
@@ -215,7 +221,7 @@ def test_keeps_a_newer_bundle_of_ours_holding_an_anchor_our_file_lacks() -> None
 def test_keeps_it_when_created_in_the_same_second_as_our_file_changed() -> None:
     newer = ctb(bundle_name(SIGNER, BOTH), BOTH, created=FILE_MODIFIED.replace(microsecond=0))
     client = FakeClient()
-    controller(FakeCache([ctb(NAME, BUNDLE), newer]), client).sync()
+    controller(cached([ctb(NAME, BUNDLE), newer]), client).sync()
     assert deletes(client) == []
 
 
@@ -243,7 +249,7 @@ def test_deletes_other_bundles_that_are_not_newer_and_ours(case: str) -> None:
     other = ctb(bundle_name(SIGNER, theirs), theirs, labels=labels, created=created)
     client = FakeClient()
     pub = controller(
-        FakeCache([ctb(bundle_name(SIGNER, ours), ours), other]), client, None, trust_bundle(ours)
+        cached([ctb(bundle_name(SIGNER, ours), ours), other]), client, None, trust_bundle(ours)
     )
     pub.sync()
     assert deletes(client) == [bundle_name(SIGNER, theirs)]
@@ -253,5 +259,5 @@ def test_deletes_the_kept_bundle_once_our_file_changes_after_it() -> None:
     newer = ctb(bundle_name(SIGNER, BOTH), BOTH, created=FILE_MODIFIED + timedelta(minutes=1))
     client = FakeClient()
     later = trust_bundle(BUNDLE, FILE_MODIFIED + timedelta(minutes=5))  # e.g. a revert
-    controller(FakeCache([ctb(NAME, BUNDLE), newer]), client, None, later).sync()
+    controller(cached([ctb(NAME, BUNDLE), newer]), client, None, later).sync()
     assert deletes(client) == [bundle_name(SIGNER, BOTH)]

@@ -26,9 +26,10 @@ from kube.client import ApiError
 from kube.controller import Requeue
 from kube.events import ObjectRef
 from kube.types import JSON
-from signer.controller import SignerController
+from signer.controller import Caches, SignerController
 from signer.records import PCRRecord, PodRecord, ServiceRecord, pcr_record, pod_record
 from tests.unit import pki
+from tests.unit.fakes import FakeCache
 from trust.ca import CertificateAuthority, generate_ca
 from trust.material import SigningMaterial
 
@@ -127,8 +128,12 @@ class Harness:
         self.recorder = FakeRecorder()
         self.registry = CollectorRegistry()
         self.source = FakeMaterialSource(pki.ca())
+        self.pcrs: FakeCache[PCRRecord] = FakeCache()
+        self.pods: FakeCache[PodRecord] = FakeCache()
+        self.services: FakeCache[ServiceRecord] = FakeCache()
         self.controller = SignerController(
             self.client,  # type: ignore[arg-type]
+            Caches(self.pcrs, self.pods, self.services),
             self.source,
             signer_name=SIGNER,
             domain="cluster.local",
@@ -138,12 +143,6 @@ class Harness:
             recorder=self.recorder,
             **controller_options,
         )
-        self.pcrs: dict[str, PCRRecord] = {}
-        self.pods: dict[str, PodRecord] = {}
-        self.services: dict[str, ServiceRecord] = {}
-        self.controller.pcrs = self.pcrs
-        self.controller.pods = self.pods
-        self.controller.services = self.services
         self.version = version
 
     # seeding
@@ -510,14 +509,10 @@ def test_a_service_appearing_while_deciding_re_drives_the_request(h: Harness) ->
     pcr = h.pcr(pod)
     late = ServiceRecord(NS, "web", {"app": "web"})
 
-    class LateStore(dict[str, ServiceRecord]):
-        reads = 0
+    def service_added() -> None:  # after the decision's read; no handler: nobody waits yet
+        h.services[late.key] = late
 
-        def get(self, key: str, default: Any = None) -> Any:
-            LateStore.reads += 1
-            return late if LateStore.reads > 1 else None
-
-    h.controller.services = LateStore()
+    h.services.after[late.key] = service_added
     h.controller.sync(pcr.key)
 
     assert h.controller.index.is_waiting(pcr.key)
@@ -770,10 +765,14 @@ def test_transient_error_retries_after_the_servers_delay_and_counts_an_error(h: 
     h.service()
     pcr = h.pcr(pod)
     h.client.patch_results[h.status_path()] = [ApiError(429, "Too Many Requests", None, 7.0)]
+    h.controller.queue.add(pcr.key)
 
-    assert h.controller.sync(pcr.key) == Requeue(after=7.0)
+    assert h.controller.loop.process_next_work_item()  # the loop's policy, not the sync's
+    assert h.controller.queue.get(timeout=0.2) == (None, False)  # parked for the 7 s
+    assert h.controller.queue.num_requeues(pcr.key) == 0  # not a backoff step
     assert h.count("error") == 1
     assert h.count("issued") == 0
+    h.controller.queue.shut_down()
 
 
 def test_request_deleted_before_the_write_is_dropped(h: Harness) -> None:
@@ -894,11 +893,10 @@ def test_signer_takes_no_new_request_once_stop_is_set(h: Harness) -> None:
     h.controller.sync = slow_sync  # type: ignore[method-assign]
     h.controller.workers = 1
     h.controller.loop.workers = 1
-    h.controller.loop.has_synced = lambda: True  # type: ignore[method-assign]  # dict stores
     for i in range(500):
         h.controller.queue.add(f"{NS}/req-{i}")
     stop = threading.Event()
-    thread = threading.Thread(target=h.controller.run_workers, args=(stop,), daemon=True)
+    thread = threading.Thread(target=h.controller.run, args=(stop,), daemon=True)
     thread.start()
     assert running.wait(5)
     stop.set()
@@ -954,31 +952,6 @@ def test_no_warning_when_another_replica_finished_the_request_first(h: Harness) 
 # race windows, made deterministic (issue 9 items 3 and 4) ----------------------------------
 
 
-class HookedStore(dict[str, Any]):
-    """A cache whose reads run a hook: `before[key]` just before the first read of `key`,
-    `after[key]` just after it — the moment another informer event lands mid-decision."""
-
-    def __init__(
-        self,
-        items: dict[str, Any],
-        *,
-        before: dict[str, Callable[[], None]] | None = None,
-        after: dict[str, Callable[[], None]] | None = None,
-    ) -> None:
-        super().__init__()
-        self.items_ = items
-        self.before = dict(before or {})
-        self.after = dict(after or {})
-
-    def get(self, key: str, default: Any = None) -> Any:
-        if key in self.before:
-            self.before.pop(key)()
-        value = self.items_.get(key, default)
-        if key in self.after:
-            self.after.pop(key)()
-        return value
-
-
 def test_request_deleted_while_its_sync_decides_leaves_no_index_entry(h: Harness) -> None:
     pod = h.pod()
     pcr = h.pcr(pod)
@@ -987,7 +960,7 @@ def test_request_deleted_while_its_sync_decides_leaves_no_index_entry(h: Harness
         del h.pcrs[pcr.key]
         h.controller._on_pcr_delete(pcr)
 
-    h.controller.services = HookedStore(h.services, before={f"{NS}/web": cleaner_deletes_it})
+    h.services.before[f"{NS}/web"] = cleaner_deletes_it
     assert h.controller.sync(pcr.key) is None
 
     assert h.controller.index.sizes() == (0, 0, 0)
@@ -1006,7 +979,7 @@ def test_request_finished_by_another_replica_while_its_sync_decides_leaves_no_in
         h.pcrs[pcr.key] = issued
         h.controller._on_pcr_update(pcr, issued)
 
-    h.controller.services = HookedStore(h.services, before={f"{NS}/web": other_replica_issues_it})
+    h.services.before[f"{NS}/web"] = other_replica_issues_it
     h.controller.sync(pcr.key)
 
     assert h.controller.index.sizes() == (0, 0, 0)
@@ -1022,7 +995,7 @@ def test_request_still_cached_after_the_decision_stays_in_the_index(h: Harness) 
         h.pcrs[pcr.key] = updated
         h.controller._on_pcr_update(pcr, updated)
 
-    h.controller.services = HookedStore(h.services, before={f"{NS}/web": label_update})
+    h.services.before[f"{NS}/web"] = label_update
     h.controller.sync(pcr.key)
 
     assert h.controller.index.is_waiting(pcr.key)
@@ -1041,7 +1014,7 @@ def test_service_added_between_the_two_reads_of_one_decision_re_drives_the_reque
         h.services[added.key] = added
         h.controller._on_service(added)  # the index is still empty: wakes nobody
 
-    h.controller.services = HookedStore(h.services, after={added.key: service_added})
+    h.services.after[added.key] = service_added
     assert h.controller.sync(pcr.key) is None
 
     assert h.recorder.reasons() == ["ServiceNotFound"]
@@ -1049,7 +1022,6 @@ def test_service_added_between_the_two_reads_of_one_decision_re_drives_the_reque
     assert h.controller.queue.get() == (pcr.key, False)
     h.controller.queue.done(pcr.key)
 
-    h.controller.services = h.services
     h.controller.sync(pcr.key)
     assert h.written_status()["conditions"][0]["type"] == "Issued"
     assert h.controller.index.sizes() == (0, 0, 0)
@@ -1110,9 +1082,8 @@ def test_periodic_resync_re_drives_only_the_waiting_requests_and_counts_them() -
         return sync(key)
 
     h.controller.loop._sync = recording_sync
-    h.controller.loop.has_synced = lambda: True  # type: ignore[method-assign]  # dict stores
     stop = threading.Event()
-    thread = threading.Thread(target=h.controller.run_workers, args=(stop,), daemon=True)
+    thread = threading.Thread(target=h.controller.run, args=(stop,), daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + 10

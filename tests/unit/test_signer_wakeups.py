@@ -10,7 +10,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from signer.controller import SignerController
+from kube.factory import InformerFactory
+from kube.informer import Informer
+from signer import controller as signers
 from tests.unit import pki
 from tests.unit.fakeapi import FakeApi
 from tests.unit.test_signer_sync import FakeMaterialSource, FakeRecorder
@@ -26,8 +28,13 @@ def fake() -> Iterator[FakeApi]:
 
 
 def test_pod_first_cached_by_a_list_wakes_its_waiting_requests(fake: FakeApi) -> None:
-    controller = SignerController(
-        fake.client(),
+    client = fake.client()
+    caches = signers.informers(
+        InformerFactory(client), signer_name="kubernetes.io/service-serving", pcr_version="v1"
+    )
+    controller = signers.SignerController(
+        client,
+        caches,
         FakeMaterialSource(pki.ca()),
         signer_name="kubernetes.io/service-serving",
         registry=CollectorRegistry(),
@@ -42,10 +49,12 @@ def test_pod_first_cached_by_a_list_wakes_its_waiting_requests(fake: FakeApi) ->
     )
 
     stop = threading.Event()
-    thread = threading.Thread(target=controller.pod_informer.run, args=(stop,), daemon=True)
+    pods = caches.pods
+    assert isinstance(pods, Informer)
+    thread = threading.Thread(target=pods.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        assert controller.pod_informer.wait_for_sync(stop, timeout=10)
+        assert pods.wait_for_sync(stop, timeout=10)
         assert controller.queue.get() == (f"{NS}/req-1", False)
         assert len(controller.queue) == 0
     finally:

@@ -1,5 +1,6 @@
-"""The shared controller loop: the processNextWorkItem contract, workers only on synced
-caches, resync, and shutdown (no new key once stop is set; syncs in flight finish)."""
+"""The shared controller loop: the processNextWorkItem contract, the error policy, workers
+only on synced caches, resync, and shutdown (no new key once stop is set; syncs in flight
+finish); and the process's informer factory."""
 
 from __future__ import annotations
 
@@ -8,44 +9,24 @@ from collections.abc import Callable
 
 import pytest
 
-from kube.controller import Controller, Requeue
+from kube.client import ApiError
+from kube.controller import Loop, Requeue
+from kube.factory import InformerFactory
 from kube.workqueue import RateLimitingQueue
-
-
-class FakeInformer:
-    def __init__(self, name: str = "things", synced: bool = True) -> None:
-        self.name = name
-        self.synced = synced
-        self.runs = 0
-
-    def run(self, stop: threading.Event) -> None:
-        self.runs += 1
-        stop.wait()
-
-    def has_synced(self) -> bool:
-        return self.synced
 
 
 def controller(
     sync: Callable[[str], Requeue | None],
     *,
     workers: int = 1,
-    informer: FakeInformer | None = None,
     **kwargs: object,
-) -> Controller:
+) -> Loop:
     queue: RateLimitingQueue[str] = RateLimitingQueue("test")
-    return Controller(
-        "test",
-        sync,
-        queue,
-        informers=(informer or FakeInformer(),),
-        workers=workers,
-        **kwargs,  # type: ignore[arg-type]
-    )
+    return Loop("test", sync, queue, workers=workers, **kwargs)  # type: ignore[arg-type]
 
 
-def run_in_thread(c: Controller, stop: threading.Event) -> threading.Thread:
-    thread = threading.Thread(target=c.run_workers, args=(stop,), daemon=True)
+def run_in_thread(c: Loop, stop: threading.Event) -> threading.Thread:
+    thread = threading.Thread(target=c.run, args=(stop,), daemon=True)
     thread.start()
     return thread
 
@@ -85,19 +66,19 @@ def test_an_exception_is_retried_with_backoff_and_reported() -> None:
 
 def test_workers_wait_for_every_cache() -> None:
     synced = threading.Event()
+    first = threading.Event()
     seen: list[str] = []
-    informer = FakeInformer(synced=False)
 
     def sync(key: str) -> None:
         seen.append(key)
 
-    c = controller(sync, informer=informer, synced=(synced.is_set,))
+    c = controller(sync, synced=(first.is_set, synced.is_set))
     stop = threading.Event()
     c.queue.add("a")
     thread = run_in_thread(c, stop)
     assert not c.wait_for_sync(threading.Event(), timeout=0.2)
-    informer.synced = True
-    assert not c.wait_for_sync(threading.Event(), timeout=0.2)  # the extra check too
+    first.set()
+    assert not c.wait_for_sync(threading.Event(), timeout=0.2)  # every check
     assert seen == []
     synced.set()
     assert c.wait_for_sync(threading.Event(), timeout=5)
@@ -112,16 +93,67 @@ def test_workers_wait_for_every_cache() -> None:
     assert not thread.is_alive()
 
 
-def test_start_informers_is_idempotent() -> None:
-    informer = FakeInformer()
-    c = controller(lambda _key: None, informer=informer)
+@pytest.mark.parametrize(
+    ("error", "parked", "requeues"),
+    [
+        (ApiError(503, "Service Unavailable", retry_after=30.0), True, 0),
+        (ApiError(429, "Too Many Requests", retry_after=30.0), True, 0),
+        (ApiError(0, "connection refused"), False, 1),
+        (ApiError(403, "Forbidden"), False, 1),
+        (ApiError(422, "Unprocessable Entity", retry_after=30.0), False, 1),
+    ],
+    ids=["503-retry-after", "429-retry-after", "transport", "403", "422"],
+)
+def test_api_errors_follow_the_server_when_transient_else_back_off(
+    error: ApiError, parked: bool, requeues: int
+) -> None:
+    """A transient error with Retry-After waits what the server said (not counted as a
+    backoff step); every other failure backs off per key. `on_error` hears of each."""
+    errors: list[tuple[str, Exception]] = []
+
+    def sync(_key: str) -> Requeue | None:
+        raise error
+
+    c = controller(sync, on_error=lambda key, err: errors.append((key, err)))
+    c.queue.add("a")
+    assert c.process_next_work_item()
+    assert c.queue.num_requeues("a") == requeues
+    if parked:
+        assert c.queue.get(timeout=0.2) == (None, False)  # parked for 30 s
+    else:
+        assert c.queue.get(timeout=5) == ("a", False)  # backoff of 5 ms has passed
+    assert errors == [("a", error)]
+    c.queue.shut_down()
+
+
+class FakeInformer:
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def run(self, stop: threading.Event) -> None:
+        self.runs += 1
+        stop.wait()
+
+
+def test_factory_starts_each_informer_once_and_later_ones_on_the_next_start() -> None:
+    factory = InformerFactory(None)  # type: ignore[arg-type]  # nothing is listed
+    first = factory.informer("/api/v1/pods", name="pods", transform=dict)
     stop = threading.Event()
-    first = c.start_informers(stop)
-    second = c.start_informers(stop)
-    assert first == second and len(first) == 1
-    stop.set()
-    first[0].join(5)
-    assert informer.runs == 1
+    fakes = [FakeInformer(), FakeInformer()]
+    first.run = fakes[0].run  # type: ignore[method-assign]
+    try:
+        assert [t.name for t in factory.start(stop)] == ["informer-pods"]
+        assert factory.start(stop) == []
+        second = factory.informer("/api/v1/services", name="services", transform=dict)
+        second.run = fakes[1].run  # type: ignore[method-assign]
+        assert [t.name for t in factory.start(stop)] == ["informer-services"]
+    finally:
+        stop.set()
+    for _ in range(100):
+        if all(f.runs for f in fakes):
+            break
+        stop.wait(0.01)
+    assert [f.runs for f in fakes] == [1, 1]
 
 
 def test_resync_adds_the_named_keys_every_period() -> None:
@@ -146,7 +178,7 @@ def test_resync_adds_the_named_keys_every_period() -> None:
 def test_no_new_key_is_taken_once_stop_is_set_and_syncs_in_flight_finish(workers: int) -> None:
     """A replica told to stop (SIGTERM, lost lease) must not keep draining its queue: the
     keys it holds are the next leader's. Those already running finish before
-    `run_workers` returns, so the Lease is released only once nothing of ours writes."""
+    `run` returns, so the Lease is released only once nothing of ours writes."""
     stop = threading.Event()
     started = threading.Semaphore(0)
     release = threading.Event()
@@ -167,7 +199,7 @@ def test_no_new_key_is_taken_once_stop_is_set_and_syncs_in_flight_finish(workers
         assert started.acquire(timeout=5)
     stop.set()
     thread.join(0.3)
-    assert thread.is_alive(), "run_workers returned while syncs were still running"
+    assert thread.is_alive(), "run returned while syncs were still running"
     release.set()
     thread.join(10)
     assert not thread.is_alive()

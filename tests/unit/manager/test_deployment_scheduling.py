@@ -71,12 +71,12 @@ def test_the_shutdown_bound_is_one_and_fits_the_termination_grace_period(
     """Syncs in flight get `SHUTDOWN_GRACE` (all controllers together), then the Lease is
     released (one renew-bounded request) and the process exits — all before the kubelet's
     SIGKILL, or the Lease is never released and a standby waits it out."""
-    from kube.controller import SHUTDOWN_GRACE, Controller
+    from kube.controller import SHUTDOWN_GRACE, Loop
     from manager.app import SHUTDOWN_TIMEOUT
     from manager.options import Options
 
     assert SHUTDOWN_TIMEOUT == SHUTDOWN_GRACE
-    default = inspect.signature(Controller.__init__).parameters["shutdown_timeout"].default
+    default = inspect.signature(Loop.__init__).parameters["shutdown_timeout"].default
     assert default == SHUTDOWN_GRACE, "each controller loop waits no longer than the process"
     fields = {f.name: f for f in dataclasses.fields(Options)}
     release: float = fields["leader_elect_renew_deadline"].default  # type: ignore[assignment]

@@ -1,0 +1,95 @@
+"""An informer's cache as a controller reads it, seeded by the test.
+
+Every controller takes its caches in its constructor (`kube.controller`), so a unit test
+builds it over `FakeCache`s: `get`/`keys`/`list`/`by_index`/`has_synced`/`add_handler`
+like `kube.informer.Informer`, with the items a plain dict the test edits. A read of a
+key can run a hook once — `before[key]` just before it, `after[key]` just after — the
+moment another informer event lands in the middle of a decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class FakeCache(Generic[T]):
+    def __init__(
+        self,
+        items: Iterable[T] | Mapping[str, T] = (),
+        *,
+        key: Callable[[T], str] | None = None,
+        indexers: Mapping[str, Callable[[T], list[str]]] | None = None,
+        synced: bool = True,
+    ) -> None:
+        self._key = key
+        self.indexers = dict(indexers or {})
+        self.synced = synced
+        self.items: dict[str, T] = {}
+        self.before: dict[str, Callable[[], None]] = {}
+        self.after: dict[str, Callable[[], None]] = {}
+        self.handlers: list[
+            tuple[
+                Callable[[T], None] | None,
+                Callable[[T, T], None] | None,
+                Callable[[T], None] | None,
+            ]
+        ] = []
+        if isinstance(items, Mapping):
+            self.items.update(items)
+        else:
+            for item in items:
+                self.put(item)
+
+    # seeding
+
+    def put(self, item: T) -> None:
+        """Store `item` under the key the constructor's `key` gives it."""
+        assert self._key is not None, "FakeCache(key=...) is needed to put by record"
+        self.items[self._key(item)] = item
+
+    def __setitem__(self, key: str, item: T) -> None:
+        self.items[key] = item
+
+    def __delitem__(self, key: str) -> None:
+        del self.items[key]
+
+    def __getitem__(self, key: str) -> T:
+        return self.items[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.items
+
+    # what a controller reads
+
+    def get(self, key: str) -> T | None:
+        if key in self.before:
+            self.before.pop(key)()
+        value = self.items.get(key)
+        if key in self.after:
+            self.after.pop(key)()
+        return value
+
+    def keys(self) -> list[str]:
+        return list(self.items)
+
+    def by_index(self, index_name: str, value: str) -> list[T]:
+        indexer = self.indexers[index_name]
+        return [item for _, item in sorted(self.items.items()) if value in indexer(item)]
+
+    def has_synced(self) -> bool:
+        return self.synced
+
+    # The signature of `kube.informer.Informer.add_handler`, which this stands in for.
+    def add_handler(
+        self,
+        on_add: Callable[[T], None] | None = None,
+        on_update: Callable[[T, T], None] | None = None,
+        on_delete: Callable[[T], None] | None = None,
+    ) -> None:
+        self.handlers.append((on_add, on_update, on_delete))
+
+    def list(self) -> list[T]:  # last: below it, `list` in the class body is this method
+        return [*self.items.values()]
