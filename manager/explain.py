@@ -2,8 +2,9 @@
 
 What it decides, read-only (no status, no Event, no index):
 
-* **The signer's decision**, from the signer's own decision code over stores that read
-  live from the API server instead of informer caches — so explain cannot drift from the
+* **The signer's decision**, from the signer's own decision (`signer.decide.Decider`, the
+  code the running signer uses) over stores that read live from the API server instead
+  of informer caches — so explain cannot drift from the
   signer: a wait it reports is the wait the signer is in.
 * **Whether anything will act on it** (`manager.health`): a pending request is only
   decided while a signer replica holds and renews the leader Lease; a request of another
@@ -39,15 +40,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cryptography import x509
-from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client, is_not_found, path_segment
-from kube.events import ObjectRef
 from kube.types import JSON
 from manager import advice
 from manager.access import AccessDenied, denied_or_raise
 from manager.health import Health, Leader
-from signer.controller import PCR_GROUP, Caches, Final, SignerController, Wait
+from signer.decide import Decider, Terminal, Wait
+from signer.lookups import PCR_GROUP, ApiLookups
 from signer.records import (
     PCRRecord,
     PodRecord,
@@ -58,7 +58,6 @@ from signer.records import (
     service_record,
     terminal_condition,
 )
-from trust.material import SigningMaterial
 
 CLEANUP_AFTER = timedelta(minutes=15)  # kube-controller-manager: NewPCRCleanerController
 CLEANUP_PERIOD = timedelta(minutes=5)
@@ -177,34 +176,6 @@ class _LiveStore:
         self.raw[key] = found
         return found
 
-    def has_synced(self) -> bool:
-        return True
-
-    def add_handler(self, on_add: Any = None, on_update: Any = None, on_delete: Any = None) -> None:
-        """Explain reacts to no change."""
-
-
-class _NoMaterial:
-    """decide() never signs; explain holds no key material."""
-
-    def current(self) -> SigningMaterial:
-        raise RuntimeError("explain does not sign")
-
-    def add_listener(self, listener: Callable[[SigningMaterial], object]) -> None:
-        return None
-
-
-class _NoEvents:
-    def warning(
-        self,
-        regarding: ObjectRef,
-        reason: str,
-        note: str,
-        action: str,
-        related: ObjectRef | None = None,
-    ) -> None:
-        return None
-
 
 class Explainer:
     def __init__(
@@ -224,17 +195,8 @@ class Explainer:
         self.now = now
         self._pods = _LiveStore(client, "pods", pod_record)
         self._services = _LiveStore(client, "services", service_record)
-        self.controller = SignerController(
-            client,
-            Caches(
-                pcrs=_LiveStore(client, "-", pcr_record), pods=self._pods, services=self._services
-            ),
-            _NoMaterial(),
-            signer_name=signer_name,
-            domain=domain,
-            pcr_version=pcr_version,
-            registry=CollectorRegistry(),
-            recorder=_NoEvents(),
+        self.decider = Decider(
+            self._pods, self._services, ApiLookups(client), domain=domain, pcr_version=pcr_version
         )
         self._owners: dict[tuple[str, str, str], advice.Owner] = {}
 
@@ -405,8 +367,8 @@ class Explainer:
                 fix=advice.for_denial(reason, ctx) or None,
                 already=terminal,
             )
-        decision = self.controller.decide(pcr)
-        if isinstance(decision, Final):
+        decision = self.decider.decide(pcr)
+        if isinstance(decision, Terminal):
             return report(
                 outcome=Outcome.DENY,
                 summary=f"would be {decision.condition} ({decision.reason})",

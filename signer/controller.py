@@ -1,38 +1,28 @@
-"""The PodCertificateRequest signing controller: one decision per request, written once.
+"""The PodCertificateRequest signing controller: it acts on one decision per request.
 
-For each request of our signer (SPEC §5) `sync` decides, from the informer caches, one of
-four outcomes, in the order of SPEC §5.2:
+`signer.decide.Decider` decides, from the informer caches (and the few live reads it
+allows itself), what to do with a request of our signer; this module only acts on the
+outcome, once:
 
-- **Denied / Failed** (final): bad annotations or key, Pod gone or not the one the request
-  names, Pod without hostname/subdomain for `add-pod-fqdn`. Written once, never retried,
-  with a Warning Event on the Pod (reason = the condition's reason).
-- **Wait**: a Service it names is missing or does not select the Pod. A Warning Event goes
-  on the Pod, the request is recorded in the waiting index, and nothing is written — the
-  request is re-driven by the Service (or Pod label) event that can make it succeed
-  (SPEC §5.2.6, §5.4) — only a change to what the decision reads counts — and, as a
-  safety net against a missed event, by a slow periodic resync of the waiting requests
-  only (`waiting_resync_period`).
-- **Issued**: `signer.authority` signs the request's public key for the Services' and the
-  Pod's DNS names with the current signing material; the chain and times are written in
-  one `/status` merge patch conditional on the resourceVersion the decision was made from.
-- **Retry**: transient API errors, or a signing certificate too close to its expiry to give
-  a one-hour certificate (counted as `error`, Warning `SignerCertificateExpiring`).
+- **Terminal** (Denied / Failed): written once, never retried, with a Warning Event on
+  the Pod (reason = the condition's reason).
+- **Wait**: a Warning Event per blocking Service goes on the Pod, the request is recorded
+  in the waiting index, and nothing is written — the request is re-driven by the Service
+  (or Pod label) event that can make it succeed — only a change to what the decision
+  reads counts — and, as a safety net against a missed event, by a slow periodic resync
+  of the waiting requests only (`waiting_resync_period`).
+- **Sign**: `signer.authority` signs the request's public key for the decided DNS names
+  with the current signing material; the chain and times are written in one `/status`
+  merge patch conditional on the resourceVersion the decision was made from.
+- **Retry**: API errors raise for the shared loop to retry (`kube.controller.Loop`); a
+  signing certificate too close to its expiry to give a one-hour certificate requeues
+  with backoff (counted as `error`, Warning `SignerCertificateExpiring`).
 
 Losing a write race (409) to another replica is not an error: the request is re-read, and
-if it is already terminal nothing is counted. Event handlers only enqueue keys; the workers
-are `kube.controller.Loop` (client-go's processNextWorkItem contract, shutdown).
+if it is already terminal nothing is counted. Event handlers only enqueue keys.
 
-Lookups trust the caches for what can only get better (a Service appearing re-drives the
-request anyway) and confirm with one live GET before anything final: a Pod absent from the
-cache, or one whose uid/node/ServiceAccount disagree with the request, is read from the API
-server before the request is Failed or Denied on its account, because a lagging Pod
-informer must never make a permanent decision.
-
-API versions (SPEC §9): the controller watches one version. On v1, a request carrying no
-stub CSR can only be a pre-1.36 kubelet's `pkixPublicKey` request that the v1 view hides;
-its key is read once through v1beta1 (when served) instead of denying it, so a v1 signer
-also serves skewed kubelets. The status write goes through the watched version either way
-(the API server keeps the spec from storage).
+API versions: the controller watches one version (the manager resolves `auto`); the
+status write goes through it (the API server keeps the spec from storage).
 """
 
 from __future__ import annotations
@@ -40,8 +30,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
@@ -53,8 +43,10 @@ from kube.events import EventRecorder, ObjectRef
 from kube.factory import InformerFactory
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
-from signer import authority, policy
+from signer import authority
+from signer.decide import Decider, Sign, Terminal, Wait
 from signer.index import WaitingIndex
+from signer.lookups import PCR_GROUP, ApiLookups
 from signer.metrics import SignerMetrics
 from signer.records import (
     PCRRecord,
@@ -70,7 +62,6 @@ from trust.material import SigningMaterial
 
 log = logging.getLogger(__name__)
 
-PCR_GROUP = "certificates.k8s.io"
 PCR_VERSIONS = ("v1", "v1beta1")
 QUEUE_NAME = "service_serving_signer"
 KUBERNETES_MAX_LIFETIME = 86400
@@ -135,47 +126,6 @@ class Recorder(Protocol):
     ) -> None: ...
 
 
-# outcomes of one decision ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Final:
-    """Denied or Failed: written once, never retried."""
-
-    condition: str  # "Denied" | "Failed"
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Blocker:
-    """One Service that keeps a request waiting, and the Event that says why."""
-
-    service_key: str
-    reason: str  # ServiceNotFound | ServiceSelectorMismatch | ServiceNotHeadless
-    message: str
-
-
-@dataclass(frozen=True)
-class Wait:
-    pod: PodRecord
-    blockers: tuple[Blocker, ...]
-    # Cache contents the decision was made from, to close the race with an event that
-    # arrived before the request was in the index (see `_wait`).
-    seen_services: Mapping[str, ServiceRecord | None] = field(default_factory=dict)
-    seen_pod: PodRecord | None = None
-
-
-@dataclass(frozen=True)
-class Sign:
-    pod: PodRecord
-    public_key: policy.PublicKey
-    dns_names: tuple[str, ...]
-
-
-Decision = Final | Wait | Sign
-
-
 # the controller ------------------------------------------------------------------------
 
 
@@ -225,6 +175,9 @@ class SignerController:
         self.pcrs = caches.pcrs
         self.pods = caches.pods
         self.services = caches.services
+        self.decider = Decider(
+            self.pods, self.services, ApiLookups(client), domain=domain, pcr_version=pcr_version
+        )
         self.pcrs.add_handler(self._on_pcr_add, self._on_pcr_update, self._on_pcr_delete)
         self.services.add_handler(self._on_service, self._on_service_update, None)
         self.pods.add_handler(self._on_pod_add, self._on_pod_update, None)
@@ -314,195 +267,20 @@ class SignerController:
         if pcr is None or pcr.terminal is not None or pcr.signer_name != self.signer_name:
             self.index.forget(key)
             return None
-        # API errors raise: the loop retries them (after Retry-After when transient)
-        # and counts them through `on_error`.
-        decision = self.decide(pcr)
-        if isinstance(decision, Final):
+        # The whole decision, without coming back here (signer.decide). API errors
+        # raise: the loop retries them (after Retry-After when transient) and counts
+        # them through `on_error`.
+        decision = self.decider.decide(pcr)
+        if isinstance(decision, Terminal):
             return self._finish(pcr, decision)
         if isinstance(decision, Wait):
             self._wait(pcr, decision)
             return None
         return self._issue(pcr, decision)
 
-    def decide(self, pcr: PCRRecord) -> Decision:
-        """SPEC §5.2, in order. Reads caches, with live GETs only where §5.2 allows."""
-        names = policy.decide_names(pcr.annotations)
-        if isinstance(names, policy.Denial):
-            return Final("Denied", names.reason, names.message)
-
-        pkix: bytes | str | None = pcr.pkix_public_key
-        if pcr.stub_pkcs10 is None and pkix is None and self.pcr_version == "v1":
-            pkix = self._legacy_pkix_key(pcr)
-        public_key = policy.public_key_from_request(pcr.stub_pkcs10, pkix)
-        if isinstance(public_key, policy.Denial):
-            return Final("Denied", public_key.reason, public_key.message)
-
-        seen_pod = self.pods.get(pcr.pod_key)
-        pod = self._pod(pcr, seen_pod)
-        if pod is None or pod.uid != pcr.pod_uid:
-            return Final(
-                "Failed",
-                "PodNotFound",
-                f"Pod {pcr.pod_key} with uid {pcr.pod_uid} does not exist",
-            )
-        if pod.node_name != pcr.node_name or pod.service_account_name != pcr.service_account_name:
-            return Final(
-                "Denied",
-                "PodMismatch",
-                f"request names node {pcr.node_name!r} and ServiceAccount "
-                f"{pcr.service_account_name!r}, but Pod {pod.key} runs on node "
-                f"{pod.node_name!r} as ServiceAccount {pod.service_account_name!r}",
-            )
-        if pod.deleting:
-            return Final(
-                "Failed", "PodTerminating", f"Pod {pod.key} is being deleted; not signing for it"
-            )
-
-        seen_services: dict[str, ServiceRecord | None] = {}
-        resolved: dict[str, ServiceRecord | None] = {}
-        blockers: list[Blocker] = []
-        for service_name in names.service_names:
-            service = self._service(pod.namespace, service_name, seen_services, resolved)
-            blocker = self._service_blocker(pcr, pod, service_name, service, headless=False)
-            if blocker is not None:
-                blockers.append(blocker)
-
-        if names.pod_fqdn:
-            if not pod.hostname or not pod.subdomain:
-                return Final(
-                    "Denied",
-                    "PodHostnameRequired",
-                    f"kubernetes.io/add-pod-fqdn needs Pod {pod.key} to set spec.hostname "
-                    "and spec.subdomain (and a headless Service named like spec.subdomain "
-                    "selecting it); Pod specs are immutable, so recreate the Pod with both",
-                )
-            service = self._service(pod.namespace, pod.subdomain, seen_services, resolved)
-            blocker = self._service_blocker(pcr, pod, pod.subdomain, service, headless=True)
-            if blocker is not None:
-                blockers.append(blocker)
-
-        if blockers:
-            return Wait(pod, tuple(_unique_blockers(blockers)), seen_services, seen_pod)
-        dns_names = policy.sans_for(
-            pod.namespace,
-            self.domain,
-            names.service_names,
-            (pod.hostname, pod.subdomain) if names.pod_fqdn else None,
-        )
-        return Sign(pod, public_key, tuple(dns_names))
-
-    # lookups ------------------------------------------------------------------------------
-
-    def _pod(self, pcr: PCRRecord, cached: PodRecord | None) -> PodRecord | None:
-        """The cached Pod if it agrees with the request, else one live GET: a decision
-        against a lagging cache would be final."""
-        if cached is not None and _pod_agrees(cached, pcr):
-            return cached
-        try:
-            live = self.client.get(
-                f"/api/v1/namespaces/{path_segment(pcr.namespace)}/pods/"
-                f"{path_segment(pcr.pod_name)}"
-            )
-        except ApiError as err:
-            if is_not_found(err):
-                return None
-            raise
-        return pod_record(live)
-
-    def _legacy_pkix_key(self, pcr: PCRRecord) -> bytes | str | None:
-        """A v1 request without a stub CSR was written by a pre-1.36 kubelet with the
-        deprecated `pkixPublicKey`, which the v1 view drops (the API requires one of the
-        two). Read it once through v1beta1 rather than deny a request we can sign."""
-        try:
-            raw = self.client.get(
-                f"/apis/{PCR_GROUP}/v1beta1/namespaces/{path_segment(pcr.namespace)}"
-                f"/podcertificaterequests/{path_segment(pcr.name)}"
-            )
-        except ApiError as err:
-            if is_not_found(err):  # v1beta1 not served, or the request is gone
-                return None
-            raise
-        # The field itself, not `pcr_record(raw)`: a record of a request another replica
-        # has just finished keeps no key material.
-        value = (raw.get("spec") or {}).get("pkixPublicKey")
-        return value if isinstance(value, bytes | str) and value else None
-
-    def _service(
-        self,
-        namespace: str,
-        name: str,
-        seen: dict[str, ServiceRecord | None],
-        resolved: dict[str, ServiceRecord | None],
-    ) -> ServiceRecord | None:
-        """The Service from the cache, else one live GET, read once per decision: a
-        Service named twice (`service-names: db` and `add-pod-fqdn` with subdomain `db`)
-        is judged on one read. `seen` keeps what the cache held at that first read — the
-        lost-wake-up check in `_wait` compares against it, so a Service added after it is
-        never mistaken for one the decision already saw."""
-        key = f"{namespace}/{name}"
-        if key in resolved:
-            return resolved[key]
-        cached = self.services.get(key)
-        seen[key] = cached
-        service = cached
-        if cached is None:
-            try:
-                live = self.client.get(
-                    f"/api/v1/namespaces/{path_segment(namespace)}/services/{path_segment(name)}"
-                )
-            except ApiError as err:
-                if not is_not_found(err):
-                    raise
-            else:
-                service = service_record(live)
-        resolved[key] = service
-        return service
-
-    def _service_blocker(
-        self,
-        pcr: PCRRecord,
-        pod: PodRecord,
-        name: str,
-        service: ServiceRecord | None,
-        *,
-        headless: bool,
-    ) -> Blocker | None:
-        key = f"{pod.namespace}/{name}"
-        waits = f"PodCertificateRequest {pcr.key} waits until it does"
-        if service is None:
-            return Blocker(
-                key,
-                "ServiceNotFound",
-                f"Service {name!r} does not exist in namespace {pod.namespace!r}; {waits}",
-            )
-        if service.type == "ExternalName":
-            return Blocker(
-                key,
-                "ServiceSelectorMismatch",
-                f"Service {name!r} is of type ExternalName, which selects no Pod; "
-                f"PodCertificateRequest {pcr.key} waits until it selects Pod {pod.name!r}",
-            )
-        if not service.selector or not _selects(service.selector, pod.labels):
-            selector = ",".join(f"{k}={v}" for k, v in sorted(service.selector.items()))
-            return Blocker(
-                key,
-                "ServiceSelectorMismatch",
-                f"Service {name!r} selector {{{selector}}} does not select Pod {pod.name!r}; "
-                f"PodCertificateRequest {pcr.key} waits until it does",
-            )
-        if headless and not service.headless:
-            return Blocker(
-                key,
-                "ServiceNotHeadless",
-                f"Service {name!r} (the Pod's spec.subdomain) is not headless "
-                f"(clusterIP: {service.cluster_ip or 'unset'}); set clusterIP: None; "
-                f"PodCertificateRequest {pcr.key} waits until it is",
-            )
-        return None
-
     # acting on a decision -----------------------------------------------------------------
 
-    def _finish(self, pcr: PCRRecord, decision: Final) -> Requeue | None:
+    def _finish(self, pcr: PCRRecord, decision: Terminal) -> Requeue | None:
         status = {
             "conditions": [self._condition(decision.condition, decision.reason, decision.message)]
         }
@@ -516,11 +294,11 @@ class SignerController:
             )
             self.metrics.failed(decision.reason)
             self.index.forget(pcr.key)
-            self._record_final(pcr, decision)
+            self._record_terminal(pcr, decision)
             return None
         return Requeue()
 
-    def _record_final(self, pcr: PCRRecord, decision: Final) -> None:
+    def _record_terminal(self, pcr: PCRRecord, decision: Terminal) -> None:
         """A Warning on the Pod for a Denied or Failed request (SPEC §6): kubelet 1.37's
         own Event garbles its message (the format arguments are shifted), so without ours
         the owner of a Pod that never starts cannot read why. The Pod is named from the
@@ -676,32 +454,6 @@ class SignerController:
             return self.material_source.current().signing_cert.not_valid_after_utc.timestamp()
         except Exception:  # not loaded yet: the gauge reads 0
             return 0.0
-
-
-# small decisions ----------------------------------------------------------------------------
-
-
-def _pod_agrees(pod: PodRecord, pcr: PCRRecord) -> bool:
-    return (
-        pod.uid == pcr.pod_uid
-        and pod.node_name == pcr.node_name
-        and pod.service_account_name == pcr.service_account_name
-    )
-
-
-def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    """A Service selects a Pod when its non-empty selector is a subset of the labels."""
-    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
-
-
-def _unique_blockers(blockers: Iterable[Blocker]) -> list[Blocker]:
-    seen: set[tuple[str, str]] = set()
-    out = []
-    for blocker in blockers:
-        if (blocker.service_key, blocker.reason) not in seen:
-            seen.add((blocker.service_key, blocker.reason))
-            out.append(blocker)
-    return out
 
 
 def _pod_key(pod: PodRecord) -> str:

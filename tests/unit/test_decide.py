@@ -1,0 +1,127 @@
+"""`signer.decide.Decider` on its own: built over plain stores (as `explain` builds it),
+its steps in order, and the live reads it makes only where a cache may lag."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Any
+
+from controlplane.kubelet import pcr_manifest
+from signer.decide import Decider, Sign, Terminal, Wait
+from signer.records import PCRRecord, PodRecord, ServiceRecord, pcr_record, pod_record
+from tests.unit import pki
+
+NS = "team-a"
+SIGNER = "kubernetes.io/service-serving"
+
+
+class RecordingLookups:
+    """`signer.decide.Lookups` answering from dicts, recording every read."""
+
+    def __init__(self, *, legacy_key: bytes | None = None) -> None:
+        self.pods: dict[str, PodRecord] = {}
+        self.services: dict[str, ServiceRecord] = {}
+        self.legacy_key = legacy_key
+        self.reads: list[tuple[str, str]] = []
+
+    def pod(self, namespace: str, name: str) -> PodRecord | None:
+        self.reads.append(("pod", f"{namespace}/{name}"))
+        return self.pods.get(f"{namespace}/{name}")
+
+    def service(self, namespace: str, name: str) -> ServiceRecord | None:
+        self.reads.append(("service", f"{namespace}/{name}"))
+        return self.services.get(f"{namespace}/{name}")
+
+    def legacy_pkix_key(self, namespace: str, name: str) -> bytes | str | None:
+        self.reads.append(("legacy", f"{namespace}/{name}"))
+        return self.legacy_key
+
+
+def pod_object(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "web-0", "namespace": NS, "uid": str(uuid.uuid4())},
+        "spec": {"nodeName": "node-1", "serviceAccountName": "default", **spec},
+    }
+
+
+def request(pod: dict[str, Any], annotations: dict[str, str], **kw: Any) -> PCRRecord:
+    body = pcr_manifest(
+        pod, pki.leaf_key("ECDSAP256"), signer_name=SIGNER, annotations=annotations, **kw
+    )
+    body["metadata"].update(name="req-1", uid="u-1", resourceVersion="1")
+    return pcr_record(body)
+
+
+def decider(
+    pods: dict[str, PodRecord],
+    services: dict[str, ServiceRecord],
+    lookups: RecordingLookups,
+    pcr_version: str = "v1",
+) -> Decider:
+    return Decider(pods, services, lookups, domain="cluster.local", pcr_version=pcr_version)
+
+
+def test_decides_over_plain_stores_with_no_controller_around_it() -> None:
+    obj = pod_object()
+    obj["metadata"]["labels"] = {"app": "web"}
+    pod = pod_record(obj)
+    web = ServiceRecord(NS, "web", {"app": "web"})
+    lookups = RecordingLookups()
+
+    decision = decider({pod.key: pod}, {web.key: web}, lookups).decide(
+        request(obj, {"kubernetes.io/service-names": "web"})
+    )
+
+    assert isinstance(decision, Sign)
+    assert decision.dns_names == (f"web.{NS}.svc.cluster.local", f"web.{NS}.svc")
+    assert lookups.reads == []  # everything came from the stores
+
+
+def test_the_legacy_key_is_read_before_anything_is_parsed() -> None:
+    """Step 1 comes first, so the rest of the decision is a function of what the request
+    holds: a denial of its annotations is made with its key already read."""
+    obj = pod_object()
+    pod = pod_record(obj)
+    legacy = request(obj, {"kubernetes.io/service-names": "Not A Name"}, legacy_pkix=True)
+    assert legacy.pkix_public_key is not None
+    lookups = RecordingLookups(legacy_key=legacy.pkix_public_key)
+    v1_view = dataclasses.replace(legacy, pkix_public_key=None)
+
+    decision = decider({pod.key: pod}, {}, lookups).decide(v1_view)
+
+    assert isinstance(decision, Terminal)
+    assert (decision.condition, decision.reason) == ("Denied", "InvalidUnverifiedUserAnnotations")
+    assert lookups.reads == [("legacy", f"{NS}/req-1")]
+
+
+def test_a_pod_without_hostname_is_denied_before_any_service_is_read() -> None:
+    obj = pod_object()
+    pod = pod_record(obj)
+    lookups = RecordingLookups()
+
+    decision = decider({pod.key: pod}, {}, lookups).decide(
+        request(obj, {"kubernetes.io/service-names": "web", "kubernetes.io/add-pod-fqdn": "true"})
+    )
+
+    assert isinstance(decision, Terminal)
+    assert decision.reason == "PodHostnameRequired"
+    assert lookups.reads == []
+
+
+def test_a_cached_pod_that_disagrees_is_read_live_before_anything_final() -> None:
+    obj = pod_object()
+    obj["metadata"]["labels"] = {"app": "web"}
+    live = pod_record(obj)
+    stale = pod_record({**obj, "metadata": {**obj["metadata"], "uid": "an-older-pod"}})
+    lookups = RecordingLookups()
+    lookups.pods[live.key] = live
+
+    decision = decider({stale.key: stale}, {}, lookups).decide(
+        request(obj, {"kubernetes.io/service-names": "web"})
+    )
+
+    assert isinstance(decision, Wait)  # not Failed PodNotFound: the live Pod agrees
+    assert [b.reason for b in decision.blockers] == ["ServiceNotFound"]
+    assert decision.seen_services == {f"{NS}/web": None}
+    assert lookups.reads == [("pod", f"{NS}/web-0"), ("service", f"{NS}/web")]
