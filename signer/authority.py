@@ -4,9 +4,13 @@ refresh time and chain. Pure: the clock (`now`) and the serial are passed in.
 Decisions beyond the SPEC text:
 
 - `beginRefreshAt` is half of the *effective* lifetime (after the cap at the signing
-  cert's notAfter), clamped to [notBefore + 10 min, notAfter - 10 min] and truncated to
-  whole seconds. When the cap shortens a certificate, kubelet then renews it halfway
-  through its real life instead of 10 minutes before it ends.
+  cert's notAfter), clamped to [notBefore + 10 min, notAfter - 10 min] (the window
+  kube-apiserver accepts) and truncated to whole seconds. When the cap shortens a
+  certificate, kubelet then renews it halfway through its real life instead of 10
+  minutes before it ends: kubelet starts a refresh up to 5 minutes after beginRefreshAt,
+  warns `CertificateOverdueForRefresh` 10 minutes after it, and the new request may wait
+  up to the 15 minutes the PCR cleaner gives it — slack a 10-minute margin does not
+  have; and the certificates of a CA rotated before its end arrive sooner.
 - The authority key identifier is the signing cert's SKI, or derived from its public key
   when the CA has no SKI extension.
 - The signature digest follows the CA key: SHA-256 (RSA PKCS#1 v1.5, P-256), SHA-384
@@ -75,9 +79,9 @@ def validity(
             f"{max(not_after - not_before, timedelta(0))} of the at least {MIN_LIFETIME} "
             "a certificate must last"
         )
-    # SPEC §5.3: half of the *requested* lifetime (before the cap at the signing cert's
-    # expiry), then clamped into the window the API server accepts.
-    refresh = not_before + timedelta(seconds=int(lifetime.total_seconds()) // 2)
+    # Half of the certificate's real life (see the module docstring), then clamped into
+    # the window the API server accepts.
+    refresh = not_before + timedelta(seconds=int((not_after - not_before).total_seconds()) // 2)
     refresh = max(not_before + REFRESH_MARGIN, min(refresh, not_after - REFRESH_MARGIN))
     return not_before, not_after, refresh
 

@@ -227,10 +227,26 @@ def test_lifetime_is_min_of_request_and_cap_backdate_included(
 
 def test_not_after_is_capped_at_signing_cert_not_after() -> None:
     ca_end = NOW + timedelta(hours=5, seconds=30)
-    _nb, na, refresh = validity(NOW, DAY, DAY, ca_end)
+    _nb, na, _ = validity(NOW, DAY, DAY, ca_end)
     assert na == ca_end.replace(microsecond=0)
-    # half of the requested day lies past the capped end: clamped to 10 min before it
-    assert refresh == na - timedelta(minutes=10)
+
+
+@pytest.mark.parametrize(
+    "ca_left",
+    [timedelta(hours=5, seconds=30), timedelta(hours=1, minutes=30), timedelta(hours=23)],
+    ids=["5h", "90min", "23h"],
+)
+def test_refresh_is_half_the_effective_lifetime_when_the_signing_cert_ends_first(
+    ca_left: timedelta,
+) -> None:
+    """Kubelet starts a refresh at beginRefreshAt (+ up to 5 min jitter) and warns
+    CertificateOverdueForRefresh 10 min later; a new request may wait up to the 15 min
+    the cleaner gives it. Half of a 24 h request lies past a capped notAfter, and the
+    clamp to 10 min before it would leave none of that slack, and keep a rotated CA's
+    certificates out until then: so half of the certificate's real life."""
+    nb, na, refresh = validity(NOW, DAY, DAY, NOW + ca_left)
+    assert na == (NOW + ca_left).replace(microsecond=0)
+    assert refresh == nb + timedelta(seconds=int((na - nb).total_seconds()) // 2)
 
 
 def test_refuses_when_signing_cert_leaves_under_one_hour() -> None:
