@@ -37,7 +37,7 @@ from manager import advice
 from manager.access import denied_or_raise
 from manager.explain import Explainer, Outcome, RequestReport
 from manager.health import Anchor, Health, describe
-from signer.controller import PCR_GROUP
+from signer.lookups import PCR_GROUP
 from signer.records import parse_time, pcr_record
 
 PAGE_SIZE = 500
