@@ -29,6 +29,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,14 +189,37 @@ def deploy(
 ) -> list[ShippedPod]:
     """Apply config/default with this signing material; return its Running Pods."""
     objects = manifests(token_expiration=token_expiration, replicas=replicas)
-    _wait_namespace_gone(client, timeout)
+
+    def material() -> None:
+        put_signing_material(client, key_pem, cert_pem)
+        put_trust_bundle(client, bundle_pem)
+
+    return deploy_objects(cluster, client, objects, before=material, timeout=timeout)
+
+
+def deploy_objects(
+    cluster: Cluster,
+    client: Client,
+    objects: list[JSON],
+    *,
+    before: Callable[[], object] = lambda: None,
+    timeout: float = 240,
+) -> list[ShippedPod]:
+    """Apply rendered `objects` into a fresh namespace (`before()` runs once the Namespace
+    exists, before the rest); return the Deployment's Running Pods."""
+    wait_namespace_gone(client, timeout)
     for obj in [o for o in objects if o["kind"] == "Namespace"]:
         apply(client, obj, dry_run=False)
-    put_signing_material(client, key_pem, cert_pem)
-    put_trust_bundle(client, bundle_pem)
+    before()
     for obj in [o for o in objects if o["kind"] != "Namespace"]:
         apply(client, obj, dry_run=False)
-    deployment = find(objects, "Deployment", DEPLOYMENT)
+    return running_pods(cluster, client, find(objects, "Deployment", DEPLOYMENT), timeout)
+
+
+def running_pods(
+    cluster: Cluster, client: Client, deployment: JSON, timeout: float = 240
+) -> list[ShippedPod]:
+    """The Deployment's Pods, once as many as it wants are Running."""
     want = int(deployment["spec"]["replicas"])
     selector = ",".join(
         f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items()
@@ -214,13 +238,11 @@ def deploy(
         ):
             return [ShippedPod(p, cluster.node_of(p)) for p in pods]
         if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"config/default Pods not Running: {[p.get('status') for p in pods]}"
-            )
+            raise TimeoutError(f"{DEPLOYMENT} Pods not Running: {[p.get('status') for p in pods]}")
         time.sleep(0.5)
 
 
-def _wait_namespace_gone(client: Client, timeout: float) -> None:
+def wait_namespace_gone(client: Client, timeout: float = 240) -> None:
     """A previous `undeploy()` may still be finishing (KCM's namespace controller)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
