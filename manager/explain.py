@@ -44,7 +44,7 @@ from cryptography import x509
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.types import JSON
 from manager import advice
-from manager.access import AccessDenied, denied_or_raise
+from manager.access import denied_or_raise
 from manager.health import Health, Leader
 from signer.decide import Decider, Terminal, Wait
 from signer.lookups import PCR_GROUP, ApiLookups
@@ -522,6 +522,3 @@ def span(delta: timedelta) -> str:
     if seconds < 172800:
         return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
     return f"{seconds // 86400}d"
-
-
-__all__ = ["AccessDenied", "ExplainError", "Explainer", "Outcome", "Report", "RequestReport"]

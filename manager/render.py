@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from manager.explain import Outcome, Report, RequestReport, no_leader_text, rfc3339, span
+from manager.explain import Report, RequestReport, no_leader_text, rfc3339, span
 from manager.health import Anchor, Health, Leader
 
 
@@ -210,6 +210,3 @@ def dump(body: Mapping[str, Any], output: str) -> str:
         text: str = yaml.safe_dump(dict(body), sort_keys=False, default_flow_style=False)
         return text
     return json.dumps(body, indent=2) + "\n"
-
-
-__all__ = ["Outcome", "dump", "health_json", "render_text", "report_json"]

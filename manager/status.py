@@ -37,8 +37,9 @@ from manager import advice
 from manager.access import denied_or_raise
 from manager.explain import Explainer, Outcome, RequestReport
 from manager.health import Anchor, Health, describe
+from manager.render import health_json, health_lines, request_json, request_lines
 from signer.lookups import PCR_GROUP
-from signer.records import parse_time, pcr_record
+from signer.records import pcr_record
 
 PAGE_SIZE = 500
 MAX_SHOWN = 200
@@ -198,14 +199,7 @@ def _signing_cert(chain: str, anchors: tuple[Anchor, ...]) -> Anchor | None:
     return next((a for a in anchors if a.subject == issuer), None)
 
 
-def oldest(items: list[Shown]) -> datetime | None:
-    times = [i.request.created for i in items if i.request.created]
-    return min(times) if times else None
-
-
 def status_json(status: Status) -> dict[str, Any]:
-    from manager.render import health_json, request_json
-
     return {
         "signer": health_json(status.health),
         "namespace": status.namespace,
@@ -241,8 +235,6 @@ def status_json(status: Status) -> dict[str, Any]:
 
 
 def render_status(status: Status, now: datetime | None = None) -> str:
-    from manager.render import health_lines, request_lines
-
     now = now or datetime.now(UTC)
     lines = [f"Signer {status.health.signer_name}"]
     lines += [f"  {line}" for line in health_lines(status.health, now, full=True)]
@@ -268,6 +260,3 @@ def render_status(status: Status, now: datetime | None = None) -> str:
                 lines.append(f"    Pod {item.pod}{owner}")
                 lines += request_lines(item.request, now, indent="      ")
     return "\n".join(lines) + "\n"
-
-
-__all__ = ["collect", "parse_time", "render_status", "status_json"]
