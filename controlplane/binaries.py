@@ -8,6 +8,13 @@ binary is absent it is built there by `build-binaries.sh` from Go modules (the m
 runs none. If the etcd build fails, Debian's `etcd-server` package is unpacked instead;
 kube-apiserver has no fallback and fails loudly.
 
+Versions: `KUBERNETES_VERSION` (1.37) is the plane every test uses; `OLDER_VERSIONS` are
+kube-apiservers the API-version-sensitive tests also run against (1.36: PodCertificateRequest
+and ClusterTrustBundle are v1beta1 there, behind feature gates — `controlplane.server`
+passes them). Each version has its own cache directory; one etcd (3.7, built into the
+main version's directory) serves them all. `TEST_ASSET_*` and `KUBEBUILDER_ASSETS` name
+binaries of the main version only: an older kube-apiserver comes from its cache directory.
+
 The node-capable cluster (`controlplane.cluster`) also needs `kube-controller-manager`
 (cmd/kube-controller-manager) and `hollow-node` (kubemark's hollow kubelet from
 `hollownode/main.go`, see there why not `cmd/kubemark` itself): `NODE_BINARIES`, found the
@@ -27,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KUBERNETES_VERSION = "v1.37.2"
+# The newest 1.36 patch the Go module proxy serves (v1.36.6 answers 403 "not available").
+OLDER_VERSIONS = ("v1.36.5",)
 ETCD_VERSION = "v3.7.3"
 KUSTOMIZE_VERSION = "v5.8.2"
 
@@ -54,16 +63,23 @@ def _env_name(name: str) -> str:
 
 
 def find(name: str, version: str = KUBERNETES_VERSION) -> Path | None:
-    explicit = os.environ.get(_env_name(name))
-    if explicit:
-        return Path(explicit)
-    assets = os.environ.get("KUBEBUILDER_ASSETS")
-    if assets and (Path(assets) / name).is_file():
-        return Path(assets) / name
+    if version == KUBERNETES_VERSION:
+        explicit = os.environ.get(_env_name(name))
+        if explicit:
+            return Path(explicit)
+        assets = os.environ.get("KUBEBUILDER_ASSETS")
+        if assets and (Path(assets) / name).is_file():
+            return Path(assets) / name
     cached = cache_dir(version) / name
     if cached.is_file() and os.access(cached, os.X_OK):
         return cached
     return None
+
+
+def missing(names: tuple[str, ...], version: str = KUBERNETES_VERSION) -> list[str]:
+    """Which of `names` would have to be built (etcd is looked up in the main version's
+    directory, as `ensure` does)."""
+    return [n for n in names if find(n, KUBERNETES_VERSION if n == "etcd" else version) is None]
 
 
 def build(names: list[str], version: str = KUBERNETES_VERSION) -> None:
@@ -108,18 +124,19 @@ def _debian_etcd(version: str) -> Path:
 
 
 def ensure(version: str = KUBERNETES_VERSION, *, extra: tuple[str, ...] = ()) -> Binaries:
-    """Find kube-apiserver and etcd (and any `extra` tools), building what is missing."""
-    if find("etcd", version) is None:
+    """Find kube-apiserver of `version` and etcd (and any `extra` tools of `version`),
+    building what is missing."""
+    if find("etcd") is None:
         try:
-            build(["etcd"], version)
+            build(["etcd"])
         except BinaryError as err:
             print(f"[controlplane] {err}; using Debian's etcd-server", file=sys.stderr)
-            _debian_etcd(version)
+            _debian_etcd(KUBERNETES_VERSION)
     missing = [n for n in ("kube-apiserver", *extra) if find(n, version) is None]
     if missing:
         build(missing, version)
     apiserver = find("kube-apiserver", version)
-    etcd = find("etcd", version) or _debian_etcd(version)
+    etcd = find("etcd") or _debian_etcd(KUBERNETES_VERSION)
     if apiserver is None:
         raise BinaryError("kube-apiserver is missing after the build; see the build output")
     return Binaries(kube_apiserver=apiserver, etcd=etcd)
@@ -138,8 +155,11 @@ def tool(name: str, version: str = KUBERNETES_VERSION) -> Path:
 
 def main() -> None:
     """`python -m controlplane.binaries`: find or build everything (the node-capable
-    cluster's binaries too, so `make test` builds them once up front), print the directory."""
+    cluster's binaries and the older kube-apiservers too, so `make test` builds them once
+    up front), print the main version's directory."""
     bins = ensure(extra=("kustomize", *NODE_BINARIES))
+    for version in OLDER_VERSIONS:
+        ensure(version)
     print(bins.kube_apiserver.parent)
 
 

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
 
+from controlplane import binaries
 from controlplane.cluster import Cluster
 from controlplane.kubelet import pcr_path
 from controlplane.process import ProcessExited, SignerProcess, http_get
@@ -183,15 +184,28 @@ def key_metrics(text: str) -> list[str]:
 # --- the demo ----------------------------------------------------------------------------
 
 
+def build_note(to_build: list[str]) -> str | None:
+    """What the user waits for before the cluster starts: said only when something is
+    built (a cached run starts in seconds)."""
+    if not to_build:
+        return None
+    return (
+        f"first building {', '.join(to_build)} from Go modules into the cache: about "
+        "10-15 minutes on 2 cores, once; later runs start in seconds"
+    )
+
+
 def run(workdir: Path | None = None) -> int:
     owned = workdir is None
     root = Path(tempfile.mkdtemp(prefix="sss-demo-")) if workdir is None else workdir
     root.mkdir(parents=True, exist_ok=True)
     step(
         "starting a local cluster minus containers: kube-apiserver + etcd, "
-        "kube-controller-manager, one hollow node (the real kubelet, fake runtime); the "
-        "first run builds them from source, which takes about 10-15 minutes"
+        "kube-controller-manager, one hollow node (the real kubelet, fake runtime)"
     )
+    note = build_note(binaries.missing(("etcd", "kube-apiserver", *binaries.NODE_BINARIES)))
+    if note:
+        detail(note)
     started = time.monotonic()
     try:
         cluster = Cluster.start(nodes=1)

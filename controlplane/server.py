@@ -3,7 +3,9 @@
 Authorization is `Node,RBAC` with the `NodeRestriction` admission plugin, as on a real
 cluster (so permission tests are real, and a kubelet's requests pass the same checks);
 `certificates.k8s.io/v1beta1` is enabled next to the GA v1 so both PodCertificateRequest
-paths run against one server.
+paths run against one server. An older kube-apiserver (`binaries.OLDER_VERSIONS`: 1.36)
+serves the two APIs only as v1beta1 behind feature gates, which `version_args` turns on as
+a cluster operator would.
 
 This light plane has no kubelet and no controller-manager: Pods stay Pending, namespaces
 never finish terminating, nobody garbage-collects, and the `ServiceAccount` admission
@@ -58,6 +60,24 @@ def kubernetes_service_ip(service_cidr: str) -> str:
     return str(ipaddress.ip_network(service_cidr)[1])
 
 
+def version_args(version: str) -> tuple[str, ...]:
+    """The flags that make kube-apiserver `version` serve PodCertificateRequests and
+    ClusterTrustBundles: 1.37 serves v1 (GA) and v1beta1 on request; before 1.37 both
+    are v1beta1 behind the `PodCertificateRequest`, `ClusterTrustBundle` and
+    `ClusterTrustBundleProjection` gates."""
+    minor = int(version.lstrip("v").split(".")[1])
+    if minor >= 37:
+        return (
+            "--runtime-config=certificates.k8s.io/v1beta1/podcertificaterequests=true,"
+            "certificates.k8s.io/v1beta1/clustertrustbundles=true",
+        )
+    return (
+        "--feature-gates=PodCertificateRequest=true,ClusterTrustBundle=true,"
+        "ClusterTrustBundleProjection=true",
+        "--runtime-config=certificates.k8s.io/v1beta1=true",
+    )
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -76,8 +96,10 @@ class ControlPlane:
         extra_args: tuple[str, ...],
         *,
         controllers: bool = False,
+        kube_version: str = binaries.KUBERNETES_VERSION,
     ) -> None:
         self.workdir = workdir
+        self.kube_version = kube_version
         self.bins = bins
         self.extra_args = extra_args
         self.controllers = controllers
@@ -112,7 +134,7 @@ class ControlPlane:
         owned = workdir is None
         directory = Path(tempfile.mkdtemp(prefix="sss-controlplane-")) if owned else workdir
         assert directory is not None
-        plane = cls(directory, bins, extra_args, controllers=controllers)
+        plane = cls(directory, bins, extra_args, controllers=controllers, kube_version=version)
         plane._owned = owned
         try:
             plane._start_etcd()
@@ -167,8 +189,7 @@ class ControlPlane:
             f"--service-account-key-file={f['sa.pub']}",
             f"--service-account-signing-key-file={f['sa.key']}",
             "--endpoint-reconciler-type=none",
-            "--runtime-config=certificates.k8s.io/v1beta1/podcertificaterequests=true,"
-            "certificates.k8s.io/v1beta1/clustertrustbundles=true",
+            *version_args(self.kube_version),
             f"--cert-dir={self.workdir / 'certs'}",
             "--profiling=false",
             *self.extra_args,

@@ -1,5 +1,11 @@
 """Shared fixtures: one real control plane per test session (built or found by
-`controlplane`, never skipped), an admin client, and a fresh namespace per test."""
+`controlplane`, never skipped), an admin client, and a fresh namespace per test.
+
+The API-version-sensitive tests take `plane` (with `plane_client`, `plane_namespace` and
+`plane_pcr_version`) instead: parametrised over every tested kube-apiserver version
+(`binaries.KUBERNETES_VERSION` and `binaries.OLDER_VERSIONS`, ids `kube-1.37`,
+`kube-1.36`), the 1.37 case being the session's `control_plane` and each older one a
+second light plane started on first use and shared by the session."""
 
 from __future__ import annotations
 
@@ -8,9 +14,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane import ControlPlane
+from controlplane import ControlPlane, binaries
 from controlplane.kubelet import Kubelet
 from kube.client import Client
+from kube.discovery import served_version
+
+TESTED_VERSIONS = (binaries.KUBERNETES_VERSION, *binaries.OLDER_VERSIONS)
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +49,62 @@ def create_test_namespace(client: Client, request: pytest.FixtureRequest) -> str
 @pytest.fixture
 def namespace(client: Client, request: pytest.FixtureRequest) -> str:
     return create_test_namespace(client, request)
+
+
+def _minor(version: str) -> str:
+    return "kube-" + ".".join(version.lstrip("v").split(".")[:2])
+
+
+@pytest.fixture(scope="session")
+def older_planes() -> Iterator[dict[str, tuple[ControlPlane, Client]]]:
+    """Older kube-apiservers by version, started by `plane` on first use."""
+    planes: dict[str, tuple[ControlPlane, Client]] = {}
+    try:
+        yield planes
+    finally:
+        for plane, _ in planes.values():
+            plane.stop()
+
+
+@pytest.fixture(params=TESTED_VERSIONS, ids=_minor)
+def plane(
+    request: pytest.FixtureRequest, older_planes: dict[str, tuple[ControlPlane, Client]]
+) -> ControlPlane:
+    version: str = request.param
+    if version == binaries.KUBERNETES_VERSION:
+        main: ControlPlane = request.getfixturevalue("control_plane")
+        return main
+    if version not in older_planes:
+        started = ControlPlane.start(version=version)
+        older_planes[version] = (started, started.client())
+    return older_planes[version][0]
+
+
+@pytest.fixture
+def plane_client(
+    plane: ControlPlane,
+    request: pytest.FixtureRequest,
+    older_planes: dict[str, tuple[ControlPlane, Client]],
+) -> Client:
+    if plane.kube_version == binaries.KUBERNETES_VERSION:
+        main: Client = request.getfixturevalue("client")
+        return main
+    return older_planes[plane.kube_version][1]
+
+
+@pytest.fixture
+def plane_namespace(plane_client: Client, request: pytest.FixtureRequest) -> str:
+    return create_test_namespace(plane_client, request)
+
+
+@pytest.fixture
+def plane_pcr_version(plane_client: Client) -> str:
+    """The newest PodCertificateRequest version the plane serves (what `auto` picks)."""
+    version = served_version(
+        plane_client, "certificates.k8s.io", "podcertificaterequests", ["v1", "v1beta1"]
+    )
+    assert version is not None
+    return version
 
 
 @pytest.fixture

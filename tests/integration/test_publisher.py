@@ -161,8 +161,11 @@ def publisher(client: Client, ca_dir: Path, signer_name: str) -> Iterator[Runnin
 
 
 def test_publishes_normalised_bundle_with_hash_name_signer_and_label(
-    client: Client, tmp_path: Path, signer_name: str
+    plane_client: Client, tmp_path: Path, signer_name: str
 ) -> None:
+    """On every tested kube-apiserver: v1 on 1.37, v1beta1 on 1.36 (the version the
+    publisher finds served)."""
+    client = plane_client
     root, other = generate_ca("pub root"), generate_ca("pub other")
     write_ca(tmp_path, ca=root)
     body = cert_pem(root.cert).decode().split("\n", 1)[1]

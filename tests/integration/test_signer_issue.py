@@ -219,8 +219,10 @@ def test_lifetime_is_capped_by_max_certificate_lifetime(client: Client, namespac
 @pytest.mark.parametrize("legacy_pkix", [False, True], ids=["stub-csr", "pkix-public-key"])
 @pytest.mark.parametrize("key_type", ["ECDSAP384", "RSA3072", "ED25519"])
 def test_v1beta1_path_issues_the_same_certificates(
-    client: Client, namespace: str, key_type: str, legacy_pkix: bool
+    plane_client: Client, plane_namespace: str, key_type: str, legacy_pkix: bool
 ) -> None:
+    """On every tested kube-apiserver (1.36 serves only v1beta1, behind its gates)."""
+    client, namespace = plane_client, plane_namespace
     with RunningSigner(client, pcr_version="v1beta1") as signer:
         kubelet = signer.kubelet
         created, key = kubelet.serving_request(

@@ -37,12 +37,27 @@ def wait_until_waiting(signer: RunningSigner, key: str) -> None:
     eventually(lambda: signer.controller.index.is_waiting(key), what=f"{key} waiting")
 
 
+@pytest.fixture
+def plane_signer(plane_client: Client, plane_pcr_version: str) -> Iterator[RunningSigner]:
+    with RunningSigner(plane_client, pcr_version=plane_pcr_version) as running:
+        yield running
+
+
 def test_waits_when_service_missing_then_issues_on_create(
-    signer: RunningSigner, client: Client, namespace: str
+    plane_signer: RunningSigner, plane_client: Client, plane_namespace: str, plane_pcr_version: str
 ) -> None:
+    """On every tested kube-apiserver, with the version it serves."""
+    signer, client, namespace, version = (
+        plane_signer,
+        plane_client,
+        plane_namespace,
+        plane_pcr_version,
+    )
     kubelet = signer.kubelet
     pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+    created, _ = kubelet.create_pcr(
+        pod, annotations={"kubernetes.io/service-names": "web"}, version=version
+    )
     key = f"{namespace}/{created['metadata']['name']}"
 
     wait_until_waiting(signer, key)
@@ -52,12 +67,12 @@ def test_waits_when_service_missing_then_issues_on_create(
     assert event["type"] == "Warning"
     assert event["regarding"]["kind"] == "Pod" and event["regarding"]["name"] == "web-0"
     assert "'web'" in event["note"] and created["metadata"]["name"] in event["note"]
-    assert read_pcr(client, created).get("status", {}).get("conditions") is None
+    assert read_pcr(client, created, version).get("status", {}).get("conditions") is None
     assert signer.counts() == (0, 0, 0)
 
     started = time.monotonic()
     kubelet.create_service("web", namespace, selector={"app": "web"})
-    stored = wait_terminal(client, created, timeout=REDRIVE_SECONDS)
+    stored = wait_terminal(client, created, version, timeout=REDRIVE_SECONDS)
 
     assert condition(stored)["type"] == "Issued"
     assert time.monotonic() - started < REDRIVE_SECONDS
