@@ -59,18 +59,23 @@ def lease_namespace(cluster_client: Client) -> Iterator[str]:
 
 @pytest.fixture
 def view_role(cluster_client: Client) -> Iterator[Any]:
-    """Applies the aggregated ClusterRole when called; deleted afterwards."""
+    """Absent at first (another test may have installed config/rbac); applied when
+    called; deleted afterwards."""
+
+    def remove() -> None:
+        try:
+            cluster_client.delete(f"{RBAC}/clusterroles/{VIEW_ROLE}")
+        except ApiError as err:
+            if not is_not_found(err):
+                raise
 
     def install() -> None:
         for obj in rbac_object(VIEW_ROLE):
             apply(cluster_client, obj, dry_run=False)
 
+    remove()
     yield install
-    try:
-        cluster_client.delete(f"{RBAC}/clusterroles/{VIEW_ROLE}")
-    except ApiError as err:
-        if not is_not_found(err):
-            raise
+    remove()
 
 
 def app_team_kubeconfig(cluster: Cluster, client: Client, namespace: str, path: Path) -> Path:
@@ -148,6 +153,8 @@ def test_app_team_is_told_nothing_will_act_when_the_only_signer_stopped(
         )
         return result.exit_code, result.stdout, result.stderr
 
+    # `view` may still carry the rules of a role deleted a moment ago (KCM re-aggregates).
+    assert eventually(lambda: explain()[0] == 1, 60, interval=1), explain()[1]
     code, _, err = explain()
     assert code == 1
     assert err == (
