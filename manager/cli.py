@@ -314,9 +314,10 @@ class KlogVerbosity(click.IntRange):
 )
 @flag(
     "--leader-elect-resource-name",
-    default="service-serving-signer",
-    show_default=True,
-    help="Name of the leader-election Lease.",
+    default="",
+    help="Name of the leader-election Lease; default service-serving-signer for "
+    "signer+publisher, else service-serving-signer-<controllers> "
+    "(e.g. service-serving-signer-injector).",
 )
 @flag(
     "--metrics-bind-address",

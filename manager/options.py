@@ -4,7 +4,8 @@ This module decides what every docs/reference.md §2 flag *means*: Go-style dura
 `1h30m`), kube-controller-manager's `--controllers` syntax (`*`, `signer`, `-publisher`),
 bind addresses (`:10358`, `127.0.0.1:9000`, `[::1]:9000`, `0` = disabled), signer names
 (exactly what kube-apiserver's `ValidateSignerName` accepts), the leader
-election namespace default (the Pod's own namespace, else `kube-system`), and the
+election namespace default (the Pod's own namespace, else `kube-system`), the Lease name
+default (one per set of controllers, `default_lease_name`), and the
 cross-flag rules (a `kubernetes.io/*` signer never issues for more than 24 h; the lease
 duration exceeds the renew deadline, which exceeds the retry period). It parses strings
 into an immutable `Options`; it never touches files other than the service-account
@@ -185,6 +186,17 @@ def parse_controllers(items: Iterable[str]) -> frozenset[str]:
     return frozenset(result)
 
 
+def default_lease_name(controllers: Iterable[str]) -> str:
+    """The Lease a set of controllers elects on when `--leader-elect-resource-name` is not
+    given: `service-serving-signer` for the default set (signer and publisher), else
+    `service-serving-signer-<names, sorted>` — so a Deployment running another set (the
+    injector alone, say) never waits for ever on a Lease that a different set holds."""
+    names = sorted(set(controllers))
+    if names == sorted(DEFAULT_CONTROLLERS):
+        return "service-serving-signer"
+    return "-".join(["service-serving-signer", *names])
+
+
 # --- names -----------------------------------------------------------------------------
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -279,7 +291,7 @@ class Options:
     leader_elect_renew_deadline: float = 10.0
     leader_elect_retry_period: float = 2.0
     leader_elect_resource_namespace: str = "kube-system"
-    leader_elect_resource_name: str = "service-serving-signer"
+    leader_elect_resource_name: str = ""  # "": default_lease_name(controllers)
     metrics_bind_address: BindAddress | None = BindAddress("", 10358)
     health_probe_bind_address: BindAddress | None = BindAddress("", 10359)
     log_format: str = "text"
@@ -299,6 +311,9 @@ class Options:
         return self.ca_mode == "managed"
 
     def __post_init__(self) -> None:
+        if not self.leader_elect_resource_name:
+            lease = default_lease_name(self.controllers)
+            object.__setattr__(self, "leader_elect_resource_name", lease)
         self.validate()
 
     def validate(self) -> None:

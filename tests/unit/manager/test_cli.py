@@ -422,3 +422,31 @@ def test_bundle_resolve_prints_pem_and_names_an_unmatched_selector_as_json(
         "signerName": "example.com/serving",
         "labelSelector": {"matchLabels": {"rotation": "next"}},
     }
+
+
+@pytest.mark.parametrize(
+    ("controllers", "lease"),
+    [
+        ("*", "service-serving-signer"),
+        ("signer,publisher", "service-serving-signer"),
+        ("injector", "service-serving-signer-injector"),
+        ("signer", "service-serving-signer-signer"),
+        ("publisher", "service-serving-signer-publisher"),
+        ("*,injector", "service-serving-signer-injector-publisher-signer"),
+    ],
+)
+def test_each_controller_set_elects_on_its_own_default_lease(
+    captured: list[Options], controllers: str, lease: str
+) -> None:
+    """`run --controllers=injector` beside the signer's Deployment must not wait for ever
+    on the signer's Lease (issue 22): without --leader-elect-resource-name each set of
+    controllers has its own Lease; the default set keeps the historical name."""
+    opts = run_with(captured, *FILES, f"--controllers={controllers}")
+    assert opts.leader_elect_resource_name == lease
+
+
+def test_an_explicit_lease_name_wins_over_the_controller_set_default(
+    captured: list[Options],
+) -> None:
+    opts = run_with(captured, *FILES, "--controllers=injector", "--leader-elect-resource-name=x")
+    assert opts.leader_elect_resource_name == "x"
