@@ -1,5 +1,6 @@
 """The injector through the real CLI next to the signer and publisher: `*` does not run
-it (kube-controller-manager's opt-in style), `*,injector` does, in one process."""
+it (kube-controller-manager's opt-in style), `*,injector` does, in one process; an
+injector-only process elects on a Lease of its own."""
 
 from __future__ import annotations
 
@@ -72,3 +73,42 @@ def test_star_leaves_the_injector_off_and_star_injector_turns_it_on(
         delete_quietly(client, VWC_PATH, name)
         for bundle in bundles_of(client, signer_name):
             delete_ctb(client, bundle["metadata"]["name"])
+
+
+def test_an_injector_deployment_leads_beside_the_signer_without_naming_a_lease(
+    control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 22: `run --controllers=injector` next to the signer, neither naming a Lease,
+    used to wait for ever on the signer's Lease (ready, never leading, nothing injected).
+    Each set now has its own default Lease, so both lead at once."""
+    files = write_ca(tmp_path / "ca")
+    here = f"--leader-elect-resource-namespace={namespace}"
+    signer = SignerProcess(
+        control_plane.kubeconfig,
+        files.key.parent,
+        tmp_path / "signer.log",
+        here,
+        signer_name=f"t{uuid.uuid4().hex[:8]}.example.com/serving",
+    )
+    injector = SignerProcess(  # no material flag: the injector needs none
+        control_plane.kubeconfig,
+        None,
+        tmp_path / "injector.log",
+        "--controllers=injector",
+        here,
+        signer_name=None,
+    )
+    try:
+        assert eventually(signer.leading, 60), "\n".join(signer.log_lines()[-20:])
+        lease = 'name="service-serving-signer-injector"'
+        assert eventually(
+            lambda: injector.metric("leader_election_master_status", lease) == 1, 60
+        ), "\n".join(injector.log_lines()[-20:])
+        leases = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases")
+        assert {item["metadata"]["name"] for item in leases["items"]} == {
+            "service-serving-signer",
+            "service-serving-signer-injector",
+        }
+    finally:
+        assert injector.stop() == 0
+        assert signer.stop() == 0
