@@ -52,10 +52,10 @@ SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def manifests(*, token_expiration: int | None = None, replicas: int | None = None) -> list[JSON]:
-    """`config/default` rendered. `token_expiration`: replace the ServiceAccount volume
-    the admission plugin would inject (token valid 3607 s) by the same projected volume
-    with a shorter token, so a test sees the kubelet refresh it."""
-    objects = copy.deepcopy(render(CONFIG / "default"))
+    """`config/namespace` and `config/default` rendered. `token_expiration`: replace the
+    ServiceAccount volume the admission plugin would inject (token valid 3607 s) by the
+    same projected volume with a shorter token, so a test sees the kubelet refresh it."""
+    objects = copy.deepcopy(render(CONFIG / "namespace") + render(CONFIG / "default"))
     deployment = find(objects, "Deployment", DEPLOYMENT)
     if replicas is not None:
         deployment["spec"]["replicas"] = replicas

@@ -77,7 +77,8 @@ def _first_certificate(
 def test_config_managed_installs_from_nothing_and_issues(
     cluster: Cluster, cluster_client: Client, node_namespace: str, tmp_path: Path
 ) -> None:
-    objects = kustomize(CONFIG / "managed")
+    # docs/managed-ca.md: the namespace (config/namespace), then config/managed.
+    objects = kustomize(CONFIG / "namespace") + kustomize(CONFIG / "managed")
     find(objects, "Deployment", DEPLOYMENT)["spec"]["replicas"] = 1
     started = time.monotonic()
     [pod] = deploy_objects(cluster, cluster_client, objects)

@@ -39,3 +39,16 @@ app.kubernetes.io/component: controller
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* A Pod template's labels: the selector's (they win) plus .Values.podLabels. Call with
+(dict "selector" <selector labels map> "Values" .Values). */}}
+{{- define "sss.podLabels" -}}
+{{- toYaml (merge (deepCopy .selector) .Values.podLabels) -}}
+{{- end -}}
+
+{{/* Values that cannot work together fail the render (install and upgrade alike). */}}
+{{- define "sss.validate" -}}
+{{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) -}}
+{{- fail (printf "leaderElection.enabled=false with replicaCount=%d: every replica would sign and publish at once; set replicaCount=1 or enable leader election" (int .Values.replicaCount)) -}}
+{{- end -}}
+{{- end -}}

@@ -18,12 +18,18 @@ def _load(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def render(directory: Path) -> list[dict[str, Any]]:
+def render(
+    directory: Path, accumulated: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Build `directory`. A Component's transformers apply to what its parent has
+    accumulated so far (`accumulated`) plus its own resources, as kustomize's do."""
     kustomization = _load(directory / "kustomization.yaml")[0]
-    objects: list[dict[str, Any]] = []
-    for entry in [*kustomization.get("resources", []), *kustomization.get("components", [])]:
+    objects: list[dict[str, Any]] = list(accumulated or [])
+    for entry in kustomization.get("resources", []):
         target = (directory / entry).resolve()
         objects += render(target) if target.is_dir() else _load(target)
+    for entry in kustomization.get("components", []):
+        objects = render((directory / entry).resolve(), objects)
     objects = copy.deepcopy(objects) + _generated_config_maps(directory, kustomization)
     namespace = kustomization.get("namespace")
     for obj in objects:
@@ -38,7 +44,7 @@ def render(directory: Path) -> list[dict[str, Any]]:
             meta.setdefault("labels", {}).update(label_set["pairs"])
         for image in kustomization.get("images", []):
             for container in _containers(obj):
-                if container.get("image") == image["name"]:
+                if container.get("image", "").split(":")[0] == image["name"]:
                     container["image"] = f"{image.get('newName', image['name'])}:{image['newTag']}"
     return objects
 

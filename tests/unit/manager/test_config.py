@@ -34,7 +34,6 @@ def test_default_installs_everything_into_its_namespace(default: list[dict[str, 
     kinds = sorted(o["kind"] for o in default)
     assert kinds == sorted(
         [
-            "Namespace",
             "ServiceAccount",
             "ClusterRole",
             "ClusterRole",
@@ -49,9 +48,22 @@ def test_default_installs_everything_into_its_namespace(default: list[dict[str, 
         ]
     )
     for obj in default:
-        if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
     assert not [o for o in default if o["kind"] == "Secret"], "never ship a CA key"
+
+
+def test_the_namespace_is_its_own_tree_so_deleting_default_keeps_the_ca_secret(
+    default: list[dict[str, Any]],
+) -> None:
+    """`kubectl delete -k config/default` must not delete the namespace, and with it the
+    CA Secret made by hand (issue 22): the Namespace lives in config/namespace, applied
+    once before the Secret is created."""
+    assert not [o for o in default if o["kind"] == "Namespace"]
+    (namespace,) = render(CONFIG / "namespace")
+    assert namespace["kind"] == "Namespace"
+    assert namespace["metadata"]["name"] == NAMESPACE
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def test_cluster_role_is_exactly_the_spec(default: list[dict[str, Any]]) -> None:
@@ -158,7 +170,7 @@ def test_metrics_service_and_pdb_select_the_pods(default: list[dict[str, Any]]) 
 
 def test_prometheus_component_selects_the_metrics_service() -> None:
     component = render(CONFIG / "prometheus")
-    monitor = find(component, "ServiceMonitor")
+    monitor = find(component, "ServiceMonitor", "service-serving-signer")
     service = find(render(CONFIG / "manager"), "Service")
     assert (
         monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
@@ -177,6 +189,21 @@ def test_prometheus_component_selects_the_metrics_service() -> None:
     )
     assert {"ServiceServingSignerRequestsFailing", "ServiceServingSignerSyncErrors"} <= set(exprs)
     assert "ServiceServingSignerTrustBundleExpiring" in exprs
+
+
+def test_prometheus_component_selects_the_injector_metrics_service() -> None:
+    monitor = find(
+        render(CONFIG / "prometheus"), "ServiceMonitor", "service-serving-signer-injector"
+    )
+    injector = render(CONFIG / "injector")
+    service = find(injector, "Service", "service-serving-signer-injector-metrics")
+    pods = find(injector, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert service["spec"]["selector"].items() <= pods.items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
 
 
 def _projection(workload: dict[str, Any]) -> dict[str, Any]:
@@ -209,7 +236,7 @@ def test_samples_request_certificates_for_their_services() -> None:
     )
 
 
-@pytest.mark.parametrize("directory", ["default", "rbac", "manager", "samples"])
+@pytest.mark.parametrize("directory", ["default", "namespace", "rbac", "manager", "samples"])
 def test_renderer_agrees_with_kubectl_kustomize(directory: str) -> None:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl (with built-in kustomize) is needed to cross-check config/"
