@@ -24,7 +24,12 @@ pytestmark = pytest.mark.integration
 DASHBOARD = CONFIG / "grafana" / "service-serving-signer.json"
 CHART_COPY = CONFIG.parent / "charts" / "service-serving-signer" / "files" / "dashboard.json"
 # Grafana's variables, as Grafana would expand them for one query.
-VARIABLES = {"$__rate_interval": "5m", "$job": ".+", "${job}": ".+"}
+VARIABLES = {
+    "$__rate_interval": "5m",
+    "$injector_job": ".+",
+    "$job": ".+",
+    "${job}": ".+",
+}
 KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan", "by", "without"}
 
 
@@ -84,7 +89,7 @@ def promtool() -> str:
 
 def test_every_panel_query_parses_with_promtool(promtool: str, tmp_path: Path) -> None:
     exprs = expressions()
-    assert len(exprs) >= 12
+    assert len(exprs) >= 16
     rules = {
         "groups": [
             {
@@ -139,6 +144,8 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "leader_election_master_status",
         "service_serving_ca_controller_material_invalid",
         "service_serving_ca_controller_material_info",
+        "cabundle_injector_sync_total",
+        "cabundle_injector_anchor_expiry_seconds",
     ]:
         assert metric in named, metric
     assert CHART_COPY.read_text() == DASHBOARD.read_text()
@@ -153,6 +160,7 @@ def test_every_metric_a_panel_names_is_exported_by_a_running_signer(
         files.key.parent,
         tmp_path / "signer.log",
         "--leader-elect-resource-name=dashboard-test",
+        "--controllers=*,injector",  # every controller's metrics in one process
     )
     try:
         assert eventually(signer.ready, 60), "\n".join(signer.log_lines()[-20:])
