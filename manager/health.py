@@ -59,6 +59,8 @@ class LeaseState:
     duration_seconds: float | None = None
     age_seconds: float | None = None  # since renewTime, by our clock
     problem: Forbidden | None = None
+    acquire_time: datetime | None = None  # when the holder took it
+    transitions: int | None = None  # leaseTransitions: leader changes so far
 
     @property
     def acting(self) -> bool | None:
@@ -113,7 +115,18 @@ def lease_state(namespace: str, name: str, lease: JSON | None, now: datetime) ->
         leader = Leader.EXPIRED
     else:
         leader = Leader.RENEWING
-    return LeaseState(namespace, name, leader, holder, renew, seconds, age)
+    transitions = spec.get("leaseTransitions")
+    return LeaseState(
+        namespace,
+        name,
+        leader,
+        holder,
+        renew,
+        seconds,
+        age,
+        acquire_time=parse_time(spec.get("acquireTime")),
+        transitions=int(transitions) if isinstance(transitions, int) else None,
+    )
 
 
 def bundle_state(items: Sequence[JSON]) -> BundleState:

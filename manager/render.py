@@ -50,6 +50,9 @@ def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
             when = "released" if lease.leader is Leader.RELEASED else "last renewed"
             leader += f"; {when} {_ago(lease.renew_time, now)}"
     lines = [leader]
+    if full and lease.leader is Leader.RENEWING and lease.acquire_time is not None:
+        changes = "" if lease.transitions is None else f"; {lease.transitions} leader changes"
+        lines.append(f"  leading since {_ago(lease.acquire_time, now)}{changes}")
     bundle = health.bundle
     if bundle.problem is not None:
         lines.append(f"bundle: unknown: {bundle.problem} (check: {bundle.problem.can_i()})")
@@ -139,6 +142,8 @@ def health_json(health: Health) -> dict[str, Any]:
             "holderIdentity": lease.holder or None,
             "renewTime": _time(lease.renew_time),
             "leaseDurationSeconds": lease.duration_seconds,
+            "acquireTime": _time(lease.acquire_time),
+            "leaseTransitions": lease.transitions,
             "forbidden": str(lease.problem) if lease.problem else None,
         },
         "bundle": {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ from manager.health import Leader, lease_state
 NOW = datetime(2026, 12, 2, 6, 0, 0, tzinfo=UTC)
 
 
-def lease(holder: str, renewed_ago: float, duration: int = 15) -> dict[str, object]:
+def lease(holder: str, renewed_ago: float, duration: int = 15) -> dict[str, Any]:
     renew = (NOW - timedelta(seconds=renewed_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {
         "spec": {"holderIdentity": holder, "renewTime": renew, "leaseDurationSeconds": duration}
@@ -74,3 +75,15 @@ def test_a_refusal_from_any_read_names_its_permission() -> None:
     assert denied is not None
     assert str(denied.missing) == "forbidden: cannot get services 'web' in namespace shop"
     assert refusal(ApiError(404, "NotFound", {"message": "x"})) is None
+
+
+def test_lease_state_keeps_when_the_holder_took_it_and_how_often_it_changed() -> None:
+    obj = lease("signer-a_1", 3)
+    obj["spec"] = {
+        **obj["spec"],
+        "acquireTime": "2026-12-02T05:00:00.000000Z",
+        "leaseTransitions": 4,
+    }
+    state = lease_state("ns", "name", obj, NOW)
+    assert state.acquire_time == datetime(2026, 12, 2, 5, 0, tzinfo=UTC)
+    assert state.transitions == 4
