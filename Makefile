@@ -40,7 +40,7 @@ bench: controlplane
 # Scenarios that take real minutes (KCM's 15-minute PCR cleaner, the kubelet's token
 # refresh); not part of `make test`. The two run side by side (~25 min), each on its own cluster.
 soak: controlplane
-	$(BIN)/pytest -ra -s -p no:cacheprovider $(PYTEST_ARGS) soak/test_long_wait.py & p=$$!; $(BIN)/pytest -ra -s -p no:cacheprovider $(PYTEST_ARGS) soak/test_token_refresh.py; b=$$?; wait $$p; a=$$?; exit $$((a || b))
+	$(BIN)/pytest -ra -s -p no:cacheprovider $(PYTEST_ARGS) soak/test_long_wait.py & p=$$!; $(BIN)/pytest -ra -s -p no:cacheprovider $(PYTEST_ARGS) soak/test_token_refresh.py soak/test_managed_rotation.py; b=$$?; wait $$p; a=$$?; exit $$((a || b))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

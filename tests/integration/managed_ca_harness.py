@@ -1,14 +1,32 @@
-"""Shared steps of the managed-CA integration tests: read the phase, and move a stored
-retire time into the past (retire is due hours after a swap; a test may move the
-persisted timestamp, never a test-only flag in the product)."""
+"""Shared steps of the managed-CA integration and soak tests: read the phase, move a
+stored retire time into the past (retire is due hours after a swap; a test may move the
+persisted timestamp, never a test-only flag in the product), and probe TLS handshakes
+between what the kubelet wrote for a server Pod and a client Pod."""
 
 from __future__ import annotations
 
 import json
+import socket
+import ssl
+import subprocess
+import sys
+import threading
 from datetime import UTC, datetime, timedelta
 
+from controlplane.workload import BUNDLE_FILE, CHAIN_FILE, KEY_FILE, VolumeFiles
 from kube.client import ApiError, Client, is_conflict, is_not_found
 from managedca.store import PHASE, PREVIOUS, format_time
+from trust.managed import fingerprint
+
+
+def ca_cli(kubeconfig: object, *args: str) -> subprocess.CompletedProcess[str]:
+    """`service-serving-signer ca <args> --kubeconfig=…` as the operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "manager", "ca", *args, f"--kubeconfig={kubeconfig}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def phase(client: Client, secret_path: str) -> str | None:
@@ -35,3 +53,66 @@ def move_retire_time_to_the_past(client: Client, secret_path: str) -> None:
             if not is_conflict(err):
                 raise
     raise AssertionError("could not move the retire time: the Secret kept changing")
+
+
+def roots(files: VolumeFiles) -> set[str]:
+    return set(fingerprint(files.read(BUNDLE_FILE)))
+
+
+def handshake(server: VolumeFiles, client: VolumeFiles, hostname: str) -> None:
+    """Serve `server`'s projected key and chain; connect trusting only `client`'s projected
+    bundle. Each file is read now (what the kubelet has written at this instant)."""
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(server.directory / CHAIN_FILE, server.directory / KEY_FILE)
+    client_ctx = ssl.create_default_context(cafile=str(client.directory / BUNDLE_FILE))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                conn, _ = listener.accept()
+                with server_ctx.wrap_socket(conn, server_side=True) as tls:
+                    tls.recv(1)
+            except (OSError, ssl.SSLError) as err:
+                failure.append(err)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            client_ctx.wrap_socket(raw, server_hostname=hostname) as tls,
+        ):
+            tls.sendall(b"x")
+        thread.join(5)
+
+
+class Prober:
+    """Handshakes every `period` from the client Pod's bundle to each server Pod's files."""
+
+    def __init__(self, client: VolumeFiles, hostname: str, period: float = 0.5) -> None:
+        self.client = client
+        self.hostname = hostname
+        self.period = period
+        self.servers: dict[str, VolumeFiles] = {}
+        self.ok = 0
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Prober:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            for name, server in list(self.servers.items()):
+                try:
+                    handshake(server, self.client, self.hostname)
+                    self.ok += 1
+                except (OSError, ssl.SSLError) as err:
+                    self.failed.append(f"{datetime.now(UTC):%H:%M:%S} {name}: {err}")

@@ -10,22 +10,22 @@ The propagation delay here is 30 s: the hollow kubelet's `syncFrequency` is 10 s
 
 from __future__ import annotations
 
-import socket
-import ssl
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 
 from controlplane.cluster import Cluster
-from controlplane.workload import BUNDLE_FILE, CHAIN_FILE, KEY_FILE, VolumeFiles
+from controlplane.workload import CHAIN_FILE, VolumeFiles
 from kube.client import Client
-from tests.integration.managed_ca_harness import move_retire_time_to_the_past, phase
+from tests.integration.managed_ca_harness import (
+    Prober,
+    ca_cli,
+    move_retire_time_to_the_past,
+    phase,
+    roots,
+)
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import create_service, running_files, serving_pod
 from tests.integration.signer_harness import unique_signer_name
@@ -66,68 +66,6 @@ def _phase(client: Client) -> str | None:
     return phase(client, SECRET_PATH)
 
 
-def _roots(files: VolumeFiles) -> set[str]:
-    return set(fingerprint(files.read(BUNDLE_FILE)))
-
-
-def _handshake(server: VolumeFiles, client: VolumeFiles, hostname: str) -> None:
-    """Serve `server`'s projected key and chain; connect trusting only `client`'s projected
-    bundle. Each file is read now (what the kubelet has written at this instant)."""
-    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_ctx.load_cert_chain(server.directory / CHAIN_FILE, server.directory / KEY_FILE)
-    client_ctx = ssl.create_default_context(cafile=str(client.directory / BUNDLE_FILE))
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        port = listener.getsockname()[1]
-        failure: list[BaseException] = []
-
-        def serve() -> None:
-            try:
-                conn, _ = listener.accept()
-                with server_ctx.wrap_socket(conn, server_side=True) as tls:
-                    tls.recv(1)
-            except (OSError, ssl.SSLError) as err:
-                failure.append(err)
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-        with (
-            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
-            client_ctx.wrap_socket(raw, server_hostname=hostname) as tls,
-        ):
-            tls.sendall(b"x")
-        thread.join(5)
-
-
-class Prober:
-    """Handshakes every 0.5 s from the client Pod's bundle to each server Pod's files."""
-
-    def __init__(self, client: VolumeFiles, hostname: str) -> None:
-        self.client = client
-        self.hostname = hostname
-        self.servers: dict[str, VolumeFiles] = {}
-        self.ok = 0
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Prober:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            for name, server in list(self.servers.items()):
-                try:
-                    _handshake(server, self.client, self.hostname)
-                    self.ok += 1
-                except (OSError, ssl.SSLError) as err:
-                    self.failed.append(f"{datetime.now(UTC):%H:%M:%S} {name}: {err}")
-
-
 @pytest.mark.usefixtures("managed_signer")
 def test_handshakes_never_fail_through_a_managed_rotation(
     cluster: Cluster, cluster_client: Client, node_namespace: str
@@ -139,32 +77,20 @@ def test_handshakes_never_fail_through_a_managed_rotation(
     _, old_server = running_files(cluster, client, ns, "web-old")
     _, trusting = running_files(cluster, client, ns, "client")
     old_root = set(fingerprint(_current_cert(client)))
-    assert _roots(trusting) == old_root
+    assert roots(trusting) == old_root
 
     with Prober(trusting, f"web.{ns}.svc") as prober:
         prober.servers["web-old"] = old_server
         time.sleep(3)
-        rotated = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "manager",
-                "ca",
-                "rotate",
-                f"--kubeconfig={cluster.plane.kubeconfig}",
-                "--namespace=kube-system",
-                f"--secret-name={SECRET}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
+        rotated = ca_cli(
+            cluster.plane.kubeconfig, "rotate", "--namespace=kube-system", f"--secret-name={SECRET}"
         )
         assert rotated.returncode == 0, rotated.stderr
         staged_at = time.monotonic()
-        assert eventually(lambda: len(_roots(trusting)) == 2, 60), "old + new projected"
+        assert eventually(lambda: len(roots(trusting)) == 2, 60), "old + new projected"
         print(f"kubelet projected old + new {time.monotonic() - staged_at:.0f}s after staging")
         assert eventually(lambda: _phase(client) == "Retiring", 90)
-        new_root = _roots(trusting) - old_root
+        new_root = roots(trusting) - old_root
 
         # A Pod started after the swap gets a certificate from the new CA, and the client,
         # whose projection the swap waited for, trusts it at once.
@@ -180,7 +106,7 @@ def test_handshakes_never_fail_through_a_managed_rotation(
         del prober.servers["web-old"]
         move_retire_time_to_the_past(client, SECRET_PATH)
         assert eventually(lambda: _phase(client) == "Stable", 30)
-        assert eventually(lambda: _roots(trusting) == new_root, 60), "old root unprojected"
+        assert eventually(lambda: roots(trusting) == new_root, 60), "old root unprojected"
         time.sleep(3)
 
     assert prober.failed == [], prober.failed[:5]

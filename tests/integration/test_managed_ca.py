@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -21,7 +20,7 @@ from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client, is_not_found
 from managedca.store import decode
-from tests.integration.managed_ca_harness import move_retire_time_to_the_past, phase
+from tests.integration.managed_ca_harness import ca_cli, move_retire_time_to_the_past, phase
 from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
 from trust.managed import DEFAULT_SECRET_NAME, anchors_of, fingerprint
 
@@ -101,20 +100,11 @@ class Managed:
         return ca.fingerprint
 
     def ca_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "manager",
-                "ca",
-                *args,
-                f"--kubeconfig={self.control_plane.kubeconfig}",
-                f"--namespace={self.namespace}",
-                f"--signer-name={self.signer_name}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
+        return ca_cli(
+            self.control_plane.kubeconfig,
+            *args,
+            f"--namespace={self.namespace}",
+            f"--signer-name={self.signer_name}",
         )
 
     def leader(self) -> SignerProcess:
