@@ -19,7 +19,7 @@ from cryptography import x509
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client, is_not_found
-from managedca.store import decode
+from managedca.store import PREVIOUS, decode
 from tests.integration.managed_ca_harness import ca_cli, move_retire_time_to_the_past, phase
 from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
 from trust.managed import DEFAULT_SECRET_NAME, anchors_of, fingerprint
@@ -31,6 +31,8 @@ LEASE = (
     "--leader-elect-renew-deadline=3s",
     "--leader-elect-retry-period=500ms",
 )
+PHASE_METRIC = "service_serving_ca_controller_managed_ca_phase"
+EXPIRY_METRIC = "service_serving_ca_controller_managed_ca_expiry_timestamp_seconds"
 DELAY = 8.0  # --managed-ca-propagation-delay in these tests
 
 
@@ -164,6 +166,44 @@ def test_two_replicas_racing_bootstrap_make_one_ca_and_issue_within_seconds(
     assert eventually(lambda: a.ready() and b.ready(), 10), "both replicas serve the one CA"
     created = [line for p in (a, b) for line in p.log_lines() if "created the managed CA" in line]
     assert len(created) == 1, created
+    phases = [p.metric(PHASE_METRIC, 'phase="Stable"') for p in (a, b)]
+    assert max(v or 0 for v in phases) == 1
+    expiry = max(p.metric(EXPIRY_METRIC, 'role="current"') or 0 for p in (a, b))
+    assert expiry > time.time() + 300 * 86400, "the CA's notAfter (a year) is exported"
+    assert not any("PRIVATE KEY" in line for p in (a, b) for line in p.log_lines())
+
+
+def test_a_move_from_file_mode_keeps_the_published_roots_until_their_leaves_expire(
+    managed: Managed, kubelet: Kubelet, tmp_path: Path
+) -> None:
+    """The file-mode CA's root (already published, leaves already issued) stays in the
+    bundle as a previous root until swap time + longest leaf + margin."""
+    from trust.ca import write_ca
+
+    kubelet.create_service("web", managed.namespace, selector={"app": "web"})
+    files = write_ca(tmp_path / "file-ca")
+    old = fingerprint(files.trust_bundle.read_bytes())[0]
+    file_mode = SignerProcess(
+        managed.control_plane.kubeconfig,
+        files.key.parent,
+        tmp_path / "file.log",
+        f"--leader-elect-resource-namespace={managed.namespace}",
+        f"--leader-elect-resource-name={managed.lease}",
+        signer_name=managed.signer_name,
+    )
+    try:
+        assert eventually(lambda: managed.published() == {old}, 30)
+    finally:
+        assert file_mode.stop() == 0
+    managed.start("a")
+    assert eventually(lambda: managed.phase() == "Retiring", 30), managed.annotations()
+    new = managed.ca()
+    assert managed.published() == {old, new}
+    retire = json.loads(managed.annotations()[PREVIOUS])[0]
+    assert retire["fingerprint"] == old
+    left = datetime.strptime(retire["retireAt"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert left > datetime.now(UTC) + timedelta(hours=1), "swap + 1h leaves + 5m margin"
+    assert managed.issue(kubelet, "after-move") == new
 
 
 def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
