@@ -230,6 +230,12 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
         "current",
         "next",
     ]
+    assert {r["live"] for r in report["replicas"]} == {True} and len(report["replicas"]) == 2
+    text = managed.ca_cli("status")
+    assert text.returncode == 0 and "Phase:   Staged" in text.stdout, text.stdout
+    assert "Waiting:" in text.stdout or "Next step:" in text.stdout
+    again = managed.ca_cli("rotate")
+    assert again.returncode != 0 and "already under way" in again.stderr
 
     assert eventually(lambda: managed.phase() == "Retiring", 30), managed.annotations()
     notes = managed.annotations()
@@ -282,9 +288,25 @@ def test_a_leader_killed_in_each_phase_is_resumed_there_by_its_successor(
     assert managed.ca() == first, "the successor confirmed the same CA"
 
     # Staged, before the bundle holds both: the next CA survives the kill unchanged.
+    reports = f"/apis/coordination.k8s.io/v1/namespaces/{managed.namespace}/leases"
+    label = {"labelSelector": f"service-serving-signer/managed-ca-report={DEFAULT_SECRET_NAME}"}
+    assert len(managed.client.get(reports, label)["items"]) == 2, "a's (killed) and b's"
     b.stop()
+    [stale] = managed.client.get(reports, label)["items"]  # b deleted its own report
+    # a's report expired when a died; the leader collects it an hour later (moved here).
+    stale["spec"]["renewTime"] = (datetime.now(UTC) - timedelta(hours=2)).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ"
+    )
+    managed.client.replace(f"{reports}/{stale['metadata']['name']}", stale)
     c = managed.start("c", "--controllers=signer")
     assert eventually(c.leading, 20)
+    assert eventually(
+        lambda: (
+            stale["metadata"]["name"]
+            not in {i["metadata"]["name"] for i in managed.client.get(reports, label)["items"]}
+        ),
+        15,
+    ), "the leader deleted the stale report"
     assert managed.ca_cli("rotate").returncode == 0
     assert eventually(lambda: managed.phase() == "Staged", 15)
     nxt = managed.ca("next")
