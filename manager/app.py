@@ -3,10 +3,13 @@
 Decides the order of things, as kube-controller-manager does:
 
 start-up (any failure is one `StartupFailure` line, exit 1):
-  options → API client → signing material loaded and validated → API versions
-  discovered → controllers built (per `--controllers`) → ops servers listening →
-  material watcher and informers warming up (a standby replica has warm caches and is
-  ready) → leader election; the controllers' workers start only while leading.
+  options → signing material loaded and validated → API client → the rows of
+  `manager.controllers.DESCRIPTORS` that the flags enable, built in table order over one
+  build context (API versions discovered once, one Event recorder, the informer
+  factory) → ops servers listening → material watcher and informers warming up (a
+  standby replica has warm caches and is ready) → leader election; the controllers'
+  workers start only while leading. A new controller is a row of that table, not a
+  change here.
 
 SIGHUP re-reads the signing-material files at once and changes nothing else.
 
@@ -40,20 +43,17 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from kube import memory
 from kube.controller import SHUTDOWN_GRACE, Controller
 from kube.factory import InformerFactory
+from manager.controllers import DESCRIPTORS, BuildContext, Gate
+from manager.controllers import StartupFailure as StartupFailure  # cli catches it from here
 from manager.ops import BindError, Checks, OpsServer, start_servers
 from manager.options import SIGNING_CONTROLLERS, Options
 
 log = logging.getLogger(__name__)
 
-CERTIFICATES_GROUP = "certificates.k8s.io"
 # One bound for the syncs in flight at shutdown, for all controllers together (the
 # same as each controller loop's own, kube.controller.SHUTDOWN_GRACE); then the Lease
 # is released and the process exits, which ends any sync still running.
 SHUTDOWN_TIMEOUT = SHUTDOWN_GRACE
-
-
-class StartupFailure(Exception):
-    """The process cannot start; `str()` is one line (`<file or thing>: <problem>`)."""
 
 
 @dataclass
@@ -183,124 +183,88 @@ def identity() -> str:
 
 
 def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Process:
-    """Everything that can fail at start-up, before anything is started."""
-    from kube.discovery import served_version
-    from kube.events import EventRecorder
-    from trust.files import FileMaterialSource
-    from trust.material import MaterialError
-
+    """Everything that can fail at start-up, before anything is started: the signing
+    material, the API client, then each enabled row of `manager.controllers.DESCRIPTORS`
+    in table order over one `BuildContext`."""
     registry = registry if registry is not None else make_registry()
     proc = Process(opts=opts, registry=registry, checks=Checks(), identity=identity())
 
-    material: Any = None
     client: Any = None
-    signing = "signer" in opts.controllers
     if opts.managed_ca:
         # The managed CA is read through the API: the client first.
         client = _client(opts, proc)
-    if opts.controllers & SIGNING_CONTROLLERS:
-        if opts.managed_ca:
-            from manager.managed_ca import material_source
-
-            material = managed_source = material_source(opts, client, registry, signing)
-        else:
-            issuer = None
-            if signing:
-                from signer.authority import issue_probe
-
-                issuer = issue_probe
-            try:
-                # The publisher needs only the bundle; the signer also the key and cert,
-                # and they must issue a leaf that verifies (trust.probe, with the
-                # signer's profile).
-                material = FileMaterialSource(
-                    opts.service_serving_key if signing else None,
-                    opts.service_serving_cert if signing else None,
-                    opts.service_serving_trust_bundle,
-                    registry,
-                    issuer=issuer,
-                    domain=opts.cluster_service_domain,
-                )
-            except MaterialError as err:
-                raise StartupFailure(str(err)) from None
+    material, gates = _material(opts, client, registry)
+    if material is not None:
+        signing = "signer" in opts.controllers
         proc.checks.add_readiness("signing-material", lambda: _material_loaded(material, signing))
         proc.reloaders.append(material.reload_now)
-
     if client is None:
         client = _client(opts, proc)
-    factory = proc.informers = InformerFactory(client)
 
+    ctx = BuildContext(
+        opts=opts,
+        client=client,
+        registry=registry,
+        informers=InformerFactory(client),
+        identity=proc.identity,
+        material=material,
+        material_gates=gates,
+    )
     try:
-        if "publisher" in opts.controllers:
-            from publisher import controller as publishing
-
-            ctb_version = served_version(
-                client, CERTIFICATES_GROUP, "clustertrustbundles", ["v1", "v1beta1"]
-            )
-            if ctb_version is None:
-                raise StartupFailure(
-                    "API server: certificates.k8s.io serves no clustertrustbundles "
-                    "(enable the ClusterTrustBundle feature and API)"
-                )
-            publisher = publishing.PublisherController(
-                client,
-                publishing.informers(
-                    factory, signer_name=opts.signer_name, ctb_version=ctb_version
-                ),
-                material.trust_bundle,
-                signer_name=opts.signer_name,
-                ctb_version=ctb_version,
-                registry=registry,
-            )
-            material.add_bundle_listener(publisher.trigger)
-            proc.controllers["publisher"] = publisher
-            log.info("publisher configured", extra={"clustertrustbundles": ctb_version})
-
-        if "signer" in opts.controllers:
-            from signer import controller as signers
-
-            pcr_version = served_version(
-                client, CERTIFICATES_GROUP, "podcertificaterequests", opts.pcr_versions_preferred
-            )
-            if pcr_version is None:
-                raise StartupFailure(
-                    f"API server: certificates.k8s.io serves no podcertificaterequests in "
-                    f"{'/'.join(opts.pcr_versions_preferred)} (--pcr-api-version="
-                    f"{opts.pcr_api_version})"
-                )
-            recorder = EventRecorder(client, "service-serving-signer", proc.identity)
-            proc.closers.insert(0, recorder.stop)
-            proc.controllers["signer"] = signers.SignerController(
-                client,
-                signers.informers(factory, signer_name=opts.signer_name, pcr_version=pcr_version),
-                material,
-                signer_name=opts.signer_name,
-                domain=opts.cluster_service_domain,
-                pcr_version=pcr_version,
-                workers=opts.concurrent_syncs,
-                registry=registry,
-                recorder=recorder,
-                max_lifetime_seconds=int(opts.max_certificate_lifetime),
-                waiting_resync_period=opts.waiting_resync_period,
-            )
-            log.info("signer configured", extra={"podcertificaterequests": pcr_version})
-
-        if "injector" in opts.controllers:
-            _build_injector(proc, client, factory, registry)
-
-        if opts.managed_ca and material is not None:
-            _build_managed_ca(proc, client, managed_source)
+        for descriptor in DESCRIPTORS:
+            if descriptor.enabled(opts):
+                proc.controllers[descriptor.name] = descriptor.build(ctx)
     except StartupFailure:
         raise
     except Exception as err:
         raise StartupFailure(f"API server {client.host}: {_one_line(err)}") from None
 
+    proc.informers = ctx.informers
+    proc.closers[:0] = ctx.closers  # the Event recorder flushes before the client closes
     if material is not None:
         proc.warmers.append(material.run)
+    proc.warmers.extend(ctx.warmers)
     for name, controller in proc.controllers.items():
         proc.checks.add_readiness(f"{name}-informers-synced", controller.has_synced)
     proc.client = client
     return proc
+
+
+def _material(
+    opts: Options, client: Any, registry: CollectorRegistry
+) -> tuple[Any, dict[str, Gate]]:
+    """The signing material, when a signing controller runs: the managed CA's Secret, or
+    the files (the publisher needs only the bundle; the signer also the key and cert, and
+    they must issue a leaf that verifies: trust.probe, with the signer's profile)."""
+    if not opts.controllers & SIGNING_CONTROLLERS:
+        return None, {}
+    signing = "signer" in opts.controllers
+    if opts.managed_ca:
+        from manager.managed_ca import material_gates, material_source
+
+        source = material_source(opts, client, registry, signing)
+        return source, material_gates(source)
+
+    from trust.files import FileMaterialSource
+    from trust.material import MaterialError
+
+    issuer = None
+    if signing:
+        from signer.authority import issue_probe
+
+        issuer = issue_probe
+    try:
+        material = FileMaterialSource(
+            opts.service_serving_key if signing else None,
+            opts.service_serving_cert if signing else None,
+            opts.service_serving_trust_bundle,
+            registry,
+            issuer=issuer,
+            domain=opts.cluster_service_domain,
+        )
+    except MaterialError as err:
+        raise StartupFailure(str(err)) from None
+    return material, {}
 
 
 def _client(opts: Options, proc: Process) -> Any:
@@ -314,45 +278,6 @@ def _client(opts: Options, proc: Process) -> Any:
         raise StartupFailure(f"kubeconfig: {_one_line(err)}") from None
     proc.closers.append(client.close)
     return client
-
-
-def _ctb_version(client: Any, why: str) -> str:
-    from kube.discovery import served_version
-
-    version = served_version(client, CERTIFICATES_GROUP, "clustertrustbundles", ["v1", "v1beta1"])
-    if version is None:
-        raise StartupFailure(
-            f"API server: certificates.k8s.io serves no clustertrustbundles ({why})"
-        )
-    return version
-
-
-def _build_managed_ca(proc: Process, client: Any, source: Any) -> None:
-    """The managed CA (docs/managed-ca.md): its controller, this replica's report, the gates."""
-    from kube.events import EventRecorder
-    from manager.managed_ca import wire
-
-    ctb_version = _ctb_version(client, "the managed CA is published as one")
-    recorder = EventRecorder(client, "service-serving-signer", proc.identity)
-    proc.closers.insert(0, recorder.stop)
-    wire(proc, client, source, ctb_version, recorder)
-    log.info("managed CA configured", extra={"secret": proc.opts.managed_ca_secret_name})
-
-
-def _build_injector(
-    proc: Process, client: Any, factory: InformerFactory, registry: CollectorRegistry
-) -> None:
-    """The opt-in caBundle injector (SPEC §11): needs no signing material."""
-    from injector import controller as injecting
-    from kube.events import EventRecorder
-
-    ctb_version = _ctb_version(client, "the injector resolves caBundles from them")
-    recorder = EventRecorder(client, "service-serving-signer", proc.identity)
-    proc.closers.insert(0, recorder.stop)
-    proc.controllers["injector"] = injecting.InjectorController(
-        client, injecting.informers(factory, ctb_version=ctb_version), recorder, registry=registry
-    )
-    log.info("injector configured", extra={"clustertrustbundles": ctb_version})
 
 
 def _material_loaded(material: Any, signing: bool) -> bool:

@@ -8,7 +8,8 @@ What it decides:
   leader can gate a swap on it.
 - The managed-CA controller runs on the leader beside the signer and the publisher. The
   publisher's workers start once the source has a bundle and the signer's once it has a
-  confirmed CA (`AfterMaterial`): right after a bootstrap there is nothing to publish or
+  confirmed CA (the material gates, `manager.controllers.BuildContext.material_gates`,
+  which `material_gates` below gives): right after a bootstrap there is nothing to publish or
   sign with yet, and a sync failing on that would only back off and log errors.
 """
 
@@ -21,7 +22,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from kube.controller import Controller, Requeue
 from managedca.controller import ManagedCAController
 from managedca.decide import Config
 from managedca.report import LoadedReporter
@@ -57,6 +57,12 @@ def make_ca_of(opts: Options) -> Callable[[datetime], tuple[bytes, bytes]]:
     return make
 
 
+def material_gates(source: ApiMaterialSource) -> dict[str, Callable[[threading.Event], bool]]:
+    """What the publisher ("bundle") and the signer ("signing") wait for before their
+    workers start."""
+    return {"bundle": source.wait_for_bundle, "signing": source.wait_for_signing_set}
+
+
 def material_source(
     opts: Options, client: Any, registry: CollectorRegistry, signing: bool
 ) -> ApiMaterialSource:
@@ -76,40 +82,18 @@ def material_source(
     )
 
 
-class AfterMaterial:
-    """A controller whose workers start only once `ready(stop)` returns True."""
-
-    def __init__(self, controller: Controller, ready: Callable[[threading.Event], bool]) -> None:
-        self.controller = controller
-        self._ready = ready
-
-    @property
-    def name(self) -> str:
-        return self.controller.name
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.controller, name)
-
-    def has_synced(self) -> bool:
-        return self.controller.has_synced()
-
-    def run(self, stop: threading.Event) -> None:
-        if self._ready(stop):
-            self.controller.run(stop)
-
-    def sync(self, key: str) -> Requeue | None:
-        return self.controller.sync(key)
-
-
 def wire(
-    proc: Any,
+    opts: Options,
     client: Any,
+    registry: CollectorRegistry,
+    identity: str,
     source: ApiMaterialSource,
     ctb_version: str,
     recorder: Any,
-) -> None:
-    """Add the managed-CA controller, this replica's reporter, and the material gates."""
-    opts: Options = proc.opts
+) -> tuple[ManagedCAController, LoadedReporter]:
+    """The managed-CA controller and this replica's reporter, listening to `source`. The
+    publisher's and the signer's workers are held back until `source` serves them
+    (`manager.controllers.BuildContext.material_gates`)."""
     controller = ManagedCAController(
         client,
         namespace=opts.leader_elect_resource_namespace,
@@ -119,26 +103,17 @@ def wire(
         config=config_of(opts),
         make_ca=make_ca_of(opts),
         recorder=recorder,
-        registry=proc.registry,
+        registry=registry,
         on_written=source.apply,
     )
     reporter = LoadedReporter(
         client,
         opts.leader_elect_resource_namespace,
         opts.managed_ca_secret_name,
-        proc.identity,
+        identity,
         source.loaded,
     )
     source.add_bundle_listener(reporter.trigger)
     source.add_listener(reporter.trigger)
     source.add_bundle_listener(controller.trigger)
-    proc.warmers.append(reporter.run)
-    if "publisher" in proc.controllers:
-        proc.controllers["publisher"] = AfterMaterial(
-            proc.controllers["publisher"], source.wait_for_bundle
-        )
-    if "signer" in proc.controllers:
-        proc.controllers["signer"] = AfterMaterial(
-            proc.controllers["signer"], source.wait_for_signing_set
-        )
-    proc.controllers["managed-ca"] = controller
+    return controller, reporter

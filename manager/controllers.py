@@ -1,0 +1,239 @@
+"""The controllers one process can run: a table of descriptors, one row per controller.
+
+Kube-controller-manager's `NewControllerDescriptors`: each row names a controller, says
+when it is enabled, and gives the constructor that builds it from one `BuildContext`.
+`manager.app.build` walks the table in order and keeps what the enabled rows return;
+nothing else in the manager knows a controller by name.
+
+**Adding a controller** is one row in `DESCRIPTORS` (and its name in
+`manager.options.KNOWN_CONTROLLERS`, plus `DEFAULT_CONTROLLERS` when `*` enables it — a
+unit test holds the two lists together). Its constructor:
+
+- takes everything from the context: the API client, the process's informer factory
+  (`ctx.informers`: build the informers the controller reads with its module's
+  `informers(factory, ...)` and pass the caches in its constructor — the process starts
+  them before leadership), the one Event recorder (`ctx.recorder()`), API versions
+  (`ctx.version(...)`, each resource discovered once per process), the signing material
+  (`ctx.material`, loaded before any row runs when a signing controller is enabled),
+  `ctx.warmers` for background loops that run whether or not this replica leads;
+- returns a `kube.controller.Controller` (`name`, `has_synced`, `run`, `sync`) and starts
+  nothing; the process runs its workers only while it leads;
+- raises `StartupFailure` with one line naming what is missing; any other exception is
+  reported as the API server's.
+
+Rows run in table order, so a row may rely on the ones above it (the managed CA's comes
+last: it listens to the same material source as the publisher and the signer).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from kube.client import Client
+from kube.controller import Controller, Requeue
+from kube.events import EventRecorder
+from kube.factory import InformerFactory
+from manager.options import SIGNING_CONTROLLERS, Options
+
+log = logging.getLogger(__name__)
+
+CERTIFICATES_GROUP = "certificates.k8s.io"
+CTB_VERSIONS = ("v1", "v1beta1")
+REPORTING_CONTROLLER = "service-serving-signer"
+
+
+class StartupFailure(Exception):
+    """The process cannot start; `str()` is one line (`<file or thing>: <problem>`)."""
+
+
+Gate = Callable[[threading.Event], bool]
+"""Blocks until the controller may start its workers (True), or `stop` is set (False)."""
+
+
+@dataclass
+class BuildContext:
+    """What every row's constructor gets (kube-controller-manager's ControllerContext)."""
+
+    opts: Options
+    client: Client
+    registry: CollectorRegistry
+    informers: InformerFactory
+    identity: str
+    material: Any = None  # the process's material source, when a signing controller runs
+    # "bundle" / "signing" → wait until the material source serves that: a source that
+    # loads at construction (files) has none; the managed CA's may start empty.
+    material_gates: dict[str, Gate] = field(default_factory=dict)
+    warmers: list[Callable[[threading.Event], None]] = field(default_factory=list)
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    _recorder: EventRecorder | None = None
+    _versions: dict[tuple[str, str, tuple[str, ...]], str | None] = field(default_factory=dict)
+
+    def recorder(self) -> EventRecorder:
+        """The process's one Event recorder, made on first use and flushed at shutdown
+        before the client closes."""
+        if self._recorder is None:
+            self._recorder = EventRecorder(self.client, REPORTING_CONTROLLER, self.identity)
+            self.closers.insert(0, self._recorder.stop)
+        return self._recorder
+
+    def version(
+        self, resource: str, preferred: Sequence[str], group: str = CERTIFICATES_GROUP
+    ) -> str | None:
+        """The first of `preferred` that serves `group`/`resource`, asked of discovery once
+        per process; None when none does."""
+        from kube.discovery import served_version
+
+        key = (group, resource, tuple(preferred))
+        if key not in self._versions:
+            self._versions[key] = served_version(self.client, group, resource, list(preferred))
+        return self._versions[key]
+
+    def ctb_version(self, why: str) -> str:
+        """The served ClusterTrustBundle version; `why` says who needs it if none is."""
+        version = self.version("clustertrustbundles", CTB_VERSIONS)
+        if version is None:
+            raise StartupFailure(
+                f"API server: certificates.k8s.io serves no clustertrustbundles ({why})"
+            )
+        return version
+
+    def after_material(self, controller: Controller, need: str) -> Controller:
+        """`controller`, its workers held back until the material serves `need`."""
+        gate = self.material_gates.get(need)
+        return controller if gate is None else Gated(controller, gate)
+
+
+class Gated:
+    """A controller whose workers start only once `gate(stop)` returns True; its informers
+    (the process's) warm up meanwhile."""
+
+    def __init__(self, controller: Controller, gate: Gate) -> None:
+        self.controller = controller
+        self._gate = gate
+
+    @property
+    def name(self) -> str:
+        return self.controller.name
+
+    def has_synced(self) -> bool:
+        return self.controller.has_synced()
+
+    def run(self, stop: threading.Event) -> None:
+        if self._gate(stop):
+            self.controller.run(stop)
+
+    def sync(self, key: str) -> Requeue | None:
+        return self.controller.sync(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.controller, name)
+
+
+@dataclass(frozen=True)
+class ControllerDescriptor:
+    name: str
+    build: Callable[[BuildContext], Controller]
+    enabled: Callable[[Options], bool]
+
+
+def _named(name: str) -> Callable[[Options], bool]:
+    return lambda opts: name in opts.controllers
+
+
+# the rows -------------------------------------------------------------------------------
+
+
+def _publisher(ctx: BuildContext) -> Controller:
+    """The ClusterTrustBundle publisher: needs the trust bundle only."""
+    from publisher import controller as publishing
+
+    opts = ctx.opts
+    version = ctx.ctb_version("enable the ClusterTrustBundle feature and API")
+    publisher = publishing.PublisherController(
+        ctx.client,
+        publishing.informers(ctx.informers, signer_name=opts.signer_name, ctb_version=version),
+        ctx.material.trust_bundle,
+        signer_name=opts.signer_name,
+        ctb_version=version,
+        registry=ctx.registry,
+    )
+    ctx.material.add_bundle_listener(publisher.trigger)
+    log.info("publisher configured", extra={"clustertrustbundles": version})
+    return ctx.after_material(publisher, "bundle")
+
+
+def _signer(ctx: BuildContext) -> Controller:
+    """The PodCertificateRequest signer: needs the key, the certificate and the bundle."""
+    from signer import controller as signing
+
+    opts = ctx.opts
+    version = ctx.version("podcertificaterequests", opts.pcr_versions_preferred)
+    if version is None:
+        raise StartupFailure(
+            f"API server: certificates.k8s.io serves no podcertificaterequests in "
+            f"{'/'.join(opts.pcr_versions_preferred)} (--pcr-api-version="
+            f"{opts.pcr_api_version})"
+        )
+    signer = signing.SignerController(
+        ctx.client,
+        signing.informers(ctx.informers, signer_name=opts.signer_name, pcr_version=version),
+        ctx.material,
+        signer_name=opts.signer_name,
+        domain=opts.cluster_service_domain,
+        pcr_version=version,
+        workers=opts.concurrent_syncs,
+        registry=ctx.registry,
+        recorder=ctx.recorder(),
+        max_lifetime_seconds=int(opts.max_certificate_lifetime),
+        waiting_resync_period=opts.waiting_resync_period,
+    )
+    log.info("signer configured", extra={"podcertificaterequests": version})
+    return ctx.after_material(signer, "signing")
+
+
+def _injector(ctx: BuildContext) -> Controller:
+    """The opt-in caBundle injector: needs no signing material."""
+    from injector import controller as injecting
+
+    version = ctx.ctb_version("the injector resolves caBundles from them")
+    injector = injecting.InjectorController(
+        ctx.client,
+        injecting.informers(ctx.informers, ctb_version=version),
+        ctx.recorder(),
+        registry=ctx.registry,
+    )
+    log.info("injector configured", extra={"clustertrustbundles": version})
+    return injector
+
+
+def _managed_ca(ctx: BuildContext) -> Controller:
+    """The managed CA (docs/managed-ca.md): its controller, and this replica's report of
+    what it has loaded (a warmer: every replica reports, leader or not)."""
+    from manager.managed_ca import wire
+
+    version = ctx.ctb_version("the managed CA is published as one")
+    controller, reporter = wire(
+        ctx.opts, ctx.client, ctx.registry, ctx.identity, ctx.material, version, ctx.recorder()
+    )
+    ctx.warmers.append(reporter.run)
+    log.info("managed CA configured", extra={"secret": ctx.opts.managed_ca_secret_name})
+    return controller
+
+
+DESCRIPTORS: tuple[ControllerDescriptor, ...] = (
+    ControllerDescriptor("publisher", _publisher, _named("publisher")),
+    ControllerDescriptor("signer", _signer, _named("signer")),
+    ControllerDescriptor("injector", _injector, _named("injector")),
+    # `--ca-mode=managed`, not `--controllers`: with a signing controller, the CA is ours.
+    ControllerDescriptor(
+        "managed-ca",
+        _managed_ca,
+        lambda opts: opts.managed_ca and bool(opts.controllers & SIGNING_CONTROLLERS),
+    ),
+)

@@ -1,0 +1,104 @@
+"""The manager's table of controllers: every known controller has a row, `--controllers`
+and `--ca-mode` pick the rows, and the one build context discovers each API version once
+and makes one Event recorder."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, cast
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kube.client import ApiError, Client
+from kube.factory import InformerFactory
+from manager.controllers import DESCRIPTORS, BuildContext, StartupFailure
+from manager.options import DEFAULT_CONTROLLERS, KNOWN_CONTROLLERS, Options
+
+BASE = Options("/ca/tls.key", "/ca/tls.crt", "/ca/trust-bundle.pem")
+
+
+def enabled(opts: Options) -> list[str]:
+    return [d.name for d in DESCRIPTORS if d.enabled(opts)]
+
+
+def test_every_known_controller_is_one_row_enabled_by_its_name() -> None:
+    for name in KNOWN_CONTROLLERS:
+        assert enabled(dataclasses.replace(BASE, controllers=frozenset({name}))) == [name]
+
+
+def test_the_default_set_enables_the_default_rows_in_table_order() -> None:
+    assert enabled(BASE) == [d.name for d in DESCRIPTORS if d.name in DEFAULT_CONTROLLERS]
+
+
+@pytest.mark.parametrize(
+    ("controllers", "rows"),
+    [
+        ({"signer", "publisher"}, ["publisher", "signer", "managed-ca"]),
+        ({"publisher"}, ["publisher", "managed-ca"]),
+        ({"injector"}, ["injector"]),  # no signing material: no CA to manage
+    ],
+)
+def test_the_managed_ca_row_runs_beside_a_signing_controller(
+    controllers: set[str], rows: list[str]
+) -> None:
+    managed = Options("", "", "", controllers=frozenset(controllers), ca_mode="managed")
+    assert enabled(managed) == rows
+
+
+class DiscoveryClient:
+    """Answers discovery for certificates.k8s.io/v1 (`served`: clustertrustbundles) and
+    counts the requests."""
+
+    def __init__(self, served: tuple[str, ...] = ("clustertrustbundles",)) -> None:
+        self.gets: list[str] = []
+        self.served = served
+
+    def get(self, path: str, params: Any = None) -> Any:
+        self.gets.append(path)
+        if path == "/apis/certificates.k8s.io/v1":
+            return {"resources": [{"name": name} for name in self.served]}
+        raise ApiError(404, "Not Found", {"reason": "NotFound"})
+
+
+def context(client: DiscoveryClient | None = None) -> tuple[BuildContext, DiscoveryClient]:
+    client = client or DiscoveryClient()
+    fake = cast(Client, client)
+    ctx = BuildContext(
+        opts=BASE,
+        client=fake,
+        registry=CollectorRegistry(),
+        informers=InformerFactory(fake),
+        identity="me",
+    )
+    return ctx, client
+
+
+def test_each_api_version_is_discovered_once_per_process() -> None:
+    ctx, client = context()
+    assert ctx.ctb_version("the publisher") == "v1"
+    assert ctx.ctb_version("the injector") == "v1"
+    assert ctx.version("podcertificaterequests", ["v1", "v1beta1"]) is None
+    assert ctx.version("podcertificaterequests", ["v1", "v1beta1"]) is None
+    assert client.gets == [
+        "/apis/certificates.k8s.io/v1",
+        "/apis/certificates.k8s.io/v1",  # another resource: its own question
+        "/apis/certificates.k8s.io/v1beta1",
+    ]
+
+
+def test_a_missing_api_is_one_line_naming_who_needs_it() -> None:
+    ctx, _ = context(DiscoveryClient(served=()))
+    with pytest.raises(StartupFailure, match=r"serves no clustertrustbundles \(the injector\)"):
+        ctx.ctb_version("the injector")
+
+
+def test_one_event_recorder_for_the_process_stopped_first() -> None:
+    ctx, _ = context()
+    ctx.closers.append(lambda: None)
+    first = ctx.recorder()
+    try:
+        assert ctx.recorder() is first
+        assert ctx.closers[0] == first.stop
+    finally:
+        first.stop()
