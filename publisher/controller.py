@@ -1,4 +1,4 @@
-"""The ClusterTrustBundle publisher (SPEC §4), shaped like kube-controller-manager's
+"""The ClusterTrustBundle publisher (docs/reference.md §4), shaped like kube-controller-manager's
 `clustertrustbundlepublisher`: one queue key, a `sync` that reads only the informer cache,
 and a bundle named after the hash of its content.
 

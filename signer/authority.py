@@ -1,7 +1,8 @@
-"""The certificate we issue for a granted request (SPEC §5.3): its extensions, validity,
-refresh time and chain. Pure: the clock (`now`) and the serial are passed in.
+"""The certificate we issue for a granted request (docs/reference.md §5.3): its
+extensions, validity, refresh time and chain. Pure: the clock (`now`) and the serial are
+passed in.
 
-Decisions beyond the SPEC text:
+Decisions beyond docs/reference.md:
 
 - `beginRefreshAt` is half of the *effective* lifetime (after the cap at the signing
   cert's notAfter), clamped to [notBefore + 10 min, notAfter - 10 min] (the window

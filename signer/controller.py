@@ -238,15 +238,16 @@ class SignerController:
             self.queue.add(key)
 
     def _on_pod_update(self, old: PodRecord, new: PodRecord) -> None:
-        # Labels are what can turn a waiting request into an issued one (SPEC §5.2.6);
-        # the rest of a Pod a decision reads is immutable once it is bound to a node.
+        # Labels are what can turn a waiting request into an issued one (docs/reference.md
+        # §5.2 step 6); the rest of a Pod a decision reads is immutable once it is bound to
+        # a node.
         if old.labels != new.labels:
             self._on_pod_add(new)
 
     def _waiting_keys_to_resync(self) -> list[str]:
         """The periodic resync re-drives the waiting requests only — O(waiting), not
         O(requests): the safety net kube-controller-manager's controllers keep against a
-        missed or mishandled event (SPEC §5.2.6)."""
+        missed or mishandled event (docs/reference.md §5.2 step 6)."""
         keys = self.index.waiting_keys()
         self.metrics.waiting_resynced(len(keys))
         return keys
@@ -299,10 +300,11 @@ class SignerController:
         return Requeue()
 
     def _record_terminal(self, pcr: PCRRecord, decision: Terminal) -> None:
-        """A Warning on the Pod for a Denied or Failed request (SPEC §6): kubelet 1.37's
-        own Event garbles its message (the format arguments are shifted), so without ours
-        the owner of a Pod that never starts cannot read why. The Pod is named from the
-        request (it may be gone: `PodNotFound`), so the Event is still listed under it."""
+        """A Warning on the Pod for a Denied or Failed request (docs/reference.md §6):
+        kubelet 1.37's own Event garbles its message (the format arguments are shifted),
+        so without ours the owner of a Pod that never starts cannot read why. The Pod is
+        named from the request (it may be gone: `PodNotFound`), so the Event is still
+        listed under it."""
         self.recorder.warning(
             ObjectRef("Pod", pcr.namespace, pcr.pod_name, pcr.pod_uid),
             decision.reason,

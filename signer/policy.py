@@ -1,11 +1,12 @@
-"""What a PodCertificateRequest may ask for, before we look at the cluster (SPEC §5.2
-steps 1-2), and which DNS names a granted request gets (SPEC §5.3).
+"""What a PodCertificateRequest may ask for, before we look at the cluster
+(docs/reference.md §5.2 steps 1-2), and which DNS names a granted request gets
+(docs/reference.md §5.3).
 
 Everything here is final: a `Denial` becomes a `Denied` condition, so only problems the
 requester cannot outwait belong here — a malformed annotation or an unusable key. Lookups
 that may become true later (a Service appearing) are the controller's business.
 
-Decisions beyond the SPEC text:
+Decisions beyond docs/reference.md:
 - Service-name entries are stripped of spaces and tabs only; any other character makes the
   entry invalid, and the message says what to write instead (the bare Service name).
 - The 32-name limit applies after duplicates collapse.
@@ -48,7 +49,7 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 REASON_PATTERN = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 PublicKey: TypeAlias = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
-"""A leaf public key we sign for (SPEC §5.2 step 2)."""
+"""A leaf public key we sign for (docs/reference.md §5.2 step 2)."""
 
 SUPPORTED_KEY_TYPES = "RSA3072, RSA4096, ECDSAP256, ECDSAP384, ECDSAP521, ED25519"
 _SUPPORTED_CURVES = {"secp256r1": "ECDSAP256", "secp384r1": "ECDSAP384", "secp521r1": "ECDSAP521"}
@@ -80,7 +81,7 @@ def _shown(value: str, limit: int = 64) -> str:
 
 
 def decide_names(annotations: Mapping[str, str] | None) -> NameRequest | Denial:
-    """SPEC §5.2 step 1: the annotations → the requested names, or a denial."""
+    """docs/reference.md §5.2 step 1: the annotations → the requested names, or a denial."""
     annotations = annotations or {}
     unknown = sorted(k for k in annotations if k not in RECOGNISED_KEYS)
     if unknown:
@@ -166,8 +167,8 @@ def sans_for(
     service_names: tuple[str, ...] | list[str],
     pod_hostname_subdomain: tuple[str, str] | None,
 ) -> list[str]:
-    """The DNS SANs of a granted request, in SPEC §5.3 order, de-duplicated: per Service
-    `<svc>.<ns>.svc.<domain>`, `<svc>.<ns>.svc`; then the Pod FQDN
+    """The DNS SANs of a granted request, in docs/reference.md §5.3 order, de-duplicated:
+    per Service `<svc>.<ns>.svc.<domain>`, `<svc>.<ns>.svc`; then the Pod FQDN
     `<hostname>.<subdomain>.<ns>.svc.<domain>`, `<hostname>.<subdomain>.<ns>.svc`."""
     names: dict[str, None] = {}
     for svc in service_names:
@@ -180,7 +181,7 @@ def sans_for(
     return list(names)
 
 
-# public key (SPEC §5.2 step 2) ----------------------------------------------------------
+# public key (docs/reference.md §5.2 step 2) --------------------------------------------
 
 
 def public_key_from_request(
@@ -222,7 +223,8 @@ def _key_from_stub(stub: bytes | str) -> PublicKey | Denial:
     # No signature check: kube-apiserver rejects a stub whose `CheckSignature()` fails on
     # create and the spec is immutable, so a stored request with a bad signature cannot
     # exist ("the signer does not need to repeat the verification" — field doc). Repeating
-    # it cost 50-570 µs per request (P-384/P-521 the most), ~10 % of our CPU in a burst.
+    # it was a tenth of our CPU in a burst (bench/README.md, "Figures behind module
+    # decisions").
     if len(csr.subject) != 0:
         return Denial(INVALID_STUB, "the stub CSR has a subject; it must be empty")
     try:
