@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -17,13 +16,12 @@ import yaml
 from controlplane import ControlPlane
 from controlplane.binaries import tool
 from kube.client import ApiError, Client, is_not_found
+from kube.types import JSON
 from tests.integration.manifests import ensure_monitoring_crds
 from tests.integration.test_chart import CHART, CONFIG, helm, kustomize, overlay
 from tests.unit.manager.kustomize import render
 
 pytestmark = pytest.mark.integration
-
-JSON = dict[str, Any]
 
 
 def prepare_namespace(client: Client, namespace: str) -> None:

@@ -26,7 +26,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cryptography import x509
@@ -37,6 +36,7 @@ from controlplane.kubelet import Kubelet
 from controlplane.server import free_port
 from controlplane.workload import VolumeFiles, volume_files, wait_running
 from kube.client import Client
+from kube.types import JSON
 from tests.atomic_volume import atomic_write
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import cluster_signer, unique_signer_name, verify_against_bundle
@@ -46,7 +46,6 @@ from tests.unit.manager.kustomize import CONFIG, find, render
 pytestmark = pytest.mark.integration
 
 SIGNER = unique_signer_name()
-JSON = dict[str, Any]
 
 
 @pytest.fixture(scope="module")

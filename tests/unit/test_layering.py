@@ -7,6 +7,7 @@ including those made inside functions."""
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -69,3 +70,16 @@ def test_trust_stands_on_kube_alone() -> None:
 def test_a_controller_package_imports_no_other_controller(package: str) -> None:
     others = {k: v for k, v in imports_of(package).items() if k not in BASE}
     assert others == {}
+
+
+def test_a_decoded_object_has_one_type_name_defined_once_in_kube() -> None:
+    """`JSON = dict[str, Any]` lives in `kube.types`; a module that redefines it drifts
+    from it unseen."""
+    pattern = re.compile(r"^JSON(\s*:\s*TypeAlias)?\s*=", re.M)
+    defined = sorted(
+        str(path.relative_to(ROOT))
+        for top in [*PACKAGES, *HARNESS]
+        for path in (ROOT / top).rglob("*.py")
+        if pattern.search(path.read_text())
+    )
+    assert defined == ["kube/types.py"]
