@@ -34,10 +34,22 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from injector import configmaps
 from injector import decide as decisions
 from injector.metrics import InjectorMetrics
-from injector.targets import KINDS, Kind, Target, apply_body, split_key, target_key, to_target
-from kube.client import ApiError, Client, is_not_found, path_segment
+from injector.targets import (
+    CONFIG_MAP,
+    FIELD_MANAGER,
+    KINDS,
+    Kind,
+    Target,
+    apply_body,
+    release_body,
+    split_key,
+    target_key,
+    to_target,
+)
+from kube.client import ApiError, Client, is_conflict, is_not_found
 from kube.controller import Cache, Loop, Requeue
 from kube.events import ObjectRef
 from kube.factory import InformerFactory
@@ -47,7 +59,8 @@ from trust.bundle import earliest_expiry
 
 log = logging.getLogger(__name__)
 
-FIELD_MANAGER = "service-serving-signer-injector"
+__all__ = ["FIELD_MANAGER", "Caches", "InjectorController", "bundle_record", "informers"]
+
 QUEUE_NAME = "cabundle_injector"
 SELECTION_INDEX = "selection"
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -84,8 +97,9 @@ class Caches:
 
 
 def informers(factory: InformerFactory, *, ctb_version: str) -> Caches:
-    """One informer per kind (`Target` records, indexed by what they select) and one of
-    every signer's ClusterTrustBundles (`bundle_record`s)."""
+    """One informer per kind (`Target` records, indexed by what they select; ConfigMaps
+    only with the opt-in label) and one of every signer's ClusterTrustBundles
+    (`bundle_record`s)."""
     targets: dict[str, TargetCache] = {
         kind.kind: factory.informer(
             kind.path,
@@ -95,6 +109,14 @@ def informers(factory: InformerFactory, *, ctb_version: str) -> Caches:
         )
         for kind in KINDS
     }
+    # Only the labelled ConfigMaps: memory bounded by what users asked for.
+    targets[CONFIG_MAP.kind] = factory.informer(
+        CONFIG_MAP.path,
+        name="configmaps-injector",
+        label_selector=configmaps.LABEL_SELECTOR,
+        transform=configmaps.to_target,
+        indexers={SELECTION_INDEX: _selection_index},
+    )
     bundles = factory.informer(
         f"/apis/certificates.k8s.io/{ctb_version}/clustertrustbundles",
         name="clustertrustbundles-injector",
@@ -144,9 +166,18 @@ class InjectorController:
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
         self.caches: Mapping[str, TargetCache] = caches.targets
         self.bundles: BundleCache = caches.bundles
-        for cache in self.caches.values():
-            cache.add_handler(self._on_target, self._on_target_update, self._on_target_delete)
+        for kind_name, cache in self.caches.items():
+            on_delete = (
+                self._on_config_map_delete
+                if kind_name == CONFIG_MAP.kind
+                else self._on_target_delete
+            )
+            cache.add_handler(self._on_target, self._on_target_update, on_delete)
         self.bundles.add_handler(self._on_bundle, self._on_bundle_update, self._on_bundle)
+        # ConfigMaps that left the label-selected cache while we owned fields of them:
+        # key → uid. Label removed or object deleted; sync reads which and releases.
+        self._departed: dict[str, str] = {}
+        self._departed_lock = threading.Lock()
         self.loop = Loop(
             self.name,
             self.sync,
@@ -172,6 +203,13 @@ class InjectorController:
     def _on_target_delete(self, target: Target) -> None:
         self.metrics.keep_expiry(target.key, None)
 
+    def _on_config_map_delete(self, target: Target) -> None:
+        self.metrics.keep_expiry(target.key, None)
+        if target.managed:
+            with self._departed_lock:
+                self._departed[target.key] = target.uid
+            self.queue.add(target.key)
+
     def _on_bundle(self, bundle: JSON) -> None:
         self.enqueue_selecting(bundle)
 
@@ -188,12 +226,13 @@ class InjectorController:
                     self.queue.add(target.key)
 
     def resync(self) -> list[str]:
-        """Every annotated object's key: the periodic re-drive."""
+        """Every annotated object's key, and every object we still own fields of: the
+        periodic re-drive."""
         keys = []
         for kind_name, cache in self.caches.items():
             for name in list(cache.keys()):
                 target = cache.get(name)
-                if target is not None and target.annotation is not None:
+                if target is not None and (target.annotation is not None or target.managed):
                     keys.append(target_key(kind_name, name))
         return keys
 
@@ -213,12 +252,19 @@ class InjectorController:
         target = self.caches[kind.kind].get(name)
         if target is None:
             self.metrics.keep_expiry(key, None)
+            with self._departed_lock:
+                uid = self._departed.pop(key, None)
+            if uid is not None:
+                self._release_departed(kind, name, uid)
             return None
         decision = decisions.decide(target, self.bundles.list())
         ref = _ref(kind, target)
         match decision:
             case decisions.Ignore():
                 self.metrics.keep_expiry(key, None)
+            case decisions.Release():
+                self.metrics.keep_expiry(key, None)
+                self._release(kind, target)
             case decisions.Invalid(reason=reason, message=message):
                 self.metrics.keep_expiry(key, None)
                 self.recorder.warning(ref, reason, message, "InjectCABundle")
@@ -237,17 +283,23 @@ class InjectorController:
         # No Normal Event per write: a rotation re-writes every injected object at once,
         # and an Event each would double the writes under --kube-api-qps (the log line
         # and cabundle_injector_sync_total{result="injected"} record it).
+        body = (
+            configmaps.apply_body(target, decision.bundle)
+            if kind is CONFIG_MAP
+            else apply_body(target, decision.ca_bundle)
+        )
         try:
             self.client.patch(
-                f"{kind.path}/{path_segment(target.name)}",
-                apply_body(target, decision.ca_bundle),
+                target.path,
+                body,
                 patch_type=APPLY_PATCH,
                 params={"fieldManager": FIELD_MANAGER, "force": True},
                 discard_response=True,
             )
         except ApiError as err:
-            if is_not_found(err):
-                # Deleted since the cache saw it; its delete event ends the story.
+            if is_not_found(err) or is_conflict(err):
+                # Deleted since the cache saw it (the uid in the body refuses to create
+                # it again); its delete event ends the story.
                 return
             self.metrics.observe(kind.kind, "error")
             raise
@@ -259,6 +311,45 @@ class InjectorController:
             extra={"object": target.key, "slots": slots, "bundles": decision.sources},
         )
 
+    def _release_departed(self, kind: Kind, name: str, uid: str) -> None:
+        """A ConfigMap we owned fields of left the label-selected cache: read it once
+        (the one read outside the caches) and release if its label was removed."""
+        namespace, _, short = name.partition("/")
+        try:
+            live = self.client.get(kind.object_path(short, namespace))
+        except ApiError as err:
+            if is_not_found(err):
+                return
+            with self._departed_lock:
+                self._departed.setdefault(target_key(kind.kind, name), uid)
+            raise
+        target = configmaps.to_target(live)
+        if target.uid != uid or not target.managed:
+            return  # re-created, or already released
+        if configmaps.is_selected(live):
+            return  # labelled again: the informer brings it back
+        self._release(kind, target)
+
+    def _release(self, kind: Kind, target: Target) -> None:
+        """Give up every field our manager owns on an object we no longer manage (an
+        apply that sets nothing; `targets.release_body`)."""
+        try:
+            self.client.patch(
+                target.path,
+                release_body(target),
+                patch_type=APPLY_PATCH,
+                params={"fieldManager": FIELD_MANAGER},
+                discard_response=True,
+            )
+        except ApiError as err:
+            if is_not_found(err) or is_conflict(err):
+                # Deleted (the uid in the body refuses to re-create it): nothing to release.
+                return
+            self.metrics.observe(kind.kind, "error")
+            raise
+        self.metrics.observe(kind.kind, "released")
+        log.info("released fields", extra={"object": target.key})
+
 
 def _transform_for(kind: Kind) -> Callable[[JSON], Target]:
     def transform(raw: JSON) -> Target:
@@ -268,4 +359,4 @@ def _transform_for(kind: Kind) -> Callable[[JSON], Target]:
 
 
 def _ref(kind: Kind, target: Target) -> ObjectRef:
-    return ObjectRef(kind.kind, "", target.name, target.uid, kind.api_version)
+    return ObjectRef(kind.kind, target.namespace, target.name, target.uid, kind.api_version)

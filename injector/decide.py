@@ -3,8 +3,10 @@ ClusterTrustBundles (pure: no client, no clock).
 
 Outcomes, in the order they are checked:
 
-1. `Ignore` — no annotation. The object is not ours to touch; a caBundle we wrote
-   before stays as it is (removing the annotation is how an owner takes the field back).
+1. `Ignore` — no annotation and no field of ours: the object is not ours to touch.
+   `Release` — no annotation, but our field manager still owns fields (we injected
+   before the owner removed the annotation): give them up, with a server-side apply
+   that sets nothing, so the owner can change or remove them (`targets.release_body`).
 2. `Invalid` — the annotation is not a valid `ClusterTrustBundleSelector`, or the object
    cannot carry a caBundle (`targets.Target.not_applicable`). Nothing is written; a
    Warning Event says why. Re-decided when the object changes.
@@ -13,11 +15,13 @@ Outcomes, in the order they are checked:
    dropping a working one because a bundle is being re-created would break every call.
    A Warning Event says so. Re-decided when a matching bundle appears.
 4. `UpToDate` — every caBundle slot already holds the resolved bundle.
-5. `Inject` — write `ca_bundle` (base64 of the normalised PEM) to every slot.
+5. `Inject` — write `ca_bundle` to every slot: base64 of the normalised PEM for a
+   caBundle field, the PEM itself for a ConfigMap's `ca.crt` (`injector.configmaps`).
 
-A resolved bundle is base64 of the exact text `trust.selector.resolve_selector` returns
+A resolved bundle is the exact text `trust.selector.resolve_selector` returns
 (header-less PEM, sorted, de-duplicated), so the comparison in 4 is a string compare and
-an object someone edited by hand is rewritten.
+an object someone edited by hand is rewritten. A ConfigMap's truststore is compared by
+the anchors it holds (PKCS#12 bytes differ on every write).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from injector.targets import ANNOTATION, Target, is_current
+from injector import configmaps
+from injector.targets import ANNOTATION, CONFIG_MAP, Target, is_current
 from trust.bundle import BundleError
 from trust.selector import (
     ClusterTrustBundleSelector,
@@ -45,6 +50,11 @@ REASON_EMPTY = "NoClusterTrustBundles"
 @dataclass(frozen=True)
 class Ignore:
     pass
+
+
+@dataclass(frozen=True)
+class Release:
+    """Our field manager owns fields of an object we no longer manage."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +79,13 @@ class UpToDate:
 class Inject:
     bundle: str
     ca_bundle: str
-    """`bundle` as the base64 text of a JSON `[]byte` field."""
+    """The value of every slot: `bundle` as the base64 text of a JSON `[]byte` field,
+    or `bundle` itself for a ConfigMap."""
     sources: int
     """How many ClusterTrustBundles were unified."""
 
 
-Decision = Ignore | Invalid | Empty | UpToDate | Inject
+Decision = Ignore | Release | Invalid | Empty | UpToDate | Inject
 
 
 def selector_of(target: Target) -> ClusterTrustBundleSelector | None:
@@ -107,7 +118,7 @@ def bundle_keys(bundle: Mapping[str, Any]) -> list[str]:
 def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
     """The outcome for `target` given every cached ClusterTrustBundle."""
     if target.annotation is None:
-        return Ignore()
+        return Release() if target.managed else Ignore()
     try:
         selector = parse_selector_json(target.annotation)
     except SelectorError as err:
@@ -127,12 +138,16 @@ def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
         return Empty(
             selector,
             f"selector {_compact(selector)} matches no ClusterTrustBundle; "
-            "the current caBundle is kept",
+            f"the current {'ca.crt' if target.kind == CONFIG_MAP.kind else 'caBundle'} is kept",
         )
-    ca_bundle = base64.b64encode(bundle.encode("ascii")).decode("ascii")
-    if is_current(target, ca_bundle):
+    if target.kind == CONFIG_MAP.kind:
+        value, current = bundle, configmaps.is_current(target, bundle)
+    else:
+        value = base64.b64encode(bundle.encode("ascii")).decode("ascii")
+        current = is_current(target, value)
+    if current:
         return UpToDate(bundle)
-    return Inject(bundle, ca_bundle, len(chosen))
+    return Inject(bundle, value, len(chosen))
 
 
 def _compact(selector: ClusterTrustBundleSelector) -> str:

@@ -3,8 +3,10 @@
 - `cabundle_injector_sync_total{kind, result}`: one count per sync of an annotated
   object. `result` is `injected` (a caBundle was written), `unchanged` (already
   current), `invalid` (bad annotation, or the object cannot carry a caBundle), `empty`
-  (the selector matched nothing; the current caBundle was kept) or `error` (an API
-  error; retried with backoff). Objects without the annotation are not counted.
+  (the selector matched nothing; the current caBundle was kept), `released` (the
+  annotation was removed and our field manager gave up the fields it owned) or `error`
+  (an API error; retried with backoff). Other objects without the annotation are not
+  counted.
   Every (kind, result) pair starts at 0 so rate alerts work from the first scrape.
 - `cabundle_injector_anchor_expiry_seconds`: Unix time of the earliest notAfter among
   the trust anchors in the caBundles the injector currently keeps (NaN while it
@@ -20,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from injector.targets import KINDS
 
-RESULTS = ("injected", "unchanged", "invalid", "empty", "error")
+RESULTS = ("injected", "unchanged", "invalid", "empty", "released", "error")
 
 
 class InjectorMetrics:

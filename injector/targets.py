@@ -22,9 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 ANNOTATION = "service-serving-signer/ca-bundle-from"
 """The annotation whose value is a KEP-6283 `ClusterTrustBundleSelector` as JSON."""
+
+FIELD_MANAGER = "service-serving-signer-injector"
+"""The injector's server-side apply field manager: what it owns, and what it releases."""
 
 
 @dataclass(frozen=True)
@@ -35,14 +39,23 @@ class Kind:
     group: str
     version: str
     resource: str
+    namespaced: bool = False
 
     @property
     def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
     def path(self) -> str:
+        """The collection across namespaces (what an informer lists)."""
+        if not self.group:
+            return f"/api/{self.version}/{self.resource}"
         return f"/apis/{self.group}/{self.version}/{self.resource}"
+
+    def object_path(self, name: str, namespace: str = "") -> str:
+        root = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        where = f"/namespaces/{quote(namespace, safe='')}" if self.namespaced else ""
+        return f"{root}{where}/{self.resource}/{quote(name, safe='')}"
 
 
 VALIDATING_WEBHOOK = Kind(
@@ -60,8 +73,12 @@ MUTATING_WEBHOOK = Kind(
 API_SERVICE = Kind("APIService", "apiregistration.k8s.io", "v1", "apiservices")
 CRD = Kind("CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
+CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", namespaced=True)
+"""The fourth target kind (`injector.configmaps`): watched only with the injector's label."""
+
 KINDS: tuple[Kind, ...] = (VALIDATING_WEBHOOK, MUTATING_WEBHOOK, API_SERVICE, CRD)
-KINDS_BY_NAME: Mapping[str, Kind] = {k.kind: k for k in KINDS}
+"""The kinds with caBundle fields, each watched whole (there are few of them)."""
+KINDS_BY_NAME: Mapping[str, Kind] = {k.kind: k for k in (*KINDS, CONFIG_MAP)}
 
 
 @dataclass(frozen=True)
@@ -74,8 +91,18 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class Truststore:
+    """A ConfigMap's PKCS#12 truststore key: where, with which password, and the DER of
+    the anchors it holds now (None: absent or unreadable with that password)."""
+
+    key: str
+    password: str
+    anchors: frozenset[bytes] | None
+
+
+@dataclass(frozen=True)
 class Target:
-    """The compact record of one object of the four kinds (see the module docstring)."""
+    """The compact record of one target object (see the module docstring)."""
 
     kind: str
     name: str
@@ -84,20 +111,40 @@ class Target:
     slots: tuple[Slot, ...]
     not_applicable: str | None = None
     """Why no caBundle can be set on this object, or None."""
+    managed: bool = False
+    """Our field manager owns fields of the object (an entry in its managedFields)."""
+    namespace: str = ""
+    truststore: Truststore | None = None
 
     @property
     def key(self) -> str:
-        return target_key(self.kind, self.name)
+        return target_key(self.kind, self.name, self.namespace)
+
+    @property
+    def path(self) -> str:
+        return KINDS_BY_NAME[self.kind].object_path(self.name, self.namespace)
 
 
-def target_key(kind: str, name: str) -> str:
-    """The work-queue key: `<Kind>/<name>` (all four kinds are cluster-scoped)."""
-    return f"{kind}/{name}"
+def target_key(kind: str, name: str, namespace: str = "") -> str:
+    """The work-queue key: `<Kind>/<name>`, or `<Kind>/<namespace>/<name>` for a
+    ConfigMap; what follows `<Kind>/` is the informer's cache key."""
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
 
 
 def split_key(key: str) -> tuple[Kind, str]:
+    """(kind, the cache key within that kind's informer)."""
     kind, _, name = key.partition("/")
     return KINDS_BY_NAME[kind], name
+
+
+def owned_by_us(meta: Mapping[str, Any]) -> bool:
+    """Whether `metadata.managedFields` has an apply entry of the injector's manager."""
+    return any(
+        isinstance(entry, Mapping)
+        and entry.get("manager") == FIELD_MANAGER
+        and entry.get("operation") == "Apply"
+        for entry in meta.get("managedFields") or ()
+    )
 
 
 def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
@@ -143,6 +190,7 @@ def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
         annotation=annotation if isinstance(annotation, str) else None,
         slots=slots,
         not_applicable=not_applicable,
+        managed=owned_by_us(meta),
     )
 
 
@@ -157,13 +205,25 @@ def is_current(target: Target, ca_bundle: str) -> bool:
     return all(slot.ca_bundle == ca_bundle for slot in target.slots)
 
 
+def release_body(target: Target) -> dict[str, Any]:
+    """The apply configuration that releases every field we own: one that names the
+    object and sets nothing (kube-apiserver then drops our managedFields entry, and
+    removes the values only we owned), guarded by the object's uid so that an object
+    deleted meanwhile is not re-created by the apply."""
+    kind = KINDS_BY_NAME[target.kind]
+    meta: dict[str, Any] = {"name": target.name, "uid": target.uid}
+    if target.namespace:
+        meta["namespace"] = target.namespace
+    return {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": meta}
+
+
 def apply_body(target: Target, ca_bundle: str) -> dict[str, Any]:
     """The server-side apply configuration that sets every slot to `ca_bundle` (base64)."""
     kind = KINDS_BY_NAME[target.kind]
     body: dict[str, Any] = {
         "apiVersion": kind.api_version,
         "kind": kind.kind,
-        "metadata": {"name": target.name},
+        "metadata": {"name": target.name, "uid": target.uid},
     }
     client_config = {"caBundle": ca_bundle}
     if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):

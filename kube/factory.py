@@ -42,6 +42,7 @@ class InformerFactory:
         name: str,
         transform: Callable[[JSON], T],
         field_selector: str | None = None,
+        label_selector: str | None = None,
         key: Callable[[T], str] | None = None,
         indexers: dict[str, Indexer[T]] | None = None,
     ) -> Informer[T]:
@@ -52,6 +53,7 @@ class InformerFactory:
             name=name,
             transform=transform,
             field_selector=field_selector,
+            label_selector=label_selector,
             key=key,
             indexers=indexers,
         )

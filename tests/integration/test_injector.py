@@ -150,7 +150,9 @@ def test_mutating_webhook_configuration_gets_the_bundle_too(
         with RunningInjector(client) as injector:
             expected = b64(issuer.bundle())
             eventually(lambda: ca_bundles(client.get(f"{path}/{name}")) == [expected] * 2)
-            assert injector.controller.metrics.count("MutatingWebhookConfiguration", "injected")
+            # The write is visible before the injector's thread counts it.
+            metrics = injector.controller.metrics
+            eventually(lambda: metrics.count("MutatingWebhookConfiguration", "injected"))
     finally:
         delete_quietly(client, path, name)
 

@@ -120,7 +120,7 @@ def test_apply_body_owns_only_ca_bundles_and_list_keys() -> None:
     assert apply_body(target, "Q0E=") == {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "hooks"},
+        "metadata": {"name": "hooks", "uid": "uid-hooks"},
         "webhooks": [
             {"name": "w0.example.com", "clientConfig": {"caBundle": "Q0E="}},
             {"name": "w1.example.com", "clientConfig": {"caBundle": "Q0E="}},

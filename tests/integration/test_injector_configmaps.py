@@ -1,0 +1,282 @@
+"""ConfigMaps as the injector's fourth target, against the real kube-apiserver (issue 24):
+a labelled ConfigMap gets `ca.crt` (and a PKCS#12 truststore key on request); drift is
+restored; a rotation goes old → old+new → new; an empty selection keeps the content and
+says why; removing the label stops management and releases every field we owned; a
+ConfigMap deleted under the injector is not re-created."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from injector.configmaps import (
+    CA_KEY,
+    LABEL,
+    TRUSTSTORE_ANNOTATION,
+    TRUSTSTORE_PASSWORD_ANNOTATION,
+)
+from injector.decide import REASON_EMPTY
+from injector.targets import ANNOTATION, FIELD_MANAGER
+from kube.client import Client, is_not_found
+from tests.integration.injector_harness import RunningInjector
+from tests.integration.signer_harness import eventually
+from tests.integration.test_publisher import ctb_path, ctb_version
+from trust.bundle import anchor_ders, bundle_name, normalize_bundle
+from trust.ca import generate_ca
+from trust.truststore import truststore_anchors
+
+pytestmark = pytest.mark.integration
+
+
+class Roots:
+    """ClusterTrustBundles of a signer name unique to the test, written by hand: one per
+    root, so a rotation is an add and a delete."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.signer = f"s{uuid.uuid4().hex[:8]}.example.com/roots"
+        self.pems: dict[str, str] = {}
+        self.names: dict[str, str] = {}
+
+    def selector(self) -> str:
+        return json.dumps({"signerName": self.signer, "labelSelector": {}})
+
+    def add(self, root: str) -> str:
+        pem = normalize_bundle(
+            generate_ca(f"configmap {root}").cert.public_bytes(Encoding.PEM).decode()
+        )
+        name = bundle_name(self.signer, pem)
+        self.client.create(
+            ctb_path(self.client),
+            {
+                "apiVersion": f"certificates.k8s.io/{ctb_version(self.client)}",
+                "kind": "ClusterTrustBundle",
+                "metadata": {"name": name},
+                "spec": {"signerName": self.signer, "trustBundle": pem},
+            },
+        )
+        self.pems[root], self.names[root] = pem, name
+        return pem
+
+    def remove(self, root: str) -> None:
+        self.client.delete(f"{ctb_path(self.client)}/{self.names.pop(root)}")
+        del self.pems[root]
+
+    def bundle(self) -> str:
+        return normalize_bundle("".join(self.pems.values()))
+
+    def close(self) -> None:
+        for root in list(self.names):
+            self.remove(root)
+
+
+@pytest.fixture
+def roots(client: Client) -> Iterator[Roots]:
+    made = Roots(client)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def injector(client: Client) -> Iterator[RunningInjector]:
+    with RunningInjector(client) as running:
+        yield running
+
+
+def config_map_path(namespace: str, name: str = "") -> str:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    return f"{base}/{name}" if name else base
+
+
+def create_config_map(
+    client: Client,
+    namespace: str,
+    name: str,
+    annotations: dict[str, str],
+    *,
+    labelled: bool = True,
+    data: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    created: dict[str, Any] = client.create(
+        config_map_path(namespace),
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "labels": {LABEL: "true"} if labelled else {},
+                "annotations": annotations,
+            },
+            "data": data or {},
+        },
+    )
+    return created
+
+
+def ca_crt(client: Client, namespace: str, name: str) -> str:
+    return str((client.get(config_map_path(namespace, name)).get("data") or {}).get(CA_KEY, ""))
+
+
+def managers(obj: dict[str, Any]) -> list[str]:
+    return [m["manager"] for m in obj["metadata"].get("managedFields") or []]
+
+
+def test_labelled_config_map_gets_ca_crt_and_drift_is_restored(
+    client: Client, namespace: str, roots: Roots, injector: RunningInjector
+) -> None:
+    roots.add("a")
+    create_config_map(
+        client, namespace, "trust", {ANNOTATION: roots.selector()}, data={"app.conf": "x=1"}
+    )
+    eventually(lambda: ca_crt(client, namespace, "trust") == roots.bundle(), timeout=30)
+    stored = client.get(config_map_path(namespace, "trust"))
+    assert stored["data"]["app.conf"] == "x=1"  # the user's keys are the user's
+    ours = [m for m in stored["metadata"]["managedFields"] if m["manager"] == FIELD_MANAGER]
+    assert ours and ours[0]["operation"] == "Apply"
+    assert json.dumps(ours[0]["fieldsV1"]) == json.dumps({"f:data": {"f:ca.crt": {}}})
+
+    # kubectl edit: an Update by another manager rewrites ca.crt; it is restored.
+    stored["data"][CA_KEY] = "edited by hand\n"
+    client.replace(config_map_path(namespace, "trust"), stored)
+    eventually(lambda: ca_crt(client, namespace, "trust") == roots.bundle(), timeout=30)
+    eventually(lambda: injector.controller.metrics.count("ConfigMap", "injected") >= 2)
+
+
+def test_rotation_goes_old_then_old_and_new_then_new(
+    client: Client, namespace: str, roots: Roots, injector: RunningInjector
+) -> None:
+    old = roots.add("old")
+    create_config_map(client, namespace, "trust", {ANNOTATION: roots.selector()})
+    eventually(lambda: ca_crt(client, namespace, "trust") == old, timeout=30)
+    new = roots.add("new")
+    both = normalize_bundle(old + new)
+    eventually(lambda: ca_crt(client, namespace, "trust") == both, timeout=30)
+    roots.remove("old")
+    eventually(lambda: ca_crt(client, namespace, "trust") == new, timeout=30)
+
+
+def test_empty_selection_keeps_ca_crt_and_warns(
+    client: Client, namespace: str, injector: RunningInjector
+) -> None:
+    kept = "-----BEGIN CERTIFICATE-----\nkept\n-----END CERTIFICATE-----\n"
+    selector = json.dumps({"name": "nobody.example.com:none:0000"})
+    created = create_config_map(
+        client, namespace, "trust", {ANNOTATION: selector}, data={CA_KEY: kept}
+    )
+
+    def warned() -> list[dict[str, Any]]:
+        items = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
+        return [
+            e
+            for e in items
+            if e["regarding"].get("name") == "trust" and e.get("reason") == REASON_EMPTY
+        ]
+
+    events = eventually(warned, timeout=30)
+    assert events[0]["type"] == "Warning" and "current ca.crt is kept" in events[0]["note"]
+    assert events[0]["regarding"]["kind"] == "ConfigMap"
+    stored = client.get(config_map_path(namespace, "trust"))
+    assert stored["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    assert stored["data"][CA_KEY] == kept
+
+
+def test_truststore_key_holds_the_same_anchors_for_a_jvm(
+    client: Client, namespace: str, roots: Roots, injector: RunningInjector
+) -> None:
+    roots.add("a")
+    roots.add("b")
+    annotations = {
+        ANNOTATION: roots.selector(),
+        TRUSTSTORE_ANNOTATION: "truststore.p12",
+        TRUSTSTORE_PASSWORD_ANNOTATION: "changeit",
+    }
+    create_config_map(client, namespace, "trust", annotations)
+
+    def store() -> frozenset[bytes] | None:
+        binary = client.get(config_map_path(namespace, "trust")).get("binaryData") or {}
+        if "truststore.p12" not in binary:
+            return None
+        return truststore_anchors(base64.b64decode(binary["truststore.p12"]), "changeit")
+
+    eventually(lambda: store() == anchor_ders(roots.bundle()), timeout=30)
+    assert ca_crt(client, namespace, "trust") == roots.bundle()
+    # Current by content, not bytes: a re-sync writes nothing.
+    before = client.get(config_map_path(namespace, "trust"))["metadata"]["resourceVersion"]
+    injector.controller.sync(f"ConfigMap/{namespace}/trust")
+    after = client.get(config_map_path(namespace, "trust"))["metadata"]["resourceVersion"]
+    assert after == before
+
+
+def test_removing_the_label_releases_our_fields_and_stops_management(
+    client: Client, namespace: str, roots: Roots, injector: RunningInjector
+) -> None:
+    roots.add("a")
+    create_config_map(client, namespace, "trust", {ANNOTATION: roots.selector()})
+    eventually(lambda: ca_crt(client, namespace, "trust") == roots.bundle(), timeout=30)
+    client.patch(config_map_path(namespace, "trust"), {"metadata": {"labels": {LABEL: None}}})
+    released = eventually(
+        lambda: (
+            (o := client.get(config_map_path(namespace, "trust")))
+            and FIELD_MANAGER not in managers(o)
+            and o
+        ),
+        timeout=30,
+        what="the injector to release ca.crt",
+    )
+    # Only we owned ca.crt: the release removes it, and nothing writes it again.
+    assert CA_KEY not in (released.get("data") or {})
+    # Stops management: a new root re-drives nothing for the unlabelled ConfigMap.
+    resource_version = released["metadata"]["resourceVersion"]
+    roots.add("b")
+    eventually(injector.controller.queue.idle, timeout=30)
+    assert injector.controller.caches["ConfigMap"].get(f"{namespace}/trust") is None
+    stored = client.get(config_map_path(namespace, "trust"))
+    assert stored["metadata"]["resourceVersion"] == resource_version
+    eventually(lambda: injector.controller.metrics.count("ConfigMap", "released") >= 1)
+
+
+def test_unlabelled_config_maps_are_neither_cached_nor_written(
+    client: Client, namespace: str, roots: Roots, injector: RunningInjector
+) -> None:
+    roots.add("a")
+    create_config_map(client, namespace, "plain", {ANNOTATION: roots.selector()}, labelled=False)
+    create_config_map(client, namespace, "trust", {ANNOTATION: roots.selector()})
+    eventually(lambda: ca_crt(client, namespace, "trust") == roots.bundle(), timeout=30)
+    assert injector.controller.caches["ConfigMap"].get(f"{namespace}/plain") is None
+    assert ca_crt(client, namespace, "plain") == ""
+
+
+def test_a_config_map_deleted_under_the_injector_is_not_re_created(
+    client: Client, namespace: str, roots: Roots, injector: RunningInjector
+) -> None:
+    roots.add("a")
+    create_config_map(client, namespace, "trust", {ANNOTATION: roots.selector()})
+    eventually(lambda: ca_crt(client, namespace, "trust") == roots.bundle(), timeout=30)
+    key = f"{namespace}/trust"
+    record = injector.controller.caches["ConfigMap"].get(key)
+    assert record is not None
+    client.delete(config_map_path(namespace, "trust"))
+    # Sync the stale record as a worker would have in the instant before the delete event.
+    from injector.configmaps import apply_body
+
+    with pytest.raises(Exception) as refused:
+        client.patch(
+            record.path,
+            apply_body(record, roots.bundle()),
+            patch_type="application/apply-patch+yaml",
+            params={"fieldManager": FIELD_MANAGER, "force": True},
+        )
+    assert "uid mismatch" in str(refused.value)
+    missing = functools.partial(client.get, config_map_path(namespace, "trust"))
+    with pytest.raises(Exception) as gone:
+        missing()
+    assert is_not_found(gone.value)
