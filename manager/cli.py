@@ -231,7 +231,8 @@ class KlogVerbosity(click.IntRange):
     default=("*",),
     show_default=True,
     help="Controllers to run: '*' (signer and publisher), 'signer', 'publisher', "
-    "'injector' (opt-in: '*,injector'), '-publisher' (comma lists).",
+    "'injector' (opt-in: '*,injector'), 'trust-distributor' (opt-in), '-publisher' "
+    "(comma lists).",
 )
 @flag(
     "--max-certificate-lifetime",

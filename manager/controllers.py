@@ -212,6 +212,23 @@ def _injector(ctx: BuildContext) -> Controller:
     return injector
 
 
+def _trust_distributor(ctx: BuildContext) -> Controller:
+    """The opt-in trust ConfigMap distribution (docs/trust-consumers.md): its
+    configurations live in the process's own namespace (the Lease's)."""
+    from injector import distributor
+
+    namespace = ctx.opts.leader_elect_resource_namespace
+    controller = distributor.DistributionController(
+        ctx.client,
+        distributor.informers(ctx.informers, namespace=namespace),
+        ctx.recorder(),
+        namespace=namespace,
+        registry=ctx.registry,
+    )
+    log.info("trust distributor configured", extra={"namespace": namespace})
+    return controller
+
+
 def _managed_ca(ctx: BuildContext) -> Controller:
     """The managed CA (docs/managed-ca.md): its controller, and this replica's report of
     what it has loaded (a warmer: every replica reports, leader or not)."""
@@ -230,6 +247,7 @@ DESCRIPTORS: tuple[ControllerDescriptor, ...] = (
     ControllerDescriptor("publisher", _publisher, _named("publisher")),
     ControllerDescriptor("signer", _signer, _named("signer")),
     ControllerDescriptor("injector", _injector, _named("injector")),
+    ControllerDescriptor("trust-distributor", _trust_distributor, _named("trust-distributor")),
     # `--ca-mode=managed`, not `--controllers`: with a signing controller, the CA is ours.
     ControllerDescriptor(
         "managed-ca",

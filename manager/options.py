@@ -20,13 +20,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KNOWN_CONTROLLERS: tuple[str, ...] = ("signer", "publisher", "injector")
+KNOWN_CONTROLLERS: tuple[str, ...] = ("signer", "publisher", "injector", "trust-distributor")
 """Controllers this process hosts."""
 
 DEFAULT_CONTROLLERS: tuple[str, ...] = ("signer", "publisher")
 """What `*` enables. `injector` is opt-in (like kube-controller-manager's disabled-by-default
 controllers): its RBAC can patch webhooks, APIServices and CRDs, so it runs only when
-named (`--controllers=*,injector`, or `injector` alone in its own Deployment)."""
+named (`--controllers=*,injector`, or `injector` alone in its own Deployment).
+`trust-distributor` (docs/trust-consumers.md) is opt-in too: it creates and deletes
+ConfigMaps in every namespace, so it runs only when named, beside the injector."""
 
 SIGNING_CONTROLLERS = frozenset({"signer", "publisher"})
 """Controllers that read the signing-material files; without them the files are optional."""

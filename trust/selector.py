@@ -148,6 +148,13 @@ def resolve_selector(
     return normalize_bundle("".join(_trust_bundle_of(obj) for obj in chosen))
 
 
+def label_selector_matcher(value: Any) -> Callable[[Mapping[str, str]], bool]:
+    """A `metav1.LabelSelector` (a parsed JSON object) as a predicate on labels, with the
+    validation and matching of a selector's `labelSelector` (`SelectorError` if
+    invalid); the empty selector matches everything."""
+    return _label_matcher(_validate_label_selector(value))
+
+
 # validation ---------------------------------------------------------------------------
 
 

@@ -34,6 +34,7 @@ ALL_OPTIONS = [
     "grafanaDashboard.enabled=true",
     "networkPolicy.enabled=true",
     "injector.enabled=true",
+    "injector.distribution.enabled=true",
 ]
 
 # kind → (API prefix, plural, namespaced): what the chart renders.
@@ -164,7 +165,11 @@ def test_helm_template_defaults_equal_kustomize_config_default() -> None:
 def test_helm_template_with_every_option_equals_config_with_every_component(
     tmp_path: Path,
 ) -> None:
-    config = kustomize(overlay(tmp_path, "prometheus", "grafana", "networkpolicy", "injector"))
+    config = kustomize(
+        overlay(
+            tmp_path, "prometheus", "grafana", "networkpolicy", "injector", "injector-distribution"
+        )
+    )
     assert {o["kind"] for o in config} >= {"NetworkPolicy", "ConfigMap", "PrometheusRule"}
     assert_same_objects(template(*ALL_OPTIONS), config)
 

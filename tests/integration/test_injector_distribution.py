@@ -1,0 +1,156 @@
+"""Distribution against the real kube-apiserver (issue 24): a configuration in the
+injector's namespace puts a named trust ConfigMap, kept by the ConfigMap target, into
+every matching namespace; a namespace that stops matching loses it; removing the
+configuration removes every copy; a ConfigMap of that name the distribution did not
+make is never overwritten."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from injector import distribute
+from injector.configmaps import CA_KEY
+from injector.distributor import DistributionController, informers
+from injector.targets import ANNOTATION
+from kube.client import Client, is_not_found
+from kube.events import EventRecorder
+from kube.factory import InformerFactory
+from tests.integration.injector_harness import RunningInjector
+from tests.integration.signer_harness import eventually
+from tests.integration.test_publisher import ctb_path, ctb_version
+from trust.bundle import bundle_name, normalize_bundle
+from trust.ca import generate_ca
+
+pytestmark = pytest.mark.integration
+
+
+def create_namespace(client: Client, labels: dict[str, str]) -> str:
+    name = f"dist-{uuid.uuid4().hex[:8]}"
+    client.create(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
+    )
+    return name
+
+
+def get_or_none(client: Client, path: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = client.get(path)
+    except Exception as err:
+        if is_not_found(err):
+            return None
+        raise
+    return found
+
+
+class RunningDistributor:
+    def __init__(self, client: Client, namespace: str) -> None:
+        self.recorder = EventRecorder(client, "service-serving-signer", "distributor-test")
+        self.informers = InformerFactory(client)
+        self.controller = DistributionController(
+            client,
+            informers(self.informers, namespace=namespace),
+            self.recorder,
+            namespace=namespace,
+        )
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.controller.run, args=(self.stop,), daemon=True)
+
+    def __enter__(self) -> RunningDistributor:
+        self.informers.start(self.stop)
+        self.thread.start()
+        eventually(self.controller.has_synced, timeout=30, what="distributor synced")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.recorder.stop()
+
+
+@pytest.fixture
+def bundle(client: Client) -> Iterator[tuple[str, str]]:
+    """(selector, PEM) of one hand-made ClusterTrustBundle of a unique signer."""
+    signer = f"d{uuid.uuid4().hex[:8]}.example.com/roots"
+    pem = normalize_bundle(generate_ca("distribution root").cert.public_bytes(Encoding.PEM))
+    name = bundle_name(signer, pem)
+    client.create(
+        ctb_path(client),
+        {
+            "apiVersion": f"certificates.k8s.io/{ctb_version(client)}",
+            "kind": "ClusterTrustBundle",
+            "metadata": {"name": name},
+            "spec": {"signerName": signer, "trustBundle": pem},
+        },
+    )
+    yield json.dumps({"signerName": signer, "labelSelector": {}}), pem
+    client.delete(f"{ctb_path(client)}/{name}")
+
+
+def test_distributes_to_matching_namespaces_and_cleans_up(
+    client: Client, namespace: str, bundle: tuple[str, str]
+) -> None:
+    selector, pem = bundle
+    team = uuid.uuid4().hex[:8]
+    matching = create_namespace(client, {"trust": team})
+    other = create_namespace(client, {"trust": "elsewhere"})
+    foreign_ns = create_namespace(client, {"trust": team})
+    # A ConfigMap of the distributed name that someone else made: never overwritten.
+    client.create(
+        f"/api/v1/namespaces/{foreign_ns}/configmaps",
+        {"metadata": {"name": "service-ca.crt"}, "data": {CA_KEY: "theirs"}},
+    )
+    config_path = f"/api/v1/namespaces/{namespace}/configmaps"
+    client.create(
+        config_path,
+        {
+            "metadata": {
+                "name": "service-ca",
+                "labels": {distribute.CONFIG_LABEL: "true"},
+                "annotations": {ANNOTATION: selector},
+            },
+            "data": {
+                distribute.NAME_KEY: "service-ca.crt",
+                distribute.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": team}}),
+            },
+        },
+    )
+
+    def copy_in(ns: str) -> dict[str, Any] | None:
+        return get_or_none(client, f"/api/v1/namespaces/{ns}/configmaps/service-ca.crt")
+
+    with RunningInjector(client), RunningDistributor(client, namespace):
+        # Created where the selector matches, and filled by the ConfigMap target.
+        eventually(lambda: ((copy_in(matching) or {}).get("data") or {}).get(CA_KEY) == pem)
+        labels = copy_in(matching)["metadata"]["labels"]  # type: ignore[index]
+        assert labels[distribute.FROM_LABEL] == "service-ca"
+        assert copy_in(other) is None
+        foreign = copy_in(foreign_ns)
+        assert foreign is not None and foreign["data"] == {CA_KEY: "theirs"}
+
+        def not_ours_warned() -> bool:
+            events = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+            return any(e.get("reason") == distribute.REASON_NOT_OURS for e in events["items"])
+
+        eventually(not_ours_warned, timeout=30)
+
+        # A namespace that starts matching gets one; one that stops matching loses it.
+        client.patch(f"/api/v1/namespaces/{other}", {"metadata": {"labels": {"trust": team}}})
+        eventually(lambda: copy_in(other) is not None, timeout=30)
+        client.patch(f"/api/v1/namespaces/{matching}", {"metadata": {"labels": {"trust": "no"}}})
+        eventually(lambda: copy_in(matching) is None, timeout=30)
+
+        # The configuration removed: every copy it made goes; the foreign one stays.
+        client.delete(f"{config_path}/service-ca")
+        eventually(lambda: copy_in(other) is None, timeout=30)
+        foreign = copy_in(foreign_ns)
+        assert foreign is not None and foreign["data"] == {CA_KEY: "theirs"}
+    for ns in (matching, other, foreign_ns):
+        client.delete(f"/api/v1/namespaces/{ns}")

@@ -1,0 +1,146 @@
+"""Distribution's decisions for one namespace (no server): create what is missing,
+re-annotate what changed, delete what no configuration wants, never touch a ConfigMap
+without our mark, and say so when a configuration is unusable or two clash."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from injector import distribute
+from injector.configmaps import LABEL, TRUSTSTORE_ANNOTATION
+from injector.distribute import (
+    Clash,
+    Create,
+    Delete,
+    Update,
+    annotations_patch,
+    copy_body,
+    plan,
+    to_copy,
+    to_distribution,
+    to_namespace,
+)
+from injector.targets import ANNOTATION
+
+SELECTOR = json.dumps({"signerName": "example.com/roots", "labelSelector": {}})
+
+
+def config(
+    name: str = "trust",
+    target: str = "trust-bundle",
+    namespace_selector: Any = None,
+    annotations: dict[str, str] | None = None,
+) -> distribute.Distribution:
+    data = {distribute.NAME_KEY: target}
+    if namespace_selector is not None:
+        data[distribute.NAMESPACE_SELECTOR_KEY] = (
+            namespace_selector
+            if isinstance(namespace_selector, str)
+            else json.dumps(namespace_selector)
+        )
+    return to_distribution(
+        {
+            "metadata": {
+                "name": name,
+                "uid": f"uid-{name}",
+                "annotations": {ANNOTATION: SELECTOR} if annotations is None else annotations,
+            },
+            "data": data,
+        }
+    )
+
+
+def namespace(name: str = "apps", labels: dict[str, str] | None = None, **extra: Any) -> Any:
+    return to_namespace({"metadata": {"name": name, "labels": labels or {}, **extra}})
+
+
+def copy(name: str = "trust-bundle", owner: str = "trust", annotations: Any = None) -> Any:
+    return to_copy(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "apps",
+                "uid": "copy-uid",
+                "labels": {distribute.FROM_LABEL: owner, LABEL: "true"},
+                "annotations": {ANNOTATION: SELECTOR} if annotations is None else annotations,
+            }
+        }
+    )
+
+
+def test_a_matching_namespace_without_a_copy_gets_one_labelled_for_injection() -> None:
+    d = config()
+    assert plan(namespace(), [d], []) == [Create(d)]
+    body = copy_body(d, "apps")
+    assert body["metadata"]["labels"] == {LABEL: "true", distribute.FROM_LABEL: "trust"}
+    assert body["metadata"]["annotations"] == {ANNOTATION: SELECTOR}
+    assert "data" not in body
+
+
+def test_an_up_to_date_copy_needs_nothing() -> None:
+    assert plan(namespace(), [config()], [copy()]) == []
+
+
+def test_namespace_selector_decides_where_copies_exist() -> None:
+    d = config(namespace_selector={"matchLabels": {"trust": "yes"}})
+    assert plan(namespace(labels={"trust": "yes"}), [d], []) == [Create(d)]
+    assert plan(namespace(labels={"trust": "no"}), [d], []) == []
+    # The namespace stopped matching: our copy goes.
+    assert plan(namespace(labels={}), [d], [copy()]) == [Delete(copy())]
+
+
+def test_removing_the_configuration_deletes_its_copies() -> None:
+    assert plan(namespace(), [], [copy()]) == [Delete(copy())]
+
+
+def test_renaming_the_target_deletes_the_old_copy_and_creates_the_new() -> None:
+    d = config(target="renamed")
+    assert plan(namespace(), [d], [copy()]) == [Delete(copy()), Create(d)]
+
+
+def test_a_changed_configuration_re_annotates_the_copy_under_its_uid() -> None:
+    annotations = {ANNOTATION: SELECTOR, TRUSTSTORE_ANNOTATION: "truststore.p12"}
+    d = config(annotations=annotations)
+    stale = copy()
+    assert plan(namespace(), [d], [stale]) == [Update(d, stale)]
+    patch = annotations_patch(d, stale)["metadata"]
+    assert patch["uid"] == "copy-uid"
+    assert patch["annotations"][TRUSTSTORE_ANNOTATION] == "truststore.p12"
+    # Copied annotations the configuration no longer has are removed (merge-patch null).
+    back = annotations_patch(config(), copy(annotations=annotations))["metadata"]["annotations"]
+    assert back[TRUSTSTORE_ANNOTATION] is None
+
+
+def test_a_terminating_or_missing_namespace_gets_nothing() -> None:
+    terminating = namespace(deletionTimestamp="2026-12-02T06:00:00Z")
+    assert plan(terminating, [config()], []) == []
+    assert plan(None, [config()], [copy()]) == []
+
+
+def test_two_configurations_for_one_name_clash_and_the_first_by_name_wins() -> None:
+    first, second = config("a-trust"), config("b-trust")
+    actions = plan(namespace(), [second, first], [])
+    assert actions == [Clash(second, first), Create(first)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"target": ""}, "configMapName"),
+        ({"target": "Not_A_Name"}, "configMapName"),
+        ({"namespace_selector": "{not json"}, "namespaceSelector"),
+        ({"namespace_selector": {"matchLabels": {"bad key!": "x"}}}, "namespaceSelector"),
+        ({"annotations": {}}, ANNOTATION),
+    ],
+    ids=["no-name", "bad-name", "selector-not-json", "selector-invalid", "no-selector"],
+)
+def test_an_unusable_configuration_creates_nothing_and_keeps_its_copies(
+    kwargs: dict[str, Any], fragment: str
+) -> None:
+    d = config(**kwargs)
+    assert d.problem is not None and fragment in d.problem
+    assert plan(namespace(), [d], []) == []
+    assert plan(namespace(), [d], [copy()]) == []
