@@ -288,21 +288,8 @@ class InjectorController:
             if kind is CONFIG_MAP
             else apply_body(target, decision.ca_bundle)
         )
-        try:
-            self.client.patch(
-                target.path,
-                body,
-                patch_type=APPLY_PATCH,
-                params={"fieldManager": FIELD_MANAGER, "force": True},
-                discard_response=True,
-            )
-        except ApiError as err:
-            if is_not_found(err) or is_conflict(err):
-                # Deleted since the cache saw it (the uid in the body refuses to create
-                # it again); its delete event ends the story.
-                return
-            self.metrics.observe(kind.kind, "error")
-            raise
+        if not self._apply(kind, target, body, force=True):
+            return
         self.metrics.keep_expiry(target.key, earliest_expiry(decision.bundle).timestamp())
         self.metrics.observe(kind.kind, "injected")
         slots = len(target.slots)
@@ -310,6 +297,24 @@ class InjectorController:
             "injected caBundle",
             extra={"object": target.key, "slots": slots, "bundles": decision.sources},
         )
+
+    def _apply(self, kind: Kind, target: Target, body: JSON, *, force: bool) -> bool:
+        """One server-side apply under our field manager; False if the object is gone
+        (deleted since the cache saw it: the uid in every body refuses to re-create it,
+        409, and its delete event ends the story)."""
+        params: dict[str, Any] = {"fieldManager": FIELD_MANAGER}
+        if force:
+            params["force"] = True
+        try:
+            self.client.patch(
+                target.path, body, patch_type=APPLY_PATCH, params=params, discard_response=True
+            )
+        except ApiError as err:
+            if is_not_found(err) or is_conflict(err):
+                return False
+            self.metrics.observe(kind.kind, "error")
+            raise
+        return True
 
     def _release_departed(self, kind: Kind, name: str, uid: str) -> None:
         """A ConfigMap we owned fields of left the label-selected cache: read it once
@@ -333,20 +338,8 @@ class InjectorController:
     def _release(self, kind: Kind, target: Target) -> None:
         """Give up every field our manager owns on an object we no longer manage (an
         apply that sets nothing; `targets.release_body`)."""
-        try:
-            self.client.patch(
-                target.path,
-                release_body(target),
-                patch_type=APPLY_PATCH,
-                params={"fieldManager": FIELD_MANAGER},
-                discard_response=True,
-            )
-        except ApiError as err:
-            if is_not_found(err) or is_conflict(err):
-                # Deleted (the uid in the body refuses to re-create it): nothing to release.
-                return
-            self.metrics.observe(kind.kind, "error")
-            raise
+        if not self._apply(kind, target, release_body(target), force=False):
+            return
         self.metrics.observe(kind.kind, "released")
         log.info("released fields", extra={"object": target.key})
 

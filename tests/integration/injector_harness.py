@@ -231,6 +231,22 @@ def validating_webhook(
     }
 
 
+def api_service(group: str, namespace: str, annotation: str) -> JSON:
+    """An annotated APIService `v1alpha1.<group>` served by Service `api` in `namespace`."""
+    return {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": f"v1alpha1.{group}", "annotations": {ANNOTATION: annotation}},
+        "spec": {
+            "group": group,
+            "version": "v1alpha1",
+            "groupPriorityMinimum": 1000,
+            "versionPriority": 15,
+            "service": {"namespace": namespace, "name": "api", "port": SERVICE_PORT},
+        },
+    }
+
+
 def ca_bundles(obj: JSON) -> list[str]:
     """Every caBundle field of a VWC/MWC, APIService or CRD, in order ('' when unset)."""
     if "webhooks" in obj:

@@ -18,6 +18,7 @@ from tests.integration.injector_harness import (
     SERVICE_PORT,
     Issuer,
     RunningInjector,
+    api_service,
     b64,
     ca_bundles,
     create_service,
@@ -61,21 +62,7 @@ def test_apiservice_becomes_available_and_serves_discovery_through_kube_apiserve
     name = f"v1alpha1.{group}"
     server = start_server(issuer, namespace, "api", endpoints=True)
     try:
-        client.create(
-            APISERVICE_PATH,
-            {
-                "apiVersion": "apiregistration.k8s.io/v1",
-                "kind": "APIService",
-                "metadata": {"name": name, "annotations": {ANNOTATION: issuer.selector()}},
-                "spec": {
-                    "group": group,
-                    "version": "v1alpha1",
-                    "groupPriorityMinimum": 1000,
-                    "versionPriority": 15,
-                    "service": {"namespace": namespace, "name": "api", "port": SERVICE_PORT},
-                },
-            },
-        )
+        client.create(APISERVICE_PATH, api_service(group, namespace, issuer.selector()))
         # Before: no caBundle; the availability check fails TLS verification.
         before = eventually(
             lambda: (c := available(client, name)) and c["status"] == "False" and c, timeout=30

@@ -126,6 +126,13 @@ def ca_crt(client: Client, namespace: str, name: str) -> str:
     return str((client.get(config_map_path(namespace, name)).get("data") or {}).get(CA_KEY, ""))
 
 
+def injected_config_map(client: Client, namespace: str, roots: Roots) -> None:
+    """ConfigMap `trust` selecting one new root, once the injector has filled it."""
+    roots.add("a")
+    create_config_map(client, namespace, "trust", {ANNOTATION: roots.selector()})
+    eventually(lambda: ca_crt(client, namespace, "trust") == roots.bundle(), timeout=30)
+
+
 def managers(obj: dict[str, Any]) -> list[str]:
     return [m["manager"] for m in obj["metadata"].get("managedFields") or []]
 
@@ -219,9 +226,7 @@ def test_truststore_key_holds_the_same_anchors_for_a_jvm(
 def test_removing_the_label_releases_our_fields_and_stops_management(
     client: Client, namespace: str, roots: Roots, injector: RunningInjector
 ) -> None:
-    roots.add("a")
-    create_config_map(client, namespace, "trust", {ANNOTATION: roots.selector()})
-    eventually(lambda: ca_crt(client, namespace, "trust") == roots.bundle(), timeout=30)
+    injected_config_map(client, namespace, roots)
     client.patch(config_map_path(namespace, "trust"), {"metadata": {"labels": {LABEL: None}}})
     released = eventually(
         lambda: (
@@ -258,9 +263,7 @@ def test_unlabelled_config_maps_are_neither_cached_nor_written(
 def test_a_config_map_deleted_under_the_injector_is_not_re_created(
     client: Client, namespace: str, roots: Roots, injector: RunningInjector
 ) -> None:
-    roots.add("a")
-    create_config_map(client, namespace, "trust", {ANNOTATION: roots.selector()})
-    eventually(lambda: ca_crt(client, namespace, "trust") == roots.bundle(), timeout=30)
+    injected_config_map(client, namespace, roots)
     key = f"{namespace}/trust"
     record = injector.controller.caches["ConfigMap"].get(key)
     assert record is not None

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from injector.targets import ANNOTATION, FIELD_MANAGER
+from injector.targets import FIELD_MANAGER
 from kube.client import ApiError, Client
 from tests.integration.injector_harness import (
     APISERVICE_PATH,
     CRD_PATH,
-    SERVICE_PORT,
     VWC_PATH,
     Issuer,
     RunningInjector,
+    api_service,
     b64,
     ca_bundles,
     delete_quietly,
@@ -170,18 +170,7 @@ def test_owner_makes_an_apiservice_local_after_the_injector_released_it(
     group = f"g{uuid.uuid4().hex[:8]}.example.com"
     name = f"v1alpha1.{group}"
     cleanup.append((APISERVICE_PATH, name))
-    body: dict[str, Any] = {
-        "apiVersion": "apiregistration.k8s.io/v1",
-        "kind": "APIService",
-        "metadata": {"name": name, "annotations": {ANNOTATION: issuer.selector()}},
-        "spec": {
-            "group": group,
-            "version": "v1alpha1",
-            "groupPriorityMinimum": 1000,
-            "versionPriority": 15,
-            "service": {"namespace": namespace, "name": "api", "port": SERVICE_PORT},
-        },
-    }
+    body = api_service(group, namespace, issuer.selector())
     with RunningInjector(client):
         inject_then_release(client, APISERVICE_PATH, body, [b64(issuer.bundle())])
         local = without_annotation(body)

@@ -8,7 +8,6 @@ import json
 from typing import Any, cast
 
 import pytest
-from cryptography.hazmat.primitives.serialization import Encoding
 from prometheus_client import CollectorRegistry
 
 from injector import decide as decisions
@@ -20,7 +19,7 @@ from injector.configmaps import (
     apply_body,
     to_target,
 )
-from injector.controller import SELECTION_INDEX, Caches, InjectorController, bundle_record
+from injector.controller import SELECTION_INDEX, Caches, InjectorController
 from injector.targets import (
     ANNOTATION,
     FIELD_MANAGER,
@@ -29,26 +28,10 @@ from injector.targets import (
 )
 from injector.targets import to_target as to_webhook_target
 from kube.client import ApiError, Client
-from tests.unit import pki
 from tests.unit.fakes import FakeCache
+from tests.unit.test_injector_sync import SELECT_ALL, ctb, pem
 from trust.bundle import anchor_ders, normalize_bundle
 from trust.truststore import java_truststore, truststore_anchors
-
-SIGNER = "kubernetes.io/service-serving"
-SELECT_ALL = json.dumps({"signerName": SIGNER, "labelSelector": {}})
-
-
-def pem(name: str) -> str:
-    return pki.ca(name).cert.public_bytes(Encoding.PEM).decode()
-
-
-def ctb(name: str, roots: list[str]) -> Any:
-    return bundle_record(
-        {
-            "metadata": {"name": name, "labels": {}},
-            "spec": {"signerName": SIGNER, "trustBundle": "".join(pem(r) for r in roots)},
-        }
-    )
 
 
 def config_map(
@@ -269,17 +252,21 @@ def test_sync_releases_with_an_empty_apply_and_no_force() -> None:
     assert ctrl.metrics.count("ValidatingWebhookConfiguration", "released") == 1
 
 
+def leaves_the_watch(caches: dict[str, FakeCache[Any]], target: Any) -> None:
+    """What the label-selected informer does when the label goes (or the object)."""
+    del caches["ConfigMap"][f"{target.namespace}/{target.name}"]
+    for _, _, on_delete in caches["ConfigMap"].handlers:
+        assert on_delete is not None
+        on_delete(target)
+
+
 def test_a_config_map_that_lost_its_label_is_read_once_and_released() -> None:
     target = to_target(config_map(managers=[OURS]))
     unlabelled = config_map(managers=[OURS])
     unlabelled["metadata"]["labels"] = {}
     client = RecordingClient({target.path: unlabelled})
     ctrl, caches = injector(client, target)
-    # The label-selected watch reports the ConfigMap as deleted.
-    del caches["ConfigMap"][f"{target.namespace}/{target.name}"]
-    for _, _, on_delete in caches["ConfigMap"].handlers:
-        assert on_delete is not None
-        on_delete(target)
+    leaves_the_watch(caches, target)
     ctrl.sync(target.key)
     assert client.gets == [target.path]
     assert [body for _, body, _ in client.patches] == [release_body(target)]
@@ -292,9 +279,6 @@ def test_a_config_map_really_deleted_is_not_released() -> None:
     target = to_target(config_map(managers=[OURS]))
     client = RecordingClient()
     ctrl, caches = injector(client, target)
-    del caches["ConfigMap"][f"{target.namespace}/{target.name}"]
-    for _, _, on_delete in caches["ConfigMap"].handlers:
-        assert on_delete is not None
-        on_delete(target)
+    leaves_the_watch(caches, target)
     ctrl.sync(target.key)
     assert client.gets == [target.path] and client.patches == []
