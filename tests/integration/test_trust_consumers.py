@@ -8,6 +8,9 @@ a PKCS#12 truststore) equal to the signer's ClusterTrustBundle.
   `validation.hostname: <svc>.<ns>.svc` is accepted; a TLS client given exactly that
   `ca.crt` and hostname — what a Gateway data plane does — verifies the server, and
   fails once the signer's anchor is no longer selected.
+* **An Ingress controller's proxy** (nginx with `proxy_ssl_verify on`,
+  `proxy_ssl_trusted_certificate` the mounted `ca.crt` and `proxy_ssl_name`): stood in
+  for by curl, the same OpenSSL verification from a CA file and a name.
 * **A JVM** (`java` with `-Djavax.net.ssl.trustStore=` the ConfigMap's truststore)
   verifies the same server, as a Java application configured that way would.
 """
@@ -240,3 +243,37 @@ def test_a_jvm_trusts_the_server_through_the_injected_truststore(
     assert refused.returncode == 1 and "No subject alternative DNS name" in refused.stdout, (
         refused.stdout + refused.stderr
     )
+
+
+def test_an_ingress_proxy_trusts_the_server_through_the_mounted_ca_crt(
+    cluster_client: Client,
+    node_namespace: str,
+    injector: RunningInjector,
+    server: WebhookServer,
+    tmp_path: Path,
+) -> None:
+    curl = shutil.which("curl")
+    assert curl, "curl (OpenSSL) is needed for the Ingress-proxy example (Debian: curl)"
+    ns, client = node_namespace, cluster_client
+    trust_config_map(client, ns, json.dumps({"signerName": SIGNER, "labelSelector": {}}))
+    ca_crt = eventually(lambda: config_map(client, ns).get("data", {}).get(CA_KEY), timeout=30)
+    # What the ConfigMap volume holds at /etc/trust/ca.crt in the controller's Pod.
+    path = tmp_path / "ca.crt"
+    path.write_text(ca_crt)
+
+    def fetch(hostname: str) -> subprocess.CompletedProcess[str]:
+        address = f"{hostname}:{server.port}"
+        return subprocess.run(
+            [
+                *(curl, "-sS", "-o", "/dev/null", "--cacert", str(path)),
+                *("--resolve", f"{address}:127.0.0.1", f"https://{address}/"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    verified = fetch(f"web.{ns}.svc")
+    assert verified.returncode == 0, verified.stderr
+    refused = fetch(f"other.{ns}.svc")
+    assert refused.returncode == 60, refused.stderr  # curl: peer certificate not verified
