@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.controller import Cache, Loop, Requeue
-from kube.events import EventRecorder, ObjectRef
+from kube.events import ObjectRef, Recorder
 from kube.factory import InformerFactory
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
@@ -115,17 +115,6 @@ class MaterialSource(Protocol):
     def add_listener(self, listener: Callable[[SigningMaterial], object]) -> None: ...
 
 
-class Recorder(Protocol):
-    def warning(
-        self,
-        regarding: ObjectRef,
-        reason: str,
-        note: str,
-        action: str,
-        related: ObjectRef | None = None,
-    ) -> None: ...
-
-
 # the controller ------------------------------------------------------------------------
 
 
@@ -143,7 +132,7 @@ class SignerController:
         pcr_version: str = "v1",
         workers: int = 4,
         registry: CollectorRegistry,
-        recorder: Recorder | EventRecorder,
+        recorder: Recorder,
         max_lifetime_seconds: int = KUBERNETES_MAX_LIFETIME,
         waiting_resync_period: float | None = WAITING_RESYNC_PERIOD,
         clock: Callable[[], float] = time.time,

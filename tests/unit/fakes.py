@@ -1,16 +1,25 @@
-"""An informer's cache as a controller reads it, seeded by the test.
+"""The fakes the controller unit tests share: an informer's cache as a controller reads
+it, seeded by the test, and an Event recorder that keeps what it is asked to record.
 
 Every controller takes its caches in its constructor (`kube.controller`), so a unit test
 builds it over `FakeCache`s: `get`/`keys`/`list`/`by_index`/`has_synced`/`add_handler`
 like `kube.informer.Informer`, with the items a plain dict the test edits. A read of a
 key can run a hook once — `before[key]` just before it, `after[key]` just after — the
 moment another informer event lands in the middle of a decision.
+
+`FakeRecorder` satisfies `kube.events.Recorder`: each call is bound against that
+protocol's signature (so a wrong argument fails as it would against `EventRecorder`) and
+kept as a `Recorded`, nothing sent.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from kube.events import ObjectRef, Recorder
 
 T = TypeVar("T")
 
@@ -93,3 +102,42 @@ class FakeCache(Generic[T]):
 
     def list(self) -> list[T]:  # last: below it, `list` in the class body is this method
         return [*self.items.values()]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    type: str
+    regarding: ObjectRef
+    reason: str
+    note: str
+    action: str
+    related: ObjectRef | None
+
+
+_RECORD = inspect.signature(Recorder.warning)
+
+
+class FakeRecorder:
+    """Keeps every event in `events`, in order; `warnings` are the Warning ones."""
+
+    def __init__(self) -> None:
+        self.events: list[Recorded] = []
+
+    def warning(self, *args: Any, **kwargs: Any) -> None:
+        self._record("Warning", args, kwargs)
+
+    def normal(self, *args: Any, **kwargs: Any) -> None:
+        self._record("Normal", args, kwargs)
+
+    def _record(self, type_: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        bound = _RECORD.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        del bound.arguments["self"]
+        self.events.append(Recorded(type_, **bound.arguments))
+
+    @property
+    def warnings(self) -> list[Recorded]:
+        return [e for e in self.events if e.type == "Warning"]
+
+    def reasons(self) -> list[str]:
+        return [e.reason for e in self.events]

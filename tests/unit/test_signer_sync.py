@@ -29,7 +29,7 @@ from kube.types import JSON
 from signer.controller import Caches, SignerController
 from signer.records import PCRRecord, PodRecord, ServiceRecord, pcr_record, pod_record
 from tests.unit import pki
-from tests.unit.fakes import FakeCache
+from tests.unit.fakes import FakeCache, FakeRecorder
 from trust.ca import CertificateAuthority, generate_ca
 from trust.material import SigningMaterial
 
@@ -67,32 +67,6 @@ class FakeClient:
 
     def writes(self) -> list[tuple[str, str, Any]]:
         return [a for a in self.actions if a[0] != "GET"]
-
-
-@dataclasses.dataclass
-class Warning_:
-    regarding: ObjectRef
-    reason: str
-    note: str
-    related: ObjectRef | None
-
-
-class FakeRecorder:
-    def __init__(self) -> None:
-        self.warnings: list[Warning_] = []
-
-    def warning(
-        self,
-        regarding: ObjectRef,
-        reason: str,
-        note: str,
-        action: str,
-        related: ObjectRef | None = None,
-    ) -> None:
-        self.warnings.append(Warning_(regarding, reason, note, related))
-
-    def reasons(self) -> list[str]:
-        return [w.reason for w in self.warnings]
 
 
 def material_of(ca: CertificateAuthority) -> SigningMaterial:
@@ -382,20 +356,28 @@ def test_legacy_pkix_public_key_on_v1beta1_is_issued() -> None:
     assert leaf.public_key() == pki.leaf_key("ECDSAP256").public_key()
 
 
-def test_v1_request_hiding_a_legacy_pkix_key_is_read_through_v1beta1(h: Harness) -> None:
+V1BETA1_REQ_1 = f"/apis/certificates.k8s.io/v1beta1/namespaces/{NS}/podcertificaterequests/req-1"
+
+
+def legacy_request_in_its_v1_view(h: Harness) -> PCRRecord:
+    """A request made through v1beta1 with a pkixPublicKey, cached as v1 shows it: no key."""
     pod = h.pod()
     h.service()
     legacy = h.pcr(pod, legacy_pkix=True)
-    h.pcrs[legacy.key] = dataclasses.replace(legacy, pkix_public_key=None)  # the v1 view
+    h.pcrs[legacy.key] = dataclasses.replace(legacy, pkix_public_key=None)
+    return legacy
+
+
+def test_v1_request_hiding_a_legacy_pkix_key_is_read_through_v1beta1(h: Harness) -> None:
+    legacy = legacy_request_in_its_v1_view(h)
     assert legacy.pkix_public_key is not None
-    v1beta1 = f"/apis/certificates.k8s.io/v1beta1/namespaces/{NS}/podcertificaterequests/req-1"
-    h.client.objects[v1beta1] = {
+    h.client.objects[V1BETA1_REQ_1] = {
         "spec": {"pkixPublicKey": base64.b64encode(legacy.pkix_public_key).decode()}
     }
 
     h.controller.sync(legacy.key)
 
-    assert ("GET", v1beta1, None) in h.client.actions
+    assert ("GET", V1BETA1_REQ_1, None) in h.client.actions
     leaf = leaf_of(h.written_status())
     assert leaf.public_key() == pki.leaf_key("ECDSAP256").public_key()
 
@@ -406,13 +388,9 @@ def test_legacy_key_is_read_even_when_another_replica_has_just_finished_the_requ
     # Our cache still holds it pending; the v1beta1 read already sees it Issued. The key
     # must come from that object all the same (a record of a finished request keeps no
     # key material): denying "no key" here would be a wrong decision, not a lost race.
-    pod = h.pod()
-    h.service()
-    legacy = h.pcr(pod, legacy_pkix=True)
-    h.pcrs[legacy.key] = dataclasses.replace(legacy, pkix_public_key=None)  # the v1 view
+    legacy = legacy_request_in_its_v1_view(h)
     assert legacy.pkix_public_key is not None
-    v1beta1 = f"/apis/certificates.k8s.io/v1beta1/namespaces/{NS}/podcertificaterequests/req-1"
-    h.client.objects[v1beta1] = {
+    h.client.objects[V1BETA1_REQ_1] = {
         "spec": {"pkixPublicKey": base64.b64encode(legacy.pkix_public_key).decode()},
         "status": {"conditions": [{"type": "Issued", "status": "True", "reason": "Issued"}]},
     }
@@ -423,10 +401,7 @@ def test_legacy_key_is_read_even_when_another_replica_has_just_finished_the_requ
 
 
 def test_request_without_any_key_is_denied(h: Harness) -> None:
-    pod = h.pod()
-    h.service()
-    legacy = h.pcr(pod, legacy_pkix=True)
-    h.pcrs[legacy.key] = dataclasses.replace(legacy, pkix_public_key=None)
+    legacy = legacy_request_in_its_v1_view(h)
 
     h.controller.sync(legacy.key)
 
@@ -788,7 +763,8 @@ def test_request_deleted_before_the_write_is_dropped(h: Harness) -> None:
 # signing material ------------------------------------------------------------------------------
 
 
-def test_signing_cert_expiring_soon_issues_nothing_and_recovers_on_rotation(h: Harness) -> None:
+def signing_cert_expiring_in_30_minutes(h: Harness) -> tuple[CertificateAuthority, PCRRecord]:
+    """Swap in a signing CA with 30 minutes left; a request that would otherwise issue."""
     expiring = generate_ca(
         "expiring",
         not_before=dt.datetime.now(dt.UTC) - dt.timedelta(days=1),
@@ -797,7 +773,11 @@ def test_signing_cert_expiring_soon_issues_nothing_and_recovers_on_rotation(h: H
     h.source.swap(expiring)
     pod = h.pod()
     h.service()
-    pcr = h.pcr(pod)
+    return expiring, h.pcr(pod)
+
+
+def test_signing_cert_expiring_soon_issues_nothing_and_recovers_on_rotation(h: Harness) -> None:
+    expiring, pcr = signing_cert_expiring_in_30_minutes(h)
 
     assert h.controller.sync(pcr.key) == Requeue()
 
@@ -856,15 +836,7 @@ def test_counters_start_at_zero(h: Harness) -> None:
 def test_expiring_signing_cert_event_note_is_identical_across_retries(h: Harness) -> None:
     """Retries seconds apart must produce the same note, so the recorder aggregates them
     into one Event series instead of one Event per retry."""
-    expiring = generate_ca(
-        "expiring",
-        not_before=dt.datetime.now(dt.UTC) - dt.timedelta(days=1),
-        validity=dt.timedelta(days=1, minutes=30),
-    )
-    h.source.swap(expiring)
-    pod = h.pod()
-    h.service()
-    pcr = h.pcr(pod)
+    _, pcr = signing_cert_expiring_in_30_minutes(h)
     start = time.time()
 
     for offset in (0.0, 7.0):

@@ -15,7 +15,8 @@ from kube.informer import Informer
 from signer import controller as signers
 from tests.unit import pki
 from tests.unit.fakeapi import FakeApi
-from tests.unit.test_signer_sync import FakeMaterialSource, FakeRecorder
+from tests.unit.fakes import FakeRecorder
+from tests.unit.test_signer_sync import FakeMaterialSource
 
 NS = "team-a"
 

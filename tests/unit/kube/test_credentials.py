@@ -4,7 +4,6 @@ after a 401 (issue 9 item 7), against the in-process fake API server."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,6 @@ from kube.credentials import Credentials
 from tests.unit.fakeapi import FakeApi
 
 NAMESPACE = "/api/v1/namespaces/default"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeApi]:
-    api = FakeApi().start()
-    api.put("/api/v1/namespaces", {"metadata": {"name": "default"}})
-    yield api
-    api.stop()
 
 
 def token_kubeconfig(fake: FakeApi, tmp_path: Path, token_file: str) -> Path:

@@ -7,6 +7,7 @@ import logging
 import re
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -28,11 +29,15 @@ PCR = ObjectRef(
 )
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeApi]:
-    api = FakeApi().start()
-    yield api
-    api.stop()
+@contextmanager
+def clocked_recorder(fake: FakeApi) -> Iterator[tuple[EventRecorder, list[float]]]:
+    """A recorder whose clock reads `now[0]` (the test moves it); stopped on leaving."""
+    now = [0.0]
+    rec = EventRecorder(fake.client(), "c", "i", clock=lambda: now[0])
+    try:
+        yield rec, now
+    finally:
+        rec.stop()
 
 
 @pytest.fixture
@@ -73,9 +78,7 @@ def test_repeats_cost_one_create_and_one_patch_then_nothing_until_the_refresh(
 ) -> None:
     """client-go's events library: create, then the first repeat starts the series, later
     repeats are counted in memory and written at the 30-minute refresh."""
-    now = [0.0]
-    rec = EventRecorder(fake.client(), "c", "i", clock=lambda: now[0])
-    try:
+    with clocked_recorder(fake) as (rec, now):
         for _ in range(20):
             rec.warning(POD, "ServiceNotFound", "no Service web", "Sign")
         assert rec.flush()
@@ -104,8 +107,6 @@ def test_repeats_cost_one_create_and_one_patch_then_nothing_until_the_refresh(
         rec.tick()
         assert rec.flush()
         assert fake.count("PATCH") == 2, "an unchanged count is not written again"
-    finally:
-        rec.stop()
 
 
 def test_stop_writes_the_counts_series_gained_since_their_last_write(fake: FakeApi) -> None:
@@ -147,9 +148,7 @@ def test_series_starts_over_when_the_event_is_gone(fake: FakeApi, recorder: Even
 def test_a_quiet_series_is_finished_and_a_later_repeat_creates_a_new_event(
     fake: FakeApi,
 ) -> None:
-    now = [0.0]
-    rec = EventRecorder(fake.client(), "c", "i", clock=lambda: now[0])
-    try:
+    with clocked_recorder(fake) as (rec, now):
         for _ in range(4):
             rec.warning(POD, "R", "n", "Sign")
         assert rec.flush()
@@ -161,16 +160,12 @@ def test_a_quiet_series_is_finished_and_a_later_repeat_creates_a_new_event(
 
         rec.warning(POD, "R", "n", "Sign")
         assert rec.flush()
-    finally:
-        rec.stop()
     assert fake.count("POST", EVENTS) == 2
     assert fake.count("PATCH") == 2
 
 
 def test_a_singleton_leaves_the_cache_after_the_finish_period(fake: FakeApi) -> None:
-    now = [0.0]
-    rec = EventRecorder(fake.client(), "c", "i", clock=lambda: now[0])
-    try:
+    with clocked_recorder(fake) as (rec, now):
         rec.warning(POD, "R", "n", "Sign")
         assert rec.flush()
         now[0] += 5 * 60
@@ -183,8 +178,6 @@ def test_a_singleton_leaves_the_cache_after_the_finish_period(fake: FakeApi) -> 
         assert rec.flush()
         rec.warning(POD, "Other", "n", "Sign")  # its singleton was dropped: new Event
         assert rec.flush()
-    finally:
-        rec.stop()
     assert fake.count("POST", EVENTS) == 3
     assert fake.count("PATCH") == 1
 

@@ -25,14 +25,6 @@ from tests.unit.kube.test_credentials import token_kubeconfig
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeApi]:
-    api = FakeApi().start()
-    api.put("/api/v1/namespaces", {"metadata": {"name": "default"}})
-    yield api
-    api.stop()
-
-
 def lean(client: Client) -> http1.Exchanger:
     """The client's transport: the lean path (the API server is reached directly)."""
     assert isinstance(client.transport, http1.Exchanger)

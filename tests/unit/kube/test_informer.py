@@ -27,11 +27,14 @@ PODS = "/api/v1/namespaces/ns/pods"
 T = TypeVar("T")
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeApi]:
-    api = FakeApi().start()
-    yield api
-    api.stop()
+def three_pods_then_gone(fake: FakeApi) -> threading.Event:
+    """Pods a, b and c; the first watch waits for the returned Event, then ends 410 Gone
+    (the informer relists)."""
+    for n in ("a", "b", "c"):
+        fake.put(PODS, pod(n))
+    changed = threading.Event()
+    fake.script_watch(PODS, Gate(changed), gone())
+    return changed
 
 
 def pod(name: str, node: str = "n1", labels: dict[str, str] | None = None) -> JSON:
@@ -130,10 +133,7 @@ def test_watch_events_fire_add_update_delete_and_update_the_cache(fake: FakeApi)
 def test_gone_error_event_relists_and_fires_deletes_and_updates_for_changes(
     fake: FakeApi,
 ) -> None:
-    for n in ("a", "b", "c"):
-        fake.put(PODS, pod(n))
-    changed = threading.Event()
-    fake.script_watch(PODS, Gate(changed), gone())
+    changed = three_pods_then_gone(fake)
     rec = Recorder()
     inf = informer(fake)
     inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
@@ -334,10 +334,7 @@ def test_expired_continue_token_falls_back_to_one_full_list_at_once(fake: FakeAp
 def test_relist_keeps_unchanged_records_and_reports_only_changed_ones(
     fake: FakeApi,
 ) -> None:
-    for n in ("a", "b", "c"):
-        fake.put(PODS, pod(n))
-    changed = threading.Event()
-    fake.script_watch(PODS, Gate(changed), gone())
+    changed = three_pods_then_gone(fake)
     transformed: list[str] = []
 
     def transform(raw: JSON) -> PodRecord:
@@ -424,10 +421,7 @@ def test_a_server_that_refuses_streaming_lists_gets_paged_lists_from_then_on(
 
 
 def test_a_streaming_relist_reports_only_what_changed(fake: FakeApi) -> None:
-    for n in ("a", "b", "c"):
-        fake.put(PODS, pod(n))
-    changed = threading.Event()
-    fake.script_watch(PODS, Gate(changed), gone())  # after the first sync: 410 on its stream
+    changed = three_pods_then_gone(fake)  # after the first sync: 410 on its stream
     rec = Recorder()
     inf = streaming(fake)
     inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,13 +18,6 @@ from tests.unit.fakeapi import FakeApi
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
 LEASE = LEASES + "/signer"
 MICRO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeApi]:
-    api = FakeApi().start()
-    yield api
-    api.stop()
 
 
 @dataclass

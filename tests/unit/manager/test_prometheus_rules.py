@@ -35,27 +35,22 @@ def rules_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_promtool_check_rules_accepts_the_prometheus_rule(promtool: str, rules_dir: Path) -> None:
+def run_promtool(promtool: str, rules_dir: Path, *args: str, timeout: float) -> str:
+    """promtool's stdout, once it exited 0 (else the test fails with what it said)."""
     result = subprocess.run(
-        [promtool, "check", "rules", "rules.yaml"],
-        cwd=rules_dir,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [promtool, *args], cwd=rules_dir, capture_output=True, text=True, timeout=timeout
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout
+    return result.stdout
+
+
+def test_promtool_check_rules_accepts_the_prometheus_rule(promtool: str, rules_dir: Path) -> None:
+    result = run_promtool(promtool, rules_dir, "check", "rules", "rules.yaml", timeout=60)
+    assert "SUCCESS" in result
 
 
 def test_promtool_alert_unit_tests_pass(promtool: str, rules_dir: Path) -> None:
-    result = subprocess.run(
-        [promtool, "test", "rules", "alerts_test.yaml"],
-        cwd=rules_dir,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_promtool(promtool, rules_dir, "test", "rules", "alerts_test.yaml", timeout=120)
 
 
 def test_every_alert_has_a_unit_test() -> None:
