@@ -10,11 +10,14 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from controlplane import ControlPlane
 from injector import distribute
 from injector.configmaps import CA_KEY
 from injector.distributor import DistributionController, informers
@@ -22,9 +25,15 @@ from injector.targets import ANNOTATION
 from kube.client import Client, is_not_found
 from kube.events import EventRecorder
 from kube.factory import InformerFactory
+from tests.integration.identities import service_account_token
 from tests.integration.injector_harness import RunningInjector
+from tests.integration.manager_process import SignerProcess
+from tests.integration.manifests import apply as apply_manifest
+from tests.integration.manifests import ensure_namespace
 from tests.integration.signer_harness import eventually
+from tests.integration.test_injector_rbac import NS, RBAC_KINDS, SA
 from tests.integration.test_publisher import ctb_path, ctb_version
+from tests.unit.manager.kustomize import CONFIG, render
 from trust.bundle import bundle_name, normalize_bundle
 from trust.ca import generate_ca
 
@@ -154,3 +163,61 @@ def test_distributes_to_matching_namespaces_and_cleans_up(
         assert foreign is not None and foreign["data"] == {CA_KEY: "theirs"}
     for ns in (matching, other, foreign_ns):
         client.delete(f"/api/v1/namespaces/{ns}")
+
+
+def test_distributes_as_the_injector_with_only_the_components_rbac(
+    control_plane: ControlPlane, client: Client, bundle: tuple[str, str], tmp_path: Path
+) -> None:
+    """`run --controllers=injector,trust-distributor` as the injector's ServiceAccount,
+    with exactly config/injector's and config/injector-distribution's RBAC."""
+    selector, pem = bundle
+    ensure_namespace(client, NS)
+    rbac = [o for o in render(CONFIG / "injector") if o["kind"] in RBAC_KINDS]
+    for path in sorted((CONFIG / "injector-distribution").glob("cluster_role*.yaml")):
+        rbac.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    for obj in rbac:
+        apply_manifest(client, obj, dry_run=False, namespace=NS)
+    team = uuid.uuid4().hex[:8]
+    target = create_namespace(client, {"trust": team})
+    config_name = f"trust-{team}"
+    client.create(
+        f"/api/v1/namespaces/{NS}/configmaps",
+        {
+            "metadata": {
+                "name": config_name,
+                "labels": {distribute.CONFIG_LABEL: "true"},
+                "annotations": {ANNOTATION: selector},
+            },
+            "data": {
+                distribute.NAME_KEY: "service-ca.crt",
+                distribute.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": team}}),
+            },
+        },
+    )
+    kubeconfig = control_plane.write_kubeconfig(
+        tmp_path / "injector.kubeconfig", token=service_account_token(client, NS, SA)
+    )
+    process = SignerProcess(
+        kubeconfig,
+        None,
+        tmp_path / "injector.log",
+        "--controllers=injector,trust-distributor",
+        f"--leader-elect-resource-namespace={NS}",
+        f"--leader-elect-resource-name=distributor-{team}",
+        signer_name=None,
+    )
+    copy_path = f"/api/v1/namespaces/{target}/configmaps/service-ca.crt"
+    try:
+        eventually(process.leading, timeout=60, what="the injector leading")
+        eventually(
+            lambda: ((get_or_none(client, copy_path) or {}).get("data") or {}).get(CA_KEY) == pem,
+            timeout=30,
+            what="the copy, filled",
+        )
+        client.delete(f"/api/v1/namespaces/{NS}/configmaps/{config_name}")
+        eventually(lambda: get_or_none(client, copy_path) is None, timeout=30)
+        forbidden = [line for line in process.log_lines() if "forbidden" in line.lower()]
+        assert not forbidden, forbidden[:3]
+    finally:
+        assert process.stop() == 0
+        client.delete(f"/api/v1/namespaces/{target}")
