@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 QUEUE_NAME = "trust_distributor"
 NAMESPACE_INDEX = "namespace"
+CONFIGURATION_KEY = "configuration:"
+"""Queue keys are namespace names, or this prefix and a configuration's name (a
+namespace name has no colon)."""
 
 
 class NamespaceCache(Cache[distribute.Namespace], Protocol):
@@ -141,13 +144,7 @@ class DistributionController:
             self._on_config(new)
 
     def _on_config(self, distribution: distribute.Distribution) -> None:
-        if distribution.problem is not None:
-            self.recorder.warning(
-                self._ref(distribution),
-                distribute.REASON_INVALID,
-                f"{distribution.problem}; existing copies are kept, none is created",
-                "Distribute",
-            )
+        self.queue.add(CONFIGURATION_KEY + distribution.name)
         for name in self.every_namespace():
             self.queue.add(name)
 
@@ -164,8 +161,11 @@ class DistributionController:
         self.loop.run(stop)
 
     def sync(self, key: str) -> Requeue | None:
-        """Plan one namespace from the caches and act. Raises `ApiError` (the loop
-        retries)."""
+        """Plan one namespace from the caches and act, or (a `CONFIGURATION_KEY` key) say
+        why a configuration is unusable. Raises `ApiError` (the loop retries)."""
+        if key.startswith(CONFIGURATION_KEY):
+            self._check_configuration(key.removeprefix(CONFIGURATION_KEY))
+            return None
         actions = distribute.plan(
             self.namespaces.get(key),
             self.configs.list(),
@@ -188,6 +188,16 @@ class DistributionController:
                         "Distribute",
                     )
         return None
+
+    def _check_configuration(self, name: str) -> None:
+        for distribution in self.configs.list():
+            if distribution.name == name and distribution.problem is not None:
+                self.recorder.warning(
+                    self._ref(distribution),
+                    distribute.REASON_INVALID,
+                    f"{distribution.problem}; existing copies are kept, none is created",
+                    "Distribute",
+                )
 
     def _create(self, distribution: distribute.Distribution, namespace: str) -> None:
         try:

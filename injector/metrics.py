@@ -20,7 +20,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from injector.targets import KINDS
+from injector.targets import CONFIG_MAP, KINDS
 
 RESULTS = ("injected", "unchanged", "invalid", "empty", "released", "error")
 
@@ -35,7 +35,7 @@ class InjectorMetrics:
             ["kind", "result"],
             registry=registry,
         )
-        for kind in KINDS:
+        for kind in (*KINDS, CONFIG_MAP):
             for result in RESULTS:
                 self.syncs.labels(kind.kind, result)
         self._expiry = Gauge(

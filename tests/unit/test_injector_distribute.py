@@ -5,7 +5,7 @@ without our mark, and say so when a configuration is unusable or two clash."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -23,7 +23,16 @@ from injector.distribute import (
     to_distribution,
     to_namespace,
 )
+from injector.distributor import (
+    CONFIGURATION_KEY,
+    NAMESPACE_INDEX,
+    Caches,
+    DistributionController,
+)
 from injector.targets import ANNOTATION
+from kube.client import ApiError
+from kube.client import Client as KubeClient
+from tests.unit.fakes import FakeCache
 
 SELECTOR = json.dumps({"signerName": "example.com/roots", "labelSelector": {}})
 
@@ -144,3 +153,62 @@ def test_an_unusable_configuration_creates_nothing_and_keeps_its_copies(
     assert d.problem is not None and fragment in d.problem
     assert plan(namespace(), [d], []) == []
     assert plan(namespace(), [d], [copy()]) == []
+
+
+# the loop's sync, over seeded caches ----------------------------------------------------
+
+
+class Client:
+    def __init__(self, exists: bool = False) -> None:
+        self.created: list[tuple[str, Any]] = []
+        self.exists = exists
+
+    def create(self, path: str, body: Any, params: Any = None) -> Any:
+        if self.exists:
+            raise ApiError(409, "Conflict", {"reason": "AlreadyExists", "message": "exists"})
+        self.created.append((path, body))
+        return body
+
+
+class Warnings:
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def warning(self, regarding: Any, reason: str, note: str, action: str) -> None:
+        self.reasons.append(reason)
+
+
+def distributor(
+    configs: list[Any], client: Client
+) -> tuple[DistributionController, Warnings, FakeCache[Any]]:
+    namespaces: FakeCache[Any] = FakeCache([namespace()], key=lambda n: n.name)
+    config_cache: FakeCache[Any] = FakeCache(configs, key=lambda d: d.name)
+    copies: FakeCache[Any] = FakeCache(
+        key=lambda c: c.key, indexers={NAMESPACE_INDEX: lambda c: [c.namespace]}
+    )
+    warnings = Warnings()
+    ctrl = DistributionController(
+        cast(KubeClient, client),
+        Caches(namespaces, config_cache, copies),
+        warnings,
+        namespace="service-serving-signer",
+    )
+    return ctrl, warnings, config_cache
+
+
+def test_sync_creates_the_copy_by_post_and_warns_only_from_the_configuration_key() -> None:
+    client = Client()
+    ctrl, warnings, _ = distributor([config(), config("broken", target="")], client)
+    ctrl.sync("apps")
+    assert [path for path, _ in client.created] == ["/api/v1/namespaces/apps/configmaps"]
+    assert warnings.reasons == []  # a namespace's sync says nothing of configurations
+    ctrl.sync(CONFIGURATION_KEY + "broken")
+    ctrl.sync(CONFIGURATION_KEY + "trust")
+    assert warnings.reasons == [distribute.REASON_INVALID]
+
+
+def test_an_existing_config_map_not_ours_is_left_and_reported() -> None:
+    client = Client(exists=True)
+    ctrl, warnings, _ = distributor([config()], client)
+    ctrl.sync("apps")
+    assert client.created == [] and warnings.reasons == [distribute.REASON_NOT_OURS]
