@@ -7,6 +7,7 @@ import datetime as dt
 import functools
 
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
@@ -58,3 +59,32 @@ def _leaf(
     if constraints is not None:
         builder = builder.add_extension(constraints, critical=True)
     return builder.sign(issuer.key, signature_hash(issuer.key))
+
+
+def hand_made_ca(
+    key: PrivateKey,
+    name: x509.Name,
+    now: dt.datetime,
+    *,
+    serial: int = 7,
+    cert_sign: bool = True,
+    hash_algorithm: hashes.SHA256 | hashes.SHA384 | None = None,
+) -> x509.Certificate:
+    """A self-signed CA cert with only what a test sets: basicConstraints CA, keyUsage
+    digitalSignature + cRLSign (+ keyCertSign unless `cert_sign=False`), no key
+    identifiers, valid from a day before `now` for 30 days; SHA-256 unless told."""
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(serial)
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, cert_sign, True, False, False),
+            critical=True,
+        )
+        .sign(key, hash_algorithm or hashes.SHA256())
+    )

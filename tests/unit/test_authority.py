@@ -144,20 +144,7 @@ def test_explicit_serial_is_used(root: CertificateAuthority) -> None:
 def test_aki_falls_back_to_issuer_public_key_when_ca_has_no_ski() -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "no ski")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(7)
-        .not_valid_before(NOW - timedelta(days=1))
-        .not_valid_after(NOW + timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
-        )
-        .sign(key, hashes.SHA256())
-    )
+    cert = pki.hand_made_ca(key, name, NOW)
     authority = CertificateAuthority(key=key, cert=cert)
     leaf = leaf_of(issue(material(authority), public("ECDSAP256"), NAMES, DAY, DAY, NOW).chain_pem)
     aki = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value

@@ -139,26 +139,11 @@ def _no_key_cert_sign(d: Path) -> tuple[tuple[str, str, str], str, str]:
     import datetime as dt
 
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
 
     key = pki.ca("material").key
     now = dt.datetime.now(dt.UTC)
     name = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "no certsign")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(5)
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, False, False, False, False, False, True, False, False),
-            critical=True,
-        )
-        .sign(key, hashes.SHA256())
-    )
+    cert = pki.hand_made_ca(key, name, now, serial=5, cert_sign=False)
     (d / "ca.crt").write_bytes(cert_pem(cert))
     (d / "trust-bundle.pem").write_bytes(cert_pem(cert))
     return paths(d), str(d / "ca.crt"), "lacks keyUsage keyCertSign"

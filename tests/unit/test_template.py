@@ -59,20 +59,7 @@ def odd_subject_ca() -> CertificateAuthority:
         ]
     )
     now = datetime.now(UTC).replace(microsecond=0)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(99)
-        .not_valid_before(now - timedelta(days=1))
-        .not_valid_after(now + timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
-        )
-        .sign(key, hashes.SHA384())
-    )
+    cert = pki.hand_made_ca(key, name, now, serial=99, hash_algorithm=hashes.SHA384())
     return CertificateAuthority(key=key, cert=cert)
 
 
