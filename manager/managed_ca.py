@@ -115,5 +115,7 @@ def wire(
     )
     source.add_bundle_listener(reporter.trigger)
     source.add_listener(reporter.trigger)
-    source.add_bundle_listener(controller.trigger)
+    # Any change of the Secret (`ca rotate`'s annotation, a write by another replica) is
+    # looked at now, not at the next resync.
+    source.informer.add_handler(controller.trigger, controller.trigger, controller.trigger)
     return controller, reporter
