@@ -21,7 +21,6 @@ Decisions:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -41,7 +40,6 @@ REVISION_LABELS = frozenset(
         "batch.kubernetes.io/job-completion-index",
     }
 )
-_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 TRUE_WORDS = frozenset({"true", "yes", "1", "on"})
 
 
@@ -87,16 +85,10 @@ def owner(kind: str, name: str) -> Owner:
 
 
 def passing_service_name(entry: str) -> str | None:
-    """The Service name a (denied) `kubernetes.io/service-names` entry most likely meant,
-    as a lowercase DNS-1035 label; None when nothing usable is left."""
-    name = entry.strip(" \t")
-    if "/" in name:
-        name = name.rsplit("/", 1)[1]
-    if "." in name:
-        name = name.split(".", 1)[0]
-    name = re.sub(r"[^a-z0-9-]+", "-", name.lower())
-    name = name.lstrip("-0123456789")[:63].rstrip("-")
-    return name if _DNS1035.fullmatch(name) else None
+    """The Service name a (denied) `kubernetes.io/service-names` entry most likely meant;
+    the signer's own suggestion (`signer.policy.suggested_service_name`), so explain and
+    the signer's Event never advise different values."""
+    return policy.suggested_service_name(entry)
 
 
 def passing_annotations(annotations: Mapping[str, str]) -> dict[str, str] | None:

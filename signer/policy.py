@@ -46,6 +46,7 @@ UNSUPPORTED_KEY = "UnsupportedKeyType"
 # Before it Service names were DNS-1035 labels (no leading digit); denying `1api` now would
 # be final for a name the API server accepts, so the Pod would never start.
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 REASON_PATTERN = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 PublicKey: TypeAlias = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
@@ -135,28 +136,43 @@ def parse_service_names(value: str) -> tuple[str, ...] | Denial:
     return tuple(names)
 
 
+def suggested_service_name(entry: str) -> str | None:
+    """The Service name a denied `kubernetes.io/service-names` entry most likely meant, as
+    a lowercase DNS-1035 label (what every supported kube-apiserver accepts as a Service
+    name), so advice never leads to a second denial; None when nothing usable is left."""
+    name = entry.strip(" \t")
+    if "/" in name:
+        name = name.rsplit("/", 1)[1]
+    if "." in name:
+        name = name.split(".", 1)[0]
+    name = re.sub(r"[^a-z0-9-]+", "-", name.lower())
+    name = name.lstrip("-0123456789")[:63].rstrip("-")
+    return name if _DNS1035_LABEL.fullmatch(name) else None
+
+
 def _service_name_problem(entry: str) -> str | None:
-    """None when `entry` is a Service name (a DNS-1123 label), else what is wrong and what
-    to write instead."""
+    """None when `entry` is a Service name (a DNS-1123 label), else what is wrong and a
+    value that would pass (`suggested_service_name`)."""
     if not entry:
         return "is empty; list Service names separated by single commas"
+    suggested = suggested_service_name(entry)
+    instead = f" ({_shown(suggested)})" if suggested else ""
     if "/" in entry:
-        name = entry.rsplit("/", 1)[1]
         return (
             "names a namespace; only Services in the Pod's own namespace can be used, "
-            f"so write just the Service name ({_shown(name)})"
+            f"so write just the Service name{instead}"
         )
     if "." in entry:
-        name = entry.split(".", 1)[0]
-        return f"contains a dot; write the bare Service name ({_shown(name)}), not a DNS name"
+        return f"contains a dot; write the bare Service name{instead}, not a DNS name"
     if len(entry) > 63:
         return f"is {len(entry)} characters; a Service name has at most 63"
     if entry != entry.lower() and _DNS1123_LABEL.fullmatch(entry.lower()):
         return f"has uppercase letters; Service names are lowercase ({_shown(entry.lower())})"
     if not _DNS1123_LABEL.fullmatch(entry):
+        example = f"; e.g. {_shown(suggested)}" if suggested else ""
         return (
             "is not a Service name (a DNS-1123 label: lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit)"
+            f"starting and ending with a letter or digit){example}"
         )
     return None
 

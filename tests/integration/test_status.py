@@ -219,7 +219,7 @@ def test_status_shows_health_then_what_is_not_issued_by_namespace_and_reason(
             "        reason: InvalidUnverifiedUserAnnotations",
             "        message: entry 1 of kubernetes.io/service-names 'Shop/Web' names a namespace; "
             "only Services in the Pod's own namespace can be used, so write just the Service "
-            "name ('Web')",
+            "name ('web')",
             "        fix: set Pod SHOP/bad-0's spec.volumes.projected.sources[].podCertificate"
             '.userAnnotations to {kubernetes.io/service-names: "web"}; Pod specs are '
             "immutable: delete the Pod and create it again with the change",

@@ -28,6 +28,7 @@ from signer.policy import (
     decide_names,
     public_key_from_request,
     sans_for,
+    suggested_service_name,
 )
 from tests.unit import pki
 from trust.keys import KeyType, PrivateKey
@@ -361,3 +362,28 @@ def test_denies_unparsable_key_material(
     got = public_key_from_request(stub, pkix)
     assert isinstance(got, Denial)
     assert got.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("entry", "suggested"),
+    [
+        ("Shop/Web", "web"),
+        ("shop/web", "web"),
+        ("Web.shop.svc", "web"),
+        ("Web_Bad", "web-bad"),
+        ("1api_v2", "api-v2"),
+    ],
+)
+def test_a_denied_service_name_is_told_a_value_that_would_pass(entry: str, suggested: str) -> None:
+    denial = decide_names({SERVICE_NAMES: entry})
+    assert isinstance(denial, Denial)
+    assert f"'{suggested}'" in denial.message
+    assert decide_names({SERVICE_NAMES: suggested}) == NameRequest((suggested,), False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80))
+def test_every_suggested_service_name_is_accepted(entry: str) -> None:
+    suggested = suggested_service_name(entry)
+    if suggested is not None:
+        assert decide_names({SERVICE_NAMES: suggested}) == NameRequest((suggested,), False)
