@@ -217,10 +217,13 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
     assert managed.issue(kubelet, "before") == old
 
     rotated = managed.ca_cli("rotate")
+    asked = time.monotonic()
     assert rotated.returncode == 0, rotated.stderr
     assert eventually(lambda: managed.phase() == "Staged", 15)
+    staged = time.monotonic()
     new = managed.ca("next")
     assert eventually(lambda: managed.published() == {old, new}, 15), "old + new published"
+    published = time.monotonic()
     assert managed.issue(kubelet, "during") == old, "still signing with the old CA"
     status = managed.ca_cli("status", "-o", "json")
     assert status.returncode == 0, status.stderr
@@ -238,15 +241,18 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
     assert again.returncode != 0 and "already under way" in again.stderr
 
     assert eventually(lambda: managed.phase() == "Retiring", 30), managed.annotations()
+    swapped_seen = time.monotonic()
     notes = managed.annotations()
-    staged = _time(notes, "staged-at")
-    published = _time(notes, "published-at")
+    staged_at = _time(notes, "staged-at")
+    published_at = _time(notes, "published-at")
     swap_not_before = _time(notes, "swap-not-before")
     swapped = _time(notes, "swapped-at")
-    assert swapped >= swap_not_before == published + timedelta(seconds=DELAY)
+    assert swapped >= swap_not_before == published_at + timedelta(seconds=DELAY)
     print(
-        f"phases: stage→published {(published - staged).total_seconds():.0f}s, "
-        f"published→swap {(swapped - published).total_seconds():.0f}s"
+        f"phases: stage→published {(published_at - staged_at).total_seconds():.0f}s, "
+        f"published→swap {(swapped - published_at).total_seconds():.0f}s; observed: "
+        f"ca rotate→Staged {staged - asked:.1f}s, →bundle holds both {published - staged:.1f}s, "
+        f"→Retiring {swapped_seen - published:.1f}s"
     )
     assert managed.ca() == new
     assert managed.published() == {old, new}, "the old root stays until its retire time"
@@ -254,8 +260,10 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
 
     # Retire is driven by the persisted retire time (swap + 1h + 5m): move it into the past.
     move_retire_time_to_the_past(managed.client, managed.secret_path)
+    moved = time.monotonic()
     assert eventually(lambda: managed.phase() == "Stable", 20), managed.annotations()
     assert eventually(lambda: managed.published() == {new}, 15), "the old root is retired"
+    print(f"retire time passed → old root out of the bundle {time.monotonic() - moved:.1f}s")
     events = managed.client.get(
         f"/apis/events.k8s.io/v1/namespaces/{managed.namespace}/events",
     )["items"]
