@@ -285,3 +285,45 @@ def test_publisher_only_needs_no_ca_key_or_cert() -> None:
         replace(opts, controllers=frozenset({"signer", "publisher"}))
     with pytest.raises(OptionsError, match="--service-serving-trust-bundle: required"):
         replace(opts, service_serving_trust_bundle="")
+
+
+def managed(**overrides: Any) -> Options:
+    values: dict[str, Any] = {
+        "service_serving_key": "",
+        "service_serving_cert": "",
+        "service_serving_trust_bundle": "",
+        "ca_mode": "managed",
+    }
+    values.update(overrides)
+    return Options(**values)
+
+
+def test_a_managed_ca_needs_no_files_and_keeps_the_documented_defaults() -> None:
+    opts = managed()
+    assert opts.managed_ca
+    assert opts.managed_ca_secret_name == "service-serving-signer-managed-ca"
+    assert (opts.managed_ca_lifetime, opts.managed_ca_rotate_at) == (365 * 86400.0, 0.5)
+    assert (opts.managed_ca_propagation_delay, opts.managed_ca_retire_margin) == (600.0, 3600.0)
+    assert not make().managed_ca, "file mode is the default"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"service_serving_key": "/k"}, "--service-serving-key: is for --ca-mode=file"),
+        ({"ca_mode": "vault"}, "--ca-mode: 'vault' is not one of file, managed"),
+        ({"managed_ca_rotate_at": 1.0}, "--managed-ca-rotate-at: must be a fraction"),
+        ({"managed_ca_retire_margin": 60.0}, "--managed-ca-retire-margin: must be at least 5m"),
+        ({"managed_ca_key_type": "DSA"}, "--managed-ca-key-type: 'DSA' is not one of"),
+        ({"managed_ca_secret_name": "Bad_Name"}, "--managed-ca-secret-name"),
+        ({"managed_ca_keep_previous": -1}, "--managed-ca-keep-previous"),
+        # 48h of life, rotated at half: 24h left, less than 10m + the 24h longest leaf.
+        ({"managed_ca_lifetime": 48 * 3600.0}, "--managed-ca-lifetime: 48h0m0s leaves 24h0m0s"),
+    ],
+)
+def test_rejects_unusable_managed_ca_values_naming_the_flag(
+    overrides: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(OptionsError) as info:
+        managed(**overrides)
+    assert str(info.value).startswith(problem), str(info.value)
