@@ -25,13 +25,13 @@ from injector.targets import ANNOTATION
 from kube.client import Client, is_not_found
 from kube.events import EventRecorder
 from kube.factory import InformerFactory
-from tests.integration.identities import service_account_token
+from tests.integration.identities import can, service_account_token
 from tests.integration.injector_harness import RunningInjector
 from tests.integration.manager_process import SignerProcess
 from tests.integration.manifests import apply as apply_manifest
 from tests.integration.manifests import ensure_namespace
 from tests.integration.signer_harness import eventually
-from tests.integration.test_injector_rbac import NS, RBAC_KINDS, SA
+from tests.integration.test_injector_rbac import NS, RBAC_KINDS, SA, SUBJECT
 from tests.integration.test_publisher import ctb_path, ctb_version
 from tests.unit.manager.kustomize import CONFIG, render
 from trust.bundle import bundle_name, normalize_bundle
@@ -221,3 +221,12 @@ def test_distributes_as_the_injector_with_only_the_components_rbac(
     finally:
         assert process.stop() == 0
         client.delete(f"/api/v1/namespaces/{target}")
+        # The injector's own RBAC tests (same plane) pin that it cannot create or delete
+        # ConfigMaps without this component.
+        for obj in rbac:
+            if obj["metadata"]["name"].endswith("trust-distributor"):
+                kind = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
+                client.delete(
+                    f"/apis/rbac.authorization.k8s.io/v1/{kind[obj['kind']]}/{obj['metadata']['name']}"
+                )
+        eventually(lambda: not can(client, SUBJECT, "create", "configmaps", namespace=NS))
