@@ -6,7 +6,6 @@ with a kubeconfig naming the token file (`tokenFile`)."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -17,34 +16,17 @@ from controlplane.cluster import Cluster
 from kube.client import Client
 from tests.integration.manager_process import eventually
 from tests.integration.nodes import create_service
-from tests.integration.shipped import SA_MOUNT, ShippedSigner, deploy, undeploy
+from tests.integration.shipped import (
+    SA_MOUNT,
+    ShippedSigner,
+    deploy,
+    token_file_kubeconfig,
+    undeploy,
+)
 from tests.integration.test_kubelet_shipped import issue_through_kubelet, jwt_claims
 from trust.ca import cert_pem, generate_ca, key_pem
 
 TOKEN_SECONDS = 600
-
-
-def token_file_kubeconfig(cluster: Cluster, path: Path) -> None:
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "c",
-                        "cluster": {
-                            "server": cluster.plane.host,
-                            "certificate-authority": f"{SA_MOUNT}/ca.crt",
-                        },
-                    }
-                ],
-                "users": [{"name": "u", "user": {"tokenFile": f"{SA_MOUNT}/token"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
 
 
 @pytest.mark.timeout(30 * 60)

@@ -48,3 +48,9 @@ def can(
         },
     )
     return bool(review["status"].get("allowed"))
+
+
+# The namespace config/ installs into and the controller's ServiceAccount there.
+PRODUCT_NAMESPACE = "service-serving-signer"
+CONTROLLER_SA = "service-serving-signer"
+CONTROLLER_SUBJECT = service_account_subject(PRODUCT_NAMESPACE, CONTROLLER_SA)

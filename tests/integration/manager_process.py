@@ -1,8 +1,14 @@
 """Helpers for the manager's integration tests around `controlplane.process.SignerProcess`
-(the one process helper, re-exported here): issue one request, read its condition."""
+(the one process helper, re-exported here): issue one request, read its condition, run
+the signer with only a token's rights."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from controlplane.process import PRODUCT_SIGNER as PRODUCT_SIGNER
 from controlplane.process import SignerProcess as SignerProcess
@@ -12,18 +18,13 @@ from kube.client import Client
 
 
 def issue_one(
-    client: Client,
-    kubelet: Kubelet,
-    namespace: str,
-    pod_name: str,
-    *,
-    signer_name: str = PRODUCT_SIGNER,
-    service: str = "web",
+    kubelet: Kubelet, namespace: str, pod_name: str, *, signer_name: str = PRODUCT_SIGNER
 ) -> str:
-    """Create a Pod selected by `service` (which must exist) and its PCR; return the name."""
-    pod = kubelet.create_pod(pod_name, namespace, labels={"app": service})
+    """Create a Pod selected by Service `web` (which must exist) and its PCR; return the
+    request's name."""
+    pod = kubelet.create_pod(pod_name, namespace, labels={"app": "web"})
     pcr, _ = kubelet.create_pcr(
-        pod, annotations={"kubernetes.io/service-names": service}, signer_name=signer_name
+        pod, annotations={"kubernetes.io/service-names": "web"}, signer_name=signer_name
     )
     return str(pcr["metadata"]["name"])
 
@@ -38,3 +39,19 @@ def condition_of(client: Client, namespace: str, name: str) -> str | None:
 
 def wait_issued(client: Client, namespace: str, name: str, timeout: float) -> bool:
     return eventually(lambda: condition_of(client, namespace, name) == "Issued", timeout)
+
+
+@contextmanager
+def signer_with_token(
+    control_plane: ControlPlane, token: str, tmp_path: Path, ca_dir: Path | None, *args: str
+) -> Iterator[SignerProcess]:
+    """A signer holding only `token`'s rights (a ServiceAccount's, for the RBAC tests); on
+    leaving, its log must name nothing forbidden and it must stop with status 0."""
+    kubeconfig = control_plane.write_kubeconfig(tmp_path / "sa.kubeconfig", token=token)
+    signer = SignerProcess(kubeconfig, ca_dir, tmp_path / "signer.log", *args)
+    try:
+        yield signer
+        forbidden = [line for line in signer.log_lines() if "forbidden" in line.lower()]
+        assert not forbidden, forbidden[:3]
+    finally:
+        assert signer.stop() == 0

@@ -25,6 +25,7 @@ kube-proxy's rule for that Service (`kubernetes_service_proxy`).
 from __future__ import annotations
 
 import copy
+import json
 import shlex
 import subprocess
 import sys
@@ -49,6 +50,31 @@ DEPLOYMENT = "service-serving-signer"
 SECRET = "service-serving-signer-ca"
 CONFIGMAP = "service-serving-signer-trust-bundle"
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def token_file_kubeconfig(cluster: Cluster, path: Path) -> None:
+    """A kubeconfig at `path` naming the ServiceAccount volume's token file and CA, as the
+    signer in the Pod reads it (the kubelet rewrites the token; the client re-reads it)."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": cluster.plane.host,
+                            "certificate-authority": f"{SA_MOUNT}/ca.crt",
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"tokenFile": f"{SA_MOUNT}/token"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
 
 
 def manifests(*, token_expiration: int | None = None, replicas: int | None = None) -> list[JSON]:

@@ -11,30 +11,16 @@ from cryptography import x509
 from controlplane.cluster import Cluster
 from controlplane.kubelet import KEY_TYPES, generate_key, pcr_manifest
 from kube.client import Client
+from tests.integration import nodes
 from tests.integration.manager_process import SignerProcess
-from tests.integration.nodes import (
-    bundles,
-    chain_of,
-    create_pod,
-    create_service,
-    dns_sans,
-    key_matches,
-    pcrs_of,
-    running_files,
-    service_sans,
-    serving_pod,
-    signer_fixture,
-    unique_signer_name,
-    verify_against_bundle,
-)
 from trust.selector import resolve_selector
 
 pytestmark = pytest.mark.integration
 
-SIGNER = unique_signer_name()
+SIGNER = nodes.unique_signer_name()
 
 
-signer = signer_fixture(SIGNER)
+signer = nodes.signer_fixture(SIGNER)
 
 
 @pytest.mark.parametrize("key_type", KEY_TYPES)
@@ -46,22 +32,22 @@ def test_pod_runs_with_kubelet_written_key_and_chain_verifying_against_projected
     key_type: str,
 ) -> None:
     ns = node_namespace
-    create_service(cluster_client, ns, "web", {"app": "web"})
-    serving_pod(
+    nodes.create_service(cluster_client, ns, "web", {"app": "web"})
+    nodes.serving_pod(
         cluster, cluster_client, ns, "web-0", app="web", signer_name=SIGNER, key_type=key_type
     )
 
-    pod, files = running_files(cluster, cluster_client, ns, "web-0")
+    pod, files = nodes.running_files(cluster, cluster_client, ns, "web-0")
 
     assert pod["status"]["phase"] == "Running"
-    chain = chain_of(files.chain)
+    chain = nodes.chain_of(files.chain)
     leaf = chain[0]
-    assert key_matches(files.key, leaf)
-    assert dns_sans(leaf) == service_sans("web", ns)
+    assert nodes.key_matches(files.key, leaf)
+    assert nodes.dns_sans(leaf) == nodes.service_sans("web", ns)
     assert leaf.subject == x509.Name([])
-    verify_against_bundle(files.chain, files.bundle, service_sans("web", ns))
+    nodes.verify_against_bundle(files.chain, files.bundle, nodes.service_sans("web", ns))
     published = resolve_selector(
-        bundles(cluster_client, SIGNER), {"signerName": SIGNER, "labelSelector": {}}
+        nodes.bundles(cluster_client, SIGNER), {"signerName": SIGNER, "labelSelector": {}}
     )
     assert files.bundle.decode() == published
 
@@ -70,8 +56,8 @@ def test_credential_bundle_holds_key_then_chain_that_verify(
     cluster: Cluster, cluster_client: Client, signer: SignerProcess, node_namespace: str
 ) -> None:
     ns = node_namespace
-    create_service(cluster_client, ns, "api", {"app": "api"})
-    create_pod(
+    nodes.create_service(cluster_client, ns, "api", {"app": "api"})
+    nodes.create_pod(
         cluster_client,
         ns,
         "api-0",
@@ -82,14 +68,14 @@ def test_credential_bundle_holds_key_then_chain_that_verify(
         annotations={"kubernetes.io/service-names": "api"},
     )
 
-    _, files = running_files(cluster, cluster_client, ns, "api-0")
+    _, files = nodes.running_files(cluster, cluster_client, ns, "api-0")
 
     bundle = files.credential_bundle
     assert bundle.startswith(b"-----BEGIN PRIVATE KEY-----")
-    leaf = chain_of(bundle)[0]
-    assert key_matches(bundle, leaf)
-    assert dns_sans(leaf) == service_sans("api", ns)
-    verify_against_bundle(bundle, files.bundle, service_sans("api", ns))
+    leaf = nodes.chain_of(bundle)[0]
+    assert nodes.key_matches(bundle, leaf)
+    assert nodes.dns_sans(leaf) == nodes.service_sans("api", ns)
+    nodes.verify_against_bundle(bundle, files.bundle, nodes.service_sans("api", ns))
 
 
 def test_kubelet_stand_in_writes_the_request_the_real_kubelet_writes(
@@ -97,10 +83,10 @@ def test_kubelet_stand_in_writes_the_request_the_real_kubelet_writes(
 ) -> None:
     """`controlplane/kubelet.py` (used by the light-plane tests) against the real thing."""
     ns = node_namespace
-    create_service(cluster_client, ns, "web", {"app": "web"})
-    serving_pod(cluster, cluster_client, ns, "web-0", app="web", signer_name=SIGNER)
-    pod, _ = running_files(cluster, cluster_client, ns, "web-0")
-    [real] = pcrs_of(cluster_client, ns, "web-0")
+    nodes.create_service(cluster_client, ns, "web", {"app": "web"})
+    nodes.serving_pod(cluster, cluster_client, ns, "web-0", app="web", signer_name=SIGNER)
+    pod, _ = nodes.running_files(cluster, cluster_client, ns, "web-0")
+    [real] = nodes.pcrs_of(cluster_client, ns, "web-0")
     stand_in = pcr_manifest(
         pod,
         generate_key("ECDSAP256"),

@@ -42,6 +42,7 @@ from tests.integration.shipped import (
     deploy,
     put_signing_material,
     put_trust_bundle,
+    token_file_kubeconfig,
     undeploy,
 )
 from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
@@ -157,26 +158,7 @@ def test_signer_authenticates_with_kubeconfig_token_file_from_the_service_accoun
     create_service(cluster_client, node_namespace, "web", {"app": "web"})
     pod = shipped[1 % len(shipped)]
     # In the container's /tmp (its emptyDir): the host's /tmp is hidden from the process.
-    (pod.volume("/tmp") / "kubeconfig").write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "c",
-                        "cluster": {
-                            "server": cluster.plane.host,
-                            "certificate-authority": f"{SA_MOUNT}/ca.crt",
-                        },
-                    }
-                ],
-                "users": [{"name": "u", "user": {"tokenFile": f"{SA_MOUNT}/token"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
+    token_file_kubeconfig(cluster, pod.volume("/tmp") / "kubeconfig")
     signer = start_signer(cluster, pod, tmp_path / "signer.log", "--kubeconfig=/tmp/kubeconfig")
     try:
         issue_through_kubelet(cluster, cluster_client, node_namespace, "web-0", node=1)

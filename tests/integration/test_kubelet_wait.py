@@ -10,71 +10,57 @@ import pytest
 from controlplane.cluster import Cluster
 from controlplane.workload import cert_volume
 from kube.client import Client
+from tests.integration import nodes
 from tests.integration.manager_process import SignerProcess, eventually
-from tests.integration.nodes import (
-    chain_of,
-    create_service,
-    dns_sans,
-    key_matches,
-    pcrs_of,
-    running_files,
-    service_sans,
-    serving_pod,
-    signer_events,
-    signer_fixture,
-    stays_not_running,
-    unique_signer_name,
-    verify_against_bundle,
-)
 
 pytestmark = pytest.mark.integration
 
-SIGNER = unique_signer_name()
+SIGNER = nodes.unique_signer_name()
 # kubelet retries a failed volume mount with exponential backoff up to ~2 minutes, so a
 # Pod starts up to ~2 minutes after its certificate is issued (kubelet's doing).
 AFTER_ISSUE = 300
 
 
-signer = signer_fixture(SIGNER)
+signer = nodes.signer_fixture(SIGNER)
 
 
 def test_pod_waits_for_missing_service_then_runs_when_it_is_created(
     cluster: Cluster, cluster_client: Client, signer: SignerProcess, node_namespace: str
 ) -> None:
     ns = node_namespace
-    serving_pod(cluster, cluster_client, ns, "late-0", app="late", signer_name=SIGNER)
+    nodes.serving_pod(cluster, cluster_client, ns, "late-0", app="late", signer_name=SIGNER)
 
     def waiting_events() -> list[dict[str, object]]:
         return [
             e
-            for e in signer_events(cluster_client, ns, "late-0")
+            for e in nodes.signer_events(cluster_client, ns, "late-0")
             if e["reason"] == "ServiceNotFound"
         ]
 
-    assert eventually(lambda: bool(waiting_events()), 120), signer_events(
+    assert eventually(lambda: bool(waiting_events()), 120), nodes.signer_events(
         cluster_client, ns, "late-0"
     )
     [event] = waiting_events()
     assert event["type"] == "Warning"
-    [pcr] = pcrs_of(cluster_client, ns, "late-0")
+    [pcr] = nodes.pcrs_of(cluster_client, ns, "late-0")
     assert "'late'" in str(event["note"]) and pcr["metadata"]["name"] in str(event["note"])
     assert not (pcr.get("status") or {}).get("conditions")
-    assert stays_not_running(cluster_client, ns, "late-0", 5)
+    assert nodes.stays_not_running(cluster_client, ns, "late-0", 5)
 
-    create_service(cluster_client, ns, "late", {"app": "late"})
+    nodes.create_service(cluster_client, ns, "late", {"app": "late"})
 
-    _, files = running_files(cluster, cluster_client, ns, "late-0", timeout=AFTER_ISSUE)
-    leaf = chain_of(files.chain)[0]
-    assert dns_sans(leaf) == service_sans("late", ns)
-    assert key_matches(files.key, leaf)
-    verify_against_bundle(files.chain, files.bundle, service_sans("late", ns))
+    _, files = nodes.running_files(cluster, cluster_client, ns, "late-0", timeout=AFTER_ISSUE)
+    leaf = nodes.chain_of(files.chain)[0]
+    assert nodes.dns_sans(leaf) == nodes.service_sans("late", ns)
+    assert nodes.key_matches(files.key, leaf)
+    nodes.verify_against_bundle(files.chain, files.bundle, nodes.service_sans("late", ns))
 
 
 def test_statefulset_pod_with_add_pod_fqdn_gets_its_stable_names(
     cluster: Cluster, cluster_client: Client, signer: SignerProcess, node_namespace: str
 ) -> None:
     ns = node_namespace
-    create_service(cluster_client, ns, "db", {"app": "db"}, headless=True)
+    nodes.create_service(cluster_client, ns, "db", {"app": "db"}, headless=True)
     volume = cert_volume(signer_name=SIGNER, annotations={"kubernetes.io/add-pod-fqdn": "true"})
     cluster_client.create(
         f"/apis/apps/v1/namespaces/{ns}/statefulsets",
@@ -105,10 +91,10 @@ def test_statefulset_pod_with_add_pod_fqdn_gets_its_stable_names(
         },
     )
 
-    pod, files = running_files(cluster, cluster_client, ns, "db-0", timeout=AFTER_ISSUE)
+    pod, files = nodes.running_files(cluster, cluster_client, ns, "db-0", timeout=AFTER_ISSUE)
 
     assert pod["spec"]["hostname"] == "db-0" and pod["spec"]["subdomain"] == "db"
-    leaf = chain_of(files.chain)[0]
-    assert dns_sans(leaf) == [f"db-0.db.{ns}.svc.cluster.local", f"db-0.db.{ns}.svc"]
-    assert key_matches(files.key, leaf)
-    verify_against_bundle(files.chain, files.bundle, dns_sans(leaf))
+    leaf = nodes.chain_of(files.chain)[0]
+    assert nodes.dns_sans(leaf) == [f"db-0.db.{ns}.svc.cluster.local", f"db-0.db.{ns}.svc"]
+    assert nodes.key_matches(files.key, leaf)
+    nodes.verify_against_bundle(files.chain, files.bundle, nodes.dns_sans(leaf))

@@ -115,7 +115,7 @@ class Managed:
 
     def issue(self, kubelet: Kubelet, name: str) -> str:
         """Issue one certificate; return the fingerprint of the CA that signed it."""
-        pcr = issue_one(self.client, kubelet, self.namespace, name, signer_name=self.signer_name)
+        pcr = issue_one(kubelet, self.namespace, name, signer_name=self.signer_name)
         assert wait_issued(self.client, self.namespace, pcr, 30), pcr
         status = self.client.get(pcr_path(self.namespace, "v1", pcr))["status"]
         leaf = x509.load_pem_x509_certificates(status["certificateChain"].encode())[0]

@@ -65,7 +65,7 @@ def test_one_leader_signs_and_hands_over_on_sigterm_and_sigkill(
         leader, standby = (a, b) if a.leading() else (b, a)
 
         for i in range(3):
-            issued.append(issue_one(client, kubelet, namespace, f"p{i}", signer_name=signer_name))
+            issued.append(issue_one(kubelet, namespace, f"p{i}", signer_name=signer_name))
         for name in issued:
             assert wait_issued(client, namespace, name, 15), name
         assert (leader.issued(), standby.issued()) == (3, 0), "only the leader signs"
@@ -76,9 +76,7 @@ def test_one_leader_signs_and_hands_over_on_sigterm_and_sigkill(
         leader.terminate()
         assert leader.wait(15) == 0
         assert eventually(standby.leading, 3.0), "standby leads within 3 s of SIGTERM"
-        issued.append(
-            issue_one(client, kubelet, namespace, "p-after-term", signer_name=signer_name)
-        )
+        issued.append(issue_one(kubelet, namespace, "p-after-term", signer_name=signer_name))
         assert wait_issued(
             client, namespace, issued[-1], 3.0 - (time.monotonic() - stopped_at) + 1.0
         )
@@ -97,9 +95,7 @@ def test_one_leader_signs_and_hands_over_on_sigterm_and_sigkill(
         assert eventually(standby.leading, LEASE_DURATION + 4.0)
         took = time.monotonic() - killed_at
         assert took <= LEASE_DURATION + 2.2 + 0.5, f"takeover after SIGKILL took {took:.1f}s"
-        issued.append(
-            issue_one(client, kubelet, namespace, "p-after-kill", signer_name=signer_name)
-        )
+        issued.append(issue_one(kubelet, namespace, "p-after-kill", signer_name=signer_name))
         assert wait_issued(client, namespace, issued[-1], 10)
 
         # Every request issued exactly once, none lost.
