@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
@@ -15,6 +16,7 @@ from controlplane.process import SignerProcess as SignerProcess
 from controlplane.process import eventually as eventually
 from controlplane.process import http_get as http_get
 from kube.client import Client
+from trust.ca import write_ca
 
 
 def issue_one(
@@ -55,3 +57,14 @@ def signer_with_token(
         assert not forbidden, forbidden[:3]
     finally:
         assert signer.stop() == 0
+
+
+def signer_with_a_new_ca(
+    control_plane: ControlPlane, tmp_path: Path, *args: str, **kwargs: Any
+) -> SignerProcess:
+    """A signer started against the plane with a fresh CA in `tmp_path/ca`, logging to
+    `tmp_path/signer.log`."""
+    files = write_ca(tmp_path / "ca")
+    return SignerProcess(
+        control_plane.kubeconfig, files.key.parent, tmp_path / "signer.log", *args, **kwargs
+    )

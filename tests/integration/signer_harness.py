@@ -192,3 +192,15 @@ def delete_pcrs(client: Client, namespace: str, version: str = "v1") -> None:
     client.delete(
         f"/apis/certificates.k8s.io/{version}/namespaces/{namespace}/podcertificaterequests"
     )
+
+
+def pod_fqdn_request(signer: RunningSigner, namespace: str, *, headless: bool) -> JSON:
+    """Pod db-0 (hostname db-0, subdomain db), Service db selecting it (headless or not),
+    and a request asking for the Pod's FQDN (`add-pod-fqdn`); the request as created."""
+    kubelet = signer.kubelet
+    pod = kubelet.create_pod(
+        "db-0", namespace, labels={"app": "db"}, hostname="db-0", subdomain="db"
+    )
+    kubelet.create_service("db", namespace, selector={"app": "db"}, headless=headless)
+    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/add-pod-fqdn": "true"})
+    return created

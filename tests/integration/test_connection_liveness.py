@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,25 +71,39 @@ def test_request_created_after_every_connection_went_silent_is_issued(
         assert seconds >= WATCH_READ_TIMEOUT * 0.5, "the watch cannot have seen it sooner"
 
 
-def test_request_on_a_silent_connection_times_out_and_the_retry_dials_a_fresh_one(
-    control_plane: ControlPlane, proxy: FreezingProxy, tmp_path: Path
-) -> None:
-    signer_client = proxied_client(control_plane, proxy, tmp_path)
-    # Fill the pool with several idle keep-alive connections, as busy workers leave it.
-    barrier = threading.Barrier(4)
+def all_at_once(call: Callable[[int], object], n: int = 4) -> None:
+    """`call(0)` … `call(n - 1)` on n threads released together, as busy workers make
+    their requests; returns when all are done."""
+    barrier = threading.Barrier(n)
 
-    def busy() -> None:
+    def run(i: int) -> None:
         barrier.wait(10)
-        signer_client.get("/api/v1/namespaces/default")
+        call(i)
 
-    threads = [threading.Thread(target=busy) for _ in range(4)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(30)
+
+
+def fill_the_pool_then_freeze(proxy: FreezingProxy, call: Callable[[int], object]) -> int:
+    """Leave several idle keep-alive connections in the pool (as busy workers do), then
+    silence them all; how many were dialled."""
+    all_at_once(call)
     dialled = proxy.accepted
     assert dialled >= 2
     assert proxy.freeze() == dialled
+    return dialled
+
+
+def test_request_on_a_silent_connection_times_out_and_the_retry_dials_a_fresh_one(
+    control_plane: ControlPlane, proxy: FreezingProxy, tmp_path: Path
+) -> None:
+    signer_client = proxied_client(control_plane, proxy, tmp_path)
+    dialled = fill_the_pool_then_freeze(
+        proxy, lambda _: signer_client.get("/api/v1/namespaces/default")
+    )
 
     with pytest.raises(ApiError) as stuck:
         signer_client.get("/api/v1/namespaces/default", timeout=2.0)
@@ -98,20 +112,14 @@ def test_request_on_a_silent_connection_times_out_and_the_retry_dials_a_fresh_on
     # The retries — several at once, as four workers and the event recorder make them —
     # go out on new connections, none on the other dead idle ones.
     results: list[BaseException | str] = []
-    barrier = threading.Barrier(4)
 
-    def retry() -> None:
-        barrier.wait(10)
+    def retry(_: int) -> None:
         try:
             results.append(signer_client.get("/api/v1/namespaces/default", timeout=5.0)["kind"])
         except ApiError as err:
             results.append(err)
 
-    threads = [threading.Thread(target=retry) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    all_at_once(retry)
     assert results == ["Namespace"] * 4
     assert proxy.accepted > dialled
 
@@ -122,40 +130,23 @@ def test_a_write_on_a_silent_connection_times_out_and_the_retry_dials_a_fresh_on
     """The same for writes, which take `kube.http1`'s connections (a status PATCH)."""
     signer_client = proxied_client(control_plane, proxy, tmp_path)
     path = f"/api/v1/namespaces/{namespace}/configmaps"
-    barrier = threading.Barrier(4)
-
-    def busy(i: int) -> None:
-        barrier.wait(10)
-        signer_client.create(path, {"metadata": {"name": f"warm-{i}"}})
-
-    threads = [threading.Thread(target=busy, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    dialled = proxy.accepted
-    assert dialled >= 2
-    assert proxy.freeze() == dialled
+    dialled = fill_the_pool_then_freeze(
+        proxy, lambda i: signer_client.create(path, {"metadata": {"name": f"warm-{i}"}})
+    )
 
     with pytest.raises(ApiError) as stuck:
         signer_client.patch(f"{path}/warm-0", {"data": {"k": "v"}}, timeout=2.0)
     assert stuck.value.status == 0 and stuck.value.transient
 
     results: list[BaseException | str] = []
-    barrier = threading.Barrier(4)
 
     def retry(i: int) -> None:
-        barrier.wait(10)
         try:
             patched = signer_client.patch(f"{path}/warm-{i}", {"data": {"k": "v"}}, timeout=5.0)
             results.append(patched["kind"])
         except ApiError as err:
             results.append(err)
 
-    threads = [threading.Thread(target=retry, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    all_at_once(retry)
     assert results == ["ConfigMap"] * 4
     assert proxy.accepted > dialled

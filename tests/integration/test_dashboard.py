@@ -15,9 +15,8 @@ import pytest
 import yaml
 
 from controlplane import ControlPlane
-from tests.integration.manager_process import SignerProcess, eventually
+from tests.integration.manager_process import eventually, signer_with_a_new_ca
 from tests.unit.manager.kustomize import CONFIG
-from trust.ca import write_ca
 
 pytestmark = pytest.mark.integration
 
@@ -154,11 +153,9 @@ def test_dashboard_covers_what_operators_watch() -> None:
 def test_every_metric_a_panel_names_is_exported_by_a_running_signer(
     control_plane: ControlPlane, tmp_path: Path
 ) -> None:
-    files = write_ca(tmp_path / "ca")
-    signer = SignerProcess(
-        control_plane.kubeconfig,
-        files.key.parent,
-        tmp_path / "signer.log",
+    signer = signer_with_a_new_ca(
+        control_plane,
+        tmp_path,
         "--leader-elect-resource-name=dashboard-test",
         "--controllers=*,injector",  # every controller's metrics in one process
     )

@@ -184,9 +184,15 @@ def status_writes(plane: ControlPlane, codes: Callable[[str], bool]) -> float:
     )
 
 
-def setup(client: Client, keys: KeyPool, name: str, count: int) -> tuple[Population, list[JSON]]:
+def setup(
+    plane: ControlPlane, keys: KeyPool, count: int
+) -> tuple[Client, str, Population, list[JSON]]:
+    """An unthrottled admin client (system:masters: exempt from API priority and fairness
+    limits too), a fresh signer name, 20 Pods in 4 groups, and `count` request bodies."""
+    client: Client = plane.client(qps=0)
+    name = signer_name()
     pop = populate(client, "faults", pods=20, groups=4)
-    return pop, pcr_bodies(pop, keys, count, signer_name=name)
+    return client, name, pop, pcr_bodies(pop, keys, count, signer_name=name)
 
 
 # --- 1. kube-apiserver killed and restarted mid-burst -----------------------------------
@@ -195,9 +201,7 @@ def setup(client: Client, keys: KeyPool, name: str, count: int) -> tuple[Populat
 def test_apiserver_killed_and_restarted_mid_burst(
     plane: ControlPlane, keys: KeyPool, tmp_path: Path
 ) -> None:
-    client: Client = plane.client(qps=0)
-    name = signer_name()
-    pop, bodies = setup(client, keys, name, 240)
+    client, name, pop, bodies = setup(plane, keys, 240)
     signer = start_signer(plane, tmp_path, name)
     health: list[bool] = []
     probing = threading.Event()
@@ -238,9 +242,7 @@ def test_apiserver_killed_and_restarted_mid_burst(
 def test_relists_after_compaction_past_its_resource_version(
     plane: ControlPlane, keys: KeyPool, tmp_path: Path
 ) -> None:
-    client: Client = plane.client(qps=0)
-    name = signer_name()
-    pop, bodies = setup(client, keys, name, 120)
+    client, name, pop, bodies = setup(plane, keys, 120)
     signer = start_signer(plane, tmp_path, name)
     try:
         path = pcr_path(pop.namespace)
@@ -292,9 +294,7 @@ def test_relists_after_compaction_past_its_resource_version(
 def test_signer_sigkilled_mid_burst_issues_each_pcr_exactly_once(
     plane: ControlPlane, keys: KeyPool, tmp_path: Path
 ) -> None:
-    client: Client = plane.client(qps=0)
-    name = signer_name()
-    pop, bodies = setup(client, keys, name, 300)
+    client, name, pop, bodies = setup(plane, keys, 300)
     ok_before = status_writes(plane, lambda code: code.startswith("2"))
     first = start_signer(plane, tmp_path, name)
     burst = Burst(client, pop.namespace, bodies, pace=0.005).start()
@@ -395,9 +395,7 @@ def test_throttling_429s_are_absorbed_with_backoff(
     throttled_plane: ControlPlane, keys: KeyPool, tmp_path: Path
 ) -> None:
     plane = throttled_plane
-    client: Client = plane.client(qps=0)  # system:masters: exempt from the limit
-    name = signer_name()
-    pop, bodies = setup(client, keys, name, 200)
+    client, name, pop, bodies = setup(plane, keys, 200)
     kubeconfig = limited_user_kubeconfig(plane, tmp_path / "limited.kubeconfig")
     signer = OurSigner(plane, tmp_path, signer_name=name, workers=8)
     signer.args = [a for a in signer.args if not a.startswith("--kubeconfig=")]
@@ -454,9 +452,7 @@ def signed_by(leaf: x509.Certificate, ca: CertificateAuthority) -> bool:
 def test_garbage_signing_files_mid_burst_then_fixed(
     plane: ControlPlane, keys: KeyPool, tmp_path: Path
 ) -> None:
-    client: Client = plane.client(qps=0)
-    name = signer_name()
-    pop, bodies = setup(client, keys, name, 240)
+    client, name, pop, bodies = setup(plane, keys, 240)
     old, new = generate_ca("fault-test old CA"), generate_ca("fault-test new CA")
     ca_dir = tmp_path / "ca"
     write_ca(ca_dir, ca=old)

@@ -20,7 +20,7 @@ from controlplane.server import free_port
 from manager import app
 from manager.ops import run_checks
 from manager.options import BindAddress, Options
-from tests.integration.manager_process import SignerProcess, eventually
+from tests.integration.manager_process import eventually, signer_with_a_new_ca
 from trust.ca import write_ca
 
 pytestmark = pytest.mark.integration
@@ -95,11 +95,9 @@ def private_plane_running(plane: ControlPlane) -> bool:
 def test_json_logs_parse_and_sigterm_exits_zero(
     control_plane: ControlPlane, tmp_path: Path
 ) -> None:
-    files = write_ca(tmp_path / "ca")
-    signer = SignerProcess(
-        control_plane.kubeconfig,
-        files.key.parent,
-        tmp_path / "signer.log",
+    signer = signer_with_a_new_ca(
+        control_plane,
+        tmp_path,
         "--leader-elect=false",
         "-v2",
         signer_name="logs.kubernetes.io/service-serving",

@@ -126,11 +126,7 @@ def start(
 
 
 def test_rejected_rotation_shows_material_invalid_and_keeps_the_fingerprint_until_fixed(
-    control_plane: ControlPlane,
-    client: Client,
-    namespace: str,
-    tmp_path: Path,
-    run_signer: RunSigner,
+    client: Client, tmp_path: Path, run_signer: RunSigner
 ) -> None:
     signer = unique_signer()
     old, new = generate_ca("rejected old"), generate_ca("rejected new")
@@ -196,11 +192,7 @@ def test_publisher_only_runs_without_a_ca_key(
 
 
 def test_new_bundle_is_published_while_the_signers_key_is_broken(
-    control_plane: ControlPlane,
-    client: Client,
-    namespace: str,
-    tmp_path: Path,
-    run_signer: RunSigner,
+    client: Client, tmp_path: Path, run_signer: RunSigner
 ) -> None:
     signer = unique_signer()
     old, new = generate_ca("broken-key old"), generate_ca("broken-key new")
@@ -285,13 +277,7 @@ def test_new_leader_with_a_stale_bundle_file_keeps_the_new_root_published(
 # items 6 and 7: IPv6, a busy port, SIGHUP -------------------------------------------
 
 
-def test_ops_endpoints_serve_on_ipv6_loopback(
-    control_plane: ControlPlane,
-    client: Client,
-    namespace: str,
-    tmp_path: Path,
-    run_signer: RunSigner,
-) -> None:
+def test_ops_endpoints_serve_on_ipv6_loopback(tmp_path: Path, run_signer: RunSigner) -> None:
     write_ca(tmp_path / "ca")
     with run_signer(unique_signer(), host="::1") as process:
         assert eventually(process.ready, 60), process.log_path.read_text()[-2000:]
@@ -301,11 +287,7 @@ def test_ops_endpoints_serve_on_ipv6_loopback(
 
 
 def test_sighup_rereads_the_files_and_keeps_running_and_leading(
-    control_plane: ControlPlane,
-    client: Client,
-    namespace: str,
-    tmp_path: Path,
-    run_signer: RunSigner,
+    client: Client, namespace: str, tmp_path: Path, run_signer: RunSigner
 ) -> None:
     signer = unique_signer()
     write_ca(tmp_path / "ca")

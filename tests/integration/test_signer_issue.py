@@ -27,6 +27,7 @@ from tests.integration.signer_harness import (
     RunningSigner,
     condition,
     delete_pcrs,
+    pod_fqdn_request,
     wait_terminal,
 )
 
@@ -158,12 +159,7 @@ def test_key_usages_follow_the_key_type_and_there_are_no_ip_sans(
 def test_pod_fqdn_is_added_with_a_headless_service_named_after_the_subdomain(
     signer: RunningSigner, client: Client, namespace: str
 ) -> None:
-    kubelet = signer.kubelet
-    pod = kubelet.create_pod(
-        "db-0", namespace, labels={"app": "db"}, hostname="db-0", subdomain="db"
-    )
-    kubelet.create_service("db", namespace, selector={"app": "db"}, headless=True)
-    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/add-pod-fqdn": "true"})
+    created = pod_fqdn_request(signer, namespace, headless=True)
 
     stored = wait_terminal(client, created)
 

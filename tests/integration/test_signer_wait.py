@@ -14,12 +14,14 @@ from bench.harness import apiserver_metrics, sum_samples
 from controlplane import ControlPlane
 from kube.client import Client
 from kube.informer import Informer
+from kube.types import JSON
 from signer.controller import QUEUE_NAME
 from tests.integration.signer_harness import (
     RunningSigner,
     condition,
     events_for,
     eventually,
+    pod_fqdn_request,
     read_pcr,
     wait_terminal,
 )
@@ -103,14 +105,21 @@ def test_repeated_waits_aggregate_into_one_event(
     assert events[0].get("series", {}).get("count", 1) >= 2
 
 
+def waiting_on_a_selector(signer: RunningSigner, namespace: str, selector: dict[str, str]) -> JSON:
+    """Pod web-0 (app=web), Service web with `selector` (which does not select it) and a
+    request naming the Service, once the signer has it waiting; the request as created."""
+    kubelet = signer.kubelet
+    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+    kubelet.create_service("web", namespace, selector=selector)
+    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+    wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
+    return created
+
+
 def test_selector_mismatch_waits_then_issues_when_the_selector_is_fixed(
     signer: RunningSigner, client: Client, namespace: str
 ) -> None:
-    kubelet = signer.kubelet
-    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-    kubelet.create_service("web", namespace, selector={"app": "other"})
-    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
-    wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
+    created = waiting_on_a_selector(signer, namespace, {"app": "other"})
     eventually(
         lambda: events_for(client, namespace, reason="ServiceSelectorMismatch"), what="event"
     )
@@ -125,11 +134,7 @@ def test_selector_mismatch_waits_then_issues_when_the_selector_is_fixed(
 def test_selector_mismatch_waits_then_issues_when_the_pod_labels_change(
     signer: RunningSigner, client: Client, namespace: str
 ) -> None:
-    kubelet = signer.kubelet
-    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-    kubelet.create_service("web", namespace, selector={"app": "web", "tier": "front"})
-    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
-    wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
+    created = waiting_on_a_selector(signer, namespace, {"app": "web", "tier": "front"})
 
     client.patch(
         f"/api/v1/namespaces/{namespace}/pods/web-0", {"metadata": {"labels": {"tier": "front"}}}
@@ -141,12 +146,7 @@ def test_selector_mismatch_waits_then_issues_when_the_pod_labels_change(
 def test_cluster_ip_subdomain_service_waits_as_not_headless(
     signer: RunningSigner, client: Client, namespace: str
 ) -> None:
-    kubelet = signer.kubelet
-    pod = kubelet.create_pod(
-        "db-0", namespace, labels={"app": "db"}, hostname="db-0", subdomain="db"
-    )
-    kubelet.create_service("db", namespace, selector={"app": "db"})
-    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/add-pod-fqdn": "true"})
+    created = pod_fqdn_request(signer, namespace, headless=False)
 
     wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
     [event] = eventually(

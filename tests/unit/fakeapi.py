@@ -421,12 +421,16 @@ class FakeApi:
             meta.pop("resourceVersion", None)
             return 201, self.put(route.collection, body)
 
-    def _replace(self, route: _Route, body: JSON) -> tuple[int, JSON]:
+    def _stored(self, route: _Route) -> JSON | None:
+        """The object `route` names, if any (the caller holds the lock)."""
         assert route.name is not None
+        return self.objects.get(route.collection, {}).get(route.name)
+
+    def _replace(self, route: _Route, body: JSON) -> tuple[int, JSON]:
         with self.lock:
-            current = self.objects.get(route.collection, {}).get(route.name)
+            current = self._stored(route)
             if current is None:
-                return 404, status_body(404, "NotFound", f"{route.name} not found")
+                return _not_found(route)
             sent_rv = body.get("metadata", {}).get("resourceVersion")
             if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
                 return 409, status_body(
@@ -439,11 +443,10 @@ class FakeApi:
             return 200, self.put(route.collection, body)
 
     def _patch(self, route: _Route, body: Any) -> tuple[int, JSON]:
-        assert route.name is not None
         with self.lock:
-            current = self.objects.get(route.collection, {}).get(route.name)
+            current = self._stored(route)
             if current is None:
-                return 404, status_body(404, "NotFound", f"{route.name} not found")
+                return _not_found(route)
             return 200, self.put(route.collection, merge_patch(current, body))
 
     def _delete(self, route: _Route) -> tuple[int, JSON]:
@@ -451,8 +454,12 @@ class FakeApi:
         with self.lock:
             obj = self.remove(route.collection, route.name)
         if obj is None:
-            return 404, status_body(404, "NotFound", f"{route.name} not found")
+            return _not_found(route)
         return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+
+
+def _not_found(route: _Route) -> tuple[int, JSON]:
+    return 404, status_body(404, "NotFound", f"{route.name} not found")
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -7,9 +7,9 @@ like `kube.informer.Informer`, with the items a plain dict the test edits. A rea
 key can run a hook once — `before[key]` just before it, `after[key]` just after — the
 moment another informer event lands in the middle of a decision.
 
-`FakeRecorder` satisfies `kube.events.Recorder`: each call is bound against that
-protocol's signature (so a wrong argument fails as it would against `EventRecorder`) and
-kept as a `Recorded`, nothing sent.
+`FakeCache.add_handler` and `FakeRecorder` (which satisfies `kube.events.Recorder`) bind
+each call against the protocol's signature, so a wrong argument fails as it would against
+the real thing; the recorder keeps each event as a `Recorded` and sends nothing.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from kube.controller import Cache
 from kube.events import ObjectRef, Recorder
 
 T = TypeVar("T")
+_ADD_HANDLER = inspect.signature(Cache.add_handler)
 
 
 class FakeCache(Generic[T]):
@@ -91,14 +93,17 @@ class FakeCache(Generic[T]):
     def has_synced(self) -> bool:
         return self.synced
 
-    # The signature of `kube.informer.Informer.add_handler`, which this stands in for.
-    def add_handler(
-        self,
-        on_add: Callable[[T], None] | None = None,
-        on_update: Callable[[T, T], None] | None = None,
-        on_delete: Callable[[T], None] | None = None,
-    ) -> None:
-        self.handlers.append((on_add, on_update, on_delete))
+    def add_handler(self, *args: Any, **kwargs: Any) -> None:
+        """`kube.controller.Cache.add_handler`: the call is bound against its signature."""
+        handler = _ADD_HANDLER.bind(self, *args, **kwargs)
+        handler.apply_defaults()
+        self.handlers.append(
+            (
+                handler.arguments["on_add"],
+                handler.arguments["on_update"],
+                handler.arguments["on_delete"],
+            )
+        )
 
     def list(self) -> list[T]:  # last: below it, `list` in the class body is this method
         return [*self.items.values()]
