@@ -29,15 +29,14 @@ from bench.scenarios import (
     Context,
     Result,
     ceiling_material,
+    ceiling_starter,
     drain,
-    presigned_statuses,
     token_kubeconfig,
 )
 from bench.signers import (
     OUR_SIGNER_NAME,
     PEER_SIGNER_NAME,
     BenchedProcess,
-    CeilingSigner,
     OurSigner,
     PeerSigner,
 )
@@ -89,10 +88,7 @@ def drains(ctx: Context) -> Result:
         def start(bodies: list[JSON]) -> BenchedProcess:
             inner: BenchedProcess
             if label == "go_ceiling_json":
-                statuses = presigned_statuses(material, pop.namespace, ctx.keys, bodies)
-                inner = CeilingSigner(
-                    ctx.plane, directory, namespace=pop.namespace, statuses=statuses
-                ).start()
+                inner = ceiling_starter(ctx, pop.namespace, material, "drains", "json")(bodies)
             elif label == "go_peer":
                 inner = PeerSigner(ctx.plane, ctx.dir("drains-peer")).start()
             else:

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import create_namespace, parallel, rss_bytes
-from bench.signers import _http_ok, cli_path
+from bench.signers import cli_path
 from controlplane import ControlPlane
-from controlplane.server import free_port
+from controlplane.server import free_port, http_ok
 from injector.configmaps import LABEL_SELECTOR
 
 SETTLE = 15.0
@@ -72,7 +72,7 @@ def injector(plane: ControlPlane, workdir: Path) -> tuple[subprocess.Popen[bytes
         stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 120
-    while not _http_ok(f"http://127.0.0.1:{health}/readyz"):
+    while not http_ok(f"http://127.0.0.1:{health}/readyz"):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"injector not ready; see {log.name}")
         time.sleep(0.2)

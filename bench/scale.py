@@ -59,15 +59,15 @@ from bench.scenarios import (
     Context,
     Result,
     ceiling_material,
+    ceiling_starter,
+    cluster_admin_token,
     drain,
-    presigned_statuses,
     quiesce,
 )
 from bench.signers import (
     OUR_SIGNER_NAME,
     PEER_SIGNER_NAME,
     BenchedProcess,
-    CeilingSigner,
     OurSigner,
     PeerSigner,
     go_tool,
@@ -249,27 +249,7 @@ def churn(ctx: Context, signer: OurSigner, namespaces: int, svc_per_ns: int) -> 
 
 def _token_kubeconfig(ctx: Context) -> Path:
     """A kubeconfig with a bearer token (TokenRequest) of a cluster-admin ServiceAccount."""
-    client = ctx.client
-    ns, name = "kube-system", "bench-signer"
-    client.create(
-        f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": name, "namespace": ns}}
-    )
-    client.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "metadata": {"name": name},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "cluster-admin",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-        },
-    )
-    token = client.create(
-        f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
-        {"spec": {"expirationSeconds": 86400}},
-    )["status"]["token"]
+    token = cluster_admin_token(ctx.client, "kube-system", expiration_seconds=86400)
     return ctx.plane.write_kubeconfig(ctx.workdir / "token.kubeconfig", token=token)
 
 
@@ -314,16 +294,7 @@ def throughput(ctx: Context) -> Result:
     def ceiling(ct: str) -> Result:
         pop = fresh(f"ceiling-{ct}")
 
-        def start(bodies: list[Any]) -> BenchedProcess:
-            statuses = presigned_statuses(material, pop.namespace, ctx.keys, bodies)
-            return CeilingSigner(
-                ctx.plane,
-                ctx.dir("scale"),
-                namespace=pop.namespace,
-                statuses=statuses,
-                content_type=ct,
-            ).start()
-
+        start = ceiling_starter(ctx, pop.namespace, material, "scale", ct)
         return drain(ctx, pop, n, CEILING_SIGNER_NAME, start)
 
     def ours(label: str, count: int, kw: dict[str, Any]) -> Result:

@@ -132,11 +132,13 @@ def _burst(
     }
 
 
-def token_kubeconfig(ctx: Context, directory: Path) -> Path:
-    """A kubeconfig whose user is a bearer token read from a `tokenFile` — the
-    ServiceAccount token of a `bench-signer` account bound to cluster-admin — the way a
-    signer outside its cluster, or behind a token-issuing proxy, authenticates."""
-    namespace, name = "bench-auth", "bench-signer"
+def cluster_admin_token(
+    client: Client, namespace: str, expiration_seconds: int | None = None
+) -> str:
+    """A token (TokenRequest) of ServiceAccount `bench-signer` in `namespace`, bound to
+    cluster-admin; the namespace, account and binding are made if missing."""
+    name = "bench-signer"
+    binding = f"{name}-{namespace}"
     for path, body in (
         (
             "/api/v1/namespaces",
@@ -151,7 +153,7 @@ def token_kubeconfig(ctx: Context, directory: Path) -> Path:
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRoleBinding",
-                "metadata": {"name": name},
+                "metadata": {"name": binding},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "ClusterRole",
@@ -162,16 +164,24 @@ def token_kubeconfig(ctx: Context, directory: Path) -> Path:
         ),
     ):
         try:
-            ctx.client.create(path, body)
+            client.create(path, body)
         except ApiError as err:
             if err.status != 409:
                 raise
-    answer = ctx.client.create(
+    spec = {} if expiration_seconds is None else {"expirationSeconds": expiration_seconds}
+    answer = client.create(
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
     )
+    return str(answer["status"]["token"])
+
+
+def token_kubeconfig(ctx: Context, directory: Path) -> Path:
+    """A kubeconfig whose user is a bearer token read from a `tokenFile` — the
+    ServiceAccount token of a `bench-signer` account bound to cluster-admin — the way a
+    signer outside its cluster, or behind a token-issuing proxy, authenticates."""
     token_file = directory / "token"
-    token_file.write_text(answer["status"]["token"])
+    token_file.write_text(cluster_admin_token(ctx.client, "bench-auth"))
     config = ctx.plane.kubeconfig_for()
     config["users"][0]["user"] = {"tokenFile": str(token_file)}
     kubeconfig = directory / "token.kubeconfig"
@@ -220,6 +230,31 @@ def presigned_statuses(
             meta = {**body["metadata"], "namespace": namespace}
             table[key] = presign_status(material, {**body, "metadata": meta}, private)
     return table
+
+
+def ceiling_starter(
+    ctx: Context,
+    namespace: str,
+    material: SigningMaterial,
+    label: str,
+    content_type: str,
+    verb: str = "put",
+) -> Callable[[list[JSON]], BenchedProcess]:
+    """Starts the ceiling for `bodies` (created in `namespace`), their Issued statuses
+    pre-signed before it starts; its files in `ctx.dir(label)`."""
+
+    def start(bodies: list[JSON]) -> BenchedProcess:
+        statuses = presigned_statuses(material, namespace, ctx.keys, bodies)
+        return CeilingSigner(
+            ctx.plane,
+            ctx.dir(label),
+            namespace=namespace,
+            statuses=statuses,
+            content_type=content_type,
+            verb=verb,
+        ).start()
+
+    return start
 
 
 def ceiling_material(workdir: Path) -> SigningMaterial:
@@ -288,18 +323,7 @@ def ceiling(ctx: Context) -> Result:
     pop = populate(ctx.client, "bench-ceiling", pods=BURST_PODS, groups=BURST_GROUPS)
 
     def start(content_type: str, verb: str = "put") -> Callable[[list[JSON]], BenchedProcess]:
-        def go(bodies: list[JSON]) -> BenchedProcess:
-            statuses = presigned_statuses(material, pop.namespace, ctx.keys, bodies)
-            return CeilingSigner(
-                ctx.plane,
-                ctx.dir("ceiling"),
-                namespace=pop.namespace,
-                statuses=statuses,
-                content_type=content_type,
-                verb=verb,
-            ).start()
-
-        return go
+        return ceiling_starter(ctx, pop.namespace, material, "ceiling", content_type, verb)
 
     served = {
         ct: _burst(

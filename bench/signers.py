@@ -29,10 +29,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 from controlplane import ControlPlane, binaries
-from controlplane.server import free_port
+from controlplane.server import free_port, http_ok
 from kube.client import Client, is_not_found, path_segment
 from trust.ca import write_ca
 
@@ -53,11 +53,16 @@ class BenchedProcess:
     servers; this one is CPU-timed by pid and stopped the same way for all three."""
 
     name = "signer"
+    args: list[str]  # the command line, set by each kind's constructor
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+
+    def start(self) -> Self:
+        self._spawn(self.args)
+        return self
 
     @property
     def pid(self) -> int:
@@ -107,7 +112,7 @@ class BenchedProcess:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> BenchedProcess:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -165,15 +170,11 @@ class OurSigner(BenchedProcess):
             *extra_args,
         ]
 
-    def start(self) -> OurSigner:
-        self._spawn(self.args)
-        return self
-
     def _ready(self) -> bool:
-        return _http_ok(f"http://127.0.0.1:{self.health_port}/readyz")
+        return http_ok(f"http://127.0.0.1:{self.health_port}/readyz")
 
     def healthz(self) -> bool:
-        return _http_ok(f"http://127.0.0.1:{self.health_port}/healthz")
+        return http_ok(f"http://127.0.0.1:{self.health_port}/healthz")
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -209,10 +210,6 @@ class PeerSigner(BenchedProcess):
             f"--kube-api-qps={QPS}",
             f"--kube-api-burst={BURST}",
         ]
-
-    def start(self) -> PeerSigner:
-        self._spawn(self.args)
-        return self
 
     def _ready(self) -> bool:
         try:
@@ -259,10 +256,6 @@ class CeilingSigner(BenchedProcess):
             f"--verb={verb}",
         ]
 
-    def start(self) -> CeilingSigner:
-        self._spawn(self.args)
-        return self
-
     def _ready(self) -> bool:
         path = self.workdir / f"{self.name}.log"
         return path.exists() and "ready" in path.read_text(errors="replace").splitlines()
@@ -282,11 +275,3 @@ def go_tool(name: str) -> Path:
     if path.parent == binaries.cache_dir():
         stamp.write_text(digest + "\n")
     return path
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False

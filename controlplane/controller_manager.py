@@ -16,25 +16,22 @@ Ready means: the namespace `default` has its `default` ServiceAccount and its
 
 from __future__ import annotations
 
-import subprocess
-import time
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from controlplane import binaries
-from controlplane.server import START_TIMEOUT, ControlPlane, ControlPlaneError, terminate
+from controlplane.child import ChildProcess
+from controlplane.server import ControlPlane
 
 
-class ControllerManager:
+class ControllerManager(ChildProcess):
     """One kube-controller-manager process for `plane`; `stop()` ends it."""
 
+    what = "kube-controller-manager"
+
     def __init__(self, plane: ControlPlane, *, extra_args: tuple[str, ...] = ()) -> None:
-        self.plane = plane
+        super().__init__(plane, plane.workdir / "kube-controller-manager.log")
         self.binary = binaries.tool("kube-controller-manager")
-        self.log_path = plane.workdir / "kube-controller-manager.log"
         self.extra_args = extra_args
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
 
     def args(self) -> list[str]:
         files = self.plane.files
@@ -54,44 +51,13 @@ class ControllerManager:
         ]
 
     def start(self) -> ControllerManager:
-        self._log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(self.args(), stdout=self._log, stderr=subprocess.STDOUT)
-        self._wait_ready()
+        self._launch()
         return self
 
-    def _wait_ready(self) -> None:
-        client = self.plane.client()
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise ControlPlaneError(
-                    f"kube-controller-manager exited with {self._proc.returncode}:\n{self.tail()}"
-                )
-            if _exists(client, "/api/v1/namespaces/default/serviceaccounts/default") and _exists(
-                client, "/api/v1/namespaces/default/configmaps/kube-root-ca.crt"
-            ):
-                return
-            time.sleep(0.2)
-        raise ControlPlaneError(
-            f"kube-controller-manager not ready after {START_TIMEOUT:.0f}s:\n{self.tail()}"
+    def ready(self, client: Any) -> bool:
+        return _exists(client, "/api/v1/namespaces/default/serviceaccounts/default") and _exists(
+            client, "/api/v1/namespaces/default/configmaps/kube-root-ca.crt"
         )
-
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def stop(self) -> None:
-        terminate(self._proc)
-        self._proc = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def tail(self, lines: int = 20) -> str:
-        try:
-            text = Path(self.log_path).read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
 
 
 def _exists(client: Any, path: str) -> bool:

@@ -288,6 +288,18 @@ def _demo(cluster: Any, root: Path) -> SignerProcess:
     return signer
 
 
+def _create_serving_pod(client: Any, node: Any, pod_name: str, service: str) -> None:
+    """Pod `pod_name` on `node`, selected by and asking for the names of `service`."""
+    pod = cert_pod(
+        pod_name,
+        NAMESPACE,
+        node=node.name,
+        labels={"app": service},
+        annotations={"kubernetes.io/service-names": service},
+    )
+    _create(client, "pods", pod)
+
+
 def _workload(client: Any, cluster: Any, node: Any, root: Path) -> None:
     pod_name = f"{SERVICE}-0"
     step(
@@ -296,17 +308,7 @@ def _workload(client: Any, cluster: Any, node: Any, root: Path) -> None:
     )
     _create(client, "services", _service(SERVICE))
     asked = time.monotonic()
-    _create(
-        client,
-        "pods",
-        cert_pod(
-            pod_name,
-            NAMESPACE,
-            node=node.name,
-            labels={"app": SERVICE},
-            annotations={"kubernetes.io/service-names": SERVICE},
-        ),
-    )
+    _create_serving_pod(client, node, pod_name, SERVICE)
     pcr = wait_for("the kubelet's PodCertificateRequest", lambda: _pcr_of(client, pod_name), 60)
     detail(
         f"the kubelet created PodCertificateRequest {NAMESPACE}/{pcr['metadata']['name']} "
@@ -347,17 +349,7 @@ def _late_service(client: Any, cluster: Any, node: Any) -> None:
     service, pod_name = "late", "late-0"
     step(f"a Pod naming Service {NAMESPACE}/{service}, which does not exist yet")
     asked = time.monotonic()
-    _create(
-        client,
-        "pods",
-        cert_pod(
-            pod_name,
-            NAMESPACE,
-            node=node.name,
-            labels={"app": service},
-            annotations={"kubernetes.io/service-names": service},
-        ),
-    )
+    _create_serving_pod(client, node, pod_name, service)
     event = wait_for("the signer's Warning Event", lambda: _signer_event(client, pod_name), 60)
     pod = client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name}")
     detail(

@@ -21,13 +21,12 @@ containers Ready before anything "starts"), or keep Events (kubemark gives it a
 from __future__ import annotations
 
 import shutil
-import subprocess
-import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from controlplane import binaries
-from controlplane.server import START_TIMEOUT, ControlPlane, ControlPlaneError, free_port, terminate
+from controlplane.child import ChildProcess
+from controlplane.server import ControlPlane, free_port
 
 VOLUME_PLUGINS = {
     "projected": "kubernetes.io~projected",
@@ -38,20 +37,18 @@ VOLUME_PLUGINS = {
 }
 
 
-class HollowNode:
+class HollowNode(ChildProcess):
     """One hollow kubelet named `name`; `start()` waits until its Node is Ready."""
 
     def __init__(self, plane: ControlPlane, name: str) -> None:
-        self.plane = plane
+        self.dir = plane.workdir / "nodes" / name
+        super().__init__(plane, self.dir / "kubelet.log")
+        self.what = f"hollow node {name}"
         self.name = name
         self.binary = binaries.tool("hollow-node")
-        self.dir = plane.workdir / "nodes" / name
         self.root = self.dir / "root"
         self.port = free_port()
-        self.log_path = self.dir / "kubelet.log"
         self.identity = plane.pki.client_cert(f"system:node:{name}", ("system:nodes",))
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
 
     def args(self) -> list[str]:
         return [
@@ -66,25 +63,8 @@ class HollowNode:
     def start(self) -> HollowNode:
         self.root.mkdir(parents=True, exist_ok=True)
         self.plane.write_kubeconfig(self.dir / "kubeconfig", user=self.identity)
-        self._log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(self.args(), stdout=self._log, stderr=subprocess.STDOUT)
-        self._wait_ready()
+        self._launch()
         return self
-
-    def _wait_ready(self) -> None:
-        client = self.plane.client()
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise ControlPlaneError(
-                    f"hollow node {self.name} exited with {self._proc.returncode}:\n{self.tail()}"
-                )
-            if self.ready(client):
-                return
-            time.sleep(0.2)
-        raise ControlPlaneError(
-            f"node {self.name} not Ready after {START_TIMEOUT:.0f}s:\n{self.tail()}"
-        )
 
     def ready(self, client: Any) -> bool:
         try:
@@ -94,27 +74,9 @@ class HollowNode:
         conditions = (node.get("status") or {}).get("conditions") or []
         return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
     def stop(self) -> None:
-        terminate(self._proc)
-        self._proc = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        super().stop()
         shutil.rmtree(self.root, ignore_errors=True)
-
-    def tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
 
     # what the kubelet wrote -------------------------------------------------------------
 

@@ -88,14 +88,17 @@ def pod_manifest(
     hostname: str | None = None,
     subdomain: str | None = None,
     service_account: str = "default",
-    node_name: str = NODE_NAME,
+    node_name: str | None = NODE_NAME,
 ) -> dict[str, Any]:
+    """A Pod with one pause container and no ServiceAccount token; bound to `node_name`
+    (None: left for a scheduler)."""
     spec: dict[str, Any] = {
-        "nodeName": node_name,
         "serviceAccountName": service_account,
         "automountServiceAccountToken": False,
         "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
     }
+    if node_name is not None:
+        spec["nodeName"] = node_name
     if hostname:
         spec["hostname"] = hostname
     if subdomain:

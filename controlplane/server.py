@@ -39,6 +39,15 @@ from controlplane.pki import ControlPlanePKI, KeyPair
 START_TIMEOUT = float(os.environ.get("CONTROLPLANE_START_TIMEOUT", "120"))
 
 
+def http_ok(url: str) -> bool:
+    """Whether a plain GET of `url` answers 200 within 2 s (a health endpoint)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -167,7 +176,7 @@ class ControlPlane:
         ]
         log = self._log("etcd")
         self._etcd = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        self._wait(lambda: self._http_ok(f"{self.etcd_url}/health"), "etcd", self._etcd)
+        self._wait(lambda: http_ok(f"{self.etcd_url}/health"), "etcd", self._etcd)
 
     def apiserver_args(self) -> list[str]:
         f = self.files
@@ -324,14 +333,6 @@ class ControlPlane:
         with urllib.request.urlopen(req, timeout=10) as resp:
             result: dict[str, Any] = json.loads(resp.read())
             return result
-
-    @staticmethod
-    def _http_ok(url: str) -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return bool(resp.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
 
     def _wait(
         self,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from controlplane.hollow_node import HollowNode
+from controlplane.kubelet import pod_manifest
 
 SIGNER_NAME = "kubernetes.io/service-serving"
 VOLUME = "tls"
@@ -76,31 +77,21 @@ def cert_pod(
 ) -> dict[str, Any]:
     """A Pod with one container mounting `cert_volume(**volume)` at /var/run/tls, bound to
     `node` (None: left for the scheduler stand-in)."""
-    spec: dict[str, Any] = {
-        "serviceAccountName": service_account,
-        "automountServiceAccountToken": automount_token,
-        "terminationGracePeriodSeconds": 0,
-        "containers": [
-            {
-                "name": "app",
-                "image": "registry.k8s.io/pause:3.10",
-                "volumeMounts": [{"name": VOLUME, "mountPath": MOUNT, "readOnly": True}],
-            }
-        ],
-        "volumes": [cert_volume(**volume)],
-    }
-    if node is not None:
-        spec["nodeName"] = node
-    if hostname:
-        spec["hostname"] = hostname
-    if subdomain:
-        spec["subdomain"] = subdomain
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": spec,
-    }
+    pod = pod_manifest(
+        name,
+        namespace,
+        labels=labels,
+        hostname=hostname,
+        subdomain=subdomain,
+        service_account=service_account,
+        node_name=node,
+    )
+    spec = pod["spec"]
+    spec["automountServiceAccountToken"] = automount_token
+    spec["terminationGracePeriodSeconds"] = 0
+    spec["containers"][0]["volumeMounts"] = [{"name": VOLUME, "mountPath": MOUNT, "readOnly": True}]
+    spec["volumes"] = [cert_volume(**volume)]
+    return pod
 
 
 def get_pod(client: Any, namespace: str, name: str) -> dict[str, Any]:
@@ -174,6 +165,7 @@ class VolumeFiles:
             return []
         return sorted(p.name for p in self.directory.iterdir() if not p.name.startswith(".."))
 
+    # One property a file the kubelet writes, so a test reads `files.key`, not a name.
     @property
     def key(self) -> bytes:
         return self.read(KEY_FILE)

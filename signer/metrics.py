@@ -59,20 +59,20 @@ class SignerMetrics:
             ["reason"],
             registry=registry,
         )
-        self.signer_ttl = Gauge(
-            f"{PREFIX}_signer_ttl_seconds",
-            "Unix timestamp of the signing certificate's notAfter.",
-            registry=registry,
+
+        # The gauges `bind` sets: plain, unlabelled, read at scrape time.
+        def gauge(name: str, documentation: str) -> Gauge:
+            return Gauge(f"{PREFIX}_{name}", documentation, registry=registry)
+
+        self.signer_ttl = gauge(
+            "signer_ttl_seconds", "Unix timestamp of the signing certificate's notAfter."
         )
-        self.pending = Gauge(
-            f"{PREFIX}_pending_requests",
-            "PodCertificateRequests waiting on a Service or Pod.",
-            registry=registry,
+        self.pending = gauge(
+            "pending_requests", "PodCertificateRequests waiting on a Service or Pod."
         )
-        self.oldest_pending = Gauge(
-            f"{PREFIX}_oldest_pending_seconds",
+        self.oldest_pending = gauge(
+            "oldest_pending_seconds",
             "Age in seconds of the oldest PodCertificateRequest waiting on a Service or Pod.",
-            registry=registry,
         )
         self.issuance_duration = Histogram(
             f"{PREFIX}_issuance_duration_seconds",

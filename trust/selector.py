@@ -181,15 +181,19 @@ def _optional_string(value: Mapping[str, Any], key: str) -> str | None:
     return item
 
 
+def _reject_unknown_fields(value: Mapping[str, Any], where: str, known: tuple[str, ...]) -> None:
+    unknown = sorted(str(k) for k in value if k not in known)
+    if unknown:
+        raise SelectorError(
+            f"{where} has unknown field(s) {', '.join(repr(k) for k in unknown)} "
+            f"({', '.join(known)})"
+        )
+
+
 def _validate_label_selector(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise SelectorError(f"labelSelector must be an object, not {_json_type(value)}")
-    unknown = sorted(str(k) for k in value if k not in _LABEL_SELECTOR_FIELDS)
-    if unknown:
-        raise SelectorError(
-            f"labelSelector has unknown field(s) {', '.join(repr(k) for k in unknown)} "
-            "(matchLabels, matchExpressions)"
-        )
+    _reject_unknown_fields(value, "labelSelector", _LABEL_SELECTOR_FIELDS)
     match_labels = value.get("matchLabels") or {}
     if not isinstance(match_labels, Mapping):
         raise SelectorError("labelSelector.matchLabels must be an object")
@@ -210,12 +214,7 @@ def _check_expression(index: int, expr: Any) -> None:
     where = f"matchExpressions[{index}]"
     if not isinstance(expr, Mapping):
         raise SelectorError(f"{where} must be an object")
-    unknown = sorted(str(k) for k in expr if k not in _EXPRESSION_FIELDS)
-    if unknown:
-        raise SelectorError(
-            f"{where} has unknown field(s) {', '.join(repr(k) for k in unknown)} "
-            "(key, operator, values)"
-        )
+    _reject_unknown_fields(expr, where, _EXPRESSION_FIELDS)
     key = expr.get("key")
     if not key or not isinstance(key, str):
         raise SelectorError(f"a matchExpressions entry has no key ({where})")
