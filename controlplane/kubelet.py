@@ -111,6 +111,22 @@ def pod_manifest(
     }
 
 
+def deployment_manifest(
+    name: str, template: dict[str, Any], *, replicas: int = 1
+) -> dict[str, Any]:
+    """A Deployment of `replicas` Pods from `template`, selecting them by its labels."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": template["metadata"]["labels"]},
+            "template": template,
+        },
+    }
+
+
 def service_manifest(
     name: str,
     namespace: str,

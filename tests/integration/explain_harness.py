@@ -39,17 +39,18 @@ def write_lease(client: Client, namespace: str, holder: str, renewed_ago: float 
         client.replace(f"{path}/{LEASE}", {**old, "spec": body["spec"]})
 
 
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """`service-serving-signer ARGV`, in this process; (exit, stdout, stderr)."""
+    result = CliRunner().invoke(main, list(argv), prog_name="service-serving-signer")
+    return result.exit_code, result.stdout, result.stderr
+
+
 def run_explain(kubeconfig: Path | str, lease_namespace: str, *args: str) -> tuple[int, str, str]:
     """`service-serving-signer explain ARGS` with the test's Lease; (exit, stdout, stderr)."""
-    result = CliRunner().invoke(
-        main,
-        [
-            "explain",
-            *args,
-            f"--kubeconfig={kubeconfig}",
-            f"--lease-namespace={lease_namespace}",
-            f"--lease-name={LEASE}",
-        ],
-        prog_name="service-serving-signer",
+    return run_cli(
+        "explain",
+        *args,
+        f"--kubeconfig={kubeconfig}",
+        f"--lease-namespace={lease_namespace}",
+        f"--lease-name={LEASE}",
     )
-    return result.exit_code, result.stdout, result.stderr

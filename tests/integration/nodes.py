@@ -83,16 +83,18 @@ def serving_pod(
     app: str,
     signer_name: str,
     services: str | None = None,
+    node_index: int = 0,
     **kwargs: Any,
 ) -> JSON:
-    """The usual test Pod: on the first hollow node, labelled `app=<app>`, its projection
-    naming `services` (default: the Service called like the app) for `signer_name`."""
+    """The usual test Pod: on hollow node `node_index` (the first), labelled `app=<app>`,
+    its projection naming `services` (default: the Service called like the app) for
+    `signer_name`."""
     annotations = {"kubernetes.io/service-names": app if services is None else services}
     return create_pod(
         client,
         namespace,
         name,
-        node=cluster.nodes[0].name,
+        node=cluster.nodes[node_index].name,
         labels={"app": app},
         signer_name=signer_name,
         annotations=annotations,

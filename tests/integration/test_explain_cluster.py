@@ -14,19 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from controlplane.cluster import Cluster
+from controlplane.kubelet import deployment_manifest
 from controlplane.workload import cert_pod, wait_running
 from kube.client import ApiError, Client, is_not_found
-from manager.cli import main
+from kube.types import JSON
+from tests.integration.explain_harness import run_cli
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.manifests import apply, ensure_namespace
 from tests.integration.nodes import (
     condition_of_type,
-    create_pod,
     create_service,
     pcrs_of,
+    serving_pod,
     signer_fixture,
     stays_not_running,
     unique_signer_name,
@@ -122,36 +123,23 @@ def test_app_team_is_told_nothing_will_act_when_the_only_signer_stopped(
         finally:
             assert signer.stop() == 0  # releases the Lease: holderIdentity ""
     create_service(cluster_client, ns, "web", {"app": "web"})
-    create_pod(
-        cluster_client,
-        ns,
-        "nosigner-0",
-        node=cluster.nodes[0].name,
-        labels={"app": "web"},
-        signer_name=SIGNER,
-        annotations={"kubernetes.io/service-names": "web"},
-    )
+    serving_pod(cluster, cluster_client, ns, "nosigner-0", app="web", signer_name=SIGNER)
     assert eventually(lambda: bool(pcrs_of(cluster_client, ns, "nosigner-0")), 120)
     [pcr] = pcrs_of(cluster_client, ns, "nosigner-0")
     assert stays_not_running(cluster_client, ns, "nosigner-0", 3)
     kubeconfig = app_team_kubeconfig(cluster, cluster_client, ns, tmp_path / "alice")
 
     def explain() -> tuple[int, str, str]:
-        result = CliRunner().invoke(
-            main,
-            [
-                "explain",
-                "pod",
-                "nosigner-0",
-                "-n",
-                ns,
-                f"--kubeconfig={kubeconfig}",
-                f"--signer-name={SIGNER}",
-                f"--lease-namespace={lease_namespace}",
-            ],
-            prog_name="service-serving-signer",
+        return run_cli(
+            "explain",
+            "pod",
+            "nosigner-0",
+            "-n",
+            ns,
+            f"--kubeconfig={kubeconfig}",
+            f"--signer-name={SIGNER}",
+            f"--lease-namespace={lease_namespace}",
         )
-        return result.exit_code, result.stdout, result.stderr
 
     # `view` may still carry the rules of a role deleted a moment ago (KCM re-aggregates).
     assert eventually(lambda: explain()[0] == 1, 60, interval=1), explain()[1]
@@ -193,18 +181,13 @@ def test_app_team_is_told_nothing_will_act_when_the_only_signer_stopped(
     assert stays_not_running(cluster_client, ns, "nosigner-0", 1)
 
     def status(*args: str) -> tuple[int, str, str]:
-        result = CliRunner().invoke(
-            main,
-            [
-                "status",
-                *args,
-                f"--kubeconfig={kubeconfig}",
-                f"--signer-name={SIGNER}",
-                f"--lease-namespace={lease_namespace}",
-            ],
-            prog_name="service-serving-signer",
+        return run_cli(
+            "status",
+            *args,
+            f"--kubeconfig={kubeconfig}",
+            f"--signer-name={SIGNER}",
+            f"--lease-namespace={lease_namespace}",
         )
-        return result.exit_code, result.stdout, result.stderr
 
     code, out, _ = status("-n", ns)
     assert code == 5, out
@@ -251,25 +234,21 @@ def test_advice_for_a_deployments_pod_is_followed_to_an_issued_certificate(
     `Shop/Web`; explain names the Deployment's template and the value; applying exactly
     that gets a certificate."""
     ns, client = node_namespace, cluster_client
-    pod_spec = cert_pod(
-        "x",
-        ns,
-        node=None,
-        signer_name=DEPLOY_SIGNER,
-        annotations={"kubernetes.io/service-names": "Shop/Web"},
-    )["spec"]
+
+    def pod_spec(service_names: str) -> JSON:
+        pod = cert_pod(
+            "x",
+            ns,
+            node=None,
+            signer_name=DEPLOY_SIGNER,
+            annotations={"kubernetes.io/service-names": service_names},
+        )
+        spec: JSON = pod["spec"]
+        return spec
+
+    template = {"metadata": {"labels": {"app": "web"}}, "spec": pod_spec("Shop/Web")}
     client.create(
-        f"/apis/apps/v1/namespaces/{ns}/deployments",
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod_spec},
-            },
-        },
+        f"/apis/apps/v1/namespaces/{ns}/deployments", deployment_manifest("web", template)
     )
 
     def denied_pod() -> str | None:
@@ -285,21 +264,17 @@ def test_advice_for_a_deployments_pod_is_followed_to_an_issued_certificate(
     lease = ["--lease-namespace=kube-system", f"--lease-name={signer.lease_name}"]
 
     def explain(name: str) -> tuple[int, str]:
-        result = CliRunner().invoke(
-            main,
-            [
-                "explain",
-                "pod",
-                name,
-                "-n",
-                ns,
-                f"--kubeconfig={cluster.plane.kubeconfig}",
-                f"--signer-name={DEPLOY_SIGNER}",
-                *lease,
-            ],
-            prog_name="service-serving-signer",
+        code, out, err = run_cli(
+            "explain",
+            "pod",
+            name,
+            "-n",
+            ns,
+            f"--kubeconfig={cluster.plane.kubeconfig}",
+            f"--signer-name={DEPLOY_SIGNER}",
+            *lease,
         )
-        return result.exit_code, result.stdout + result.stderr
+        return code, out + err
 
     code, out = explain(pod_name)
     print(f"\n$ explain pod {pod_name} -n {ns}\n{out}(exit {code})")
@@ -314,13 +289,7 @@ def test_advice_for_a_deployments_pod_is_followed_to_an_issued_certificate(
     assert fix in out.splitlines()
 
     create_service(client, ns, "web", {"app": "web"})
-    fixed = cert_pod(
-        "x",
-        ns,
-        node=None,
-        signer_name=DEPLOY_SIGNER,
-        annotations={"kubernetes.io/service-names": "web"},
-    )["spec"]["volumes"]
+    fixed = pod_spec("web")["volumes"]
     client.patch(
         f"/apis/apps/v1/namespaces/{ns}/deployments/web",
         {"spec": {"template": {"spec": {"volumes": fixed}}}},

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from controlplane import ControlPlane
-from controlplane.kubelet import Kubelet, pod_manifest
+from controlplane.kubelet import Kubelet, deployment_manifest, pod_manifest
 from kube.client import Client
 from manager.explain import Explainer, Outcome
 from manager.health import read_health
@@ -177,17 +177,7 @@ def owned_pod(client: Client, namespace: str, name: str, annotations: dict[str, 
         "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
     }
     deployment = client.create(
-        f"{apps}/deployments",
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": template,
-            },
-        },
+        f"{apps}/deployments", deployment_manifest("web", template, replicas=0)
     )
     replicaset = client.create(
         f"{apps}/replicasets",

@@ -57,15 +57,15 @@ def test_credential_bundle_holds_key_then_chain_that_verify(
 ) -> None:
     ns = node_namespace
     nodes.create_service(cluster_client, ns, "api", {"app": "api"})
-    nodes.create_pod(
+    nodes.serving_pod(
+        cluster,
         cluster_client,
         ns,
         "api-0",
-        node=cluster.nodes[1].name,
-        labels={"app": "api"},
+        app="api",
         signer_name=SIGNER,
+        node_index=1,
         credential_bundle=True,
-        annotations={"kubernetes.io/service-names": "api"},
     )
 
     _, files = nodes.running_files(cluster, cluster_client, ns, "api-0")

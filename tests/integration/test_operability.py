@@ -24,7 +24,7 @@ from kube.client import Client
 from kube.types import JSON
 from tests.integration.manager_process import SignerProcess, eventually
 from trust.bundle import bundle_digest, bundle_name, normalize_bundle
-from trust.ca import cert_pem, generate_ca, key_pem, write_ca
+from trust.ca import CaFiles, CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 
 pytestmark = pytest.mark.integration
 
@@ -116,6 +116,15 @@ def run_signer(
     return run
 
 
+def rotation(
+    tmp_path: Path, label: str
+) -> tuple[str, CertificateAuthority, CertificateAuthority, CaFiles]:
+    """A fresh signer name, CAs `<label> old` and `<label> new`, and the old one's files
+    in `tmp_path/ca` (where `run_signer` reads them)."""
+    old, new = generate_ca(f"{label} old"), generate_ca(f"{label} new")
+    return unique_signer(), old, new, write_ca(tmp_path / "ca", ca=old)
+
+
 def start(
     plane: ControlPlane, ca_dir: Path, log: Path, signer: str, *args: str, **kw: object
 ) -> SignerProcess:
@@ -128,9 +137,7 @@ def start(
 def test_rejected_rotation_shows_material_invalid_and_keeps_the_fingerprint_until_fixed(
     client: Client, tmp_path: Path, run_signer: RunSigner
 ) -> None:
-    signer = unique_signer()
-    old, new = generate_ca("rejected old"), generate_ca("rejected new")
-    files = write_ca(tmp_path / "ca", ca=old)
+    signer, old, new, files = rotation(tmp_path, "rejected")
     with run_signer(signer) as process:
         assert eventually(process.ready, 60), "ready"
         before = material_info(process)
@@ -194,9 +201,7 @@ def test_publisher_only_runs_without_a_ca_key(
 def test_new_bundle_is_published_while_the_signers_key_is_broken(
     client: Client, tmp_path: Path, run_signer: RunSigner
 ) -> None:
-    signer = unique_signer()
-    old, new = generate_ca("broken-key old"), generate_ca("broken-key new")
-    files = write_ca(tmp_path / "ca", ca=old)
+    signer, old, new, files = rotation(tmp_path, "broken-key")
     with run_signer(signer) as process:
         assert eventually(lambda: len(bundle_names(client, signer)) == 1, 60)
         put(files.key, key_pem(new.key))  # broken: does not match the cert

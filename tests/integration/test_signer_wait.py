@@ -85,9 +85,7 @@ def test_waits_when_service_missing_then_issues_on_create(
 def test_repeated_waits_aggregate_into_one_event(
     signer: RunningSigner, client: Client, namespace: str
 ) -> None:
-    kubelet = signer.kubelet
-    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+    created = request_for_web_0(signer, namespace, "web")
     wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
     eventually(lambda: events_for(client, namespace, reason="ServiceNotFound"), what="event")
 
@@ -105,15 +103,32 @@ def test_repeated_waits_aggregate_into_one_event(
     assert events[0].get("series", {}).get("count", 1) >= 2
 
 
+def request_for_web_0(signer: RunningSigner, namespace: str, service_names: str) -> JSON:
+    """Pod web-0 (app=web) and a request for it naming `service_names`, as created."""
+    pod = signer.kubelet.create_pod("web-0", namespace, labels={"app": "web"})
+    created, _ = signer.kubelet.create_pcr(
+        pod, annotations={"kubernetes.io/service-names": service_names}
+    )
+    return created
+
+
 def waiting_on_a_selector(signer: RunningSigner, namespace: str, selector: dict[str, str]) -> JSON:
     """Pod web-0 (app=web), Service web with `selector` (which does not select it) and a
     request naming the Service, once the signer has it waiting; the request as created."""
-    kubelet = signer.kubelet
-    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-    kubelet.create_service("web", namespace, selector=selector)
-    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+    signer.kubelet.create_service("web", namespace, selector=selector)
+    created = request_for_web_0(signer, namespace, "web")
     wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
     return created
+
+
+def patch_then_issued(client: Client, created: JSON, path: str, labels: dict[str, str]) -> None:
+    """Patch `labels` into the Service's selector or the Pod's labels (`path` says which);
+    the waiting request is then Issued within the redrive time."""
+    if "/services/" in path:
+        client.patch(path, {"spec": {"selector": labels}})
+    else:
+        client.patch(path, {"metadata": {"labels": labels}})
+    assert condition(wait_terminal(client, created, timeout=REDRIVE_SECONDS))["type"] == "Issued"
 
 
 def test_selector_mismatch_waits_then_issues_when_the_selector_is_fixed(
@@ -124,11 +139,9 @@ def test_selector_mismatch_waits_then_issues_when_the_selector_is_fixed(
         lambda: events_for(client, namespace, reason="ServiceSelectorMismatch"), what="event"
     )
 
-    client.patch(
-        f"/api/v1/namespaces/{namespace}/services/web", {"spec": {"selector": {"app": "web"}}}
+    patch_then_issued(
+        client, created, f"/api/v1/namespaces/{namespace}/services/web", {"app": "web"}
     )
-
-    assert condition(wait_terminal(client, created, timeout=REDRIVE_SECONDS))["type"] == "Issued"
 
 
 def test_selector_mismatch_waits_then_issues_when_the_pod_labels_change(
@@ -136,11 +149,9 @@ def test_selector_mismatch_waits_then_issues_when_the_pod_labels_change(
 ) -> None:
     created = waiting_on_a_selector(signer, namespace, {"app": "web", "tier": "front"})
 
-    client.patch(
-        f"/api/v1/namespaces/{namespace}/pods/web-0", {"metadata": {"labels": {"tier": "front"}}}
+    patch_then_issued(
+        client, created, f"/api/v1/namespaces/{namespace}/pods/web-0", {"tier": "front"}
     )
-
-    assert condition(wait_terminal(client, created, timeout=REDRIVE_SECONDS))["type"] == "Issued"
 
 
 def test_cluster_ip_subdomain_service_waits_as_not_headless(
@@ -159,9 +170,7 @@ def test_cluster_ip_subdomain_service_waits_as_not_headless(
 def test_deleted_waiting_request_leaves_no_index_entry(
     signer: RunningSigner, client: Client, namespace: str
 ) -> None:
-    kubelet = signer.kubelet
-    pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
-    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web,api"})
+    created = request_for_web_0(signer, namespace, "web,api")
     key = f"{namespace}/{created['metadata']['name']}"
     wait_until_waiting(signer, key)
     assert signer.controller.index.services_of(key) == {f"{namespace}/web", f"{namespace}/api"}
