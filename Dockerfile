@@ -72,11 +72,23 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log
 ARG VERSION=0.1.0
 ARG VERSION_COMMIT=unknown
+# The OCI annotation keys (image-spec annotations.md). `created` is the commit's time, not
+# the build's, so two builds of one commit carry the same labels; `base.name` is the
+# BASE_IMAGE argument (a digest-pinned reference on a release build).
+ARG CREATED=1970-01-01T00:00:00Z
+ARG SOURCE=https://github.com/service-serving-signer/service-serving-signer
+ARG BASE_IMAGE
 LABEL org.opencontainers.image.title="service-serving-signer" \
       org.opencontainers.image.description="kubernetes.io/service-serving PodCertificateRequest signer (KEP-6283)" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${VERSION_COMMIT}"
+      org.opencontainers.image.revision="${VERSION_COMMIT}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.url="${SOURCE}" \
+      org.opencontainers.image.documentation="${SOURCE}/blob/main/docs/release.md" \
+      org.opencontainers.image.vendor="service-serving-signer" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}"
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: venv controlplane image test test-unit test-integration test-faults lint demo bench soak clean
+.PHONY: venv controlplane image release test test-unit test-integration test-faults lint demo bench soak clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
@@ -18,6 +18,11 @@ controlplane: venv
 # The OCI image (buildah + mmdebstrap, installed on first use) into dist/; up to date = no-op.
 image:
 	hack/image.sh
+
+# The image, its SBOM (syft: SPDX + CycloneDX), the packaged chart, the image's digest and
+# labels, and SHA256SUMS, into dist/ (docs/release.md).
+release: venv
+	hack/release.sh
 
 lint: venv
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy

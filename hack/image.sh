@@ -27,6 +27,9 @@ MIRROR=${MIRROR:-http://deb.debian.org/debian}
 NAME=${IMAGE_NAME:-localhost/service-serving-signer}
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
 COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+# org.opencontainers.image.created: the commit's time (UTC), so a rebuild of one commit
+# labels the image the same.
+CREATED=$(TZ=UTC git log -1 --date=format-local:%Y-%m-%dT%H:%M:%SZ --format=%cd 2>/dev/null || echo 1970-01-01T00:00:00Z)
 CONTEXT=(Dockerfile .dockerignore pyproject.toml README.md requirements.lock
   hack/build-requirements.lock kube trust signer publisher injector manager)
 # -dirty: the build context differs from the commit (changes elsewhere do not count).
@@ -91,7 +94,7 @@ build() {
   [ -s "$ca" ] && trust=(--volume "$ca:/run/build-ca.crt:ro" --build-arg PIP_CERT=/run/build-ca.crt)
   bah bud --quiet --isolation chroot --pull=never --layers "${trust[@]}" \
     --build-arg "BASE_IMAGE=$BASE" --build-arg "VERSION=$VERSION" \
-    --build-arg "VERSION_COMMIT=$COMMIT" \
+    --build-arg "VERSION_COMMIT=$COMMIT" --build-arg "CREATED=$CREATED" \
     --tag "$NAME:$VERSION" -f Dockerfile "$ROOT" >&2
   rm -f "$OUT.partial"
   bah push --quiet "$NAME:$VERSION" "oci-archive:$ROOT/$OUT.partial:$NAME:$VERSION" >&2

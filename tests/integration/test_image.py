@@ -172,13 +172,18 @@ class Image:
         return [*cmd, container, "--", *argv]
 
 
-@pytest.fixture(scope="module")
-def image() -> Image:
+def built_image() -> Image:
+    """hack/image.sh builds the image, or finds it up to date."""
     build = subprocess.run(
         ["bash", str(ROOT / "hack" / "image.sh")], capture_output=True, text=True, check=False
     )
     assert build.returncode == 0, build.stderr[-4000:]
     return Image()
+
+
+@pytest.fixture(scope="module")
+def image() -> Image:
+    return built_image()
 
 
 @pytest.fixture
