@@ -150,6 +150,7 @@ class EventRecorder:
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.client = client
         self.reporting_controller = reporting_controller
         self.reporting_instance = reporting_instance

@@ -144,6 +144,7 @@ class Backoff:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.initial = initial
         self.maximum = maximum
         self.factor = factor
@@ -183,6 +184,7 @@ class Informer(Generic[T]):
         page_size: int = 500,
         watch_list: bool = True,
         read_timeout: float | None = None,
+        # Backoff's settings forwarded by name (intentional: a caller tunes them here).
         min_watch_timeout: int = 300,
         max_watch_timeout: int = 600,
         backoff_initial: float = 0.8,

@@ -170,6 +170,7 @@ def _base_builder(signing: x509.Certificate, rsa_leaf: bool) -> x509.Certificate
         .subject_name(x509.Name([]))
         .issuer_name(signing.subject)
         .add_extension(
+            # Every flag by name, as trust/ca.py's CA (intentional: KeyUsage takes all nine).
             x509.KeyUsage(
                 digital_signature=True,
                 content_commitment=False,

@@ -116,6 +116,7 @@ class Decider:
         domain: str,
         pcr_version: str,
     ) -> None:
+        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.pods = pods
         self.services = services
         self.lookups = lookups

@@ -243,6 +243,7 @@ def pod_record(obj: JSON) -> PodRecord:
     )
 
 
+# Each transform reads its kind's fields straight from the JSON (intentional: informer hot path).
 def service_record(obj: JSON) -> ServiceRecord:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}

@@ -230,6 +230,7 @@ class LeafTemplate:
             ),
         )
 
+    # `pem` takes exactly `tbs`'s arguments (intentional: the same leaf, rendered further).
     def pem(
         self,
         public_key: PublicKey,

@@ -38,7 +38,7 @@ from typing import Any, TypeAlias
 from prometheus_client import CollectorRegistry
 
 from trust.bundle import TrustBundle
-from trust.material import (
+from trust.material import (  # the names trust/managed.py imports too (intentional)
     DEFAULT_DOMAIN,
     BundleListener,
     LeafIssuer,
@@ -293,6 +293,7 @@ class FileMaterialSource:
         digest: _Digest | None = None
         try:
             check_distinct(self.key_path, self.cert_path)
+            # Twin of the bundle load above (intentional: its own state and failure key).
             files = read_files(self.key_path, self.cert_path, self.bundle_path)
             digest = files.digest
             if digest == self._digest:

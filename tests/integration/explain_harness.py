@@ -29,6 +29,7 @@ def write_lease(client: Client, namespace: str, holder: str, renewed_ago: float 
             "acquireTime": stamp,
         },
     }
+    # Create, else replace what an earlier test left (intentional: shipped.py does so per kind).
     path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
     try:
         client.create(path, body)

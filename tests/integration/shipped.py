@@ -203,6 +203,7 @@ class ShippedPod:
 
 
 def deploy(
+    # The Deployment's inputs, one a line (intentional: a shape long signatures share).
     cluster: Cluster,
     client: Client,
     key_pem: bytes,

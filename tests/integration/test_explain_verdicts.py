@@ -282,6 +282,7 @@ def test_names_as_kubectl_takes_them(
 
 def test_context_and_its_namespace_come_from_the_kubeconfig(
     explain: Any,
+    # Fixtures by name: the parameter list is this test's declared needs (intentional repeat).
     control_plane: ControlPlane,
     client: Client,
     kubelet: Kubelet,

@@ -17,6 +17,7 @@ from tests.integration.signer_harness import RunningSigner, eventually
 pytestmark = pytest.mark.integration
 
 
+# This module's `signer` (intentional: each module picks its RunningSigner's options).
 @pytest.fixture
 def signer(cluster_client: Client) -> Iterator[RunningSigner]:
     with RunningSigner(cluster_client) as running:

@@ -54,6 +54,7 @@ KEY_MOUNT = "/var/run/secrets/service-serving-signer/ca"
 BUNDLE_MOUNT = "/var/run/service-serving-signer/trust-bundle"
 
 
+# The shipped Deployment with this module's own CA (intentional: as test_image.py does).
 @pytest.fixture(scope="module")
 def old_ca() -> CertificateAuthority:
     return generate_ca("rotation test root 1")
@@ -131,6 +132,7 @@ def issue_through_kubelet(
 
 
 def test_signer_authenticates_in_cluster_with_the_kubelet_written_service_account_volume(
+    # Fixtures by name: the parameter list is this test's declared needs (intentional repeat).
     cluster: Cluster,
     cluster_client: Client,
     shipped: list[ShippedPod],

@@ -322,6 +322,7 @@ def test_ca_rotation_runbook_issues_every_request_and_keeps_both_roots_published
                         published_roots.append(roots)
                     time.sleep(0.05)
 
+            # Two loops as in test_injector_rotation.py (intentional: each its own output).
             threads = [
                 threading.Thread(target=create_continuously, daemon=True),
                 threading.Thread(target=watch_published, daemon=True),

@@ -101,6 +101,7 @@ def status_body(code: int, reason: str, message: str) -> JSON:
 # requests ------------------------------------------------------------------------------
 
 
+# A request as the fake saw it (a plain record: a shape every small dataclass shares).
 @dataclass(frozen=True)
 class Request:
     method: str

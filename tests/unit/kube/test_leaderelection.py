@@ -130,6 +130,12 @@ def test_stop_while_leading_stops_the_leader_work_and_releases_the_lease(fake: F
     assert not a.lost.is_set(), "a requested stop is not a lost lease"
 
 
+def held_by(fake: FakeApi) -> tuple[str, int]:
+    """The Lease's holder and its transition count."""
+    spec = lease_spec(fake)
+    return spec["holderIdentity"], spec["leaseTransitions"]
+
+
 def test_a_standby_waits_then_takes_over_at_once_after_release(fake: FakeApi) -> None:
     a = candidate(fake, "a", lease_duration=5.0, renew_deadline=2.0).start()
     assert a.started.wait(3)
@@ -141,9 +147,7 @@ def test_a_standby_waits_then_takes_over_at_once_after_release(fake: FakeApi) ->
         a.finish()
         assert b.started.wait(3)
         assert time.monotonic() - released < 1.0, "no need to wait out the 5 s lease"
-        spec = lease_spec(fake)
-        assert spec["holderIdentity"] == "b"
-        assert spec["leaseTransitions"] == 1
+        assert held_by(fake) == ("b", 1)
     finally:
         b.finish()
 
@@ -168,9 +172,7 @@ def test_an_abandoned_lease_is_taken_only_after_it_expires_by_our_clock(fake: Fa
     try:
         assert b.started.wait(4)
         assert time.monotonic() - began >= 0.95
-        spec = lease_spec(fake)
-        assert spec["holderIdentity"] == "b"
-        assert spec["leaseTransitions"] == 5
+        assert held_by(fake) == ("b", 5)
     finally:
         b.finish()
 

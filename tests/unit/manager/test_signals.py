@@ -64,46 +64,43 @@ def next_line(proc: subprocess.Popen[str]) -> str:
     return proc.stdout.readline().strip()
 
 
+REREAD = "SIGHUP: re-reading the signing-material files"
+
+
+def signalled(proc: subprocess.Popen[str], signum: int) -> list[str]:
+    """Send `signum`; the next two lines the child prints (what it did about it)."""
+    proc.send_signal(signum)
+    return [next_line(proc), next_line(proc)]
+
+
 def test_sigterm_delivered_to_another_thread_still_stops_the_process() -> None:
     with child() as proc:
-        proc.send_signal(signal.SIGTERM)
-        assert next_line(proc) == "shutting down"
-        assert next_line(proc) == "stopped"
+        assert signalled(proc, signal.SIGTERM) == ["shutting down", "stopped"]
         assert proc.wait(timeout=60) == 0
 
 
 def test_sigint_stops_the_process_like_sigterm() -> None:
     with child() as proc:
-        proc.send_signal(signal.SIGINT)
-        assert next_line(proc) == "shutting down"
-        assert next_line(proc) == "stopped"
+        assert signalled(proc, signal.SIGINT) == ["shutting down", "stopped"]
 
 
 def test_a_second_sigterm_exits_at_once_with_status_1() -> None:
     with child(linger=120) as proc:
-        proc.send_signal(signal.SIGTERM)
-        assert next_line(proc) == "shutting down"
-        assert next_line(proc) == "stopped"
+        assert signalled(proc, signal.SIGTERM) == ["shutting down", "stopped"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 1
 
 
 def test_sighup_rereads_the_material_and_does_not_stop() -> None:
     with child() as proc:
-        proc.send_signal(signal.SIGHUP)
-        assert next_line(proc) == "SIGHUP: re-reading the signing-material files"
-        assert next_line(proc) == "reloaded"
+        assert signalled(proc, signal.SIGHUP) == [REREAD, "reloaded"]
         assert proc.poll() is None, "SIGHUP never stops the process"
-        proc.send_signal(signal.SIGTERM)
-        assert next_line(proc) == "shutting down"
-        assert next_line(proc) == "stopped"
+        assert signalled(proc, signal.SIGTERM) == ["shutting down", "stopped"]
 
 
 def test_a_failing_reload_is_logged_and_later_signals_are_still_served() -> None:
     with child(reload="fail") as proc:
-        proc.send_signal(signal.SIGHUP)
-        assert next_line(proc) == "SIGHUP: re-reading the signing-material files"
-        assert next_line(proc) == "reloaded"
+        assert signalled(proc, signal.SIGHUP) == [REREAD, "reloaded"]
         lines = []
         while (line := next_line(proc)) != "shutting down":
             lines.append(line)
