@@ -11,6 +11,10 @@ What counts as what is decided here, once:
   of the three.
 - `waiting_resyncs_total`: waiting requests re-driven by the periodic resync
   (`--waiting-resync-period`) rather than by an event.
+- `pod_waiting_seconds{namespace}`: how long the longest-waiting Pod of each namespace
+  has waited, across the requests kubelet made for it (`signer.podwaits`: the cleaner
+  replaces a request every ~16 minutes, so a request's age would restart). Only
+  namespaces with a waiting Pod have a series.
 
 Counters with known label values start at 0 so alerts work from the first scrape. The
 pending gauges and the signer expiry gauge are read at scrape time from callables, so
@@ -19,9 +23,14 @@ they can never go stale.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from signer.podwaits import PodWaits
 
 PREFIX = "service_serving_ca_controller"
 
@@ -44,8 +53,10 @@ ISSUANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 
 
 
 class SignerMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
         self.registry = registry
+        self.pod_waits = PodWaits(clock)
+        registry.register(_PodWaitCollector(self.pod_waits))
         self.requests = Counter(
             f"{PREFIX}_requests",
             "PodCertificateRequests handled by the service-serving signer, by result "
@@ -122,3 +133,21 @@ class SignerMetrics:
         """Current value of `requests_total{result}` (tests and the demo read it)."""
         value = self.registry.get_sample_value(f"{PREFIX}_requests_total", {"result": result})
         return float(value or 0.0)
+
+
+class _PodWaitCollector(Collector):
+    """`pod_waiting_seconds{namespace}`, read from `PodWaits` at scrape time."""
+
+    def __init__(self, waits: PodWaits) -> None:
+        self._waits = waits
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            f"{PREFIX}_pod_waiting_seconds",
+            "Seconds the longest-waiting Pod of the namespace has waited for a certificate, "
+            "across the PodCertificateRequests kubelet made for it.",
+            labels=["namespace"],
+        )
+        for namespace, seconds in sorted(self._waits.oldest_by_namespace().items()):
+            family.add_metric([namespace], seconds)
+        yield family
