@@ -150,7 +150,7 @@ class SignerController:
         self._clock = clock
 
         self.index = WaitingIndex(clock)
-        self.metrics = SignerMetrics(registry)
+        self.metrics = SignerMetrics(registry, clock)
         self.metrics.bind(
             pending=self.index.pending,
             oldest_pending=self.index.oldest_age,
@@ -202,10 +202,10 @@ class SignerController:
         if new.terminal is None:
             self.queue.add(new.key)
         else:
-            self.index.forget(new.key)
+            self._forget(new.key)
 
     def _on_pcr_delete(self, pcr: PCRRecord) -> None:
-        self.index.forget(pcr.key)
+        self._forget(pcr.key, gone=True)
         with self._blocked_lock:
             self._blocked_on_material.discard(pcr.key)
 
@@ -255,7 +255,7 @@ class SignerController:
         """Decide and act for one request. Idempotent; reads caches; at most one write."""
         pcr = self.pcrs.get(key)
         if pcr is None or pcr.terminal is not None or pcr.signer_name != self.signer_name:
-            self.index.forget(key)
+            self._forget(key, gone=pcr is None)
             return None
         # The whole decision, without coming back here (signer.decide). API errors
         # raise: the loop retries them (after Retry-After when transient) and counts
@@ -283,7 +283,7 @@ class SignerController:
                 extra={"key": pcr.key, "condition": decision.condition, "reason": decision.reason},
             )
             self.metrics.failed(decision.reason)
-            self.index.forget(pcr.key)
+            self._forget(pcr.key)
             self._record_terminal(pcr, decision)
             return None
         return Requeue()
@@ -314,6 +314,8 @@ class SignerController:
             (b.service_key for b in decision.blockers),
             since=pcr.created.timestamp() if pcr.created else None,
         )
+        since = pcr.created.timestamp() if pcr.created else self._clock()
+        self.metrics.pod_waits.waiting(pcr.pod_uid, pcr.namespace, pcr.key, since)
         # The request may have been deleted (the cleaner deletes exactly the waiting ones)
         # or finished by another replica after `sync` read it: its handler ran before our
         # entry existed and removed nothing. The informer updates the cache before it runs
@@ -321,7 +323,7 @@ class SignerController:
         # request as it was, a later delete or update will find and drop our entry.
         current = self.pcrs.get(pcr.key)
         if current is None or current.uid != pcr.uid or current.terminal is not None:
-            self.index.forget(pcr.key)
+            self._forget(pcr.key, gone=current is None or current.uid != pcr.uid)
             return
         # An event that changed a Service or the Pod after we read the cache but before
         # the request entered the index found nobody waiting: re-drive it ourselves.
@@ -391,7 +393,7 @@ class SignerController:
         if written:
             age = self._clock() - pcr.created.timestamp() if pcr.created else None
             self.metrics.issued(age)
-            self.index.forget(pcr.key)
+            self._forget(pcr.key)
             log.info("certificate issued", extra={"key": pcr.key, "names": decision.dns_names})
             return None
         return Requeue()
@@ -422,7 +424,7 @@ class SignerController:
             return True
         except ApiError as err:
             if is_not_found(err):
-                self.index.forget(pcr.key)
+                self._forget(pcr.key, gone=True)
                 return None
             if err.status != 409:
                 raise
@@ -432,13 +434,23 @@ class SignerController:
             current = self.client.get(path)
         except ApiError as err:
             if is_not_found(err):
-                self.index.forget(pcr.key)
+                self._forget(pcr.key, gone=True)
                 return None
             raise
         if terminal_condition(current.get("status") or {}) is not None:
-            self.index.forget(pcr.key)
+            self._forget(pcr.key)
             return None
         return False
+
+    def _forget(self, key: str, *, gone: bool = False) -> None:
+        """The request no longer waits: answered (by us or another replica), or `gone`
+        (deleted, usually by the cleaner). Its Pod's wait ends with an answer; after a
+        deletion the Pod still waits for kubelet's next request (signer.podwaits)."""
+        self.index.forget(key)
+        if gone:
+            self.metrics.pod_waits.released(key)
+        else:
+            self.metrics.pod_waits.resolved(key)
 
     def _signer_not_after(self) -> float:
         try:

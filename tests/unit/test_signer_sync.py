@@ -1073,3 +1073,47 @@ def test_periodic_resync_re_drives_only_the_waiting_requests_and_counts_them() -
     finally:
         stop.set()
         thread.join(10)
+
+
+def pod_wait(h: Harness, namespace: str = NS) -> float | None:
+    return h.registry.get_sample_value(
+        "service_serving_ca_controller_pod_waiting_seconds", {"namespace": namespace}
+    )
+
+
+def test_a_pods_wait_is_counted_across_the_cleaners_replacement_of_its_request(
+    h: Harness,
+) -> None:
+    """Issue 22: the cleaner deletes the waiting request and kubelet makes another; the
+    Pod's wait (the pending alert's metric) goes on from the first request's creation,
+    where the oldest request's age starts again."""
+    pod = h.pod()
+    first = h.pcr(pod, name="req-1")
+    h.controller.sync(first.key)
+    waited = pod_wait(h)
+    assert waited is not None and waited >= 2
+
+    del h.pcrs[first.key]
+    h.controller._on_pcr_delete(first)  # the cleaner
+    assert (pod_wait(h) or 0) >= waited, "still waiting between the two requests"
+    second = h.pcr(pod, name="req-2")
+    h.controller.sync(second.key)
+    assert (pod_wait(h) or 0) >= waited
+    assert h.gauge("oldest_pending_seconds") < waited + 1
+
+    h.service()
+    h.controller.sync(second.key)
+    [(_, path, body)] = h.client.writes()
+    assert path == h.status_path("req-2")
+    assert body["status"]["conditions"][0]["type"] == "Issued"
+    assert pod_wait(h) is None, "an answered Pod no longer waits"
+    assert h.controller.metrics.pod_waits.size() == 0
+
+
+def test_a_denied_request_ends_its_pods_wait(h: Harness) -> None:
+    pod = h.pod()
+    pcr = h.pcr(pod)
+    h.controller.sync(pcr.key)
+    assert pod_wait(h) is not None
+    h.controller._on_pcr_update(pcr, dataclasses.replace(pcr, terminal="Denied"))
+    assert pod_wait(h) is None
