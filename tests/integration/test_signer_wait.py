@@ -186,6 +186,46 @@ def test_deleted_waiting_request_leaves_no_index_entry(
     assert signer.registry.get_sample_value("service_serving_ca_controller_pending_requests") == 0.0
 
 
+def test_a_pods_wait_goes_on_when_its_waiting_request_is_replaced(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    """Issue 22: what kube-controller-manager's cleaner and kubelet do to a stuck Pod —
+    delete its waiting request, then make a new one for the same Pod. The Pod's wait
+    (`pod_waiting_seconds{namespace}`, the pending alert's metric) does not start again;
+    once the Service appears and the new request is issued, the namespace's series goes."""
+    created = request_for_web_0(signer, namespace, "web")
+    wait_until_waiting(signer, f"{namespace}/{created['metadata']['name']}")
+
+    def waited() -> float | None:
+        return signer.registry.get_sample_value(
+            "service_serving_ca_controller_pod_waiting_seconds", {"namespace": namespace}
+        )
+
+    time.sleep(4)
+    before = waited()
+    assert before is not None and before >= 3
+    client.delete(
+        f"/apis/certificates.k8s.io/v1/namespaces/{namespace}/podcertificaterequests/"
+        f"{created['metadata']['name']}"
+    )
+    eventually(lambda: signer.controller.index.sizes() == (0, 0, 0), what="first forgotten")
+    pod = client.get(f"/api/v1/namespaces/{namespace}/pods/web-0")
+    second, _ = signer.kubelet.create_pcr(pod, annotations={"kubernetes.io/service-names": "web"})
+    wait_until_waiting(signer, f"{namespace}/{second['metadata']['name']}")
+    oldest = signer.registry.get_sample_value(
+        "service_serving_ca_controller_oldest_pending_seconds"
+    )
+    now = waited()
+    assert now is not None and now >= before, "the Pod's wait went on across the new request"
+    # The request's own age restarted: it is younger by at least the 4 s slept (less the
+    # creationTimestamp's one-second resolution).
+    assert oldest is not None and oldest <= now - 2
+
+    signer.kubelet.create_service("web", namespace, selector={"app": "web"})
+    assert condition(wait_terminal(client, second, timeout=REDRIVE_SECONDS))["type"] == "Issued"
+    eventually(lambda: waited() is None, what="no series once the Pod is answered")
+
+
 def queue_adds(signer: RunningSigner) -> float:
     value = signer.registry.get_sample_value("workqueue_adds_total", {"name": QUEUE_NAME})
     return float(value or 0.0)
