@@ -96,6 +96,51 @@ def test_helm_uninstall_keeps_the_namespace_and_the_ca_secret_it_did_not_create(
     )
 
 
+# What the chart rendered before issue 22 (its templates/namespace.yaml), to stand for a
+# release installed from such a chart.
+OLD_NAMESPACE_TEMPLATE = """apiVersion: v1
+kind: Namespace
+metadata:
+  name: {{ .Release.Namespace }}
+  labels:
+    {{- include "sss.labels" . | nindent 4 }}
+    pod-security.kubernetes.io/enforce: restricted
+"""
+
+
+def test_upgrading_a_release_that_owned_the_namespace_keeps_it_once_annotated(
+    control_plane: ControlPlane, client: Client, tmp_path: Path
+) -> None:
+    """docs/install.md "Upgrade": Helm deletes what the new chart no longer renders, so a
+    release whose chart rendered the Namespace would delete it, and the CA Secret, on
+    upgrade; `helm.sh/resource-policy=keep` on the live Namespace stops that."""
+    namespace = "upgrade-keeps-ca"
+    kubeconfig = ["--kubeconfig", str(control_plane.kubeconfig), "--namespace", namespace]
+    prepare_namespace(client, namespace)
+    old = tmp_path / "old-chart"
+    shutil.copytree(CHART, old, symlinks=False)
+    (old / "templates" / "namespace.yaml").write_text(OLD_NAMESPACE_TEMPLATE)
+    lease = ["--set", f"leaderElection.resourceName={namespace}"]
+    result = helm("install", "sss", str(old), "--take-ownership", *lease, *kubeconfig)
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest = helm("get", "manifest", "sss", *kubeconfig).stdout
+    assert "kind: Namespace" in manifest, "the old release owns the namespace"
+
+    client.patch(
+        f"/api/v1/namespaces/{namespace}",
+        {"metadata": {"annotations": {"helm.sh/resource-policy": "keep"}}},
+    )
+    result = helm("upgrade", "sss", str(CHART), *lease, *kubeconfig)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "kind: Namespace" not in helm("get", "manifest", "sss", *kubeconfig).stdout
+    ns = client.get(f"/api/v1/namespaces/{namespace}")
+    assert not ns["metadata"].get("deletionTimestamp"), "the upgrade deleted the namespace"
+    assert client.get(f"/api/v1/namespaces/{namespace}/secrets/service-serving-signer-ca")
+    result = helm("uninstall", "sss", "--wait", *kubeconfig)
+    assert result.returncode == 0, result.stderr
+    assert not client.get(f"/api/v1/namespaces/{namespace}")["metadata"].get("deletionTimestamp")
+
+
 def write_parent_chart(directory: Path, values: JSON) -> Path:
     """A parent chart that depends on this one (file:// repository), as an umbrella chart
     of a platform team does, with `global` values of its own."""
