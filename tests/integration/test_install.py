@@ -76,6 +76,10 @@ def test_helm_uninstall_keeps_the_namespace_and_the_ca_secret_it_did_not_create(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "never deleted by `helm uninstall`" in result.stdout, "NOTES.txt says so"
+    assert (
+        "get secret/service-serving-signer-ca configmap/service-serving-signer-trust-bundle"
+        in result.stdout
+    )
     result = helm("upgrade", "sss", str(CHART), *lease, "--set", "replicaCount=1", *kubeconfig)
     assert result.returncode == 0, result.stdout + result.stderr
     result = helm("uninstall", "sss", "--wait", *kubeconfig)
