@@ -184,8 +184,8 @@ def test_prometheus_component_selects_the_metrics_service() -> None:
     )
     assert "> 600" in exprs["ServiceServingSignerRequestsPending"]
     assert (
-        'absent(leader_election_master_status{name="service-serving-signer"})'
-        in exprs["ServiceServingSignerNoLeader"]
+        "absent(service_serving_ca_controller_requests_total)"
+        in (exprs["ServiceServingSignerNoLeader"])
     )
     assert {"ServiceServingSignerRequestsFailing", "ServiceServingSignerSyncErrors"} <= set(exprs)
     assert "ServiceServingSignerTrustBundleExpiring" in exprs
