@@ -70,6 +70,7 @@ class LeaseState:
         return self.leader is Leader.RENEWING
 
 
+# Small frozen records: their shape recurs in every decide module (intentional, no base).
 @dataclass(frozen=True)
 class Anchor:
     subject: str

@@ -81,20 +81,16 @@ def request_lines(request: RequestReport, now: datetime, indent: str = "  ") -> 
     created = _ago(request.created, now)
     lines = [f"{indent}PodCertificateRequest {request.name} (created {created}): {request.summary}"]
     sub = indent + "  "
-    if request.why_nothing_acts:
-        lines.append(f"{sub}nothing will act: {request.why_nothing_acts}")
-    if request.dns_names:
-        lines.append(f"{sub}names: {', '.join(request.dns_names)}")
-    if request.not_after:
-        lines.append(f"{sub}notAfter: {_in(request.not_after, now)}")
-    if request.begin_refresh_at:
-        lines.append(f"{sub}beginRefreshAt: {_in(request.begin_refresh_at, now)}")
-    if request.reason:
-        lines.append(f"{sub}reason: {request.reason}")
-    if request.message:
-        lines.append(f"{sub}message: {request.message}")
-    if request.fix:
-        lines.append(f"{sub}fix: {request.fix}")
+    fields = (
+        ("nothing will act", request.why_nothing_acts),
+        ("names", ", ".join(request.dns_names)),
+        ("notAfter", request.not_after and _in(request.not_after, now)),
+        ("beginRefreshAt", request.begin_refresh_at and _in(request.begin_refresh_at, now)),
+        ("reason", request.reason),
+        ("message", request.message),
+        ("fix", request.fix),
+    )
+    lines.extend(f"{sub}{label}: {value}" for label, value in fields if value)
     for block in request.blocking:
         lines.append(f"{sub}Service {block.service}: {block.reason}")
         lines.append(f"{sub}  {block.message}")

@@ -14,10 +14,12 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography import x509
 from prometheus_client import CollectorRegistry
 
@@ -205,3 +207,39 @@ def pod_fqdn_request(signer: RunningSigner, namespace: str, *, headless: bool) -
     kubelet.create_service("db", namespace, selector={"app": "db"}, headless=headless)
     created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/add-pod-fqdn": "true"})
     return created
+
+
+@contextmanager
+def looping(*steps: Callable[[], object], pause: float = 0.05) -> Iterator[None]:
+    """Each step run over and over, `pause` apart, on its own daemon thread while the
+    block runs (traffic during a rotation); on leaving, stopped and joined (10 s each)."""
+    stop = threading.Event()
+
+    def loop(step: Callable[[], object]) -> None:
+        while not stop.is_set():
+            step()
+            time.sleep(pause)
+
+    threads = [threading.Thread(target=loop, args=(step,), daemon=True) for step in steps]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+def running_signer_fixture(
+    client_fixture: str = "client", **options: Any
+) -> Callable[[pytest.FixtureRequest], Iterator[RunningSigner]]:
+    """A `signer` fixture for a module: a `RunningSigner(<client_fixture>, **options)`
+    per test (`signer = running_signer_fixture(...)` at module level)."""
+
+    @pytest.fixture
+    def signer(request: pytest.FixtureRequest) -> Iterator[RunningSigner]:
+        with RunningSigner(request.getfixturevalue(client_fixture), **options) as running:
+            yield running
+
+    return signer

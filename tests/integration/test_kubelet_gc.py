@@ -5,23 +5,17 @@ waiting index lets go of it (no leak per deleted Pod)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from controlplane.cluster import Cluster
 from kube.client import Client, is_not_found
 from tests.integration.nodes import pcrs_of, serving_pod
-from tests.integration.signer_harness import RunningSigner, eventually
+from tests.integration.signer_harness import RunningSigner, eventually, running_signer_fixture
 
 pytestmark = pytest.mark.integration
 
 
-# This module's `signer` (intentional: each module picks its RunningSigner's options).
-@pytest.fixture
-def signer(cluster_client: Client) -> Iterator[RunningSigner]:
-    with RunningSigner(cluster_client) as running:
-        yield running
+signer = running_signer_fixture("cluster_client")
 
 
 def test_gc_deleting_request_with_its_pod_leaves_nothing_in_signer_index(

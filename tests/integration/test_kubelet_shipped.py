@@ -131,39 +131,31 @@ def issue_through_kubelet(
     return files
 
 
-def test_signer_authenticates_in_cluster_with_the_kubelet_written_service_account_volume(
-    # Fixtures by name: the parameter list is this test's declared needs (intentional repeat).
+@pytest.mark.parametrize("via", ["in-cluster", "kubeconfig-token-file"])
+def test_signer_authenticates_with_the_kubelet_written_service_account_volume(
     cluster: Cluster,
     cluster_client: Client,
     shipped: list[ShippedPod],
     node_namespace: str,
     tmp_path: Path,
+    via: str,
 ) -> None:
+    """In-cluster (no --kubeconfig) on the first Pod; on the next one, a kubeconfig naming
+    the volume's token file, written in the container's /tmp (its emptyDir: the host's
+    /tmp is hidden from the process)."""
     create_service(cluster_client, node_namespace, "web", {"app": "web"})
-    signer = start_signer(cluster, shipped[0], tmp_path / "signer.log")
+    node = 0 if via == "in-cluster" else 1
+    pod = shipped[node % len(shipped)]
+    args: tuple[str, ...] = ()
+    if via == "kubeconfig-token-file":
+        token_file_kubeconfig(cluster, pod.volume("/tmp") / "kubeconfig")
+        args = ("--kubeconfig=/tmp/kubeconfig",)
+    signer = start_signer(cluster, pod, tmp_path / "signer.log", *args)
     try:
-        assert not any(a.startswith("--kubeconfig") for a in signer.args)
-        issue_through_kubelet(cluster, cluster_client, node_namespace, "web-0")
+        assert any(a.startswith("--kubeconfig") for a in signer.args) == bool(args)
+        issue_through_kubelet(cluster, cluster_client, node_namespace, "web-0", node=node)
         forbidden = [line for line in signer.log_lines() if "forbidden" in line.lower()]
         assert not forbidden, forbidden[:3]
-    finally:
-        assert signer.stop() == 0
-
-
-def test_signer_authenticates_with_kubeconfig_token_file_from_the_service_account_volume(
-    cluster: Cluster,
-    cluster_client: Client,
-    shipped: list[ShippedPod],
-    node_namespace: str,
-    tmp_path: Path,
-) -> None:
-    create_service(cluster_client, node_namespace, "web", {"app": "web"})
-    pod = shipped[1 % len(shipped)]
-    # In the container's /tmp (its emptyDir): the host's /tmp is hidden from the process.
-    token_file_kubeconfig(cluster, pod.volume("/tmp") / "kubeconfig")
-    signer = start_signer(cluster, pod, tmp_path / "signer.log", "--kubeconfig=/tmp/kubeconfig")
-    try:
-        issue_through_kubelet(cluster, cluster_client, node_namespace, "web-0", node=1)
     finally:
         assert signer.stop() == 0
 

@@ -28,6 +28,7 @@ from tests.integration.signer_harness import (
     RunningSigner,
     condition,
     eventually,
+    looping,
     wait_terminal,
 )
 from trust.bundle import bundle_name, normalize_bundle
@@ -300,36 +301,24 @@ def test_ca_rotation_runbook_issues_every_request_and_keeps_both_roots_published
             signer.kubelet.create_service("web", namespace, selector={"app": "web"})
             created: list[JSON] = []
             published_roots: list[set[str]] = []
-            stop = threading.Event()
 
-            def create_continuously() -> None:
-                while not stop.is_set():
-                    pcr, _ = signer.kubelet.create_pcr(
-                        pod, annotations={"kubernetes.io/service-names": "web"}
-                    )
-                    created.append(pcr)
-                    time.sleep(0.05)
+            def create_one() -> None:
+                pcr, _ = signer.kubelet.create_pcr(
+                    pod, annotations={"kubernetes.io/service-names": "web"}
+                )
+                created.append(pcr)
 
             def watch_published() -> None:
-                while not stop.is_set():
-                    for obj in bundles_of(client, signer.signer_name):
-                        roots = {
-                            c.subject.rfc4514_string()
-                            for c in x509.load_pem_x509_certificates(
-                                obj["spec"]["trustBundle"].encode()
-                            )
-                        }
-                        published_roots.append(roots)
-                    time.sleep(0.05)
+                for obj in bundles_of(client, signer.signer_name):
+                    roots = {
+                        c.subject.rfc4514_string()
+                        for c in x509.load_pem_x509_certificates(
+                            obj["spec"]["trustBundle"].encode()
+                        )
+                    }
+                    published_roots.append(roots)
 
-            # Two loops as in test_injector_rotation.py (intentional: each its own output).
-            threads = [
-                threading.Thread(target=create_continuously, daemon=True),
-                threading.Thread(target=watch_published, daemon=True),
-            ]
-            for thread in threads:
-                thread.start()
-            try:
+            with looping(create_one, watch_published):
                 time.sleep(1.0)
                 # Runbook step 1: add the new root to the bundle; wait for propagation.
                 Path(signer.files.trust_bundle).write_bytes(cert_pem(old_root.cert, new_root.cert))
@@ -348,10 +337,6 @@ def test_ca_rotation_runbook_issues_every_request_and_keeps_both_roots_published
                     what="the new CA in use",
                 )
                 time.sleep(1.0)
-            finally:
-                stop.set()
-                for thread in threads:
-                    thread.join(10)
             assert len(created) > 20
             results = [wait_terminal(client, pcr, timeout=30) for pcr in created]
             assert all(condition(p)["type"] == "Issued" for p in results), [

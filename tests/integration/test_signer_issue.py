@@ -9,7 +9,6 @@ import socket
 import ssl
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,14 +27,11 @@ from tests.integration.signer_harness import (
     condition,
     delete_pcrs,
     pod_fqdn_request,
+    running_signer_fixture,
     wait_terminal,
 )
 
-
-@pytest.fixture
-def signer(client: Client) -> Iterator[RunningSigner]:
-    with RunningSigner(client, intermediate=True) as running:
-        yield running
+signer = running_signer_fixture(intermediate=True)
 
 
 def chain_of(pcr: JSON) -> list[x509.Certificate]:

@@ -23,16 +23,14 @@ from tests.integration.signer_harness import (
     eventually,
     pod_fqdn_request,
     read_pcr,
+    running_signer_fixture,
     wait_terminal,
 )
 
 REDRIVE_SECONDS = 5.0
 
 
-@pytest.fixture
-def signer(client: Client) -> Iterator[RunningSigner]:
-    with RunningSigner(client) as running:
-        yield running
+signer = running_signer_fixture()
 
 
 def wait_until_waiting(signer: RunningSigner, key: str) -> None:
