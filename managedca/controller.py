@@ -311,12 +311,20 @@ class ManagedCAController:
             )
         elif isinstance(action, d.Swap):
             assert state.next is not None and next_key is not None
-            new = d.swapped(state, action.at, action.retire_at)
+            new = d.swapped(state, action.at)
             current_key, next_key = next_key, None
             reason, note = (
                 "ManagedCASwapped",
                 f"signing with CA {state.next.fingerprint}; the previous root "
-                f"{state.current.fingerprint} stays published until {_t(action.retire_at)}",
+                f"{state.current.fingerprint} stays published for the longest leaf lifetime "
+                "+ the margin after this swap is read back",
+            )
+        elif isinstance(action, d.ScheduleRetire):
+            new = d.retire_scheduled(state, action.retire_at)
+            reason, note = (
+                "ManagedCARetireScheduled",
+                f"the swap is read back; the previous root(s) leave the bundle at "
+                f"{_t(action.retire_at)}",
             )
         elif isinstance(action, d.Retire):
             new = d.retired(state, action.fingerprints)

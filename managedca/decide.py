@@ -16,11 +16,12 @@ The state machine (docs/managed-ca.md), one action per call, checked in this ord
    move a rotation under way); every replica whose report is live has loaded a bundle
    holding the next CA; that instant has passed; and the next CA is valid now.
    Otherwise `Wait`, saying for what and until when.
-4. *Stable* — `Retire` previous roots whose retire time (swap time + the longest leaf
-   lifetime issued + a margin) has passed, except the newest `keep_previous` that have
-   not expired (a CA history); else `Stage` when `ca rotate` asked for it or the
-   configured point of the current CA's life is reached; else `Wait` until the
-   earliest of those instants.
+4. *Stable* — `ScheduleRetire` when the last swap has just been read back (its previous
+   root has no retire time yet: the time it was read back + the longest leaf lifetime
+   issued + a margin); `Retire` previous roots whose retire time has passed, except the
+   newest `keep_previous` that have not expired (a CA history); else `Stage` when
+   `ca rotate` asked for it or the configured point of the current CA's life is reached;
+   else `Wait` until the earliest of those instants.
 
 Why the invariants hold (tests/unit/test_managedca_properties.py checks them over
 crashes, leader changes, lost and stale writes and clock steps):
@@ -32,9 +33,13 @@ crashes, leader changes, lost and stale writes and clock steps):
   current CA; a swapped-in CA was in the read-back bundle before the swap, and stays
   (as a previous root) after it.
 - *No root retired while a leaf it signed can be valid*: a root leaves the bundle only
-  at `retire_at` = swap time + the longest lifetime + margin. The margin covers a
-  replica still signing with the old CA for a moment after the swap (its watch is
-  behind) and clock steps; both must stay below it.
+  at `retire_at` = the instant a decision read the swap back from the API + the longest
+  lifetime + margin. Counting from the read-back, not from the decision to swap, keeps
+  this true when the swap's write landed long after it was decided (a leader paused in
+  between, with nobody else writing: the resourceVersion still matched); a delayed
+  `ScheduleRetire` write only moves the retire time later. The margin covers a replica
+  still signing with the old CA for a moment after the swap (its watch is behind) and
+  clock steps; both must stay below it.
 """
 
 from __future__ import annotations
@@ -66,11 +71,13 @@ class CaInfo:
 @dataclass(frozen=True)
 class Previous:
     """A root that signed before the last swap it took part in; in the bundle until
-    `retire_at`."""
+    `retire_at`. `retire_at` is None until a decision has read the swap back from the
+    API (`ScheduleRetire`): a swap decided long before it was written (a leader paused
+    between the two) must not count its leaves' lifetime from the decision."""
 
     ca: CaInfo
     swapped_at: datetime
-    retire_at: datetime
+    retire_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,15 @@ class MarkPublished:
 @dataclass(frozen=True)
 class Swap:
     at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleRetire:
+    """The swap is read back: replicas stop signing with the previous root within their
+    watch's lag of this instant, so it may leave at `retire_at` (= `at` + the longest
+    leaf lifetime + the margin)."""
+
+    at: datetime
     retire_at: datetime
 
 
@@ -179,7 +195,7 @@ class Wait:
     why: str
 
 
-Action = Bootstrap | Confirm | Stage | MarkPublished | Swap | Retire | Wait
+Action = Bootstrap | Confirm | Stage | MarkPublished | Swap | ScheduleRetire | Retire | Wait
 
 
 def rotation_due(current: CaInfo, config: Config) -> datetime:
@@ -196,6 +212,8 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
         return Wait(None, "the ClusterTrustBundle read back does not hold the new CA yet")
     if state.next is not None:
         return _staged(state, state.next, obs, now, config)
+    if any(p.retire_at is None for p in state.previous):
+        return ScheduleRetire(now, config.retire_at(now))
     retired = retirable(state, now, config)
     if retired:
         return Retire(retired)
@@ -226,7 +244,7 @@ def _staged(state: State, nxt: CaInfo, obs: Observations, now: datetime, config:
         )
     if now < nxt.not_before:
         return Wait(nxt.not_before, "the next CA's notBefore")
-    return Swap(now, config.retire_at(now))
+    return Swap(now)
 
 
 def retirable(state: State, now: datetime, config: Config) -> frozenset[str]:
@@ -235,7 +253,7 @@ def retirable(state: State, now: datetime, config: Config) -> frozenset[str]:
     kept = 0
     out = set()
     for prev in state.previous:  # newest first
-        if now < prev.retire_at:
+        if prev.retire_at is None or now < prev.retire_at:
             continue
         expired = now >= prev.ca.not_after
         if not expired and kept < config.keep_previous:
@@ -249,7 +267,8 @@ def _retire_times(state: State, now: datetime) -> Iterable[datetime]:
     """When a previous root can next leave: its retire time, or (kept as history past
     it) its expiry."""
     for prev in state.previous:
-        yield prev.retire_at if now < prev.retire_at else prev.ca.not_after
+        if prev.retire_at is not None:
+            yield prev.retire_at if now < prev.retire_at else prev.ca.not_after
 
 
 # transitions (what each action writes) ------------------------------------------------
@@ -280,11 +299,12 @@ def marked_published(state: State, at: datetime, swap_not_before: datetime) -> S
     return replace(state, published_at=at, swap_not_before=swap_not_before)
 
 
-def swapped(state: State, at: datetime, retire_at: datetime) -> State:
+def swapped(state: State, at: datetime) -> State:
     if state.next is None:
         raise ValueError("no next CA to swap in")
     # The last rotation's stage and publish times stay, for `ca status` and the record.
-    prev = Previous(state.current, at, retire_at)
+    # The retire time is set once the swap is read back (`retire_scheduled`).
+    prev = Previous(state.current, at, None)
     return replace(
         state,
         current=state.next,
@@ -292,6 +312,17 @@ def swapped(state: State, at: datetime, retire_at: datetime) -> State:
         previous=(prev, *state.previous),
         swapped_at=at,
         rotate_requested_at=None,
+    )
+
+
+def retire_scheduled(state: State, retire_at: datetime) -> State:
+    """Every previous root without a retire time gets `retire_at`."""
+    return replace(
+        state,
+        previous=tuple(
+            p if p.retire_at is not None else replace(p, retire_at=retire_at)
+            for p in state.previous
+        ),
     )
 
 

@@ -110,7 +110,11 @@ def decode(secret: Mapping[str, Any]) -> Stored:
             by_fp[info.fingerprint] = info
             certs[info.fingerprint] = pem
         previous = tuple(
-            Previous(by_fp[p["fingerprint"]], parse_time(p["swappedAt"]), parse_time(p["retireAt"]))
+            Previous(
+                by_fp[p["fingerprint"]],
+                parse_time(p["swappedAt"]),
+                parse_time(p["retireAt"]) if p.get("retireAt") else None,
+            )
             for p in json.loads(annotations.get(PREVIOUS, "[]"))
             if p["fingerprint"] in by_fp
         )
@@ -164,7 +168,7 @@ def encode(
                 {
                     "fingerprint": p.ca.fingerprint,
                     "swappedAt": format_time(p.swapped_at),
-                    "retireAt": format_time(p.retire_at),
+                    "retireAt": format_time(p.retire_at) if p.retire_at else None,
                 }
                 for p in state.previous
             ]

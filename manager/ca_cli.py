@@ -227,6 +227,8 @@ def _text(report: dict[str, Any]) -> list[str]:
     lines = [f"Secret:  {report['secret']}", f"Phase:   {report['phase'] or 'no CA yet'}"]
     for ca in report["cas"]:
         extra = f", retire at {ca['retireAt']}" if ca.get("retireAt") else ""
+        if ca["role"] == "previous" and not ca.get("retireAt"):
+            extra = ", retire time set once the swap is read back"
         lines.append(
             f"  {ca['role']:<9} {ca['fingerprint'][:16]}…  valid {ca['notBefore']} → "
             f"{ca['notAfter']}  {'published' if ca['published'] else 'NOT published'}{extra}"

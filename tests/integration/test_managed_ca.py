@@ -200,6 +200,11 @@ def test_a_move_from_file_mode_keeps_the_published_roots_until_their_leaves_expi
     assert eventually(lambda: managed.phase() == "Retiring", 30), managed.annotations()
     new = managed.ca()
     assert managed.published() == {old, new}
+
+    def retire_scheduled() -> bool:
+        return bool(json.loads(managed.annotations()[PREVIOUS])[0].get("retireAt"))
+
+    assert eventually(retire_scheduled, 15), managed.annotations()
     retire = json.loads(managed.annotations()[PREVIOUS])[0]
     assert retire["fingerprint"] == old
     left = datetime.strptime(retire["retireAt"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
@@ -275,6 +280,7 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
         "ManagedCAStaged",
         "ManagedCAPublished",
         "ManagedCASwapped",
+        "ManagedCARetireScheduled",
         "ManagedCARetired",
     } <= reasons
     assert not any("PRIVATE KEY" in e.get("note", "") for e in events)

@@ -16,12 +16,14 @@ from managedca.decide import (
     Previous,
     Report,
     Retire,
+    ScheduleRetire,
     Stage,
     State,
     Swap,
     Wait,
     decide,
     marked_published,
+    retire_scheduled,
     staged,
     swapped,
 )
@@ -48,7 +50,8 @@ def report(*fps: str, name: str = "r1", at: datetime = T0) -> Report:
 STABLE = State(current=A, confirmed_at=T0)
 STAGED = staged(STABLE, B, T0 + 2 * DAY)
 PUBLISHED = marked_published(STAGED, T0 + 2 * DAY, T0 + 2 * DAY + timedelta(minutes=10))
-SWAPPED = swapped(PUBLISHED, T0 + 3 * DAY, CFG.retire_at(T0 + 3 * DAY))
+JUST_SWAPPED = swapped(PUBLISHED, T0 + 3 * DAY)
+SWAPPED = retire_scheduled(JUST_SWAPPED, CFG.retire_at(T0 + 3 * DAY))
 
 
 def obs(*fps: str, reports: tuple[Report, ...] = ()) -> Observations:
@@ -120,7 +123,7 @@ CASES = [
             ),
         ),
         T0 + 3 * DAY,
-        Swap(T0 + 3 * DAY, T0 + 4 * DAY + H),
+        Swap(T0 + 3 * DAY),
     ),
     (
         "swap waits with no live report at all",
@@ -147,6 +150,13 @@ CASES = [
         obs("aa", "bb", reports=(report("aa", "bb", at=T0 + 12 * H),)),
         T0 + 12 * H,
         Wait(B.not_before, "the next CA's notBefore"),
+    ),
+    (
+        "a swap read back schedules the previous root's retire time from now",
+        JUST_SWAPPED,
+        obs("aa", "bb"),
+        T0 + 3 * DAY + 6 * H,
+        ScheduleRetire(T0 + 3 * DAY + 6 * H, CFG.retire_at(T0 + 3 * DAY + 6 * H)),
     ),
     (
         "a previous root stays until its retire time",
@@ -206,6 +216,7 @@ def test_staging_twice_is_refused() -> None:
 
 
 def test_swap_makes_the_old_current_a_previous_root_until_retire_time() -> None:
+    assert JUST_SWAPPED.previous == (Previous(A, T0 + 3 * DAY, None),)
     assert SWAPPED.current == B
     assert SWAPPED.next is None
     assert SWAPPED.previous == (Previous(A, T0 + 3 * DAY, T0 + 4 * DAY + H),)

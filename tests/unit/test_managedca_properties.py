@@ -36,6 +36,7 @@ from managedca.decide import (
     Observations,
     Report,
     Retire,
+    ScheduleRetire,
     Stage,
     State,
     Swap,
@@ -44,6 +45,7 @@ from managedca.decide import (
     confirmed,
     decide,
     marked_published,
+    retire_scheduled,
     retired,
     rotate_requested,
     staged,
@@ -128,7 +130,9 @@ class World:
         if isinstance(action, MarkPublished):
             return marked_published(state, action.at, action.swap_not_before)
         if isinstance(action, Swap):
-            return swapped(state, action.at, action.retire_at)
+            return swapped(state, action.at)
+        if isinstance(action, ScheduleRetire):
+            return retire_scheduled(state, action.retire_at)
         if isinstance(action, Retire):
             return retired(state, action.fingerprints)
         assert isinstance(action, Wait)
@@ -324,4 +328,16 @@ SCENARIOS = {
 def test_each_gate_is_needed_in_a_scenario(steps: list[tuple[str, int]]) -> None:
     """Each passes only because of the gate it is named after (remove the gate from
     `decide` and it fails)."""
+    run(steps)
+
+
+def test_a_swap_written_hours_after_it_was_decided_keeps_the_old_root_long_enough() -> None:
+    """A leader decides the swap, stalls for six hours (no other leader acts meanwhile),
+    then its write lands on the unchanged resourceVersion. Replicas signed with the old
+    CA until then, so its retire time must count from when the swap was read back, not
+    from when it was decided (found by the property test above, seed 11)."""
+    steps = [("publish", 0), ("round", 1), ("stash", 0), ("rotate", 0), ("round", 5)]
+    steps += [("tick", 300), ("publish", 0), ("stash", 0)]  # the swap, decided now ...
+    steps += [("tick", 6 * 3600), ("sign", 0)]  # ... the replicas still sign with the old CA
+    steps += [("unstash", 1), ("round", 2)]  # ... and the swap is written now
     run(steps)
