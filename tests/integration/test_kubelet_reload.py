@@ -25,7 +25,10 @@ import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -39,7 +42,7 @@ from kube.client import Client
 from kube.types import JSON
 from tests.atomic_volume import atomic_write
 from tests.integration.manager_process import SignerProcess, eventually
-from tests.integration.nodes import cluster_signer, unique_signer_name, verify_against_bundle
+from tests.integration.nodes import signer_fixture, unique_signer_name, verify_against_bundle
 from tests.integration.signer_harness import wait_terminal
 from tests.unit.manager.kustomize import CONFIG, find, render
 
@@ -48,14 +51,13 @@ pytestmark = pytest.mark.integration
 SIGNER = unique_signer_name()
 
 
-@pytest.fixture(scope="module")
-def signer(cluster: Cluster) -> Iterator[SignerProcess]:
-    with cluster_signer(cluster, SIGNER) as proc:
-        yield proc
+signer = signer_fixture(SIGNER)
 
 
-def shipped_web(namespace: str) -> list[JSON]:
-    """The sample's web objects, for this test's signer and namespace, one replica."""
+def shipped_web(
+    namespace: str, signer_name: str, max_expiration_seconds: int | None = None
+) -> list[JSON]:
+    """The sample's web objects, for `signer_name` in `namespace`, one replica."""
     samples = render(CONFIG / "samples")
     objects = [
         find(samples, "ConfigMap", "tls-server"),
@@ -70,7 +72,9 @@ def shipped_web(namespace: str) -> list[JSON]:
         for source in volume.get("projected", {}).get("sources", []):
             for kind in ("podCertificate", "clusterTrustBundle"):
                 if kind in source:
-                    source[kind]["signerName"] = SIGNER
+                    source[kind]["signerName"] = signer_name
+            if max_expiration_seconds is not None and "podCertificate" in source:
+                source["podCertificate"]["maxExpirationSeconds"] = max_expiration_seconds
     return objects
 
 
@@ -122,6 +126,55 @@ def leaf_of(chain: bytes) -> x509.Certificate:
     return x509.load_pem_x509_certificates(chain)[0]
 
 
+def deploy_web(
+    cluster: Cluster, client: Client, namespace: str, signer_name: str, **kwargs: Any
+) -> tuple[JSON, VolumeFiles, VolumeFiles]:
+    """The shipped web sample, Running: (its Pod, the kubelet-written `tls` volume, the
+    kubelet-written `tls-server` ConfigMap volume holding the script)."""
+    for obj in shipped_web(namespace, signer_name, **kwargs):
+        create(client, obj)
+    pod = running_web_pod(client, namespace)
+    node = cluster.node_of(pod)
+    script = VolumeFiles(node.volume_dir(pod["metadata"]["uid"], "tls-server", "configMap"))
+    return pod, volume_files(node, pod), script
+
+
+@dataclass(frozen=True)
+class SampleServer:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def loads(self) -> int:
+        """How many key/chain pairs it has loaded (its `loaded …` log lines)."""
+        return self.log.read_text().count("loaded ")
+
+
+@contextmanager
+def sample_server(script: VolumeFiles, volume: Path, log: Path) -> Iterator[SampleServer]:
+    """The kubelet-written sample script serving `volume`'s tls.crt/tls.key on loopback."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "TLS_CERT_FILE": str(volume / "tls.crt"),
+        "TLS_KEY_FILE": str(volume / "tls.key"),
+        "HOST": "127.0.0.1",
+        "PORT": str(port),
+    }
+    with log.open("wb") as server_log:
+        proc = subprocess.Popen(
+            [sys.executable, "-u", str(script.directory / "tls_server.py")],
+            env=env,
+            stderr=server_log,
+        )
+    try:
+        assert eventually(lambda: accepting(port), 30), log.read_text()
+        yield SampleServer(proc, port, log)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.mark.timeout(150)
 def test_sample_server_serves_the_refreshed_certificate_without_a_restart(
     cluster: Cluster,
@@ -131,12 +184,7 @@ def test_sample_server_serves_the_refreshed_certificate_without_a_restart(
     tmp_path: Path,
 ) -> None:
     ns, hostname = node_namespace, f"web.{node_namespace}.svc"
-    for obj in shipped_web(ns):
-        create(cluster_client, obj)
-    pod = running_web_pod(cluster_client, ns)
-    node = cluster.node_of(pod)
-    tls = volume_files(node, pod)
-    script = VolumeFiles(node.volume_dir(pod["metadata"]["uid"], "tls-server", "configMap"))
+    pod, tls, script = deploy_web(cluster, cluster_client, ns, SIGNER)
     assert script.text("tls_server.py") == (CONFIG / "samples" / "tls_server.py").read_text()
     assert (tls.directory / "..data").is_symlink()  # the layout atomic_write reproduces
     anchors = tls.read("ca.crt")
@@ -144,23 +192,8 @@ def test_sample_server_serves_the_refreshed_certificate_without_a_restart(
 
     volume = tmp_path / "tls"
     atomic_write(volume, {"tls.key": tls.key, "tls.crt": tls.chain})
-    port = free_port()
-    env = {
-        **os.environ,
-        "TLS_CERT_FILE": str(volume / "tls.crt"),
-        "TLS_KEY_FILE": str(volume / "tls.key"),
-        "HOST": "127.0.0.1",
-        "PORT": str(port),
-    }
-    with (tmp_path / "server.log").open("wb") as server_log:
-        server = subprocess.Popen(
-            [sys.executable, "-u", str(script.directory / "tls_server.py")],
-            env=env,
-            stderr=server_log,
-        )
-    try:
-        assert eventually(lambda: accepting(port), 30), (tmp_path / "server.log").read_text()
-        first = served_leaf(port, anchors, hostname)
+    with sample_server(script, volume, tmp_path / "server.log") as server:
+        first = served_leaf(server.port, anchors, hostname)
         assert first == leaf_of(tls.chain)
 
         # The refresh: a new key and a new certificate for the same Pod, from the signer.
@@ -176,11 +209,7 @@ def test_sample_server_serves_the_refreshed_certificate_without_a_restart(
         )
         atomic_write(volume, {"tls.key": key_pem, "tls.crt": chain})
 
-        second = served_leaf(port, anchors, hostname)
+        second = served_leaf(server.port, anchors, hostname)
         assert second == leaf_of(chain) != first
-        assert server.poll() is None, "served the new certificate without a restart"
-        log = (tmp_path / "server.log").read_text()
-        assert log.count("loaded ") == 2, log
-    finally:
-        server.terminate()
-        server.wait(10)
+        assert server.proc.poll() is None, "served the new certificate without a restart"
+        assert server.loads() == 2, server.log.read_text()
