@@ -8,8 +8,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from kube.client import ApiError, Client, is_already_exists
+from kube.client import Client
 from manager.cli import main
+from tests.integration.manifests import create_or_replace
 
 LEASE = "signer"
 
@@ -29,15 +30,7 @@ def write_lease(client: Client, namespace: str, holder: str, renewed_ago: float 
             "acquireTime": stamp,
         },
     }
-    # Create, else replace what an earlier test left (intentional: shipped.py does so per kind).
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-    try:
-        client.create(path, body)
-    except ApiError as err:
-        if not is_already_exists(err):
-            raise
-        old = client.get(f"{path}/{LEASE}")
-        client.replace(f"{path}/{LEASE}", {**old, "spec": body["spec"]})
+    create_or_replace(client, f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", body)
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:

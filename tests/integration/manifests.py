@@ -55,6 +55,19 @@ def apply(
     )
 
 
+def create_or_replace(client: Client, collection: str, body: dict[str, Any]) -> None:
+    """Create `body` in `collection`, or replace the object of that name (as of its
+    current resourceVersion) that an earlier test left."""
+    try:
+        client.create(collection, body)
+    except ApiError as err:
+        if not is_already_exists(err):
+            raise
+        path = f"{collection}/{body['metadata']['name']}"
+        version = client.get(path)["metadata"]["resourceVersion"]
+        client.replace(path, {**body, "metadata": {**body["metadata"], "resourceVersion": version}})
+
+
 def ensure_namespace(client: Client, name: str) -> None:
     try:
         client.create(

@@ -30,20 +30,23 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from controlplane.cluster import Cluster
 from controlplane.hollow_node import HollowNode
 from controlplane.server import free_port
 from controlplane.workload import wait_running
-from kube.client import ApiError, Client, is_already_exists, is_not_found
+from kube.client import ApiError, Client, is_not_found
 from kube.types import JSON
 from tests.integration.freezing_proxy import FreezingProxy
 from tests.integration.manager_process import SignerProcess
-from tests.integration.manifests import apply
+from tests.integration.manifests import apply, create_or_replace
 from tests.unit.manager.kustomize import CONFIG, find, render
+from trust.ca import CertificateAuthority, cert_pem, key_pem
 
 NS = "service-serving-signer"
 DEPLOYMENT = "service-serving-signer"
@@ -154,22 +157,25 @@ def put_trust_bundle(client: Client, bundle_pem: bytes) -> None:
     )
 
 
+def shipped_fixture(ca_fixture: str) -> Callable[..., Iterator[list[ShippedPod]]]:
+    """A module-scoped `shipped` fixture: config/default deployed on the cluster, signing
+    with the CA of fixture `ca_fixture` (its certificate the trust bundle), its Running
+    Pods; removed after the module (`shipped = shipped_fixture("my_ca")`)."""
+
+    @pytest.fixture(scope="module")
+    def shipped(
+        cluster: Cluster, cluster_client: Client, request: pytest.FixtureRequest
+    ) -> Iterator[list[ShippedPod]]:
+        ca: CertificateAuthority = request.getfixturevalue(ca_fixture)
+        root = cert_pem(ca.cert)
+        yield deploy(cluster, cluster_client, key_pem(ca.key), root, root)
+        undeploy(cluster_client)
+
+    return shipped
+
+
 def _put(client: Client, plural: str, body: JSON) -> None:
-    base = f"/api/v1/namespaces/{NS}/{plural}"
-    try:
-        client.create(base, body)
-    except ApiError as err:
-        if not is_already_exists(err):
-            raise
-        current = client.get(f"{base}/{body['metadata']['name']}")
-        body = {
-            **body,
-            "metadata": {
-                **body["metadata"],
-                "resourceVersion": current["metadata"]["resourceVersion"],
-            },
-        }
-        client.replace(f"{base}/{body['metadata']['name']}", body)
+    create_or_replace(client, f"/api/v1/namespaces/{NS}/{plural}", body)
 
 
 @dataclass(frozen=True)

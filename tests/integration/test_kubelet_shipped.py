@@ -13,7 +13,6 @@ import base64
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +38,10 @@ from tests.integration.shipped import (
     SA_MOUNT,
     ShippedPod,
     ShippedSigner,
-    deploy,
     put_signing_material,
     put_trust_bundle,
+    shipped_fixture,
     token_file_kubeconfig,
-    undeploy,
 )
 from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
 
@@ -54,25 +52,12 @@ KEY_MOUNT = "/var/run/secrets/service-serving-signer/ca"
 BUNDLE_MOUNT = "/var/run/service-serving-signer/trust-bundle"
 
 
-# The shipped Deployment with this module's own CA (intentional: as test_image.py does).
 @pytest.fixture(scope="module")
 def old_ca() -> CertificateAuthority:
     return generate_ca("rotation test root 1")
 
 
-@pytest.fixture(scope="module")
-def shipped(
-    cluster: Cluster, cluster_client: Client, old_ca: CertificateAuthority
-) -> Iterator[list[ShippedPod]]:
-    pods = deploy(
-        cluster,
-        cluster_client,
-        key_pem(old_ca.key),
-        cert_pem(old_ca.cert),
-        cert_pem(old_ca.cert),
-    )
-    yield pods
-    undeploy(cluster_client)
+shipped = shipped_fixture("old_ca")
 
 
 def roots_in(pem: bytes) -> set[str]:
