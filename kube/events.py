@@ -170,7 +170,7 @@ class EventRecorder:
         self._thread.start()
 
     # recording (any thread, never blocks) -----------------------------------------------
-    # warning/normal/event restate one parameter list on purpose: each is a public entry
+    # Intentional: warning/normal/event restate one parameter list; each is a public entry
     # whose callers mypy checks by name (a partialmethod would hide them).
 
     def warning(

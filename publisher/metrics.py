@@ -21,7 +21,7 @@ def status_code(err: BaseException | None) -> str:
     return "500"
 
 
-# Metric classes share a shape (a counter a label) on purpose: each names its own series.
+# Intentional: metric classes share a shape (a counter a label); each its own series.
 class PublisherMetrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
         registry = registry if registry is not None else CollectorRegistry()

@@ -255,7 +255,7 @@ def _key_from_stub(stub: bytes | str) -> PublicKey | Denial:
     return checked
 
 
-# Parallel to `_key_from_stub` on purpose: each field is denied with its own reason.
+# Intentionally parallel to `_key_from_stub`: each field denied with its own reason.
 def _key_from_pkix(pkix: bytes | str) -> PublicKey | Denial:
     der = _der(pkix)
     if der is None:
