@@ -34,6 +34,13 @@ def explain(control_plane: ControlPlane, namespace: str) -> Any:
     return run
 
 
+@pytest.fixture
+def issuable_under_a_leader(client: Client, kubelet: Kubelet, namespace: str) -> None:
+    """A Lease held by a renewing signer-0_x, and Pod web-0's request that would issue."""
+    write_lease(client, namespace, "signer-0_x", renewed_ago=-3600)
+    issuable(kubelet, namespace)
+
+
 def issuable(kubelet: Kubelet, namespace: str) -> dict[str, Any]:
     kubelet.create_service("web", namespace, selector={"app": "web"})
     pod = kubelet.create_pod("web-0", namespace, labels={"app": "web"})
@@ -134,12 +141,10 @@ def test_waiting_request_shows_when_the_cleaner_deletes_it(
     )
 
 
+@pytest.mark.usefixtures("issuable_under_a_leader")
 def test_issuable_request_left_pending_under_a_renewing_leader_is_nothing_acts(
-    client: Client, kubelet: Kubelet, namespace: str
+    client: Client, namespace: str
 ) -> None:
-    write_lease(client, namespace, "signer-0_x", renewed_ago=-3600)
-    issuable(kubelet, namespace)
-
     fresh = explainer(client, namespace, datetime.now(UTC))
     assert fresh.explain_pod(namespace, "web-0").outcome is Outcome.ISSUE
 
@@ -150,12 +155,8 @@ def test_issuable_request_left_pending_under_a_renewing_leader_is_nothing_acts(
     assert "pending for 6m while signer-0_x holds the Lease" in why
 
 
-def test_missing_bundle_is_said_without_changing_the_verdict(
-    explain: Any, client: Client, kubelet: Kubelet, namespace: str
-) -> None:
-    write_lease(client, namespace, "signer-0_x", renewed_ago=-3600)
-    issuable(kubelet, namespace)
-
+@pytest.mark.usefixtures("issuable_under_a_leader")
+def test_missing_bundle_is_said_without_changing_the_verdict(explain: Any, namespace: str) -> None:
     code, out, _ = explain("pod", "web-0", "-n", namespace, "--signer-name=example.com/none")
     assert code == 4, out  # the Pod's request is for the other signer name
     assert "requests for other signers (not decided here): kubernetes.io/service-serving" in out
@@ -262,11 +263,8 @@ def test_selector_mismatch_advice_names_labels_for_the_template_or_a_selector(
 # 4. kubectl habits ----------------------------------------------------------------------------
 
 
-def test_names_as_kubectl_takes_them(
-    explain: Any, client: Client, kubelet: Kubelet, namespace: str
-) -> None:
-    write_lease(client, namespace, "signer-0_x", renewed_ago=-3600)
-    issuable(kubelet, namespace)
+@pytest.mark.usefixtures("issuable_under_a_leader")
+def test_names_as_kubectl_takes_them(explain: Any, namespace: str) -> None:
     first_lines = {
         explain(*args)[1].splitlines()[0]
         for args in (
@@ -280,17 +278,10 @@ def test_names_as_kubectl_takes_them(
     assert first_lines == {f"Pod {namespace}/web-0 (signer kubernetes.io/service-serving): issue"}
 
 
+@pytest.mark.usefixtures("issuable_under_a_leader")
 def test_context_and_its_namespace_come_from_the_kubeconfig(
-    explain: Any,
-    # Fixtures by name: the parameter list is this test's declared needs (intentional repeat).
-    control_plane: ControlPlane,
-    client: Client,
-    kubelet: Kubelet,
-    namespace: str,
-    tmp_path: Path,
+    explain: Any, control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> None:
-    write_lease(client, namespace, "signer-0_x", renewed_ago=-3600)
-    issuable(kubelet, namespace)
     config = control_plane.kubeconfig_for()
     good = config["contexts"][0]
     config["clusters"].append({"name": "nowhere", "cluster": {"server": "https://127.0.0.1:1"}})
@@ -309,12 +300,8 @@ def test_context_and_its_namespace_come_from_the_kubeconfig(
     assert code == 1 and err.startswith("error: explain: ")
 
 
-def test_yaml_and_json_use_camel_case_keys(
-    explain: Any, client: Client, kubelet: Kubelet, namespace: str
-) -> None:
-    write_lease(client, namespace, "signer-0_x", renewed_ago=-3600)
-    issuable(kubelet, namespace)
-
+@pytest.mark.usefixtures("issuable_under_a_leader")
+def test_yaml_and_json_use_camel_case_keys(explain: Any, namespace: str) -> None:
     code, out, _ = explain("pod", "web-0", "-n", namespace, "-o", "yaml")
     body = yaml.safe_load(out)
     assert code == 0
