@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from manager.cli import Duration, StartupError, ca_group
+from manager.clitypes import Duration, StartupError
 from manager.options import DEFAULT_MANAGED_CA_SECRET, DEFAULT_SIGNER_NAME
 
 DEFAULT_NAMESPACE = "service-serving-signer"
@@ -70,7 +70,7 @@ def _t(t: datetime | None) -> str | None:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if t is not None else None
 
 
-@ca_group.command("status")
+@click.command("status")
 @_options
 @click.option(
     "--managed-ca-rotate-at",
@@ -249,7 +249,7 @@ def _text(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-@ca_group.command("rotate")
+@click.command("rotate")
 @_options
 def ca_rotate(kubeconfig: str | None, namespace: str, secret_name: str, signer_name: str) -> None:
     """Ask the leader to rotate the managed CA now (stage → swap → retire, gated)."""
@@ -296,3 +296,9 @@ def ca_rotate(kubeconfig: str | None, namespace: str, secret_name: str, signer_n
         )
         return
     raise StartupError("ca rotate: the Secret kept changing; try again")
+
+
+def register(ca_group: click.Group) -> None:
+    """Add `ca status` and `ca rotate` to the CLI's `ca` group."""
+    ca_group.add_command(ca_status)
+    ca_group.add_command(ca_rotate)

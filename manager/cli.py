@@ -14,14 +14,21 @@ commands, so `--help` and `version` stay fast.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
-from manager import logs
+from manager import ca_cli, explain_cli, logs
+from manager.clitypes import (
+    HELP_OPTION_NAMES,
+    Address,
+    Duration,
+    Group,
+    StartupError,
+    one_line,
+)
 from manager.options import (
     CA_MODES,
     DEFAULT_MANAGED_CA_SECRET,
@@ -29,20 +36,11 @@ from manager.options import (
     LOG_FORMATS,
     MANAGED_CA_KEY_TYPES,
     PCR_API_VERSIONS,
-    BindAddress,
     Options,
     OptionsError,
     default_leader_election_namespace,
-    parse_bind_address,
     parse_controllers,
-    parse_duration,
 )
-
-if TYPE_CHECKING:
-    _DurationBase = click.ParamType[float, Any]
-    _AddressBase = click.ParamType[BindAddress | None, Any]
-else:  # click < 8.3 has no generic ParamType
-    _DurationBase = _AddressBase = click.ParamType
 
 ENV_PREFIX = "SERVICE_SERVING_SIGNER"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,75 +49,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def env_name(flag: str) -> str:
     """`--leader-elect-retry-period` → `SERVICE_SERVING_SIGNER_LEADER_ELECT_RETRY_PERIOD`."""
     return f"{ENV_PREFIX}_{flag.lstrip('-').replace('-', '_').upper()}"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-class StartupError(click.ClickException):
-    """A failure before the process serves: printed as one `error:` line, exit 1."""
-
-
-HELP_OPTION_NAMES = ["-h", "--help"]
-
-
-class Group(click.Group):
-    """A click group whose errors are one `error: …` line and exit status 1, and whose
-    every command takes `-h` as well as `--help` (set on each command, not only inherited
-    from the group's context: a command can be invoked on its own)."""
-
-    group_class = type  # subgroups are `Group`s too
-
-    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
-        cmd.context_settings.setdefault("help_option_names", HELP_OPTION_NAMES)
-        super().add_command(cmd, name)
-
-    def main(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("standalone_mode", True) is False:
-            return super().main(*args, **kwargs)
-        kwargs["standalone_mode"] = False
-        try:
-            result = super().main(*args, **kwargs)
-        except click.ClickException as err:
-            click.echo(f"error: {_one_line(err.format_message())}", err=True)
-            sys.exit(1)
-        except click.Abort:
-            click.echo("error: aborted", err=True)
-            sys.exit(1)
-        sys.exit(result if isinstance(result, int) else 0)
-
-
-class Duration(_DurationBase):
-    """A Go duration (`24h`, `15s`, `1h30m`) converted to seconds."""
-
-    name = "duration"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, int | float):
-            return float(value)
-        try:
-            return parse_duration(str(value))
-        except ValueError as err:
-            self.fail(str(err), param, ctx)
-
-
-class Address(_AddressBase):
-    """`host:port`, `:port`, or `0` (disabled → None)."""
-
-    name = "address"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> BindAddress | None:
-        if value is None or isinstance(value, BindAddress):
-            return value
-        try:
-            return parse_bind_address(str(value))
-        except OptionsError as err:
-            self.fail(err.problem, param, ctx)
 
 
 def flag(*decls: str, **attrs: Any) -> Callable[[F], F]:
@@ -571,7 +500,7 @@ def _list_bundles(
     try:
         client = Client.from_kubeconfig(kubeconfig, qps=0, burst=1)
     except Exception as err:
-        raise StartupError(f"kubeconfig: {_one_line(str(err))}") from None
+        raise StartupError(f"kubeconfig: {one_line(str(err))}") from None
     try:
         version = served_version(
             client, "certificates.k8s.io", "clustertrustbundles", ["v1", "v1beta1"]
@@ -611,20 +540,15 @@ def version_command(output: str) -> None:
         click.echo(_version_line())
 
 
-# `ca status` and `ca rotate` live in their own module and register on `ca_group`.
-from manager import ca_cli as _ca_cli  # noqa: E402, F401
-
-# `explain` and `status` (manager.explain_cli), here and as the kubectl plugin.
-from manager.explain_cli import register  # noqa: E402  (needs Group, StartupError above)
-
-register(main)
+# `ca status` and `ca rotate` (manager.ca_cli); `explain` and `status` (manager.explain_cli),
+# here and as the kubectl plugin.
+ca_cli.register(ca_group)
+explain_cli.register(main)
 
 
 def kubectl_plugin() -> None:
     """The `kubectl-service_serving` console script: `kubectl service-serving …`."""
-    from manager.explain_cli import plugin
-
-    plugin.main(prog_name="kubectl service-serving")
+    explain_cli.plugin.main(prog_name="kubectl service-serving")
 
 
 def entrypoint(argv: Sequence[str] | None = None) -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from manager.cli import Group, StartupError, _one_line
+from manager.clitypes import Group, StartupError, one_line
 from manager.options import DEFAULT_SIGNER_NAME, PCR_API_VERSIONS
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ class Connection:
                 self.client = Client.from_kubeconfig(path, qps=0, burst=1, context=context)
                 context_namespace = _context_namespace(path, context)
         except Exception as err:
-            raise StartupError(f"kubeconfig: {_one_line(str(err))}") from None
+            raise StartupError(f"kubeconfig: {one_line(str(err))}") from None
         self.namespace = namespace or context_namespace or "default"
 
 
@@ -228,7 +228,7 @@ def _access_error(command: str, err: Exception) -> StartupError:
             f"{command}: {err}; namespace view with the aggregated ClusterRole {VIEW_ROLE} "
             "grants what it reads"
         )
-    return StartupError(f"{command}: {_one_line(str(err))}")
+    return StartupError(f"{command}: {one_line(str(err))}")
 
 
 @click.command("explain")

@@ -1,0 +1,89 @@
+"""The click pieces every command module shares: the `Group` whose errors are one line,
+`StartupError`, and the `Duration` and `Address` parameter types. Apart from `cli.py` so
+that the command modules (`ca_cli`, `explain_cli`) import them without importing the CLI
+that registers them (no import cycle)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from manager.options import BindAddress, OptionsError, parse_bind_address, parse_duration
+
+if TYPE_CHECKING:
+    _DurationBase = click.ParamType[float, Any]
+    _AddressBase = click.ParamType[BindAddress | None, Any]
+else:  # click < 8.3 has no generic ParamType
+    _DurationBase = _AddressBase = click.ParamType
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace (newlines too) made one space."""
+    return " ".join(text.split())
+
+
+class StartupError(click.ClickException):
+    """A failure before the process serves: printed as one `error:` line, exit 1."""
+
+
+HELP_OPTION_NAMES = ["-h", "--help"]
+
+
+class Group(click.Group):
+    """A click group whose errors are one `error: …` line and exit status 1, and whose
+    every command takes `-h` as well as `--help` (set on each command, not only inherited
+    from the group's context: a command can be invoked on its own)."""
+
+    group_class = type  # subgroups are `Group`s too
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        cmd.context_settings.setdefault("help_option_names", HELP_OPTION_NAMES)
+        super().add_command(cmd, name)
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("standalone_mode", True) is False:
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.ClickException as err:
+            click.echo(f"error: {one_line(err.format_message())}", err=True)
+            sys.exit(1)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+class Duration(_DurationBase):
+    """A Go duration (`24h`, `15s`, `1h30m`) converted to seconds."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return parse_duration(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+class Address(_AddressBase):
+    """`host:port`, `:port`, or `0` (disabled → None)."""
+
+    name = "address"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> BindAddress | None:
+        if value is None or isinstance(value, BindAddress):
+            return value
+        try:
+            return parse_bind_address(str(value))
+        except OptionsError as err:
+            self.fail(err.problem, param, ctx)
