@@ -33,7 +33,7 @@ import stat
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from prometheus_client import CollectorRegistry
 
@@ -47,6 +47,7 @@ from trust.material import (  # the names trust/managed.py imports too (intentio
     MaterialFiles,
     SigningMaterial,
     expired_anchors,
+    notify_listeners,
     validate_material,
     validate_trust_bundle,
 )
@@ -285,7 +286,7 @@ class FileMaterialSource:
             },
         )
         self._warn_expired_anchors(bundle)
-        self._notify(self._bundle_listeners, bundle)
+        notify_listeners(self._bundle_listeners, bundle, log, "signing-material")
         return True
 
     def _poll_signing_set(self) -> bool:
@@ -317,7 +318,7 @@ class FileMaterialSource:
                 "signingCertNotAfter": material.signing_cert.not_valid_after_utc.isoformat(),
             },
         )
-        self._notify(self._listeners, material)
+        notify_listeners(self._listeners, material, log, "signing-material")
         return True
 
     def _validate(self, files: MaterialFiles, *, starting: bool = False) -> SigningMaterial:
@@ -340,14 +341,6 @@ class FileMaterialSource:
         except OSError:
             modified = self._clock()
         return data, modified
-
-    @staticmethod
-    def _notify(listeners: Sequence[Callable[[Any], object]], value: object) -> None:
-        for listener in list(listeners):
-            try:
-                listener(value)
-            except Exception:
-                log.exception("signing-material listener failed")
 
     # failures --------------------------------------------------------------------------
 

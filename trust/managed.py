@@ -35,7 +35,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,6 +53,7 @@ from trust.material import (
     MaterialError,
     MaterialFiles,
     SigningMaterial,
+    notify_listeners,
     validate_material,
     validate_trust_bundle,
 )
@@ -289,9 +290,9 @@ class ApiMaterialSource:
             },
         )
         if swapped_bundle:
-            _notify(self._bundle_listeners, bundle_now)
+            notify_listeners(self._bundle_listeners, bundle_now, log, "managed CA material")
         if swapped_set and material_now is not None:
-            _notify(self._listeners, material_now)
+            notify_listeners(self._listeners, material_now, log, "managed CA material")
 
     def _reject(self, unit: str, err: MaterialError) -> None:
         self._metrics.invalid.set(1)
@@ -306,14 +307,6 @@ class ApiMaterialSource:
             "leader makes a new CA and keeps the published roots until their leaves expire)",
             extra={"secret": f"{self.namespace}/{self.name}"},
         )
-
-
-def _notify(listeners: Sequence[Callable[[Any], object]], value: object) -> None:
-    for listener in list(listeners):
-        try:
-            listener(value)
-        except Exception:
-            log.exception("managed CA material listener failed")
 
 
 def anchors_of(pem: str) -> frozenset[str]:

@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -47,6 +47,7 @@ from trust.keys import PrivateKey
 from trust.probe import chain_problem
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _CURVES = ("secp256r1", "secp384r1", "secp521r1")
 _MAX_CHAIN_DEPTH = 10
@@ -114,6 +115,19 @@ class SigningMaterial:
 
 Listener = Callable[[SigningMaterial], object]
 BundleListener = Callable[[TrustBundle], object]
+
+
+def notify_listeners(
+    listeners: Sequence[Callable[[T], object]], value: T, logger: logging.Logger, what: str
+) -> None:
+    """Call each listener with `value`, one at a time (`MaterialSource`'s listener rule): a
+    listener that raises is logged on `logger` as "`what` listener failed" and does not
+    stop the others. Every source notifies through this."""
+    for listener in list(listeners):
+        try:
+            listener(value)
+        except Exception:
+            logger.exception("%s listener failed", what)
 
 
 class MaterialSource(Protocol):
