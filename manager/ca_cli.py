@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from manager.clitypes import Duration, StartupError
+from manager.clitypes import Duration, StartupError, output_option
 from manager.options import DEFAULT_MANAGED_CA_SECRET, DEFAULT_SIGNER_NAME
 
 DEFAULT_NAMESPACE = "service-serving-signer"
@@ -104,14 +104,7 @@ def _t(t: datetime | None) -> str | None:
     show_default=True,
     help="As given to `run` (for a rotation not yet published).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text, or one JSON object.",
-)
+@output_option("text, or one JSON object.")
 def ca_status(
     kubeconfig: str | None,
     namespace: str,

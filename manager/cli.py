@@ -28,6 +28,7 @@ from manager.clitypes import (
     Group,
     StartupError,
     one_line,
+    output_option,
 )
 from manager.options import (
     CA_MODES,
@@ -79,14 +80,6 @@ kubeconfig_option = click.option(
     envvar=env_name("--kubeconfig"),
     metavar="FILE",
     help="Kubeconfig; default in-cluster config, then $KUBECONFIG.",
-)
-output_option = click.option(
-    "--output",
-    "-o",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format; json keys are camelCase, as kubectl prints.",
 )
 
 
@@ -524,7 +517,7 @@ def _list_bundles(
 
 
 @main.command("version")
-@output_option
+@output_option("Output format; json keys are camelCase, as kubectl prints.")
 def version_command(output: str) -> None:
     """Print the version and the commit it was built from."""
     from manager import buildinfo

@@ -1,12 +1,13 @@
 """The click pieces every command module shares: the `Group` whose errors are one line,
-`StartupError`, and the `Duration` and `Address` parameter types. Apart from `cli.py` so
-that the command modules (`ca_cli`, `explain_cli`) import them without importing the CLI
-that registers them (no import cycle)."""
+`StartupError`, the `Duration` and `Address` parameter types, and `-o/--output`. Apart
+from `cli.py` so that the command modules (`ca_cli`, `explain_cli`) import them without
+importing the CLI that registers them (no import cycle)."""
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -29,6 +30,19 @@ class StartupError(click.ClickException):
 
 
 HELP_OPTION_NAMES = ["-h", "--help"]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def output_option(help: str, formats: tuple[str, ...] = ("text", "json")) -> Callable[[F], F]:
+    """`-o/--output FORMAT`, default text, as every command that prints a report takes it."""
+    return click.option(
+        "--output",
+        "-o",
+        type=click.Choice(formats),
+        default="text",
+        show_default=True,
+        help=help,
+    )
 
 
 class Group(click.Group):

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from manager.clitypes import Group, StartupError, one_line
+from manager.clitypes import Group, StartupError, one_line, output_option
 from manager.options import DEFAULT_SIGNER_NAME, PCR_API_VERSIONS
 
 if TYPE_CHECKING:
@@ -90,13 +90,9 @@ def connection_options(f: F) -> F:
                 show_default=True,
                 help="Name of the signer's leader Lease (--leader-elect-resource-name).",
             ),
-            click.option(
-                "--output",
-                "-o",
-                type=click.Choice(["text", "json", "yaml"]),
-                default="text",
-                show_default=True,
-                help="Output format; json and yaml keys are camelCase, as kubectl prints.",
+            output_option(
+                "Output format; json and yaml keys are camelCase, as kubectl prints.",
+                ("text", "json", "yaml"),
             ),
         ]
     ):
