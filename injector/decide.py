@@ -47,6 +47,8 @@ REASON_NOT_APPLICABLE = "CABundleNotApplicable"
 REASON_EMPTY = "NoClusterTrustBundles"
 
 
+# Intentional repeat: one small frozen record per outcome, matched by type (a sum type);
+# the same shape recurs in every decide module, with no shared base.
 @dataclass(frozen=True)
 class Ignore:
     pass

@@ -148,6 +148,8 @@ def to_copy(raw: Mapping[str, Any]) -> Copy:
     )
 
 
+# Intentional repeat: one small frozen record per outcome, matched by type (a sum type);
+# the same shape recurs in every decide module, with no shared base.
 @dataclass(frozen=True)
 class Create:
     distribution: Distribution

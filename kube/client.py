@@ -265,6 +265,8 @@ class Client:
     def url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
         return f"{self.host}{path}{_query(params)}"
 
+    # Intentional repeat: the overloads restate _call's parameters (typing: a stream=True
+    # call returns a Stream, any other an Answer).
     @overload
     def _call(
         self,
@@ -400,6 +402,8 @@ class Client:
         elsewhere, e.g. on another thread than the one that waits for the network)."""
         return self._call("GET", path, params, None, None, _timeouts(timeout)).body
 
+    # Intentional repeat: create/replace/delete (and patch) restate one parameter list;
+    # each is a public verb, as client-go's, whose callers mypy checks by name.
     def create(
         self,
         path: str,

@@ -145,6 +145,8 @@ class Config:
 # actions ------------------------------------------------------------------------------
 
 
+# Intentional repeat: one small frozen record per outcome, matched by type (a sum type);
+# the same shape recurs in every decide module, with no shared base.
 @dataclass(frozen=True)
 class Bootstrap:
     pass
