@@ -53,10 +53,13 @@ def env_name(flag: str) -> str:
 
 
 def flag(*decls: str, **attrs: Any) -> Callable[[F], F]:
-    """`click.option` with the project's environment variable for the long name."""
+    """`click.option` with the project's environment variable for the long name, and its
+    default shown in --help (unless it is empty)."""
     long = next(d for d in decls if d.startswith("--"))
     attrs.setdefault("envvar", env_name(long))
     attrs.setdefault("show_envvar", True)
+    if attrs.get("default") not in ("", None):
+        attrs.setdefault("show_default", True)
     return click.option(*decls, **attrs)
 
 
@@ -140,20 +143,13 @@ class KlogVerbosity(click.IntRange):
 @flag(
     "--cluster-service-domain",
     default="cluster.local",
-    show_default=True,
     help="Domain appended to Service and Pod names.",
 )
-@flag(
-    "--signer-name",
-    default=DEFAULT_SIGNER_NAME,
-    show_default=True,
-    help="Signer name to serve and publish for.",
-)
+@flag("--signer-name", default=DEFAULT_SIGNER_NAME, help="Signer name to serve and publish for.")
 @flag(
     "--controllers",
     multiple=True,
     default=("*",),
-    show_default=True,
     help="Controllers to run: '*' (signer and publisher), 'signer', 'publisher', "
     "'injector' (opt-in: '*,injector'), 'trust-distributor' (opt-in), '-publisher' "
     "(comma lists).",
@@ -162,21 +158,13 @@ class KlogVerbosity(click.IntRange):
     "--max-certificate-lifetime",
     type=Duration(),
     default="24h",
-    show_default=True,
     help="Upper cap on issued lifetimes; at most 24h for kubernetes.io/* signers.",
 )
-@flag(
-    "--concurrent-syncs",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Signer worker threads.",
-)
+@flag("--concurrent-syncs", type=click.IntRange(min=1), default=4, help="Signer worker threads.")
 @flag(
     "--waiting-resync-period",
     type=Duration(),
     default="5m",
-    show_default=True,
     help="How often requests waiting on a Service are re-driven without an event "
     "(a safety net; cost proportional to the waiting requests).",
 )
@@ -184,7 +172,6 @@ class KlogVerbosity(click.IntRange):
     "--pcr-api-version",
     type=click.Choice(PCR_API_VERSIONS),
     default="auto",
-    show_default=True,
     help="PodCertificateRequest API version; auto = newest served.",
 )
 @flag(
@@ -193,13 +180,7 @@ class KlogVerbosity(click.IntRange):
     metavar="FILE",
     help="Kubeconfig; default in-cluster config, then $KUBECONFIG.",
 )
-@flag(
-    "--kube-api-qps",
-    type=float,
-    default=50.0,
-    show_default=True,
-    help="Client-side write rate limit.",
-)
+@flag("--kube-api-qps", type=float, default=50.0, help="Client-side write rate limit.")
 @flag("--kube-api-burst", type=int, default=100, show_default=True, help="Client-side write burst.")
 @flag(
     "--leader-elect",
@@ -207,21 +188,18 @@ class KlogVerbosity(click.IntRange):
     default=True,
     is_flag=False,
     flag_value=True,
-    show_default=True,
     help="Run only while holding the leader Lease (--leader-elect=false).",
 )
 @flag(
     "--leader-elect-lease-duration",
     type=Duration(),
     default="15s",
-    show_default=True,
     help="How long a non-leader waits after the last renewal before taking the Lease.",
 )
 @flag(
     "--leader-elect-renew-deadline",
     type=Duration(),
     default="10s",
-    show_default=True,
     help="How long the leader keeps retrying a renewal before it stops leading "
     "(less than the lease duration).",
 )
@@ -229,7 +207,6 @@ class KlogVerbosity(click.IntRange):
     "--leader-elect-retry-period",
     type=Duration(),
     default="2s",
-    show_default=True,
     help="Wait between attempts to acquire or renew the Lease.",
 )
 @flag(
@@ -248,21 +225,18 @@ class KlogVerbosity(click.IntRange):
     "--metrics-bind-address",
     type=Address(),
     default=":10358",
-    show_default=True,
     help="host:port for /metrics; 0 disables.",
 )
 @flag(
     "--health-probe-bind-address",
     type=Address(),
     default=":10359",
-    show_default=True,
     help="host:port for /healthz and /readyz; 0 disables.",
 )
 @flag(
     "--ca-mode",
     type=click.Choice(CA_MODES),
     default="file",
-    show_default=True,
     help="file: the CA comes from --service-serving-key/-cert/-trust-bundle (the KEP's "
     "contract). managed: the signer makes its CA, keeps it in a Secret and rotates it "
     "(docs/managed-ca.md).",
@@ -270,35 +244,30 @@ class KlogVerbosity(click.IntRange):
 @flag(
     "--managed-ca-secret-name",
     default=DEFAULT_MANAGED_CA_SECRET,
-    show_default=True,
     help="Secret holding the managed CA, in the leader-election namespace.",
 )
 @flag(
     "--managed-ca-key-type",
     type=click.Choice(MANAGED_CA_KEY_TYPES),
     default="ECDSAP256",
-    show_default=True,
     help="Key algorithm of a managed CA.",
 )
 @flag(
     "--managed-ca-lifetime",
     type=Duration(),
     default="8760h",
-    show_default=True,
     help="Lifetime of a managed CA certificate.",
 )
 @flag(
     "--managed-ca-rotate-at",
     type=float,
     default=0.5,
-    show_default=True,
     help="Fraction of a managed CA's life after which its successor is staged.",
 )
 @flag(
     "--managed-ca-propagation-delay",
     type=Duration(),
     default="10m",
-    show_default=True,
     help="Wait after the bundle holds both CAs before signing with the new one (covers "
     "kubelet's clusterTrustBundle projection refresh).",
 )
@@ -306,14 +275,12 @@ class KlogVerbosity(click.IntRange):
     "--managed-ca-retire-margin",
     type=Duration(),
     default="1h",
-    show_default=True,
     help="Added to swap time + --max-certificate-lifetime before an old root leaves the bundle.",
 )
 @flag(
     "--managed-ca-keep-previous",
     type=click.IntRange(min=0),
     default=0,
-    show_default=True,
     help="Previous roots kept in the bundle after their retire time, until they expire.",
 )
 @flag(
@@ -322,7 +289,6 @@ class KlogVerbosity(click.IntRange):
     "log_format",
     type=click.Choice(LOG_FORMATS),
     default="text",
-    show_default=True,
     # component-base's name first; the old name (flag and variable) stays an alias
     envvar=[env_name("--logging-format"), env_name("--log-format")],
     help="Log format: text (klog's) or json (component-base's). --log-format is an alias.",
@@ -333,7 +299,6 @@ class KlogVerbosity(click.IntRange):
     "verbosity",
     type=KlogVerbosity(min=0),
     default=0,
-    show_default=True,
     help="Log verbosity (klog style).",
 )
 def run_command(**values: Any) -> int:
