@@ -13,7 +13,9 @@ recreated under the same name starts afresh):
   the Pod's requests waits any more, the Pod stops waiting at once.
 - `released(request)`: the request was deleted while waiting (the cleaner): the Pod
   still waits, and its next request continues the same wait if it comes within
-  `RELEASE_GRACE`; otherwise (the Pod was deleted too) the Pod is forgotten then.
+  `RELEASE_GRACE`; otherwise (the Pod was deleted too) the Pod is forgotten then — at the
+  next release or scrape, oldest release first, so memory stays bounded by the Pods
+  released within the grace even when nothing scrapes the metrics.
 
 `oldest_by_namespace()` is what the gauge exports: for each namespace with a waiting Pod,
 the longest wait, so the series are bounded by the namespaces that have one. Only the
@@ -50,6 +52,7 @@ class PodWaits:
         self._lock = threading.Lock()
         self._pods: dict[str, _Pod] = {}
         self._pod_of: dict[str, str] = {}  # request key -> Pod UID
+        self._released: dict[str, None] = {}  # Pod UIDs without a request, oldest first
 
     def waiting(self, pod_uid: str, namespace: str, request: str, since: float) -> None:
         with self._lock:
@@ -59,6 +62,7 @@ class PodWaits:
             pod.since = min(pod.since, since)
             pod.requests.add(request)
             pod.released_at = None
+            self._released.pop(pod_uid, None)
             self._pod_of[request] = pod_uid
 
     def resolved(self, request: str) -> None:
@@ -69,9 +73,13 @@ class PodWaits:
 
     def released(self, request: str) -> None:
         with self._lock:
+            now = self._clock()
             found = self._detach(request)
             if found is not None and not found[1].requests:
-                found[1].released_at = self._clock()
+                found[1].released_at = now
+                self._released.pop(found[0], None)
+                self._released[found[0]] = None
+            self._expire(now)
 
     def _detach(self, request: str) -> tuple[str, _Pod] | None:
         """Drop `request` from its Pod; (uid, Pod) or None if it did not wait."""
@@ -82,19 +90,22 @@ class PodWaits:
         pod.requests.discard(request)
         return pod_uid, pod
 
+    def _expire(self, now: float) -> None:
+        """Forget the released Pods whose grace has run out (caller holds the lock)."""
+        while self._released:
+            uid = next(iter(self._released))
+            released_at = self._pods[uid].released_at
+            if released_at is not None and now - released_at <= RELEASE_GRACE:
+                return
+            del self._released[uid], self._pods[uid]
+
     def oldest_by_namespace(self) -> dict[str, float]:
         """{namespace: seconds its longest-waiting Pod has waited}; expires released
         Pods whose grace has run out."""
         now = self._clock()
         out: dict[str, float] = {}
         with self._lock:
-            expired = [
-                uid
-                for uid, pod in self._pods.items()
-                if pod.released_at is not None and now - pod.released_at > RELEASE_GRACE
-            ]
-            for uid in expired:
-                del self._pods[uid]
+            self._expire(now)
             for pod in self._pods.values():
                 age = max(0.0, now - pod.since)
                 out[pod.namespace] = max(out.get(pod.namespace, 0.0), age)

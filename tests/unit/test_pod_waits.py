@@ -97,3 +97,19 @@ def test_the_gauge_has_one_series_per_namespace_with_waiting_pods() -> None:
     assert registry.get_sample_value(name, {"namespace": "team-a"}) == 11 * MIN
     metrics.pod_waits.resolved("team-a/req-1")
     assert registry.get_sample_value(name, {"namespace": "team-a"}) is None
+
+
+def test_deleted_pods_are_forgotten_even_when_nothing_scrapes_the_metrics() -> None:
+    """With `--metrics-bind-address=0` nothing calls `oldest_by_namespace`: the Pods whose
+    requests were deleted with them must still expire, or memory grows with every Pod
+    ever deleted while it waited."""
+    clock = Clock()
+    waits = PodWaits(clock)
+    for i in range(1000):
+        waits.waiting(f"uid-{i}", "team-a", f"team-a/req-{i}", since=clock.now)
+        waits.released(f"team-a/req-{i}")  # the Pod and its request were deleted
+    clock.now += RELEASE_GRACE + 1
+    waits.waiting("uid-new", "team-a", "team-a/req-new", since=clock.now)
+    waits.released("team-a/req-new")
+
+    assert waits.size() == 1
