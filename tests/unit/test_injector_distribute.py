@@ -159,13 +159,16 @@ def test_an_unusable_configuration_creates_nothing_and_keeps_its_copies(
 
 
 class Client:
-    def __init__(self, exists: bool = False) -> None:
+    def __init__(self, exists: bool = False, error: ApiError | None = None) -> None:
         self.created: list[tuple[str, Any]] = []
         self.exists = exists
+        self.error = error
 
     def create(self, path: str, body: Any, params: Any = None) -> Any:
         if self.exists:
             raise ApiError(409, "Conflict", {"reason": "AlreadyExists", "message": "exists"})
+        if self.error is not None:
+            raise self.error
         self.created.append((path, body))
         return body
 
@@ -212,3 +215,31 @@ def test_an_existing_config_map_not_ours_is_left_and_reported() -> None:
     ctrl, warnings, _ = distributor([config()], client)
     ctrl.sync("apps")
     assert client.created == [] and warnings.reasons == [distribute.REASON_NOT_OURS]
+
+
+# What kube-apiserver answers a POST into a namespace deleted, or being deleted, after the
+# namespace cache said it was there (the NamespaceLifecycle admission plugin).
+GONE = ApiError(404, "Not Found", {"reason": "NotFound", "message": 'namespaces "apps" not found'})
+TERMINATING = ApiError(
+    403,
+    "Forbidden",
+    {
+        "reason": "Forbidden",
+        "message": 'configmaps "trust-bundle" is forbidden: unable to create new content in '
+        "namespace apps because it is being terminated",
+    },
+)
+
+
+@pytest.mark.parametrize("error", [GONE, TERMINATING], ids=["deleted", "terminating"])
+def test_a_namespace_deleted_during_the_sync_ends_it_quietly(error: ApiError) -> None:
+    ctrl, warnings, _ = distributor([config()], Client(error=error))
+    assert ctrl.sync("apps") is None  # no raise: no retry of a namespace that is going
+    assert warnings.reasons == []
+
+
+def test_any_other_refusal_of_the_create_is_retried() -> None:
+    refused = ApiError(403, "Forbidden", {"reason": "Forbidden", "message": "RBAC says no"})
+    ctrl, _, _ = distributor([config()], Client(error=refused))
+    with pytest.raises(ApiError):
+        ctrl.sync("apps")
