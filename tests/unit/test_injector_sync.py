@@ -4,6 +4,7 @@ client (no server): what is written, when nothing is, and which Events say why."
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import threading
 import time
@@ -406,11 +407,31 @@ def test_bundle_event_requeues_only_objects_selecting_it() -> None:
     assert queued == {by_signer.key, by_name.key}
 
 
-def test_resync_covers_annotated_objects_only() -> None:
+def test_resync_covers_annotated_and_still_owned_objects_never_the_rest() -> None:
     annotated = to_target(API_SERVICE, api_service(service={"namespace": "n", "name": "s"}))
     plain = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=None))
-    ctrl, _, _, _ = controller([annotated, plain], [])
-    assert ctrl.resync() == ["APIService/v1.example.com"]
+    owned = dataclasses.replace(plain, name="owned", managed=True)
+    ctrl, _, _, _ = controller([annotated, plain, owned], [])
+    assert sorted(ctrl.resync()) == [
+        "APIService/v1.example.com",
+        "ValidatingWebhookConfiguration/owned",
+    ]
+
+
+def test_a_released_object_is_released_once_not_on_every_resync() -> None:
+    # The release drops our managedFields entry; the object's next record is unmanaged,
+    # so a cluster's unannotated objects cost no apply per resync.
+    owned = dataclasses.replace(
+        to_target(VALIDATING_WEBHOOK, webhook_config(annotation=None)), managed=True
+    )
+    ctrl, client, _, caches = controller([owned], [])
+    for _ in range(3):
+        for key in ctrl.resync():
+            ctrl.sync(key)
+        caches["ValidatingWebhookConfiguration"].items["hooks"] = dataclasses.replace(
+            owned, managed=False
+        )
+    assert len(client.patches) == 1
 
 
 def test_deleted_object_leaves_the_expiry_gauge() -> None:
