@@ -27,6 +27,12 @@ def test_every_known_controller_is_one_row_enabled_by_its_name() -> None:
         assert enabled(dataclasses.replace(BASE, controllers=frozenset({name}))) == [name]
 
 
+def test_every_row_but_the_managed_ca_is_a_known_controller() -> None:
+    """A row added without its name in KNOWN_CONTROLLERS could never be enabled."""
+    rows = {d.name for d in DESCRIPTORS} - {"managed-ca"}
+    assert rows == set(KNOWN_CONTROLLERS)
+
+
 def test_the_default_set_enables_the_default_rows_in_table_order() -> None:
     assert enabled(BASE) == [d.name for d in DESCRIPTORS if d.name in DEFAULT_CONTROLLERS]
 
