@@ -39,7 +39,7 @@ from manager.explain import Explainer, Outcome, RequestReport
 from manager.health import Anchor, Health, describe
 from manager.render import health_json, health_lines, request_json, request_lines
 from signer.lookups import PCR_GROUP
-from signer.records import pcr_record
+from signer.records import pcr_record, terminal_condition
 
 PAGE_SIZE = 500
 MAX_SHOWN = 200
@@ -180,10 +180,9 @@ def _decide(explainer: Explainer, raw: JSON) -> Shown:
 
 
 def _cheap_state(raw: JSON) -> str:
-    for condition in (raw.get("status") or {}).get("conditions") or ():
-        if condition.get("status") == "True" and condition.get("type") in ("Denied", "Failed"):
-            return str(condition["type"])
-    return "pending (not decided here)"
+    """The state of a request not decided here: its terminal condition as the signer
+    reads it (`signer.records.terminal_condition`), else pending."""
+    return terminal_condition(raw.get("status") or {}) or "pending (not decided here)"
 
 
 def _signing_cert(chain: str, anchors: tuple[Anchor, ...]) -> Anchor | None:
