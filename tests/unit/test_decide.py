@@ -95,6 +95,29 @@ def test_the_legacy_key_is_read_before_anything_is_parsed() -> None:
     assert lookups.reads == [("legacy", f"{NS}/req-1")]
 
 
+def test_the_legacy_key_read_is_made_only_by_a_v1_signer_for_a_request_without_a_key() -> None:
+    """The extra GET costs nothing on the ordinary path: a request with a stub CSR (v1 or
+    v1beta1) and any request a v1beta1 signer sees (its view hides no key) decide
+    without it."""
+    obj = pod_object()
+    pod = pod_record(obj)
+    annotations = {"kubernetes.io/service-names": "Not A Name"}
+    with_stub = request(obj, annotations)
+    legacy = request(obj, annotations, legacy_pkix=True)
+    without_key = dataclasses.replace(legacy, pkix_public_key=None)
+
+    for version, pcr, reads in [
+        ("v1", with_stub, []),
+        ("v1beta1", with_stub, []),
+        ("v1beta1", legacy, []),
+        ("v1beta1", without_key, []),
+        ("v1", without_key, [("legacy", f"{NS}/req-1")]),
+    ]:
+        lookups = RecordingLookups()
+        decider({pod.key: pod}, {}, lookups, pcr_version=version).decide(pcr)
+        assert lookups.reads == reads, (version, pcr)
+
+
 def test_a_pod_without_hostname_is_denied_before_any_service_is_read() -> None:
     obj = pod_object()
     pod = pod_record(obj)
