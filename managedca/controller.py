@@ -8,7 +8,8 @@ it does not decide). Runs only on the leader.
   then (at most `resync_period`, 5 s, later); a `Wait` for the publisher or a replica
   (the bundle and the reports change without telling us) every second.
 - Every read is a quorum GET (no cache): a decision is taken on the newest state, and
-  every write carries the resourceVersion read (`409 Conflict` → decide again). The
+  every write carries the resourceVersion read (`409 Conflict`, or `404` for a Secret
+  deleted between the read and the write → decide again). The
   bootstrap is a create: of two replicas racing, one gets `409 AlreadyExists` and adopts
   the other's CA on its next step.
 - A bootstrap with ClusterTrustBundles for the signer already published (a deleted
@@ -232,7 +233,9 @@ class ManagedCAController:
         try:
             action = self.sync_once()
         except ApiError as err:
-            if is_conflict(err) or is_already_exists(err):
+            # 404: the Secret was deleted between our read and our conditional update
+            # (kube-apiserver answers NotFound, not Conflict); the next step bootstraps.
+            if is_conflict(err) or is_already_exists(err) or is_not_found(err):
                 log.info("managed CA: the Secret changed under us; deciding again")
                 return Requeue(after=0.1)
             raise
