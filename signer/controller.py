@@ -169,7 +169,7 @@ class SignerController:
         )
         self.pcrs.add_handler(self._on_pcr_add, self._on_pcr_update, self._on_pcr_delete)
         self.services.add_handler(self._on_service, self._on_service_update, None)
-        self.pods.add_handler(self._on_pod_add, self._on_pod_update, None)
+        self.pods.add_handler(self._on_pod_add, self._on_pod_update, self._on_pod_delete)
         material_source.add_listener(self._on_material_change)
         self.loop = Loop(
             self.name,
@@ -232,6 +232,11 @@ class SignerController:
         # a node.
         if old.labels != new.labels:
             self._on_pod_add(new)
+
+    def _on_pod_delete(self, pod: PodRecord) -> None:
+        # Its requests are deleted after it (garbage collection) or decided Failed; its
+        # wait for a certificate ends now (signer.podwaits).
+        self.metrics.pod_waits.pod_deleted(pod.uid)
 
     def _waiting_keys_to_resync(self) -> list[str]:
         """The periodic resync re-drives the waiting requests only — O(waiting), not

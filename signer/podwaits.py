@@ -16,6 +16,8 @@ recreated under the same name starts afresh):
   `RELEASE_GRACE`; otherwise (the Pod was deleted too) the Pod is forgotten then — at the
   next release or scrape, oldest release first, so memory stays bounded by the Pods
   released within the grace even when nothing scrapes the metrics.
+- `pod_deleted(pod_uid)`: the Pod itself is gone: its wait ends at once (its requests'
+  deletion, which follows, finds nothing).
 
 `oldest_by_namespace()` is what the gauge exports: for each namespace with a waiting Pod,
 the longest wait, so the series are bounded by the namespaces that have one. Only the
@@ -80,6 +82,13 @@ class PodWaits:
                 self._released.pop(found[0], None)
                 self._released[found[0]] = None
             self._expire(now)
+
+    def pod_deleted(self, pod_uid: str) -> None:
+        with self._lock:
+            pod = self._pods.pop(pod_uid, None)
+            self._released.pop(pod_uid, None)
+            for request in pod.requests if pod is not None else ():
+                self._pod_of.pop(request, None)
 
     def _detach(self, request: str) -> tuple[str, _Pod] | None:
         """Drop `request` from its Pod; (uid, Pod) or None if it did not wait."""

@@ -1110,6 +1110,22 @@ def test_a_pods_wait_is_counted_across_the_cleaners_replacement_of_its_request(
     assert h.controller.metrics.pod_waits.size() == 0
 
 
+def test_a_deleted_pods_wait_ends_at_once_not_after_the_release_grace(h: Harness) -> None:
+    """A Pod deleted while it waits (scaled down, rolled) waits no more: the gauge must not
+    go on reporting it, growing, for the grace kept for kubelet's next request."""
+    pod = h.pod()
+    pcr = h.pcr(pod)
+    h.controller.sync(pcr.key)
+    assert pod_wait(h) is not None
+
+    h.controller._on_pod_delete(pod_record(pod))
+    del h.pcrs[pcr.key]
+    h.controller._on_pcr_delete(pcr)  # the garbage collector, after the Pod
+
+    assert pod_wait(h) is None
+    assert h.controller.metrics.pod_waits.size() == 0
+
+
 def test_a_denied_request_ends_its_pods_wait(h: Harness) -> None:
     pod = h.pod()
     pcr = h.pcr(pod)
