@@ -18,10 +18,11 @@ What it decides:
   deleted; a ConfigMap of that name without it was not made by us and is never
   overwritten (the create fails with AlreadyExists and a Warning Event says so).
 * **Per namespace** (`plan`): create the copies it should have and lacks, re-annotate a
-  copy whose configuration changed, delete copies that no configuration wants here any
-  more (the namespace stopped matching, the configuration was removed or renamed its
-  ConfigMap). Two configurations naming the same ConfigMap for one namespace: the first
-  by name wins, the other is reported (`Clash`). A terminating namespace gets nothing.
+  copy whose configuration changed (and re-label one whose opt-in label was removed),
+  delete copies that no configuration wants here any more (the namespace stopped
+  matching, the configuration was removed or renamed its ConfigMap). Two configurations
+  naming the same ConfigMap for one namespace: the first by name wins, the other is
+  reported (`Clash`). A terminating namespace gets nothing.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class Copy:
     uid: str
     distributed_from: str
     annotations: Pairs
+    labelled: bool = True
+    """It still carries the opt-in label of `injector.configmaps` (without it the
+    ConfigMap target releases `ca.crt`)."""
 
     @property
     def key(self) -> str:
@@ -145,6 +149,7 @@ def to_copy(raw: Mapping[str, Any]) -> Copy:
         uid=str(meta.get("uid", "")),
         distributed_from=str((meta.get("labels") or {}).get(FROM_LABEL, "")),
         annotations=_pairs({k: annotations[k] for k in COPIED_ANNOTATIONS if k in annotations}),
+        labelled=configmaps.is_selected(raw),
     )
 
 
@@ -203,7 +208,7 @@ def plan(
             actions.append(Delete(copy))
         else:
             have.add(copy.name)
-            if copy.annotations != want.annotations:
+            if copy.annotations != want.annotations or not copy.labelled:
                 actions.append(Update(want, copy))
     actions.extend(Create(d) for name, d in wanted.items() if name not in have)
     return actions
@@ -225,11 +230,12 @@ def copy_body(distribution: Distribution, namespace: str) -> dict[str, Any]:
 
 def annotations_patch(distribution: Distribution, copy: Copy) -> dict[str, Any]:
     """The merge patch an `Update` sends: the copied annotations as the configuration has
-    them (absent ones removed), guarded by the copy's uid."""
+    them (absent ones removed) and the opt-in label, guarded by the copy's uid."""
     wanted = dict(distribution.annotations)
     return {
         "metadata": {
             "uid": copy.uid,
+            "labels": {configmaps.LABEL: "true"},
             "annotations": {key: wanted.get(key) for key in COPIED_ANNOTATIONS},
         }
     }

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from controlplane import ControlPlane
 from injector import distribute
-from injector.configmaps import CA_KEY
+from injector.configmaps import CA_KEY, LABEL
 from injector.distributor import DistributionController, informers
 from injector.targets import ANNOTATION
 from kube.client import Client, is_not_found
@@ -153,6 +153,20 @@ def test_distributes_to_matching_namespaces_and_cleans_up(
         # A namespace that starts matching gets one; one that stops matching loses it.
         client.patch(f"/api/v1/namespaces/{other}", {"metadata": {"labels": {"trust": team}}})
         eventually(lambda: copy_in(other) is not None, timeout=30)
+        # Someone removes the opt-in label from a copy: the injector releases ca.crt, the
+        # distributor puts the label back, and the injector fills ca.crt again.
+        client.patch(
+            f"/api/v1/namespaces/{other}/configmaps/service-ca.crt",
+            {"metadata": {"labels": {LABEL: None}}},
+        )
+        eventually(
+            lambda: (
+                ((copy_in(other) or {}).get("metadata") or {}).get("labels", {}).get(LABEL)
+                == "true"
+                and ((copy_in(other) or {}).get("data") or {}).get(CA_KEY) == pem
+            ),
+            timeout=30,
+        )
         client.patch(f"/api/v1/namespaces/{matching}", {"metadata": {"labels": {"trust": "no"}}})
         eventually(lambda: copy_in(matching) is None, timeout=30)
 

@@ -66,14 +66,16 @@ def namespace(name: str = "apps", labels: dict[str, str] | None = None, **extra:
     return to_namespace({"metadata": {"name": name, "labels": labels or {}, **extra}})
 
 
-def copy(name: str = "trust-bundle", owner: str = "trust", annotations: Any = None) -> Any:
+def copy(
+    name: str = "trust-bundle", owner: str = "trust", annotations: Any = None, labelled: bool = True
+) -> Any:
     return to_copy(
         {
             "metadata": {
                 "name": name,
                 "namespace": "apps",
                 "uid": "copy-uid",
-                "labels": {distribute.FROM_LABEL: owner, LABEL: "true"},
+                "labels": {distribute.FROM_LABEL: owner, **({LABEL: "true"} if labelled else {})},
                 "annotations": {ANNOTATION: SELECTOR} if annotations is None else annotations,
             }
         }
@@ -121,6 +123,14 @@ def test_a_changed_configuration_re_annotates_the_copy_under_its_uid() -> None:
     # Copied annotations the configuration no longer has are removed (merge-patch null).
     back = annotations_patch(config(), copy(annotations=annotations))["metadata"]["annotations"]
     assert back[TRUSTSTORE_ANNOTATION] is None
+
+
+def test_a_copy_whose_injection_label_was_removed_gets_it_back() -> None:
+    # Without the label the ConfigMap target releases ca.crt: the copy would stay empty.
+    d = config()
+    unlabelled = copy(labelled=False)
+    assert plan(namespace(), [d], [unlabelled]) == [Update(d, unlabelled)]
+    assert annotations_patch(d, unlabelled)["metadata"]["labels"] == {LABEL: "true"}
 
 
 def test_a_terminating_or_missing_namespace_gets_nothing() -> None:
