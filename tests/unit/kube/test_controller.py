@@ -126,6 +126,24 @@ def test_api_errors_follow_the_server_when_transient_else_back_off(
     c.queue.shut_down()
 
 
+def test_a_transient_error_repeated_backs_off_per_key_even_with_a_short_retry_after() -> None:
+    """docs/reference.md §5: transient errors back off per key, *not before* Retry-After.
+    An API server answering 429 with `Retry-After: 1` (or a proxy with 0) for minutes must
+    not have every key retried at that fixed pace: the key's backoff grows regardless."""
+
+    def sync(_key: str) -> Requeue | None:
+        raise ApiError(429, "Too Many Requests", retry_after=0.5)
+
+    c = controller(sync)
+    for _ in range(12):  # twelve failures so far: the next backoff is 0.005 * 2**12 = 20 s
+        c.queue.rate_limiter.when("a")
+    c.queue.add("a")
+    assert c.process_next_work_item()
+    assert c.queue.get(timeout=1.0) == (None, False)  # still backing off, past Retry-After
+    assert c.queue.num_requeues("a") == 13
+    c.queue.shut_down()
+
+
 class FakeInformer:
     def __init__(self) -> None:
         self.runs = 0
