@@ -17,8 +17,8 @@ What the loop decides:
   `Requeue()` → retry with the key's exponential backoff (`add_rate_limited`). Always
   `done(key)` last, so the queue may hand the key out again.
 * **The error policy is the loop's, not the controllers'.** A `sync` lets every failure
-  raise. A transient `ApiError` (transport failure, 429, 5xx) is retried after the
-  server's `Retry-After` when it sent one, else with the key's backoff, logged as a
+  raise. A transient `ApiError` (transport failure, 429, 5xx) is retried with the key's
+  backoff, and not before the server's `Retry-After` when it sent one, logged as a
   warning without a traceback; any other exception (403, 422, a bug) is logged with its
   traceback and retried with the key's backoff (up to the queue's 1000 s ceiling, as
   kube-controller-manager does). `on_error` is told of every failure, so a controller
@@ -201,8 +201,11 @@ class Loop:
         except ApiError as err:
             self._failed(key, err)
             if err.transient and err.retry_after is not None:
-                # The server said when (429/503 with Retry-After): honour it.
-                self.queue.add_after(key, err.retry_after)
+                # The server said when (429/503 with Retry-After): not before then, and
+                # not before the key's backoff either, so a server (or proxy) repeating
+                # a short Retry-After does not get every key at a fixed pace forever.
+                backoff = self.queue.rate_limiter.when(key)
+                self.queue.add_after(key, max(err.retry_after, backoff))
             else:
                 # Retry with this key's exponential backoff.
                 self.queue.add_rate_limited(key)

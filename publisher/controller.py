@@ -25,9 +25,10 @@ Bundles of other signers are never touched: the informer only sees ours (field s
 
 Reconciles are triggered by any add/update/delete of one of our bundles, by `trigger()`
 (the trust-bundle file changed) and by a periodic resync. Failures raise and are retried
-by the shared loop (`kube.controller`: after the server's Retry-After when transient,
-else with the key's backoff). Each sync counts `clustertrustbundle_publisher_sync_total{code}`;
-a successful one sets the trust-bundle expiry gauge.
+by the shared loop (`kube.controller`: with the key's backoff, and not before the
+server's Retry-After when transient). Each sync counts
+`clustertrustbundle_publisher_sync_total{code}`; a successful one sets the trust-bundle
+expiry gauge.
 """
 
 from __future__ import annotations

@@ -263,7 +263,7 @@ class SignerController:
             self._forget(key, gone=pcr is None)
             return None
         # The whole decision, without coming back here (signer.decide). API errors
-        # raise: the loop retries them (after Retry-After when transient) and counts
+        # raise: the loop retries them (backoff, not before Retry-After) and counts
         # them through `on_error`.
         decision = self.decider.decide(pcr)
         if isinstance(decision, Terminal):

@@ -744,7 +744,7 @@ def test_transient_error_retries_after_the_servers_delay_and_counts_an_error(h: 
 
     assert h.controller.loop.process_next_work_item()  # the loop's policy, not the sync's
     assert h.controller.queue.get(timeout=0.2) == (None, False)  # parked for the 7 s
-    assert h.controller.queue.num_requeues(pcr.key) == 0  # not a backoff step
+    assert h.controller.queue.num_requeues(pcr.key) == 1  # a backoff step; 7 s is the floor
     assert h.count("error") == 1
     assert h.count("issued") == 0
     h.controller.queue.shut_down()

@@ -96,8 +96,8 @@ def test_workers_wait_for_every_cache() -> None:
 @pytest.mark.parametrize(
     ("error", "parked", "requeues"),
     [
-        (ApiError(503, "Service Unavailable", retry_after=30.0), True, 0),
-        (ApiError(429, "Too Many Requests", retry_after=30.0), True, 0),
+        (ApiError(503, "Service Unavailable", retry_after=30.0), True, 1),
+        (ApiError(429, "Too Many Requests", retry_after=30.0), True, 1),
         (ApiError(0, "connection refused"), False, 1),
         (ApiError(403, "Forbidden"), False, 1),
         (ApiError(422, "Unprocessable Entity", retry_after=30.0), False, 1),
@@ -107,8 +107,8 @@ def test_workers_wait_for_every_cache() -> None:
 def test_api_errors_follow_the_server_when_transient_else_back_off(
     error: ApiError, parked: bool, requeues: int
 ) -> None:
-    """A transient error with Retry-After waits what the server said (not counted as a
-    backoff step); every other failure backs off per key. `on_error` hears of each."""
+    """A transient error with Retry-After waits at least what the server said; every
+    failure counts a backoff step for its key. `on_error` hears of each."""
     errors: list[tuple[str, Exception]] = []
 
     def sync(_key: str) -> Requeue | None:
