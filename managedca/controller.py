@@ -5,8 +5,11 @@ it does not decide). Runs only on the leader.
 - One queue key; a sync is one step. After a write the key is requeued at once, so a
   whole bootstrap (create → confirm) or a stage → mark-published takes as long as the
   API and the publisher take, not a resync period; a `Wait` with a time is requeued for
-  then (at most `resync_period`, 5 s, later); a `Wait` for the publisher or a replica
-  (the bundle and the reports change without telling us) every second.
+  then (at most `resync_period`, 60 s, later); a `Wait` for the publisher or a replica
+  (the bundle and the reports change without telling us) every second. Any change of
+  the Secret (`ca rotate`, a delete) triggers a step through the material source's
+  watch, so a Stable leader reads the API once a minute (the same bound as the
+  source's own re-read against a stalled watch), not every few seconds.
 - Every read is a quorum GET (no cache): a decision is taken on the newest state, and
   every write carries the resourceVersion read (`409 Conflict`, or `404` for a Secret
   deleted between the read and the write → decide again). The
@@ -140,7 +143,7 @@ class ManagedCAController:
         recorder: Recorder | None = None,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        resync_period: float = 5.0,
+        resync_period: float = 60.0,
         on_written: Callable[[Mapping[str, Any]], object] | None = None,
     ) -> None:
         # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
