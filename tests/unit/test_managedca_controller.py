@@ -18,6 +18,19 @@ from trust.ca import cert_pem, generate_ca, key_pem
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 
+def _controller(client: object) -> ManagedCAController:
+    return ManagedCAController(
+        cast(Client, client),
+        namespace="ns",
+        secret_name="ca",
+        signer_name="example.com/x",
+        ctb_version="v1beta1",
+        config=d.Config(),
+        make_ca=lambda now: (b"", b""),
+        clock=lambda: NOW,
+    )
+
+
 class SecretDeletedBeforeTheWrite:
     """Reads see a CA just made and published; the conditional update finds no Secret
     (someone deleted it in between: kube-apiserver answers 404, not 409)."""
@@ -46,16 +59,7 @@ class SecretDeletedBeforeTheWrite:
 
 def test_a_secret_deleted_between_read_and_write_is_decided_again_not_failed() -> None:
     client = SecretDeletedBeforeTheWrite()
-    controller = ManagedCAController(
-        cast(Client, client),
-        namespace="ns",
-        secret_name="ca",
-        signer_name="example.com/x",
-        ctb_version="v1beta1",
-        config=d.Config(),
-        make_ca=lambda now: (b"", b""),
-        clock=lambda: NOW,
-    )
+    controller = _controller(client)
     outcome = controller.sync()
     assert client.replaced == 1, "the step (Confirm) was attempted"
     assert isinstance(outcome, Requeue) and outcome.after is not None and outcome.after < 1
@@ -83,16 +87,7 @@ def test_a_stable_leader_does_not_poll_the_api_every_few_seconds() -> None:
     step) and the time, so the leader looks again at the next instant due or after a
     minute (a stalled watch), not every few seconds."""
     client = StableForMonths()
-    controller = ManagedCAController(
-        cast(Client, client),
-        namespace="ns",
-        secret_name="ca",
-        signer_name="example.com/x",
-        ctb_version="v1beta1",
-        config=d.Config(),
-        make_ca=lambda now: (b"", b""),
-        clock=lambda: NOW,
-    )
+    controller = _controller(client)
     outcome = controller.sync()
     assert client.reads == 3, "the Secret, the ClusterTrustBundles, the reports"
     assert isinstance(outcome, Requeue) and outcome.after is not None and outcome.after >= 60
