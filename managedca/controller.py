@@ -265,7 +265,10 @@ class ManagedCAController:
             if old.fingerprint in certs or old.not_after <= now:
                 continue
             certs[old.fingerprint] = pem
-            previous.append(d.Previous(old, now, self.config.retire_at(now)))
+            # No retire time yet: like a swapped-out root, it is scheduled once the
+            # Secret is read back (ScheduleRetire), so a create that lands late (a paused
+            # bootstrap) cannot shorten how long the roots already trusted stay.
+            previous.append(d.Previous(old, now, None))
         state = d.State(current=info, previous=tuple(previous))
         body = encode(self.namespace, self.secret_name, state, certs, key, None)
         try:
@@ -279,8 +282,8 @@ class ManagedCAController:
             "ManagedCACreated",
             f"created the managed CA {info.fingerprint} (expires {_t(info.not_after)})"
             + (
-                f"; kept {len(previous)} root(s) already published until "
-                f"{_t(self.config.retire_at(now))}"
+                f"; kept {len(previous)} root(s) already published until the longest leaf "
+                "lifetime + the margin after this is read back"
                 if previous
                 else ""
             ),

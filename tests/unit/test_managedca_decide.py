@@ -159,6 +159,13 @@ CASES = [
         ScheduleRetire(T0 + 3 * DAY + 6 * H, CFG.retire_at(T0 + 3 * DAY + 6 * H)),
     ),
     (
+        "roots adopted at bootstrap get their retire time once the new CA is confirmed",
+        State(current=B, confirmed_at=T0 + 6 * H, previous=(Previous(A, T0, None),)),
+        obs("aa", "bb"),
+        T0 + 6 * H,
+        ScheduleRetire(T0 + 6 * H, CFG.retire_at(T0 + 6 * H)),
+    ),
+    (
         "a previous root stays until its retire time",
         SWAPPED,
         obs("aa", "bb"),
