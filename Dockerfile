@@ -53,8 +53,11 @@ COPY trust ./trust
 COPY signer ./signer
 COPY publisher ./publisher
 COPY injector ./injector
+COPY distributor ./distributor
 COPY managedca ./managedca
 COPY manager ./manager
+COPY troubleshoot ./troubleshoot
+COPY cli ./cli
 ARG VERSION_COMMIT=unknown
 RUN printf '%s\n' "$VERSION_COMMIT" > manager/COMMIT \
  && /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \

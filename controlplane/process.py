@@ -79,7 +79,7 @@ class SignerProcess:
         self.args = [
             sys.executable,
             "-m",
-            "manager",
+            "cli",
             "run",
             f"--kubeconfig={kubeconfig}",
             *material,

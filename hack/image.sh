@@ -30,8 +30,10 @@ COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 # org.opencontainers.image.created: the commit's time (UTC), so a rebuild of one commit
 # labels the image the same.
 CREATED=$(TZ=UTC git log -1 --date=format-local:%Y-%m-%dT%H:%M:%SZ --format=%cd 2>/dev/null || echo 1970-01-01T00:00:00Z)
+# The runtime packages (the image's build context; .dockerignore and the Dockerfile name the same).
+PACKAGES=(kube trust signer publisher injector distributor managedca manager troubleshoot cli)
 CONTEXT=(Dockerfile .dockerignore pyproject.toml README.md requirements.lock
-  hack/build-requirements.lock kube trust signer publisher injector manager)
+  hack/build-requirements.lock "${PACKAGES[@]}")
 # -dirty: the build context differs from the commit (changes elsewhere do not count).
 if [ -n "$(git status --porcelain -- "${CONTEXT[@]}" 2>/dev/null)" ]; then COMMIT="$COMMIT-dirty"; fi
 BASE=docker.io/library/debian:$SUITE-slim
@@ -120,7 +122,7 @@ prune_store() {  # keep the store bounded: vfs keeps a full copy of every layer
 inputs_digest() {  # what the build reads: the Dockerfile, the context, the base, the commit
   { cat Dockerfile .dockerignore pyproject.toml README.md requirements.lock \
       hack/build-requirements.lock
-    find kube trust signer publisher injector manager -type f -name '*.py' -o -type f -name py.typed \
+    find "${PACKAGES[@]}" -type f -name '*.py' -o -type f -name py.typed \
       | LC_ALL=C sort | xargs cat
     echo "$BASE $COMMIT $VERSION"; } | sha256sum | cut -c1-16
 }

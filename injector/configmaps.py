@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from injector.targets import (
-    ANNOTATION,
     CONFIG_MAP,
     Slot,
     Target,
@@ -36,23 +35,17 @@ from injector.targets import (
     owned_by_us,
 )
 from trust.bundle import anchor_ders
+from trust.consumers import ANNOTATION as ANNOTATION
+from trust.consumers import LABEL as LABEL
+from trust.consumers import LABEL_SELECTOR as LABEL_SELECTOR
+from trust.consumers import TRUSTSTORE_ANNOTATION as TRUSTSTORE_ANNOTATION
+from trust.consumers import TRUSTSTORE_PASSWORD_ANNOTATION as TRUSTSTORE_PASSWORD_ANNOTATION
+from trust.consumers import is_selected as is_selected
 from trust.truststore import java_truststore, truststore_anchors
 
-LABEL = "service-serving-signer/inject-ca-bundle"
-"""The opt-in label (value `true`): the injector watches only ConfigMaps carrying it."""
-LABEL_SELECTOR = f"{LABEL}=true"
 CA_KEY = "ca.crt"
-TRUSTSTORE_ANNOTATION = "service-serving-signer/truststore-pkcs12"
-"""Names a binaryData key to hold the anchors as a PKCS#12 truststore (for JVMs)."""
-TRUSTSTORE_PASSWORD_ANNOTATION = "service-serving-signer/truststore-password"
-"""The truststore's password; empty when absent (see `trust.truststore`)."""
 
 _CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
-
-
-def is_selected(raw: Mapping[str, Any]) -> bool:
-    """Whether a ConfigMap carries the opt-in label (what `LABEL_SELECTOR` lists)."""
-    return ((raw.get("metadata") or {}).get("labels") or {}).get(LABEL) == "true"
 
 
 def to_target(raw: Mapping[str, Any]) -> Target:

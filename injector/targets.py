@@ -24,11 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-ANNOTATION = "service-serving-signer/ca-bundle-from"
-"""The annotation whose value is a KEP-6283 `ClusterTrustBundleSelector` as JSON."""
-
-FIELD_MANAGER = "service-serving-signer-injector"
-"""The injector's server-side apply field manager: what it owns, and what it releases."""
+from trust.consumers import ANNOTATION as ANNOTATION
+from trust.consumers import FIELD_MANAGER as FIELD_MANAGER
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,9 @@ from kube.controller import Loop, Requeue
 from kube.events import ObjectRef
 from kube.workqueue import RateLimitingQueue
 from managedca import decide as d
+from managedca.codec import Stored, ca_info, decode, encode, split_pem
+from managedca.material import anchors_of
 from managedca.report import list_reports, parse_report
-from managedca.store import Stored, ca_info, decode, encode, split_pem
-from trust.managed import anchors_of
 
 log = logging.getLogger(__name__)
 

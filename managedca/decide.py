@@ -23,7 +23,7 @@ The state machine (docs/managed-ca.md), one action per call, checked in this ord
    `ca rotate` asked for it or the configured point of the current CA's life is reached;
    else `Wait` until the earliest of those instants.
 
-Why the invariants hold (tests/unit/test_managedca_properties.py checks them over
+Why the invariants hold (tests/unit/managedca/test_properties.py checks them over
 crashes, leader changes, lost and stale writes and clock steps):
 
 - *Never two next CAs*: `Stage` happens only with no next CA, and every write carries

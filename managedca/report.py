@@ -30,7 +30,7 @@ from typing import Any
 
 from kube.client import ApiError, Client, is_conflict, is_not_found, path_segment
 from managedca.decide import Report
-from trust.managed import ANNOTATION_PREFIX
+from managedca.material import ANNOTATION_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def list_reports(client: Client, namespace: str, secret_name: str) -> list[Mappi
 
 class LoadedReporter:
     """Keeps this replica's report Lease current. `loaded()` returns (anchor fingerprints,
-    signing CA fingerprint or None), e.g. `trust.managed.ApiMaterialSource.loaded`."""
+    signing CA fingerprint or None), e.g. `managedca.material.ApiMaterialSource.loaded`."""
 
     def __init__(
         self,

@@ -43,7 +43,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from kube import memory
 from kube.controller import SHUTDOWN_GRACE, Controller
 from kube.factory import InformerFactory
-from manager.controllers import DESCRIPTORS, BuildContext, Gate
+from manager.controllers import DESCRIPTORS, BuildContext, Gate, managed_ca_settings
 from manager.controllers import StartupFailure as StartupFailure  # cli catches it from here
 from manager.ops import BindError, Checks, OpsServer, start_servers
 from manager.options import SIGNING_CONTROLLERS, Options
@@ -240,9 +240,11 @@ def _material(
         return None, {}
     signing = "signer" in opts.controllers
     if opts.managed_ca:
-        from manager.managed_ca import material_gates, material_source
+        from managedca.wiring import material_gates, material_source
+        from signer.authority import issue_probe
 
-        source = material_source(opts, client, registry, signing)
+        settings = managed_ca_settings(opts)
+        source = material_source(settings, client, registry, issue_probe if signing else None)
         return source, material_gates(source)
 
     from trust.files import FileMaterialSource

@@ -31,7 +31,8 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -40,6 +41,9 @@ from kube.controller import Controller, Requeue
 from kube.events import EventRecorder
 from kube.factory import InformerFactory
 from manager.options import SIGNING_CONTROLLERS, Options
+
+if TYPE_CHECKING:
+    from managedca.wiring import Settings as ManagedSettings
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +219,7 @@ def _injector(ctx: BuildContext) -> Controller:
 def _trust_distributor(ctx: BuildContext) -> Controller:
     """The opt-in trust ConfigMap distribution (docs/trust-consumers.md): its
     configurations live in the process's own namespace (the Lease's)."""
-    from injector import distributor
+    from distributor import controller as distributor
 
     namespace = ctx.opts.leader_elect_resource_namespace
     controller = distributor.DistributionController(
@@ -229,14 +233,44 @@ def _trust_distributor(ctx: BuildContext) -> Controller:
     return controller
 
 
+def managed_ca_settings(opts: Options) -> ManagedSettings:
+    """The managed CA's settings, from the process's flags."""
+    from managedca.decide import Config
+    from managedca.wiring import Settings
+
+    return Settings(
+        namespace=opts.leader_elect_resource_namespace,
+        secret_name=opts.managed_ca_secret_name,
+        signer_name=opts.signer_name,
+        key_type=opts.managed_ca_key_type,
+        domain=opts.cluster_service_domain,
+        config=Config(
+            ca_lifetime=timedelta(seconds=opts.managed_ca_lifetime),
+            rotate_at=opts.managed_ca_rotate_at,
+            propagation_delay=timedelta(seconds=opts.managed_ca_propagation_delay),
+            max_leaf_lifetime=timedelta(seconds=opts.max_certificate_lifetime),
+            retire_margin=timedelta(seconds=opts.managed_ca_retire_margin),
+            keep_previous=opts.managed_ca_keep_previous,
+        ),
+    )
+
+
 def _managed_ca(ctx: BuildContext) -> Controller:
     """The managed CA (docs/managed-ca.md): its controller, and this replica's report of
     what it has loaded (a warmer: every replica reports, leader or not)."""
-    from manager.managed_ca import wire
+    from managedca.material import ApiMaterialSource
+    from managedca.wiring import wire
 
+    assert isinstance(ctx.material, ApiMaterialSource), "managed mode builds an ApiMaterialSource"
     version = ctx.ctb_version("the managed CA is published as one")
     controller, reporter = wire(
-        ctx.opts, ctx.client, ctx.registry, ctx.identity, ctx.material, version, ctx.recorder()
+        managed_ca_settings(ctx.opts),
+        ctx.client,
+        ctx.registry,
+        ctx.identity,
+        ctx.material,
+        version,
+        ctx.recorder(),
     )
     ctx.warmers.append(reporter.run)
     log.info("managed CA configured", extra={"secret": ctx.opts.managed_ca_secret_name})

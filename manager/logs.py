@@ -38,7 +38,6 @@ _RESERVED = frozenset(
     | {"message", "asctime", "taskName"}
 )
 _NOISY_LOGGERS = ("urllib3", "kubernetes")
-_OURS = ("kube", "signer", "publisher", "manager", "controlplane")
 
 
 def V(level: int) -> int:

@@ -17,7 +17,7 @@ definition of the profile):
 * It then re-assembles the reference's TBSCertificate from the reference's own inputs
   and refuses to be used (returns None; `issue` keeps the builder) unless the bytes are
   identical, so a profile the splicing does not reproduce falls back instead of
-  diverging. The property tests (tests/unit/test_template.py) compare against the
+  diverging. The property tests (tests/unit/signer/test_template.py) compare against the
   builder over generated serials, times, names and every key type a request may carry,
   for every CA key type.
 * Per leaf it only encodes what RFC 5280 fixes: a positive INTEGER, UTCTime before

@@ -38,7 +38,7 @@ from typing import TypeAlias
 from prometheus_client import CollectorRegistry
 
 from trust.bundle import TrustBundle
-from trust.material import (  # the names trust/managed.py imports too (intentional)
+from trust.material import (  # the names managedca/material.py imports too (intentional)
     DEFAULT_DOMAIN,
     BundleListener,
     LeafIssuer,

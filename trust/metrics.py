@@ -1,4 +1,4 @@
-"""The signing-material metrics every source reports (`trust.files`, `trust.managed`):
+"""The signing-material metrics every source reports (`trust.files`, `managedca.material`):
 `service_serving_ca_controller_material_reload_total{result}`, `…_material_invalid` and
 `…_material_info{trust_bundle,signing_certificate}` (docs/reference.md §6). One set per
 registry: a process has one material source.

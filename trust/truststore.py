@@ -8,7 +8,7 @@ What it decides:
   anyExtendedKeyUsage) — what `keytool -importcert` writes. A bag without it is loaded
   as nothing at all, and a JVM pointed at such a file trusts no one.
   `cryptography`'s `serialize_java_truststore` writes that attribute; `keytool -list`
-  shows each anchor as `trustedCertEntry` (tests/unit/test_truststore.py runs keytool).
+  shows each anchor as `trustedCertEntry` (tests/unit/trust/test_truststore.py runs keytool).
 * **The password.** Empty by default, like trust-manager's PKCS#12 target: a truststore
   holds public certificates only, and the password guards nothing but the file's MAC. A
   JVM loads it with `javax.net.ssl.trustStorePassword` unset (the JDK then skips the

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from cli.main import main
 from kube.client import Client
-from manager.cli import main
 from tests.integration.manifests import create_or_replace
 
 LEASE = "signer"

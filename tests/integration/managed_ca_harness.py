@@ -15,14 +15,14 @@ from datetime import UTC, datetime, timedelta
 
 from controlplane.workload import BUNDLE_FILE, CHAIN_FILE, KEY_FILE, VolumeFiles
 from kube.client import ApiError, Client, is_conflict, is_not_found
-from managedca.store import PHASE, PREVIOUS, format_time
-from trust.managed import fingerprint
+from managedca.codec import PHASE, PREVIOUS, format_time
+from managedca.material import fingerprint
 
 
 def ca_cli(kubeconfig: object, *args: str) -> subprocess.CompletedProcess[str]:
     """`service-serving-signer ca <args> --kubeconfig=…` as the operator runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "manager", "ca", *args, f"--kubeconfig={kubeconfig}"],
+        [sys.executable, "-m", "cli", "ca", *args, f"--kubeconfig={kubeconfig}"],
         capture_output=True,
         text=True,
         timeout=60,

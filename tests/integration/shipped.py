@@ -45,7 +45,7 @@ from kube.types import JSON
 from tests.integration.freezing_proxy import FreezingProxy
 from tests.integration.manager_process import SignerProcess
 from tests.integration.manifests import apply, create_or_replace
-from tests.unit.manager.kustomize import CONFIG, find, render
+from tests.unit.deploy.kustomize import CONFIG, find, render
 from trust.ca import CertificateAuthority, cert_pem, key_pem
 
 NS = "service-serving-signer"
@@ -434,7 +434,7 @@ class ShippedSigner(SignerProcess):
         self.args = [
             sys.executable,
             "-m",
-            "manager",
+            "cli",
             "run",
             *loopback_args(container.get("args", []), self.metrics_port, self.health_port),
             *extra_args,

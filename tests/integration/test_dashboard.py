@@ -16,7 +16,7 @@ import yaml
 
 from controlplane import ControlPlane
 from tests.integration.manager_process import eventually, signer_with_a_new_ca
-from tests.unit.manager.kustomize import CONFIG
+from tests.unit.deploy.kustomize import CONFIG
 
 pytestmark = pytest.mark.integration
 

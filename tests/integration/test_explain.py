@@ -294,7 +294,7 @@ def test_explain_exit_status_from_the_real_cli(
         [
             sys.executable,
             "-m",
-            "manager",
+            "cli",
             "explain",
             "pod",
             f"{namespace}/web-0",

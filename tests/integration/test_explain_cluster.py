@@ -32,7 +32,7 @@ from tests.integration.nodes import (
     stays_not_running,
     unique_signer_name,
 )
-from tests.unit.manager.kustomize import CONFIG, render
+from tests.unit.deploy.kustomize import CONFIG, render
 from trust.ca import write_ca
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ import yaml
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, deployment_manifest, pod_manifest
 from kube.client import Client
-from manager.explain import Explainer, Outcome
-from manager.health import read_health
 from tests.integration.explain_harness import LEASE, run_explain, write_lease
+from troubleshoot.explain import Explainer, Outcome
+from troubleshoot.leasehealth import read_health
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ import yaml
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from controlplane import ControlPlane
-from injector import distribute
+from distributor import decide as distribute
+from distributor.controller import DistributionController, informers
 from injector.configmaps import CA_KEY, LABEL
-from injector.distributor import DistributionController, informers
 from injector.targets import ANNOTATION
 from kube.client import Client, is_not_found
 from kube.events import EventRecorder
@@ -33,7 +33,7 @@ from tests.integration.manifests import ensure_namespace
 from tests.integration.signer_harness import eventually
 from tests.integration.test_injector_rbac import NS, RBAC_KINDS, SA, SUBJECT
 from tests.integration.test_publisher import ctb_path, ctb_version
-from tests.unit.manager.kustomize import CONFIG, render
+from tests.unit.deploy.kustomize import CONFIG, render
 from trust.bundle import bundle_name, normalize_bundle
 from trust.ca import generate_ca
 

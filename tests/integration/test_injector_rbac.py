@@ -28,7 +28,7 @@ from tests.integration.injector_harness import (
 )
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.manifests import apply, ensure_namespace
-from tests.unit.manager.kustomize import CONFIG, render
+from tests.unit.deploy.kustomize import CONFIG, render
 
 pytestmark = pytest.mark.integration
 

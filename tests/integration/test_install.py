@@ -19,7 +19,7 @@ from kube.client import ApiError, Client, is_not_found
 from kube.types import JSON
 from tests.integration.manifests import ensure_monitoring_crds
 from tests.integration.test_chart import CHART, CONFIG, helm, kustomize, overlay
-from tests.unit.manager.kustomize import render
+from tests.unit.deploy.kustomize import render
 
 pytestmark = pytest.mark.integration
 

@@ -19,6 +19,7 @@ import pytest
 from controlplane.cluster import Cluster
 from controlplane.workload import CHAIN_FILE, VolumeFiles
 from kube.client import Client
+from managedca.material import fingerprint
 from tests.integration.managed_ca_harness import (
     Prober,
     ca_cli,
@@ -29,7 +30,6 @@ from tests.integration.managed_ca_harness import (
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import create_service, running_files, serving_pod
 from tests.integration.signer_harness import unique_signer_name
-from trust.managed import fingerprint
 
 pytestmark = pytest.mark.integration
 

@@ -18,6 +18,7 @@ import pytest
 from controlplane.cluster import Cluster
 from controlplane.workload import BUNDLE_FILE, CHAIN_FILE
 from kube.client import ApiError, Client, is_not_found
+from managedca.material import DEFAULT_SECRET_NAME, fingerprint
 from tests.integration.manager_process import eventually
 from tests.integration.nodes import create_service, running_files, serving_pod
 from tests.integration.shipped import (
@@ -30,8 +31,7 @@ from tests.integration.shipped import (
     wait_namespace_gone,
 )
 from tests.integration.test_chart import CHART, CONFIG, helm, kustomize
-from tests.unit.manager.kustomize import find
-from trust.managed import DEFAULT_SECRET_NAME, fingerprint
+from tests.unit.deploy.kustomize import find
 
 pytestmark = pytest.mark.integration
 

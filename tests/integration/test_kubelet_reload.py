@@ -44,7 +44,7 @@ from tests.atomic_volume import atomic_write
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import signer_fixture, unique_signer_name, verify_against_bundle
 from tests.integration.signer_harness import wait_terminal
-from tests.unit.manager.kustomize import CONFIG, find, render
+from tests.unit.deploy.kustomize import CONFIG, find, render
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,10 @@ from cryptography import x509
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client, is_not_found
-from managedca.store import PREVIOUS, decode
+from managedca.codec import PREVIOUS, decode
+from managedca.material import DEFAULT_SECRET_NAME, anchors_of, fingerprint
 from tests.integration.managed_ca_harness import ca_cli, move_retire_time_to_the_past, phase
 from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
-from trust.managed import DEFAULT_SECRET_NAME, anchors_of, fingerprint
 
 pytestmark = pytest.mark.integration
 
@@ -129,8 +129,8 @@ class Managed:
 
 
 def _all_ca_pems(secret: dict[str, Any]) -> list[bytes]:
-    from managedca.store import split_pem
-    from trust.managed import bundle_pem, secret_data
+    from managedca.codec import split_pem
+    from managedca.material import bundle_pem, secret_data
 
     return split_pem(bundle_pem(secret_data(secret)))
 

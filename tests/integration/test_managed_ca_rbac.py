@@ -14,12 +14,12 @@ from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
 from controlplane.process import eventually
 from kube.client import ApiError, Client, is_not_found
+from managedca.material import DEFAULT_SECRET_NAME
 from tests.integration import identities
 from tests.integration.managed_ca_harness import phase
 from tests.integration.manager_process import issue_one, signer_with_token, wait_issued
 from tests.integration.manifests import apply, ensure_namespace
-from tests.unit.manager.kustomize import CONFIG, render
-from trust.managed import DEFAULT_SECRET_NAME
+from tests.unit.deploy.kustomize import CONFIG, render
 
 pytestmark = pytest.mark.integration
 

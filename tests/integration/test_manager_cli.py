@@ -24,7 +24,7 @@ CTBS = "/apis/certificates.k8s.io/v1/clustertrustbundles"
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "manager", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -122,7 +122,7 @@ def test_json_logs_parse_and_sigterm_exits_zero(
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "manager", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=60
     )
 
 

@@ -21,7 +21,7 @@ from tests.integration.manager_process import (
     wait_issued,
 )
 from tests.integration.manifests import apply, ensure_monitoring_crds, ensure_namespace
-from tests.unit.manager.kustomize import CONFIG, render
+from tests.unit.deploy.kustomize import CONFIG, render
 from trust.ca import write_ca
 
 pytestmark = pytest.mark.integration

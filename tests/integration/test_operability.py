@@ -329,7 +329,7 @@ def test_bind_address_in_use_is_one_line_and_exit_1(
             [
                 sys.executable,
                 "-m",
-                "manager",
+                "cli",
                 "run",
                 f"--kubeconfig={control_plane.kubeconfig}",
                 f"--service-serving-key={files.key}",

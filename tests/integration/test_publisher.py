@@ -488,7 +488,7 @@ def test_run_exits_non_zero_with_one_line_naming_file_and_problem(
         [
             sys.executable,
             "-m",
-            "manager",
+            "cli",
             "run",
             f"--service-serving-key={key}",
             f"--service-serving-cert={cert}",

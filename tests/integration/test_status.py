@@ -19,10 +19,10 @@ import yaml
 from click.testing import CliRunner
 from cryptography import x509
 
+from cli.main import main
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, generate_key, pcr_manifest, pcr_path
 from kube.client import Client
-from manager.cli import main
 from tests.integration.manager_process import SignerProcess, condition_of, eventually
 from tests.integration.manifests import ensure_namespace
 from tests.integration.signer_harness import unique_signer_name
@@ -293,10 +293,10 @@ def test_explain_of_an_issued_request_shows_names_not_after_and_refresh(
 def test_status_reads_in_pages_and_agrees_with_one_page(
     cluster_state: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import manager.status
+    import troubleshoot.status
 
     whole = normalise(run(cluster_state, "status")[1], cluster_state)
-    monkeypatch.setattr(manager.status, "PAGE_SIZE", 2)  # 7 requests: four pages
+    monkeypatch.setattr(troubleshoot.status, "PAGE_SIZE", 2)  # 7 requests: four pages
     paged = normalise(run(cluster_state, "status")[1], cluster_state)
     assert paged == whole
     assert whole[6] == "Requests in all namespaces: 7 (1 Denied, 1 Failed, 2 Issued, 3 waiting)"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from cli.main import main
 from manager import buildinfo
-from manager.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,0 +1,5 @@
+"""`python -m cli` runs the `service-serving-signer` command line."""
+
+from cli.main import entrypoint
+
+entrypoint()

@@ -1,0 +1,455 @@
+"""The `service-serving-signer` command line.
+
+Decides the user-facing surface: flag names and syntax as kube-controller-manager spells
+them (`--flag=value` and `--flag value`; `--leader-elect`, `--leader-elect=true`,
+`--leader-elect=false`), one environment variable per flag
+(`SERVICE_SERVING_SIGNER_<FLAG_IN_CAPS>`, the same for `run`'s flags whichever
+subcommand they belong to), and how failures look: any start-up failure — a bad flag,
+unusable signing material, an unreadable kubeconfig — is ONE line
+`error: <what>: <problem>` on stderr and exit status 1, never a traceback and never key
+material. Heavy imports (the controllers, the official client) happen inside the
+commands, so `--help` and `version` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from cli import ca as ca_cli
+from cli import explain as explain_cli
+from cli.common import (
+    HELP_OPTION_NAMES,
+    Address,
+    Duration,
+    Group,
+    StartupError,
+    one_line,
+    output_option,
+)
+from manager import logs
+from manager.options import (
+    CA_MODES,
+    DEFAULT_MANAGED_CA_SECRET,
+    DEFAULT_SIGNER_NAME,
+    LOG_FORMATS,
+    MANAGED_CA_KEY_TYPES,
+    PCR_API_VERSIONS,
+    Options,
+    OptionsError,
+    default_leader_election_namespace,
+    parse_controllers,
+)
+
+ENV_PREFIX = "SERVICE_SERVING_SIGNER"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def env_name(flag: str) -> str:
+    """`--leader-elect-retry-period` → `SERVICE_SERVING_SIGNER_LEADER_ELECT_RETRY_PERIOD`."""
+    return f"{ENV_PREFIX}_{flag.lstrip('-').replace('-', '_').upper()}"
+
+
+def flag(*decls: str, **attrs: Any) -> Callable[[F], F]:
+    """`click.option` with the project's environment variable for the long name, and its
+    default shown in --help (unless it is empty)."""
+    long = next(d for d in decls if d.startswith("--"))
+    attrs.setdefault("envvar", env_name(long))
+    attrs.setdefault("show_envvar", True)
+    if attrs.get("default") not in ("", None):
+        attrs.setdefault("show_default", True)
+    return click.option(*decls, **attrs)
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(_version_line())
+    ctx.exit(0)
+
+
+def _version_line() -> str:
+    from manager import buildinfo
+
+    info = buildinfo.current()
+    return f"{buildinfo.DISTRIBUTION} {info.version} (commit {info.commit})"
+
+
+kubeconfig_option = click.option(
+    "--kubeconfig",
+    default=None,
+    envvar=env_name("--kubeconfig"),
+    metavar="FILE",
+    help="Kubeconfig; default in-cluster config, then $KUBECONFIG.",
+)
+
+
+@click.group(
+    cls=Group,
+    context_settings={
+        "auto_envvar_prefix": ENV_PREFIX,
+        "max_content_width": 120,
+        "help_option_names": HELP_OPTION_NAMES,
+    },
+)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Print the version and the commit it was built from, then exit.",
+)
+def main() -> None:
+    """The kubernetes.io/service-serving PodCertificateRequest signer and
+    ClusterTrustBundle publisher (KEP-6283)."""
+
+
+class KlogVerbosity(click.IntRange):
+    """`-v` as klog spells it: `-v 4`, `-v4`, `--v=4` and also `-v=4` (which click would
+    otherwise read as the value `=4`)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.startswith("="):
+            value = value[1:]
+        return super().convert(value, param, ctx)
+
+
+# Intentional repeat: one @flag block per flag, of the same shape (click's declaration
+# table, which --help and the environment variables are read from).
+@main.command("run")
+@flag(
+    "--service-serving-key",
+    default="",
+    metavar="FILE",
+    help="PEM private key of the signing CA (required with the signer controller).",
+)
+@flag(
+    "--service-serving-cert",
+    default="",
+    metavar="FILE",
+    help="PEM signing certificate, then intermediates (not the root). Not the key file. "
+    "Required with the signer controller.",
+)
+@flag(
+    "--service-serving-trust-bundle",
+    default="",
+    metavar="FILE",
+    help="PEM trust anchors to publish as the ClusterTrustBundle. "
+    "Required with the signer or publisher.",
+)
+@flag(
+    "--cluster-service-domain",
+    default="cluster.local",
+    help="Domain appended to Service and Pod names.",
+)
+@flag("--signer-name", default=DEFAULT_SIGNER_NAME, help="Signer name to serve and publish for.")
+@flag(
+    "--controllers",
+    multiple=True,
+    default=("*",),
+    help="Controllers to run: '*' (signer and publisher), 'signer', 'publisher', "
+    "'injector' (opt-in: '*,injector'), 'trust-distributor' (opt-in), '-publisher' "
+    "(comma lists).",
+)
+@flag(
+    "--max-certificate-lifetime",
+    type=Duration(),
+    default="24h",
+    help="Upper cap on issued lifetimes; at most 24h for kubernetes.io/* signers.",
+)
+@flag("--concurrent-syncs", type=click.IntRange(min=1), default=4, help="Signer worker threads.")
+@flag(
+    "--waiting-resync-period",
+    type=Duration(),
+    default="5m",
+    help="How often requests waiting on a Service are re-driven without an event "
+    "(a safety net; cost proportional to the waiting requests).",
+)
+@flag(
+    "--pcr-api-version",
+    type=click.Choice(PCR_API_VERSIONS),
+    default="auto",
+    help="PodCertificateRequest API version; auto = newest served.",
+)
+@flag(
+    "--kubeconfig",
+    default=None,
+    metavar="FILE",
+    help="Kubeconfig; default in-cluster config, then $KUBECONFIG.",
+)
+@flag("--kube-api-qps", type=float, default=50.0, help="Client-side write rate limit.")
+@flag("--kube-api-burst", type=int, default=100, show_default=True, help="Client-side write burst.")
+@flag(
+    "--leader-elect",
+    type=click.BOOL,
+    default=True,
+    is_flag=False,
+    flag_value=True,
+    help="Run only while holding the leader Lease (--leader-elect=false).",
+)
+@flag(
+    "--leader-elect-lease-duration",
+    type=Duration(),
+    default="15s",
+    help="How long a non-leader waits after the last renewal before taking the Lease.",
+)
+@flag(
+    "--leader-elect-renew-deadline",
+    type=Duration(),
+    default="10s",
+    help="How long the leader keeps retrying a renewal before it stops leading "
+    "(less than the lease duration).",
+)
+@flag(
+    "--leader-elect-retry-period",
+    type=Duration(),
+    default="2s",
+    help="Wait between attempts to acquire or renew the Lease.",
+)
+@flag(
+    "--leader-elect-resource-namespace",
+    default=None,
+    help="Lease namespace; default the Pod's namespace, else kube-system.",
+)
+@flag(
+    "--leader-elect-resource-name",
+    default="",
+    help="Name of the leader-election Lease; default service-serving-signer for "
+    "signer+publisher, else service-serving-signer-<controllers> "
+    "(e.g. service-serving-signer-injector).",
+)
+@flag(
+    "--metrics-bind-address",
+    type=Address(),
+    default=":10358",
+    help="host:port for /metrics; 0 disables.",
+)
+@flag(
+    "--health-probe-bind-address",
+    type=Address(),
+    default=":10359",
+    help="host:port for /healthz and /readyz; 0 disables.",
+)
+@flag(
+    "--ca-mode",
+    type=click.Choice(CA_MODES),
+    default="file",
+    help="file: the CA comes from --service-serving-key/-cert/-trust-bundle (the KEP's "
+    "contract). managed: the signer makes its CA, keeps it in a Secret and rotates it "
+    "(docs/managed-ca.md).",
+)
+@flag(
+    "--managed-ca-secret-name",
+    default=DEFAULT_MANAGED_CA_SECRET,
+    help="Secret holding the managed CA, in the leader-election namespace.",
+)
+@flag(
+    "--managed-ca-key-type",
+    type=click.Choice(MANAGED_CA_KEY_TYPES),
+    default="ECDSAP256",
+    help="Key algorithm of a managed CA.",
+)
+@flag(
+    "--managed-ca-lifetime",
+    type=Duration(),
+    default="8760h",
+    help="Lifetime of a managed CA certificate.",
+)
+@flag(
+    "--managed-ca-rotate-at",
+    type=float,
+    default=0.5,
+    help="Fraction of a managed CA's life after which its successor is staged.",
+)
+@flag(
+    "--managed-ca-propagation-delay",
+    type=Duration(),
+    default="10m",
+    help="Wait after the bundle holds both CAs before signing with the new one (covers "
+    "kubelet's clusterTrustBundle projection refresh).",
+)
+@flag(
+    "--managed-ca-retire-margin",
+    type=Duration(),
+    default="1h",
+    help="Added to swap time + --max-certificate-lifetime before an old root leaves the bundle.",
+)
+@flag(
+    "--managed-ca-keep-previous",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Previous roots kept in the bundle after their retire time, until they expire.",
+)
+@flag(
+    "--logging-format",
+    "--log-format",
+    "log_format",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    # component-base's name first; the old name (flag and variable) stays an alias
+    envvar=[env_name("--logging-format"), env_name("--log-format")],
+    help="Log format: text (klog's) or json (component-base's). --log-format is an alias.",
+)
+@flag(
+    "-v",
+    "--v",
+    "verbosity",
+    type=KlogVerbosity(min=0),
+    default=0,
+    help="Log verbosity (klog style).",
+)
+def run_command(**values: Any) -> int:
+    """Run the signer and publisher controllers (the production entry point)."""
+    opts = build_options(values)
+    logs.configure(opts.log_format, opts.verbosity)
+    logs.fast_records()
+    from manager.app import StartupFailure, run
+
+    try:
+        return run(opts)
+    except StartupFailure as err:
+        raise StartupError(str(err)) from None
+
+
+def build_options(values: dict[str, Any]) -> Options:
+    """`run`'s parsed click values → validated `Options` (one-line errors)."""
+    try:
+        controllers = parse_controllers(values.pop("controllers"))
+        namespace = values.pop("leader_elect_resource_namespace") or (
+            default_leader_election_namespace()
+        )
+        return Options(controllers=controllers, leader_elect_resource_namespace=namespace, **values)
+    except OptionsError as err:
+        raise StartupError(str(err)) from None
+
+
+@main.command(
+    "demo",
+    hidden=True,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+def demo_command() -> None:
+    """A development command: says where it lives instead of running."""
+    # The demo drives the local control plane (controlplane/), which the image and the
+    # wheel do not carry, and no runtime package imports it. A hidden command, so an old
+    # `service-serving-signer demo` habit gets directions instead of "no such command".
+    raise StartupError(
+        "demo needs the local control plane (controlplane/), which only a development "
+        "checkout has: git clone the project and run `make demo` "
+        "(python -m controlplane.demo)"
+    )
+
+
+@main.group("bundle")
+def bundle_group() -> None:
+    """Read ClusterTrustBundles from the cluster."""
+
+
+@bundle_group.command("resolve")
+@click.option("--name", default=None, help="Select one ClusterTrustBundle by name.")
+@click.option("--signer-name", default=None, help="Select the bundles of this signer.")
+@click.option(
+    "--selector",
+    "-l",
+    default=None,
+    help="Label selector (kubectl -l syntax) among the signer's bundles; "
+    "omitted matches nothing, '' matches all (KEP-6283).",
+)
+@kubeconfig_option
+def bundle_resolve(
+    name: str | None, signer_name: str | None, selector: str | None, kubeconfig: str | None
+) -> None:
+    """Print the unified trust bundle a ClusterTrustBundleSelector picks."""
+    if (name is None) == (signer_name is None):
+        raise StartupError("bundle resolve: give exactly one of --name or --signer-name")
+    if name is not None and selector is not None:
+        raise StartupError("bundle resolve: --selector goes with --signer-name, not --name")
+    from kube.labels import SelectorSyntaxError, parse_label_selector
+
+    spec: dict[str, Any]
+    if name is not None:
+        spec = {"name": name}
+    else:
+        spec = {"signerName": signer_name}
+        if selector is not None:
+            try:
+                spec["labelSelector"] = parse_label_selector(selector)
+            except SelectorSyntaxError as err:
+                raise StartupError(f"--selector: {err}") from None
+    bundles = _list_bundles(kubeconfig, name=name, signer_name=signer_name)
+    from trust.bundle import BundleError
+    from trust.selector import resolve_selector
+
+    try:
+        click.echo(resolve_selector(bundles, spec), nl=False)
+    except BundleError as err:
+        raise StartupError(f"bundle resolve: {err}") from None
+
+
+def _list_bundles(
+    kubeconfig: str | None, *, name: str | None, signer_name: str | None
+) -> list[dict[str, Any]]:
+    from kube.client import ApiError, Client
+    from kube.discovery import served_version
+
+    try:
+        client = Client.from_kubeconfig(kubeconfig, qps=0, burst=1)
+    except Exception as err:
+        raise StartupError(f"kubeconfig: {one_line(str(err))}") from None
+    try:
+        version = served_version(
+            client, "certificates.k8s.io", "clustertrustbundles", ["v1", "v1beta1"]
+        )
+        if version is None:
+            raise StartupError("bundle resolve: the cluster serves no ClusterTrustBundle API")
+        base = f"/apis/certificates.k8s.io/{version}/clustertrustbundles"
+        if name is not None:
+            from kube.client import is_not_found
+
+            try:
+                return [client.get(f"{base}/{name}")]
+            except ApiError as err:
+                if is_not_found(err):
+                    return []
+                raise
+        listed = client.get(base, {"fieldSelector": f"spec.signerName={signer_name}"})
+        return list(listed.get("items") or [])
+    except ApiError as err:
+        raise StartupError(f"bundle resolve: {err}") from None
+
+
+@main.command("version")
+@output_option("Output format; json keys are camelCase, as kubectl prints.")
+def version_command(output: str) -> None:
+    """Print the version and the commit it was built from."""
+    from manager import buildinfo
+
+    info = buildinfo.current()
+    if output == "json":
+        click.echo(
+            json.dumps(
+                {"name": buildinfo.DISTRIBUTION, "version": info.version, "commit": info.commit}
+            )
+        )
+    else:
+        click.echo(_version_line())
+
+
+# `ca status` and `ca rotate` (cli.ca); `explain` and `status` (cli.explain),
+# here and as the kubectl plugin.
+main.add_command(ca_cli.ca_group)
+explain_cli.register(main)
+
+
+def kubectl_plugin() -> None:
+    """The `kubectl-service_serving` console script: `kubectl service-serving …`."""
+    explain_cli.plugin.main(prog_name="kubectl service-serving")
+
+
+def entrypoint(argv: Sequence[str] | None = None) -> None:
+    """`python -m cli` entry point."""
+    main.main(args=list(argv) if argv is not None else None, prog_name="service-serving-signer")

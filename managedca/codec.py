@@ -1,0 +1,190 @@
+"""The managed CA's persisted state: one Secret, decoded into `decide.State` and encoded
+back (pure: no client).
+
+The Secret (layout in `managedca.material`): `ca.key`/`ca.crt` the signing CA, `next.key` /
+`next.crt` a staged CA, `previous.crt` the roots being retired. The phase and its
+timestamps are annotations (RFC 3339, UTC, whole seconds), so `kubectl describe` shows
+them and every write of them is a write of the whole Secret with its resourceVersion:
+the state and the keys can never disagree. `service-serving-signer/ca-phase` is
+informational (derived on read); the previous roots' swap and retire times are one JSON
+annotation, `ca-previous`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cryptography import x509
+
+from managedca.decide import CaInfo, Previous, State
+from managedca.material import (
+    ANNOTATION_PREFIX,
+    CONFIRMED_AT,
+    CURRENT_CERT,
+    CURRENT_KEY,
+    NEXT_CERT,
+    NEXT_KEY,
+    PREVIOUS_CERTS,
+    fingerprint,
+    secret_data,
+)
+
+PHASE = ANNOTATION_PREFIX + "ca-phase"
+STAGED_AT = ANNOTATION_PREFIX + "ca-staged-at"
+PUBLISHED_AT = ANNOTATION_PREFIX + "ca-published-at"
+SWAP_NOT_BEFORE = ANNOTATION_PREFIX + "ca-swap-not-before"
+SWAPPED_AT = ANNOTATION_PREFIX + "ca-swapped-at"
+ROTATE_REQUESTED_AT = ANNOTATION_PREFIX + "ca-rotate-requested-at"
+PREVIOUS = ANNOTATION_PREFIX + "ca-previous"
+_TIMES = {
+    "confirmed_at": CONFIRMED_AT,
+    "staged_at": STAGED_AT,
+    "published_at": PUBLISHED_AT,
+    "swap_not_before": SWAP_NOT_BEFORE,
+    "swapped_at": SWAPPED_AT,
+    "rotate_requested_at": ROTATE_REQUESTED_AT,
+}
+LABELS = {
+    "app.kubernetes.io/name": "service-serving-signer",
+    "app.kubernetes.io/component": "managed-ca",
+}
+
+
+class StoreError(Exception):
+    """The Secret cannot be decoded (edited by hand?). One line, never key bytes."""
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A decoded Secret: the state, the PEMs behind it, and its resourceVersion."""
+
+    state: State
+    resource_version: str
+    certs: Mapping[str, bytes]  # fingerprint -> PEM, for every CA of the state
+    current_key: bytes = field(repr=False)
+    next_key: bytes | None = field(default=None, repr=False)
+
+
+def format_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def ca_info(pem: bytes) -> CaInfo:
+    cert = x509.load_pem_x509_certificate(pem)
+    return CaInfo(fingerprint(pem)[0], cert.not_valid_before_utc, cert.not_valid_after_utc)
+
+
+def _time_or_none(text: str | None) -> datetime | None:
+    return parse_time(text) if text else None
+
+
+def split_pem(pem: bytes) -> list[bytes]:
+    end = b"-----END CERTIFICATE-----"
+    return [part.strip() + b"\n" + end + b"\n" for part in pem.split(end) if part.strip()]
+
+
+def decode(secret: Mapping[str, Any]) -> Stored:
+    meta = secret.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    data = secret_data(secret)
+    try:
+        certs: dict[str, bytes] = {}
+        current = ca_info(data[CURRENT_CERT])
+        certs[current.fingerprint] = data[CURRENT_CERT]
+        nxt = None
+        if NEXT_CERT in data:
+            nxt = ca_info(data[NEXT_CERT])
+            certs[nxt.fingerprint] = data[NEXT_CERT]
+        by_fp = {}
+        for pem in split_pem(data.get(PREVIOUS_CERTS, b"")):
+            info = ca_info(pem)
+            by_fp[info.fingerprint] = info
+            certs[info.fingerprint] = pem
+        previous = tuple(
+            Previous(
+                by_fp[p["fingerprint"]],
+                parse_time(p["swappedAt"]),
+                parse_time(p["retireAt"]) if p.get("retireAt") else None,
+            )
+            for p in json.loads(annotations.get(PREVIOUS, "[]"))
+            if p["fingerprint"] in by_fp
+        )
+        times = {f: _time_or_none(annotations.get(a)) for f, a in _TIMES.items()}
+        state = State(current=current, next=nxt, previous=previous, **times)
+        return Stored(
+            state,
+            str(meta.get("resourceVersion", "")),
+            certs,
+            data[CURRENT_KEY],
+            data.get(NEXT_KEY),
+        )
+    except (KeyError, ValueError, TypeError) as err:
+        raise StoreError(
+            f"secret {meta.get('namespace')}/{meta.get('name')}: cannot be read as a managed "
+            f"CA ({type(err).__name__}: {str(err)[:80]})"
+        ) from None
+
+
+def encode(
+    namespace: str,
+    name: str,
+    state: State,
+    certs: Mapping[str, bytes],
+    current_key: bytes,
+    next_key: bytes | None,
+    resource_version: str | None = None,
+    existing: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The whole Secret for `state` (a create without `resource_version`, else a
+    conditional update). Labels and annotations of `existing` (the metadata read) that
+    are not the state's are kept."""
+    data = {CURRENT_KEY: current_key, CURRENT_CERT: certs[state.current.fingerprint]}
+    if state.next is not None:
+        if next_key is None:
+            raise ValueError("a staged CA without its key")
+        data[NEXT_KEY] = next_key
+        data[NEXT_CERT] = certs[state.next.fingerprint]
+    if state.previous:
+        data[PREVIOUS_CERTS] = b"".join(certs[p.ca.fingerprint] for p in state.previous)
+    kept = dict((existing or {}).get("annotations") or {})
+    annotations = {k: v for k, v in kept.items() if not k.startswith(ANNOTATION_PREFIX + "ca-")}
+    annotations[PHASE] = state.phase
+    for attr, key in _TIMES.items():
+        value = getattr(state, attr)
+        if value is not None:
+            annotations[key] = format_time(value)
+    if state.previous:
+        annotations[PREVIOUS] = json.dumps(
+            [
+                {
+                    "fingerprint": p.ca.fingerprint,
+                    "swappedAt": format_time(p.swapped_at),
+                    "retireAt": format_time(p.retire_at) if p.retire_at else None,
+                }
+                for p in state.previous
+            ]
+        )
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {**((existing or {}).get("labels") or {}), **LABELS},
+        "annotations": annotations,
+    }
+    if resource_version is not None:
+        metadata["resourceVersion"] = resource_version
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata,
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v).decode("ascii") for k, v in data.items()},
+    }

@@ -1,0 +1,257 @@
+"""Distribution's decisions for one namespace (no server): create what is missing,
+re-annotate what changed, delete what no configuration wants, never touch a ConfigMap
+without our mark, and say so when a configuration is unusable or two clash."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import pytest
+
+from distributor import decide as distribute
+from distributor.controller import (
+    CONFIGURATION_KEY,
+    NAMESPACE_INDEX,
+    Caches,
+    DistributionController,
+)
+from distributor.decide import (
+    Clash,
+    Create,
+    Delete,
+    Update,
+    annotations_patch,
+    copy_body,
+    plan,
+    to_copy,
+    to_distribution,
+    to_namespace,
+)
+from injector.configmaps import LABEL, TRUSTSTORE_ANNOTATION
+from injector.targets import ANNOTATION
+from kube.client import ApiError
+from kube.client import Client as KubeClient
+from tests.unit.fakes import FakeCache
+
+SELECTOR = json.dumps({"signerName": "example.com/roots", "labelSelector": {}})
+
+
+def config(
+    name: str = "trust",
+    target: str = "trust-bundle",
+    namespace_selector: Any = None,
+    annotations: dict[str, str] | None = None,
+) -> distribute.Distribution:
+    data = {distribute.NAME_KEY: target}
+    if namespace_selector is not None:
+        data[distribute.NAMESPACE_SELECTOR_KEY] = (
+            namespace_selector
+            if isinstance(namespace_selector, str)
+            else json.dumps(namespace_selector)
+        )
+    return to_distribution(
+        {
+            "metadata": {
+                "name": name,
+                "uid": f"uid-{name}",
+                "annotations": {ANNOTATION: SELECTOR} if annotations is None else annotations,
+            },
+            "data": data,
+        }
+    )
+
+
+def namespace(name: str = "apps", labels: dict[str, str] | None = None, **extra: Any) -> Any:
+    return to_namespace({"metadata": {"name": name, "labels": labels or {}, **extra}})
+
+
+def copy(
+    name: str = "trust-bundle", owner: str = "trust", annotations: Any = None, labelled: bool = True
+) -> Any:
+    return to_copy(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "apps",
+                "uid": "copy-uid",
+                "labels": {distribute.FROM_LABEL: owner, **({LABEL: "true"} if labelled else {})},
+                "annotations": {ANNOTATION: SELECTOR} if annotations is None else annotations,
+            }
+        }
+    )
+
+
+def test_a_matching_namespace_without_a_copy_gets_one_labelled_for_injection() -> None:
+    d = config()
+    assert plan(namespace(), [d], []) == [Create(d)]
+    body = copy_body(d, "apps")
+    assert body["metadata"]["labels"] == {LABEL: "true", distribute.FROM_LABEL: "trust"}
+    assert body["metadata"]["annotations"] == {ANNOTATION: SELECTOR}
+    assert "data" not in body
+
+
+def test_an_up_to_date_copy_needs_nothing() -> None:
+    assert plan(namespace(), [config()], [copy()]) == []
+
+
+def test_namespace_selector_decides_where_copies_exist() -> None:
+    d = config(namespace_selector={"matchLabels": {"trust": "yes"}})
+    assert plan(namespace(labels={"trust": "yes"}), [d], []) == [Create(d)]
+    assert plan(namespace(labels={"trust": "no"}), [d], []) == []
+    # The namespace stopped matching: our copy goes.
+    assert plan(namespace(labels={}), [d], [copy()]) == [Delete(copy())]
+
+
+def test_removing_the_configuration_deletes_its_copies() -> None:
+    assert plan(namespace(), [], [copy()]) == [Delete(copy())]
+
+
+def test_renaming_the_target_deletes_the_old_copy_and_creates_the_new() -> None:
+    d = config(target="renamed")
+    assert plan(namespace(), [d], [copy()]) == [Delete(copy()), Create(d)]
+
+
+def test_a_changed_configuration_re_annotates_the_copy_under_its_uid() -> None:
+    annotations = {ANNOTATION: SELECTOR, TRUSTSTORE_ANNOTATION: "truststore.p12"}
+    d = config(annotations=annotations)
+    stale = copy()
+    assert plan(namespace(), [d], [stale]) == [Update(d, stale)]
+    patch = annotations_patch(d, stale)["metadata"]
+    assert patch["uid"] == "copy-uid"
+    assert patch["annotations"][TRUSTSTORE_ANNOTATION] == "truststore.p12"
+    # Copied annotations the configuration no longer has are removed (merge-patch null).
+    back = annotations_patch(config(), copy(annotations=annotations))["metadata"]["annotations"]
+    assert back[TRUSTSTORE_ANNOTATION] is None
+
+
+def test_a_copy_whose_injection_label_was_removed_gets_it_back() -> None:
+    # Without the label the ConfigMap target releases ca.crt: the copy would stay empty.
+    d = config()
+    unlabelled = copy(labelled=False)
+    assert plan(namespace(), [d], [unlabelled]) == [Update(d, unlabelled)]
+    assert annotations_patch(d, unlabelled)["metadata"]["labels"] == {LABEL: "true"}
+
+
+def test_a_terminating_or_missing_namespace_gets_nothing() -> None:
+    terminating = namespace(deletionTimestamp="2026-12-02T06:00:00Z")
+    assert plan(terminating, [config()], []) == []
+    assert plan(None, [config()], [copy()]) == []
+
+
+def test_two_configurations_for_one_name_clash_and_the_first_by_name_wins() -> None:
+    first, second = config("a-trust"), config("b-trust")
+    actions = plan(namespace(), [second, first], [])
+    assert actions == [Clash(second, first), Create(first)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"target": ""}, "configMapName"),
+        ({"target": "Not_A_Name"}, "configMapName"),
+        ({"namespace_selector": "{not json"}, "namespaceSelector"),
+        ({"namespace_selector": {"matchLabels": {"bad key!": "x"}}}, "namespaceSelector"),
+        ({"annotations": {}}, ANNOTATION),
+    ],
+    ids=["no-name", "bad-name", "selector-not-json", "selector-invalid", "no-selector"],
+)
+def test_an_unusable_configuration_creates_nothing_and_keeps_its_copies(
+    kwargs: dict[str, Any], fragment: str
+) -> None:
+    d = config(**kwargs)
+    assert d.problem is not None and fragment in d.problem
+    assert plan(namespace(), [d], []) == []
+    assert plan(namespace(), [d], [copy()]) == []
+
+
+# the loop's sync, over seeded caches ----------------------------------------------------
+
+
+class Client:
+    def __init__(self, exists: bool = False, error: ApiError | None = None) -> None:
+        self.created: list[tuple[str, Any]] = []
+        self.exists = exists
+        self.error = error
+
+    def create(self, path: str, body: Any, params: Any = None) -> Any:
+        if self.exists:
+            raise ApiError(409, "Conflict", {"reason": "AlreadyExists", "message": "exists"})
+        if self.error is not None:
+            raise self.error
+        self.created.append((path, body))
+        return body
+
+
+class Warnings:
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def warning(
+        self, regarding: Any, reason: str, note: str, action: str, related: Any = None
+    ) -> None:
+        self.reasons.append(reason)
+
+
+def distributor(
+    configs: list[Any], client: Client
+) -> tuple[DistributionController, Warnings, FakeCache[Any]]:
+    namespaces: FakeCache[Any] = FakeCache([namespace()], key=lambda n: n.name)
+    config_cache: FakeCache[Any] = FakeCache(configs, key=lambda d: d.name)
+    copies: FakeCache[Any] = FakeCache(
+        key=lambda c: c.key, indexers={NAMESPACE_INDEX: lambda c: [c.namespace]}
+    )
+    warnings = Warnings()
+    ctrl = DistributionController(
+        cast(KubeClient, client),
+        Caches(namespaces, config_cache, copies),
+        warnings,
+        namespace="service-serving-signer",
+    )
+    return ctrl, warnings, config_cache
+
+
+def test_sync_creates_the_copy_by_post_and_warns_only_from_the_configuration_key() -> None:
+    client = Client()
+    ctrl, warnings, _ = distributor([config(), config("broken", target="")], client)
+    ctrl.sync("apps")
+    assert [path for path, _ in client.created] == ["/api/v1/namespaces/apps/configmaps"]
+    assert warnings.reasons == []  # a namespace's sync says nothing of configurations
+    ctrl.sync(CONFIGURATION_KEY + "broken")
+    ctrl.sync(CONFIGURATION_KEY + "trust")
+    assert warnings.reasons == [distribute.REASON_INVALID]
+
+
+def test_an_existing_config_map_not_ours_is_left_and_reported() -> None:
+    client = Client(exists=True)
+    ctrl, warnings, _ = distributor([config()], client)
+    ctrl.sync("apps")
+    assert client.created == [] and warnings.reasons == [distribute.REASON_NOT_OURS]
+
+
+# What kube-apiserver answers a POST into a namespace deleted, or being deleted, after the
+# namespace cache said it was there (the NamespaceLifecycle admission plugin).
+GONE = ApiError(404, "Not Found", {"reason": "NotFound", "message": 'namespaces "apps" not found'})
+TERMINATING = ApiError(
+    403,
+    "Forbidden",
+    {
+        "reason": "Forbidden",
+        "message": 'configmaps "trust-bundle" is forbidden: unable to create new content in '
+        "namespace apps because it is being terminated",
+    },
+)
+
+
+@pytest.mark.parametrize("error", [GONE, TERMINATING], ids=["deleted", "terminating"])
+def test_a_namespace_deleted_during_the_sync_ends_it_quietly(error: ApiError) -> None:
+    ctrl, warnings, _ = distributor([config()], Client(error=error))
+    assert ctrl.sync("apps") is None  # no raise: no retry of a namespace that is going
+    assert warnings.reasons == []
+
+
+def test_any_other_refusal_of_the_create_is_retried() -> None:
+    refused = ApiError(403, "Forbidden", {"reason": "Forbidden", "message": "RBAC says no"})
+    ctrl, _, _ = distributor([config()], Client(error=refused))
+    with pytest.raises(ApiError):
+        ctrl.sync("apps")

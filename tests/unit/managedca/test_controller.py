@@ -1,0 +1,94 @@
+"""The managed-CA controller's sync against races the real API allows but an
+integration test cannot time: the CA Secret deleted between the step's read and its
+write."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from kube.client import ApiError, Client
+from kube.controller import Requeue
+from managedca import decide as d
+from managedca.codec import ca_info, encode
+from managedca.controller import ManagedCAController
+from trust.ca import cert_pem, generate_ca, key_pem
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+def _controller(client: object) -> ManagedCAController:
+    return ManagedCAController(
+        cast(Client, client),
+        namespace="ns",
+        secret_name="ca",
+        signer_name="example.com/x",
+        ctb_version="v1beta1",
+        config=d.Config(),
+        make_ca=lambda now: (b"", b""),
+        clock=lambda: NOW,
+    )
+
+
+class SecretDeletedBeforeTheWrite:
+    """Reads see a CA just made and published; the conditional update finds no Secret
+    (someone deleted it in between: kube-apiserver answers 404, not 409)."""
+
+    def __init__(self) -> None:
+        ca = generate_ca("a", validity=timedelta(days=30))
+        self.cert = cert_pem(ca.cert)
+        info = ca_info(self.cert)
+        self.secret = encode(
+            "ns", "ca", d.State(current=info), {info.fingerprint: self.cert}, key_pem(ca.key), None
+        )
+        self.secret["metadata"]["resourceVersion"] = "7"
+        self.replaced = 0
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        if path.endswith("/secrets/ca"):
+            return self.secret
+        if "clustertrustbundles" in path:
+            return {"items": [{"spec": {"trustBundle": self.cert.decode()}}]}
+        return {"items": []}
+
+    def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        self.replaced += 1
+        raise ApiError(404, "NotFound", {"message": 'secrets "ca" not found'})
+
+
+def test_a_secret_deleted_between_read_and_write_is_decided_again_not_failed() -> None:
+    client = SecretDeletedBeforeTheWrite()
+    controller = _controller(client)
+    outcome = controller.sync()
+    assert client.replaced == 1, "the step (Confirm) was attempted"
+    assert isinstance(outcome, Requeue) and outcome.after is not None and outcome.after < 1
+
+
+class StableForMonths:
+    """A confirmed CA whose rotation point is months away; counts the reads."""
+
+    def __init__(self) -> None:
+        ca = generate_ca("b", validity=timedelta(days=365))
+        cert = cert_pem(ca.cert)
+        info = ca_info(cert)
+        state = d.State(current=info, confirmed_at=NOW)
+        self.secret = encode("ns", "ca", state, {info.fingerprint: cert}, key_pem(ca.key), None)
+        self.secret["metadata"]["resourceVersion"] = "9"
+        self.reads = 0
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        self.reads += 1
+        return self.secret if path.endswith("/secrets/ca") else {"items": []}
+
+
+def test_a_stable_leader_does_not_poll_the_api_every_few_seconds() -> None:
+    """In Stable the decision depends only on the Secret (watched: any change triggers a
+    step) and the time, so the leader looks again at the next instant due or after a
+    minute (a stalled watch), not every few seconds."""
+    client = StableForMonths()
+    controller = _controller(client)
+    outcome = controller.sync()
+    assert client.reads == 3, "the Secret, the ClusterTrustBundles, the reports"
+    assert isinstance(outcome, Requeue) and outcome.after is not None and outcome.after >= 60
+    assert controller.loop.resync_period is None or controller.loop.resync_period >= 60

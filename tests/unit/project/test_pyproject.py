@@ -1,0 +1,19 @@
+"""pyproject.toml installs without setuptools' deprecation warnings (PEP 639 license)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
+
+
+def test_license_is_an_spdx_string_not_the_deprecated_table() -> None:
+    assert PYPROJECT["project"]["license"] == "Apache-2.0"
+
+
+def test_build_backend_is_new_enough_to_read_an_spdx_license() -> None:
+    (setuptools,) = [r for r in PYPROJECT["build-system"]["requires"] if r.startswith("setuptools")]
+    floor = re.fullmatch(r"setuptools>=(\d+)(?:\.\d+)*", setuptools)
+    assert floor is not None and int(floor.group(1)) >= 77, setuptools

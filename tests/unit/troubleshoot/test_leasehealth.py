@@ -1,0 +1,89 @@
+"""The signer's Lease says whether anything will act."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from troubleshoot.leasehealth import Leader, lease_state
+
+NOW = datetime(2026, 12, 2, 6, 0, 0, tzinfo=UTC)
+
+
+def lease(holder: str, renewed_ago: float, duration: int = 15) -> dict[str, Any]:
+    renew = (NOW - timedelta(seconds=renewed_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "spec": {"holderIdentity": holder, "renewTime": renew, "leaseDurationSeconds": duration}
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "leader", "acting"),
+    [
+        (lease("signer-a_1", 3), Leader.RENEWING, True),
+        (lease("signer-a_1", 16), Leader.EXPIRED, False),
+        (lease("", 1, duration=1), Leader.RELEASED, False),
+        (None, Leader.MISSING, False),
+        ({"spec": {"holderIdentity": "x"}}, Leader.EXPIRED, False),
+    ],
+)
+def test_lease_state(obj: dict[str, object] | None, leader: Leader, acting: bool) -> None:
+    state = lease_state("ns", "name", obj, NOW)
+    assert (state.leader, state.acting) == (leader, acting)
+
+
+def test_refusals_name_the_scope_and_the_can_i_check() -> None:
+    from troubleshoot.access import forbidden
+
+    pcrs = forbidden("list", "podcertificaterequests", "certificates.k8s.io", "shop")
+    assert str(pcrs) == (
+        "forbidden: cannot list podcertificaterequests.certificates.k8s.io in namespace shop"
+    )
+    assert (
+        pcrs.can_i() == "kubectl auth can-i list podcertificaterequests.certificates.k8s.io -n shop"
+    )
+    everywhere = forbidden("list", "podcertificaterequests", "certificates.k8s.io", "")
+    assert str(everywhere).endswith("in all namespaces") and everywhere.can_i().endswith(" -A")
+    bundles = forbidden("list", "clustertrustbundles", "certificates.k8s.io", "", namespaced=False)
+    assert str(bundles).endswith("(cluster-scoped)")
+    assert bundles.can_i() == "kubectl auth can-i list clustertrustbundles.certificates.k8s.io"
+    lease = forbidden("get", "leases", "coordination.k8s.io", "sss", "service-serving-signer")
+    assert str(lease) == (
+        "forbidden: cannot get leases.coordination.k8s.io 'service-serving-signer' in namespace sss"
+    )
+    assert lease.can_i() == (
+        "kubectl auth can-i get leases.coordination.k8s.io/service-serving-signer -n sss"
+    )
+
+
+def test_a_refusal_from_any_read_names_its_permission() -> None:
+    from kube.client import ApiError
+    from troubleshoot.access import refusal
+
+    err = ApiError(
+        403,
+        "Forbidden",
+        {
+            "message": 'services "web" is forbidden: User "alice" cannot get resource '
+            '"services" in API group "" in the namespace "shop"',
+            "details": {"name": "web", "kind": "services"},
+        },
+    )
+    denied = refusal(err)
+    assert denied is not None
+    assert str(denied.missing) == "forbidden: cannot get services 'web' in namespace shop"
+    assert refusal(ApiError(404, "NotFound", {"message": "x"})) is None
+
+
+def test_lease_state_keeps_when_the_holder_took_it_and_how_often_it_changed() -> None:
+    obj = lease("signer-a_1", 3)
+    obj["spec"] = {
+        **obj["spec"],
+        "acquireTime": "2026-12-02T05:00:00.000000Z",
+        "leaseTransitions": 4,
+    }
+    state = lease_state("ns", "name", obj, NOW)
+    assert state.acquire_time == datetime(2026, 12, 2, 5, 0, tzinfo=UTC)
+    assert state.transitions == 4

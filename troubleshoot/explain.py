@@ -1,0 +1,525 @@
+"""`explain pod|pcr NAME`: what will happen to a Pod's certificate requests, and why.
+
+What it decides, read-only (no status, no Event, no index):
+
+* **The signer's decision**, from the signer's own decision (`signer.decide.Decider`, the
+  code the running signer uses) over stores that read live from the API server instead
+  of informer caches — so explain cannot drift from the
+  signer: a wait it reports is the wait the signer is in.
+* **Whether anything will act on it** (`troubleshoot.leasehealth`): a pending request is only
+  decided while a signer replica holds and renews the leader Lease; a request of another
+  signer name is not ours to decide; a decision the signer should have written within
+  seconds but has not after `STUCK_AFTER` means the leader is not acting on it. Any of
+  those is the verdict "nothing will act" (exit 5), whatever the decision would be.
+* **Its clock**: kube-controller-manager's PodCertificateRequest cleaner deletes every
+  request `CLEANUP_AFTER` (15 min) after creation, at passes `CLEANUP_PERIOD` (5 min)
+  apart; kubelet then makes a new request. A waiting request is shown with that time.
+* **Advice** (`troubleshoot.advice`): the value that would pass and where to write it (the
+  owner's Pod template, followed through ReplicaSet → Deployment and Job → CronJob).
+* **Issued**: the DNS names, `notAfter` and `beginRefreshAt` of the certificate.
+
+Permissions: everything it needs in the Pod's namespace comes with namespace `view` plus
+the aggregated `service-serving-signer-view` ClusterRole (config/rbac). The signer's
+Lease and ClusterTrustBundles are read when allowed; a refusal there is shown as the
+missing permission and the health as unknown, never as a failure. A refusal of something
+the answer needs (the request, the Pod) is an error naming (verb, resource, namespace).
+
+Exit status (the `Outcome` values): 0 issued or would be issued by a running signer, 2 it
+waits, 3 it is (or would be) Denied or Failed, 4 the Pod has no request for this signer,
+5 nothing will act on it; 1 an error. For a Pod with several requests the most severe
+wins: deny, nothing acts, wait, no request, issue.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cryptography import x509
+
+from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.types import JSON
+from signer.decide import Decider, Terminal, Wait
+from signer.lookups import PCR_GROUP, ApiLookups
+from signer.records import (
+    PCRRecord,
+    PodRecord,
+    ServiceRecord,
+    parse_time,
+    pcr_record,
+    pod_record,
+    service_record,
+    terminal_condition,
+)
+from troubleshoot import advice
+from troubleshoot.access import denied_or_raise
+from troubleshoot.leasehealth import Health, Leader
+
+CLEANUP_AFTER = timedelta(minutes=15)  # kube-controller-manager: NewPCRCleanerController
+CLEANUP_PERIOD = timedelta(minutes=5)
+# A renewing leader decides a request within seconds; a backlog of thousands (a large
+# rollout at the signer's write rate) drains within a few minutes. Past this, the leader
+# is not acting on the request.
+STUCK_AFTER = timedelta(minutes=5)
+
+
+class Outcome(enum.IntEnum):
+    ISSUE = 0
+    WAIT = 2
+    DENY = 3
+    NO_REQUEST = 4
+    NOTHING_ACTS = 5
+
+    @property
+    def label(self) -> str:
+        return {
+            Outcome.ISSUE: "issue",
+            Outcome.WAIT: "wait",
+            Outcome.DENY: "deny",
+            Outcome.NO_REQUEST: "no request",
+            Outcome.NOTHING_ACTS: "nothing will act",
+        }[self]
+
+
+SEVERITY = (Outcome.DENY, Outcome.NOTHING_ACTS, Outcome.WAIT, Outcome.NO_REQUEST, Outcome.ISSUE)
+
+
+class ExplainError(RuntimeError):
+    """The object could not be read; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Blocking:
+    service: str
+    reason: str
+    message: str
+    fix: str
+    # key → (the Service's selector value, the Pod's label value or None)
+    differing_keys: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RequestReport:
+    name: str
+    created: datetime | None
+    outcome: Outcome
+    summary: str
+    signer_name: str = ""
+    reason: str | None = None
+    message: str | None = None
+    fix: str | None = None
+    dns_names: tuple[str, ...] = ()
+    blocking: tuple[Blocking, ...] = ()
+    already: str | None = None  # the terminal condition written, if any
+    not_after: datetime | None = None
+    begin_refresh_at: datetime | None = None
+    why_nothing_acts: str | None = None
+    cleanup: str | None = None  # when kube-controller-manager deletes it
+
+    def age(self, now: datetime) -> timedelta | None:
+        return now - self.created if self.created else None
+
+
+@dataclass(frozen=True)
+class Report:
+    namespace: str
+    pod: str
+    signer_name: str
+    requests: tuple[RequestReport, ...]
+    note: str | None = None
+    owner: advice.Owner | None = None
+    health: Health | None = None
+    other_signers: tuple[str, ...] = ()
+
+    @property
+    def outcome(self) -> Outcome:
+        outcomes = {r.outcome for r in self.requests} or {Outcome.NO_REQUEST}
+        return next(o for o in SEVERITY if o in outcomes)
+
+
+# live stores: the decision's store protocol, answered by the API server ----------------
+
+
+class _LiveStore:
+    def __init__(self, client: Client, plural: str, transform: Callable[[JSON], Any]) -> None:
+        self._client = client
+        self._plural = plural
+        self._transform = transform
+        self.seen: dict[str, Any] = {}
+        self.raw: dict[str, JSON | None] = {}
+
+    def get(self, key: str) -> Any:
+        if key not in self.seen:
+            obj = self.get_raw(key)
+            self.seen[key] = None if obj is None else self._transform(obj)
+        return self.seen[key]
+
+    def get_raw(self, key: str) -> JSON | None:
+        """The object as served (read once per run), or None if it does not exist."""
+        if key in self.raw:
+            return self.raw[key]
+        namespace, _, name = key.partition("/")
+        try:
+            obj = self._client.get(
+                f"/api/v1/namespaces/{path_segment(namespace)}/{self._plural}/{path_segment(name)}"
+            )
+        except ApiError as err:
+            if not is_not_found(err):
+                raise denied_or_raise(err, "get", self._plural, "", namespace, name) from None
+            found = None
+        else:
+            found = obj
+        self.raw[key] = found
+        return found
+
+
+class Explainer:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        signer_name: str,
+        domain: str,
+        pcr_version: str,
+        health: Health | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
+        self.client = client
+        self.signer_name = signer_name
+        self.pcr_version = pcr_version
+        self.health = health
+        self.now = now
+        self._pods = _LiveStore(client, "pods", pod_record)
+        self._services = _LiveStore(client, "services", service_record)
+        self.decider = Decider(
+            self._pods, self._services, ApiLookups(client), domain=domain, pcr_version=pcr_version
+        )
+        self._owners: dict[tuple[str, str, str], advice.Owner] = {}
+
+    def pcr_base(self, namespace: str | None) -> str:
+        scope = f"/namespaces/{path_segment(namespace)}" if namespace else ""
+        return f"/apis/{PCR_GROUP}/{self.pcr_version}{scope}/podcertificaterequests"
+
+    def _read(self, path: str, what: str, resource: str, group: str, ns: str, name: str) -> JSON:
+        try:
+            return self.client.get(path)
+        except ApiError as err:
+            if is_not_found(err):
+                raise ExplainError(f"{what} not found") from None
+            raise denied_or_raise(err, "get", resource, group, ns, name) from None
+
+    def pod_raw(self, namespace: str, name: str) -> JSON | None:
+        """The Pod as served, read once per run (the decision reads the same copy)."""
+        return self._pods.get_raw(f"{namespace}/{name}")
+
+    def explain_pcr(self, namespace: str, name: str) -> Report:
+        what = f"PodCertificateRequest {namespace}/{name}"
+        raw = self._read(
+            f"{self.pcr_base(namespace)}/{path_segment(name)}",
+            what,
+            "podcertificaterequests",
+            PCR_GROUP,
+            namespace,
+            name,
+        )
+        pcr = pcr_record(raw)
+        pod_raw = self.pod_raw(namespace, pcr.pod_name)
+        if pod_raw is not None and (pod_raw.get("metadata") or {}).get("uid") != pcr.pod_uid:
+            pod_raw = None
+        owner = self.owner_of(namespace, pcr.pod_name, pod_raw)
+        request = self.request(pcr, raw, pod_raw, owner)
+        return Report(
+            namespace, pcr.pod_name, self.signer_name, (request,), owner=owner, health=self.health
+        )
+
+    def explain_pod(self, namespace: str, name: str) -> Report:
+        pod_raw = self.pod_raw(namespace, name)
+        if pod_raw is None:
+            raise ExplainError(f"Pod {namespace}/{name} not found")
+        uid = (pod_raw.get("metadata") or {}).get("uid")
+        try:
+            listed = self.client.get(
+                self.pcr_base(namespace), {"fieldSelector": f"spec.podName={name}"}
+            )
+        except ApiError as err:
+            raise denied_or_raise(
+                err, "list", "podcertificaterequests", PCR_GROUP, namespace
+            ) from None
+        raws = [
+            item
+            for item in listed.get("items") or []
+            if (item.get("spec") or {}).get("podUID") == uid
+        ]
+        raws.sort(key=lambda item: (item.get("metadata") or {}).get("creationTimestamp") or "")
+        ours = [r for r in raws if (r.get("spec") or {}).get("signerName") == self.signer_name]
+        others = sorted(
+            {str((r.get("spec") or {}).get("signerName")) for r in raws if r not in ours}
+        )
+        owner = self.owner_of(namespace, name, pod_raw)
+        reports = tuple(self.request(pcr_record(raw), raw, pod_raw, owner) for raw in ours)
+        note = None
+        if not reports:
+            projects = projected_volume(pod_raw, self.signer_name) is not None
+            note = (
+                "kubelet has not created a request yet (it does once the Pod is bound to a "
+                "node and its volumes are set up)"
+                if projects
+                else f"the Pod projects no podCertificate volume for {self.signer_name}"
+            )
+        return Report(
+            namespace,
+            name,
+            self.signer_name,
+            reports,
+            note,
+            owner=owner,
+            health=self.health,
+            other_signers=tuple(others),
+        )
+
+    # owners ------------------------------------------------------------------------------
+
+    def owner_of(self, namespace: str, pod_name: str, pod_raw: JSON | None) -> advice.Owner:
+        """The controller whose Pod template makes this Pod (ReplicaSet → Deployment,
+        Job → CronJob). A read that is refused stops at what is known."""
+        ref = _controller_ref(pod_raw)
+        if ref is None:
+            return advice.owner("Pod", pod_name)
+        if (namespace, *ref) not in self._owners:
+            self._owners[(namespace, *ref)] = self._top_owner(namespace, *ref)
+        return self._owners[(namespace, *ref)]
+
+    def _top_owner(self, namespace: str, kind: str, name: str) -> advice.Owner:
+        parents = {"ReplicaSet": ("apps/v1", "replicasets"), "Job": ("batch/v1", "jobs")}
+        if kind in parents:
+            group_version, plural = parents[kind]
+            try:
+                obj: JSON | None = self.client.get(
+                    f"/apis/{group_version}/namespaces/{path_segment(namespace)}/{plural}/"
+                    f"{path_segment(name)}"
+                )
+            except ApiError:
+                obj = None
+            parent = _controller_ref(obj)
+            if parent is not None and parent[0] in ("Deployment", "CronJob"):
+                kind, name = parent
+        return advice.owner(kind, name)
+
+    # one request -------------------------------------------------------------------------
+
+    def request(
+        self, pcr: PCRRecord, raw: JSON, pod_raw: JSON | None, owner: advice.Owner
+    ) -> RequestReport:
+        report = self._decided(pcr, raw, pod_raw, owner)
+        if report.already is None:
+            report = self._will_anything_act(report)
+        return report
+
+    def _context(self, pcr: PCRRecord, pod_raw: JSON | None, owner: advice.Owner) -> advice.Context:
+        labels = ((pod_raw or {}).get("metadata") or {}).get("labels") or {}
+        return advice.Context(
+            namespace=pcr.namespace,
+            owner=owner,
+            volume=projected_volume(pod_raw or {}, pcr.signer_name) or "",
+            annotations=dict(pcr.annotations),
+            pod_labels=dict(labels),
+        )
+
+    def _decided(
+        self, pcr: PCRRecord, raw: JSON, pod_raw: JSON | None, owner: advice.Owner
+    ) -> RequestReport:
+        ctx = self._context(pcr, pod_raw, owner)
+        report = functools.partial(
+            RequestReport, name=pcr.name, created=pcr.created, signer_name=pcr.signer_name
+        )
+        if pcr.signer_name != self.signer_name:
+            return report(
+                outcome=Outcome.NOTHING_ACTS,
+                summary=f"is for signer {pcr.signer_name}",
+                why_nothing_acts=(
+                    f"this signer serves {self.signer_name}, not {pcr.signer_name}; "
+                    "only that signer's controller decides it"
+                ),
+            )
+        status = raw.get("status") or {}
+        terminal = terminal_condition(status)
+        if terminal == "Issued":
+            return report(
+                outcome=Outcome.ISSUE,
+                summary="Issued",
+                dns_names=chain_dns_names(status.get("certificateChain")),
+                not_after=parse_time(status.get("notAfter")),
+                begin_refresh_at=parse_time(status.get("beginRefreshAt")),
+                already=terminal,
+            )
+        if terminal is not None:
+            condition = _condition(raw, terminal)
+            reason = str(condition.get("reason") or "")
+            return report(
+                outcome=Outcome.DENY,
+                summary=terminal,
+                reason=reason,
+                message=condition.get("message"),
+                fix=advice.for_denial(reason, ctx) or None,
+                already=terminal,
+            )
+        decision = self.decider.decide(pcr)
+        if isinstance(decision, Terminal):
+            return report(
+                outcome=Outcome.DENY,
+                summary=f"would be {decision.condition} ({decision.reason})",
+                reason=decision.reason,
+                message=decision.message,
+                fix=advice.for_denial(decision.reason, ctx) or None,
+            )
+        if isinstance(decision, Wait):
+            ctx = replace(ctx, pod_labels=dict(decision.pod.labels))
+            blocking = tuple(self._blocking(b, decision.pod, ctx) for b in decision.blockers)
+            return report(
+                outcome=Outcome.WAIT,
+                summary=f"waits on {len(blocking)} Service(s)",
+                blocking=blocking,
+            )
+        return report(
+            outcome=Outcome.ISSUE,
+            summary="would be issued now",
+            dns_names=decision.dns_names,
+        )
+
+    def _blocking(self, blocker: Any, pod: PodRecord, ctx: advice.Context) -> Blocking:
+        service: ServiceRecord | None = self._services.get(blocker.service_key)
+        name = blocker.service_key.partition("/")[2]
+        selector = dict(service.selector) if service is not None else None
+        return Blocking(
+            service=blocker.service_key,
+            reason=blocker.reason,
+            message=blocker.message,
+            fix=advice.for_blocker(blocker.reason, name, ctx, selector),
+            differing_keys=(
+                _differing_keys(service, pod) if blocker.reason == "ServiceSelectorMismatch" else {}
+            ),
+        )
+
+    def _will_anything_act(self, report: RequestReport) -> RequestReport:
+        """A pending request of ours: is a signer there to act, and how long is left."""
+        if report.outcome is Outcome.NOTHING_ACTS:
+            return report
+        now = self.now()
+        age = report.age(now)
+        cleanup = None
+        if report.created is not None and age is not None:
+            deadline = report.created + CLEANUP_AFTER
+            if age >= CLEANUP_AFTER:
+                cleanup = (
+                    f"older than {span(CLEANUP_AFTER)}: kube-controller-manager's "
+                    f"PodCertificateRequest cleaner deletes it at its next pass (every "
+                    f"{span(CLEANUP_PERIOD)}); kubelet then makes a new request"
+                )
+            else:
+                cleanup = (
+                    f"kube-controller-manager deletes it {span(deadline - now)} from now "
+                    f"(at {rfc3339(deadline)}) unless it is decided first; kubelet then "
+                    "makes a new request"
+                )
+        report = replace(report, cleanup=cleanup)
+        lease = self.health.lease if self.health is not None else None
+        if lease is None or lease.acting is None:
+            return report
+        if not lease.acting:
+            return replace(
+                report,
+                outcome=Outcome.NOTHING_ACTS,
+                why_nothing_acts=no_leader_text(lease.leader, lease.namespace, lease.name),
+            )
+        decided_now = report.outcome in (Outcome.ISSUE, Outcome.DENY)
+        if decided_now and age is not None and age >= STUCK_AFTER:
+            return replace(
+                report,
+                outcome=Outcome.NOTHING_ACTS,
+                why_nothing_acts=(
+                    f"the signer would decide this at once, yet it has been pending for "
+                    f"{span(age)} while {lease.holder} holds the Lease: the leader is not "
+                    "acting on it, or far behind (its logs, its RBAC, its --signer-name, "
+                    'workqueue_depth{name="service_serving_signer"})'
+                ),
+            )
+        return report
+
+
+def no_leader_text(leader: Leader, namespace: str, name: str) -> str:
+    lease = f"Lease {namespace}/{name}"
+    return {
+        Leader.RELEASED: f"no signer holds {lease} (released, holderIdentity empty): "
+        "no replica of the signer is running",
+        Leader.EXPIRED: f"the holder of {lease} stopped renewing it: the signer is down or "
+        "cut off from the API server",
+        Leader.MISSING: f"{lease} does not exist: no signer runs with that Lease "
+        "(--lease-namespace/--lease-name if it was installed elsewhere)",
+    }.get(leader, "")
+
+
+def chain_dns_names(chain: Any) -> tuple[str, ...]:
+    if not chain:
+        return ()
+    try:
+        leaf = x509.load_pem_x509_certificates(str(chain).encode())[0]
+        sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, IndexError, x509.ExtensionNotFound):
+        return ()
+    return tuple(sans.get_values_for_type(x509.DNSName))
+
+
+def _controller_ref(obj: JSON | None) -> tuple[str, str] | None:
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return str(ref.get("kind")), str(ref.get("name"))
+    return None
+
+
+def _condition(raw: JSON, kind: str) -> Mapping[str, Any]:
+    for condition in (raw.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == kind:
+            found: Mapping[str, Any] = condition
+            return found
+    return {}
+
+
+def _differing_keys(
+    service: ServiceRecord | None, pod: PodRecord
+) -> dict[str, tuple[str, str | None]]:
+    if service is None:
+        return {}
+    return {
+        key: (value, pod.labels.get(key))
+        for key, value in sorted(service.selector.items())
+        if pod.labels.get(key) != value
+    }
+
+
+def projected_volume(pod: JSON, signer_name: str) -> str | None:
+    """The name of the Pod's volume that projects a podCertificate for `signer_name`."""
+    for volume in (pod.get("spec") or {}).get("volumes") or ():
+        for source in (volume.get("projected") or {}).get("sources") or ():
+            if (source.get("podCertificate") or {}).get("signerName") == signer_name:
+                return str(volume.get("name") or "")
+    return None
+
+
+def rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def span(delta: timedelta) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d"

@@ -1,0 +1,213 @@
+"""How `explain` and `status` print: text for people, `-o json|yaml` for scripts.
+
+Decisions: machine output uses Kubernetes-style camelCase keys and RFC 3339 UTC times,
+omits nothing (absent values are null), and names outcomes by their lowercase label;
+text output is one fact per line, indented under what it belongs to, and times are shown
+both absolute and as an age so a reader need not do the arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from troubleshoot.explain import Report, RequestReport, no_leader_text, rfc3339, span
+from troubleshoot.leasehealth import Anchor, Health, Leader
+
+
+def _time(value: datetime | None) -> str | None:
+    return rfc3339(value) if value else None
+
+
+def _ago(value: datetime | None, now: datetime) -> str:
+    return f"{rfc3339(value)}, {span(now - value)} ago" if value else "unknown"
+
+
+def _in(value: datetime, now: datetime) -> str:
+    delta = value - now
+    if delta < timedelta(0):
+        return f"{rfc3339(value)}, {span(-delta)} ago"
+    return f"{rfc3339(value)}, in {span(delta)}"
+
+
+# text ----------------------------------------------------------------------------------
+
+
+def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
+    lease = health.lease
+    where = f"Lease {lease.namespace}/{lease.name}"
+    if lease.leader is Leader.RENEWING:
+        age = span(timedelta(seconds=lease.age_seconds or 0))
+        leader = f"leader: {lease.holder} (renewed {age} ago, {where})"
+    elif lease.leader is Leader.UNKNOWN:
+        assert lease.problem is not None
+        leader = f"leader: unknown: {lease.problem} (check: {lease.problem.can_i()})"
+    else:
+        leader = f"leader: none: {no_leader_text(lease.leader, lease.namespace, lease.name)}"
+        if lease.renew_time is not None:
+            when = "released" if lease.leader is Leader.RELEASED else "last renewed"
+            leader += f"; {when} {_ago(lease.renew_time, now)}"
+    lines = [leader]
+    if full and lease.leader is Leader.RENEWING and lease.acquire_time is not None:
+        changes = "" if lease.transitions is None else f"; {lease.transitions} leader changes"
+        lines.append(f"  leading since {_ago(lease.acquire_time, now)}{changes}")
+    bundle = health.bundle
+    if bundle.problem is not None:
+        lines.append(f"bundle: unknown: {bundle.problem} (check: {bundle.problem.can_i()})")
+    elif bundle.names and full:
+        expiry = bundle.ca_not_after
+        shown = f"; CA expires {_in(expiry, now)}" if expiry else ""
+        lines.append(f"bundle: published as ClusterTrustBundle {', '.join(bundle.names)}{shown}")
+        lines += [f"  anchor: {_anchor(a, now)}" for a in bundle.anchors]
+    elif full or bundle.published is False:
+        lines.append(
+            "bundle: no ClusterTrustBundle published for the signer: clients that trust "
+            "through a clusterTrustBundle projection cannot verify its certificates"
+        )
+    if full and health.material is not None:
+        lines.append(
+            f"material in use: {_anchor(health.material, now)} (from the newest issued chain)"
+        )
+    return lines
+
+
+def _anchor(anchor: Anchor, now: datetime) -> str:
+    return f"{anchor.subject}, expires {_in(anchor.not_after, now)}"
+
+
+def request_lines(request: RequestReport, now: datetime, indent: str = "  ") -> list[str]:
+    created = _ago(request.created, now)
+    lines = [f"{indent}PodCertificateRequest {request.name} (created {created}): {request.summary}"]
+    sub = indent + "  "
+    fields = (
+        ("nothing will act", request.why_nothing_acts),
+        ("names", ", ".join(request.dns_names)),
+        ("notAfter", request.not_after and _in(request.not_after, now)),
+        ("beginRefreshAt", request.begin_refresh_at and _in(request.begin_refresh_at, now)),
+        ("reason", request.reason),
+        ("message", request.message),
+        ("fix", request.fix),
+    )
+    lines.extend(f"{sub}{label}: {value}" for label, value in fields if value)
+    for block in request.blocking:
+        lines.append(f"{sub}Service {block.service}: {block.reason}")
+        lines.append(f"{sub}  {block.message}")
+        for key, (wanted, has) in block.differing_keys.items():
+            shown = "no such label" if has is None else f"{has!r}"
+            lines.append(f"{sub}  selector key {key}: Service wants {wanted!r}, Pod has {shown}")
+        if block.fix:
+            lines.append(f"{sub}  fix: {block.fix}")
+    if request.cleanup:
+        lines.append(f"{sub}cleanup: {request.cleanup}")
+    return lines
+
+
+def render_text(report: Report, now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
+    lines = [
+        f"Pod {report.namespace}/{report.pod} (signer {report.signer_name}): {report.outcome.label}"
+    ]
+    if report.owner is not None and not report.owner.bare:
+        lines.append(f"  owner: {report.owner.kind} {report.namespace}/{report.owner.name}")
+    if report.health is not None:
+        lines += [f"  {line}" for line in health_lines(report.health, now, full=False)]
+    if report.note:
+        lines.append(f"  {report.note}")
+    if report.other_signers:
+        lines.append(
+            f"  requests for other signers (not decided here): {', '.join(report.other_signers)}"
+        )
+    for request in report.requests:
+        lines += request_lines(request, now)
+    return "\n".join(lines) + "\n"
+
+
+# machine output --------------------------------------------------------------------------
+
+
+def health_json(health: Health) -> dict[str, Any]:
+    lease, bundle = health.lease, health.bundle
+    return {
+        "signerName": health.signer_name,
+        "lease": {
+            "namespace": lease.namespace,
+            "name": lease.name,
+            "leader": lease.leader.value,
+            "holderIdentity": lease.holder or None,
+            "renewTime": _time(lease.renew_time),
+            "leaseDurationSeconds": lease.duration_seconds,
+            "acquireTime": _time(lease.acquire_time),
+            "leaseTransitions": lease.transitions,
+            "forbidden": str(lease.problem) if lease.problem else None,
+        },
+        "bundle": {
+            "published": bundle.published,
+            "names": list(bundle.names),
+            "caNotAfter": _time(bundle.ca_not_after),
+            "anchors": [anchor_json(a) for a in bundle.anchors],
+            "forbidden": str(bundle.problem) if bundle.problem else None,
+        },
+        "material": anchor_json(health.material) if health.material else None,
+    }
+
+
+def anchor_json(anchor: Anchor) -> dict[str, Any]:
+    return {"subject": anchor.subject, "notAfter": _time(anchor.not_after)}
+
+
+def request_json(request: RequestReport) -> dict[str, Any]:
+    return {
+        "name": request.name,
+        "signerName": request.signer_name,
+        "creationTimestamp": _time(request.created),
+        "outcome": request.outcome.label,
+        "summary": request.summary,
+        "condition": request.already,
+        "reason": request.reason,
+        "message": request.message,
+        "fix": request.fix,
+        "whyNothingActs": request.why_nothing_acts,
+        "dnsNames": list(request.dns_names),
+        "notAfter": _time(request.not_after),
+        "beginRefreshAt": _time(request.begin_refresh_at),
+        "cleanup": request.cleanup,
+        "blocking": [
+            {
+                "service": b.service,
+                "reason": b.reason,
+                "message": b.message,
+                "fix": b.fix,
+                "differingKeys": {
+                    k: {"service": v[0], "pod": v[1]} for k, v in b.differing_keys.items()
+                },
+            }
+            for b in request.blocking
+        ],
+    }
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    owner = report.owner
+    return {
+        "namespace": report.namespace,
+        "pod": report.pod,
+        "signerName": report.signer_name,
+        "outcome": report.outcome.label,
+        "exitStatus": int(report.outcome),
+        "owner": {"kind": owner.kind, "name": owner.name} if owner else None,
+        "note": report.note,
+        "otherSigners": list(report.other_signers),
+        "signer": health_json(report.health) if report.health else None,
+        "requests": [request_json(r) for r in report.requests],
+    }
+
+
+def dump(body: Mapping[str, Any], output: str) -> str:
+    if output == "yaml":
+        import yaml
+
+        text: str = yaml.safe_dump(dict(body), sort_keys=False, default_flow_style=False)
+        return text
+    return json.dumps(body, indent=2) + "\n"
