@@ -13,8 +13,17 @@ What it decides:
   <key>` the same anchors also go into `binaryData[<key>]` as a PKCS#12 truststore for
   JVMs (`trust.truststore`), password `TRUSTSTORE_PASSWORD_ANNOTATION` or empty.
   Other keys are the user's: the apply body names only ours.
-* **When nothing can be written**: an immutable ConfigMap, or a truststore key that is
-  not a valid ConfigMap key or collides with `ca.crt`.
+* **Up to date by digests, never by parsing.** The record (`to_target`, the informer
+  transform) keeps the SHA-256 of `ca.crt` and of the truststore's base64 text, and our
+  `DIGEST_ANNOTATION`, written beside the truststore in the same write (trust-manager's
+  hash annotation is the model): `<sha256 of key, password and bundle>:<sha256 of the
+  base64 text we wrote>`. The truststore is current when that annotation names the
+  wanted inputs and the text still has the digest we wrote; any other bytes (garbage,
+  a store without the trusted-key-usage attribute, another bundle's store) are rewritten.
+  Nothing a tenant wrote is ever decoded or parsed: a PKCS#12 file carries its own KDF
+  cost, and 1 MiB values are not cached.
+* **When nothing can be written**: an immutable ConfigMap, a truststore key that is not a
+  valid ConfigMap key or collides with `ca.crt`, or a password over `MAX_PASSWORD`.
 * **Release.** The informer sees a ConfigMap whose label is removed as deleted; the
   controller then reads it once and releases our fields (`targets.release_body`).
 """
@@ -22,7 +31,7 @@ What it decides:
 from __future__ import annotations
 
 import base64
-import binascii
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -32,27 +41,32 @@ from injector.targets import (
     Slot,
     Target,
     Truststore,
+    annotation_of,
     owned_by_us,
+    value_digest,
 )
-from trust.bundle import anchor_ders
 from trust.consumers import ANNOTATION as ANNOTATION
 from trust.consumers import LABEL as LABEL
 from trust.consumers import LABEL_SELECTOR as LABEL_SELECTOR
 from trust.consumers import TRUSTSTORE_ANNOTATION as TRUSTSTORE_ANNOTATION
 from trust.consumers import TRUSTSTORE_PASSWORD_ANNOTATION as TRUSTSTORE_PASSWORD_ANNOTATION
 from trust.consumers import is_selected as is_selected
-from trust.truststore import java_truststore, truststore_anchors
+from trust.truststore import java_truststore
 
 CA_KEY = "ca.crt"
+
+DIGEST_ANNOTATION = "service-serving-signer/truststore-digest"
+"""Written beside the truststore: which inputs made it and the digest of the text written."""
+
+MAX_PASSWORD = 1024
 
 _CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
 
 def to_target(raw: Mapping[str, Any]) -> Target:
-    """The informer transform for labelled ConfigMaps."""
+    """The informer transform for labelled ConfigMaps: digests, never content."""
     meta = raw.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    annotation = annotations.get(ANNOTATION)
     data = raw.get("data") or {}
     not_applicable: str | None = None
     truststore: Truststore | None = None
@@ -61,20 +75,31 @@ def to_target(raw: Mapping[str, Any]) -> Target:
         password = str(annotations.get(TRUSTSTORE_PASSWORD_ANNOTATION) or "")
         if not _CONFIG_MAP_KEY.fullmatch(store_key) or store_key == CA_KEY:
             not_applicable = (
-                f"annotation {TRUSTSTORE_ANNOTATION}: {store_key!r} is not a ConfigMap key "
-                f"other than {CA_KEY} (letters, digits, '-', '_' and '.')"
+                f"annotation {TRUSTSTORE_ANNOTATION}: {store_key[:64]!r} is not a ConfigMap "
+                f"key other than {CA_KEY} (letters, digits, '-', '_' and '.')"
+            )
+        elif len(password) > MAX_PASSWORD:
+            not_applicable = (
+                f"annotation {TRUSTSTORE_PASSWORD_ANNOTATION} is longer than "
+                f"{MAX_PASSWORD} characters"
             )
         else:
             current = (raw.get("binaryData") or {}).get(store_key)
-            truststore = Truststore(store_key, password, _anchors(current, password))
+            recorded = annotations.get(DIGEST_ANNOTATION)
+            truststore = Truststore(
+                store_key,
+                password,
+                value_digest(current) if isinstance(current, str) else "",
+                recorded[:200] if isinstance(recorded, str) else "",
+            )
     if raw.get("immutable"):
         not_applicable = "the ConfigMap is immutable; delete and re-create it mutable"
     return Target(
         kind=CONFIG_MAP.kind,
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
-        annotation=annotation if isinstance(annotation, str) else None,
-        slots=(Slot(None, str(data.get(CA_KEY) or "")),),
+        annotation=annotation_of(meta),
+        slots=(Slot(None, value_digest(str(data.get(CA_KEY) or ""))),),
         not_applicable=not_applicable,
         managed=owned_by_us(meta),
         namespace=str(meta.get("namespace", "")),
@@ -82,22 +107,21 @@ def to_target(raw: Mapping[str, Any]) -> Target:
     )
 
 
-def _anchors(value: Any, password: str) -> frozenset[bytes] | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        data = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    return truststore_anchors(data, password)
+def inputs_digest(store: Truststore, bundle: str) -> str:
+    """The SHA-256 of what a truststore is made from: its key, its password, the bundle."""
+    joined = "\0".join((store.key, store.password, bundle))
+    return hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def is_current(target: Target, bundle: str) -> bool:
-    """`ca.crt` is exactly the bundle and any truststore holds exactly its anchors."""
-    if any(slot.ca_bundle != bundle for slot in target.slots):
+    """`ca.crt` is exactly the bundle and any truststore is the one we wrote for it."""
+    wanted = value_digest(bundle)
+    if any(slot.digest != wanted for slot in target.slots):
         return False
     store = target.truststore
-    return store is None or store.anchors == anchor_ders(bundle)
+    return store is None or (
+        bool(store.digest) and store.recorded == f"{inputs_digest(store, bundle)}:{store.digest}"
+    )
 
 
 def apply_body(target: Target, bundle: str) -> dict[str, Any]:
@@ -110,6 +134,9 @@ def apply_body(target: Target, bundle: str) -> dict[str, Any]:
         "data": {CA_KEY: bundle},
     }
     if target.truststore is not None:
-        store = java_truststore(bundle, target.truststore.password)
-        body["binaryData"] = {target.truststore.key: base64.b64encode(store).decode("ascii")}
+        store = target.truststore
+        text = base64.b64encode(java_truststore(bundle, store.password)).decode("ascii")
+        body["binaryData"] = {store.key: text}
+        recorded = f"{inputs_digest(store, bundle)}:{value_digest(text)}"
+        body["metadata"]["annotations"] = {DIGEST_ANNOTATION: recorded}
     return body

@@ -19,9 +19,10 @@ Outcomes, in the order they are checked:
    caBundle field, the PEM itself for a ConfigMap's `ca.crt` (`injector.configmaps`).
 
 A resolved bundle is the exact text `trust.selector.resolve_selector` returns
-(header-less PEM, sorted, de-duplicated), so the comparison in 4 is a string compare and
-an object someone edited by hand is rewritten. A ConfigMap's truststore is compared by
-the anchors it holds (PKCS#12 bytes differ on every write).
+(header-less PEM, sorted, de-duplicated), so the comparison in 4 is a compare of
+SHA-256 digests (the records keep digests, never content) and an object someone edited
+by hand is rewritten. A ConfigMap's truststore is current by the digest annotation we
+write beside it (`injector.configmaps`): tenant bytes are never parsed here.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from injector import configmaps
-from injector.targets import ANNOTATION, CONFIG_MAP, Target, is_current
+from injector.targets import ANNOTATION, CONFIG_MAP, MAX_ANNOTATION, Target, is_current
 from trust.bundle import BundleError
 from trust.selector import (
     ClusterTrustBundleSelector,
@@ -92,7 +93,7 @@ Decision = Ignore | Release | Invalid | Empty | UpToDate | Inject
 
 def selector_of(target: Target) -> ClusterTrustBundleSelector | None:
     """The target's valid selector, or None (no annotation or a bad one)."""
-    if target.annotation is None:
+    if target.annotation is None or len(target.annotation) > MAX_ANNOTATION:
         return None
     try:
         return parse_selector_json(target.annotation)
@@ -121,6 +122,12 @@ def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
     """The outcome for `target` given every cached ClusterTrustBundle."""
     if target.annotation is None:
         return Release() if target.managed else Ignore()
+    if len(target.annotation) > MAX_ANNOTATION:
+        return Invalid(
+            REASON_INVALID_SELECTOR,
+            f"annotation {ANNOTATION} is longer than {MAX_ANNOTATION} characters; "
+            "the object is left unchanged",
+        )
     try:
         selector = parse_selector_json(target.annotation)
     except SelectorError as err:

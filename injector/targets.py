@@ -5,9 +5,10 @@ What it decides (pure; no client):
 * **Which kinds and where their caBundle lives.** `webhooks[*].clientConfig.caBundle` of
   Validating/MutatingWebhookConfigurations (every webhook of the configuration),
   APIService `spec.caBundle`, CRD `spec.conversion.webhook.clientConfig.caBundle`.
-* **The record an informer keeps** (`Target`): kind, name, uid, our annotation's value,
-  the current caBundle of each slot, and the few fields that say whether a caBundle may
-  be set at all. Nothing else: a CRD's schema can be hundreds of KiB.
+* **The record an informer keeps** (`Target`): kind, name, uid, our annotation's value
+  (at most `MAX_ANNOTATION` characters of it), the SHA-256 of each slot's current
+  caBundle, and the few fields that say whether a caBundle may be set at all. Digests,
+  never content: a CRD's schema can be hundreds of KiB, and a ConfigMap 1 MiB.
 * **When a caBundle cannot be set**, so the object is left alone with a reason instead
   of a write kube-apiserver would reject: a local APIService (no `spec.service`), an
   APIService with `insecureSkipTLSVerify: true` (validation forbids both together), a
@@ -19,6 +20,7 @@ What it decides (pure; no client):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -78,23 +80,37 @@ KINDS: tuple[Kind, ...] = (VALIDATING_WEBHOOK, MUTATING_WEBHOOK, API_SERVICE, CR
 KINDS_BY_NAME: Mapping[str, Kind] = {k.kind: k for k in (*KINDS, CONFIG_MAP)}
 
 
+MAX_ANNOTATION = 4096
+"""The longest selector annotation kept in a record; a longer one is cached cut to one
+character more and decided `Invalid` (a selector is a few hundred bytes; the API allows
+256 KiB of annotations per object, which a tenant could repeat on every labelled ConfigMap)."""
+
+
+def value_digest(value: str) -> str:
+    """SHA-256 (hex) of a field's text: what a record keeps instead of the text."""
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 @dataclass(frozen=True)
 class Slot:
     """One caBundle field: `webhook` names the webhook of a configuration (None for the
-    single field of an APIService or CRD); `ca_bundle` is its current base64 value."""
+    single field of an APIService or CRD); `digest` is `value_digest` of its current value
+    (base64 text for a caBundle, PEM for a ConfigMap's `ca.crt`; "" hashes an unset one)."""
 
     webhook: str | None
-    ca_bundle: str
+    digest: str
 
 
 @dataclass(frozen=True)
 class Truststore:
-    """A ConfigMap's PKCS#12 truststore key: where, with which password, and the DER of
-    the anchors it holds now (None: absent or unreadable with that password)."""
+    """A ConfigMap's PKCS#12 truststore key: where, with which password, the digest of
+    its current base64 text ("" when absent) and the digest annotation we wrote beside it
+    (`injector.configmaps.DIGEST_ANNOTATION`; "" when absent)."""
 
     key: str
     password: str
-    anchors: frozenset[bytes] | None
+    digest: str
+    recorded: str
 
 
 @dataclass(frozen=True)
@@ -144,23 +160,27 @@ def owned_by_us(meta: Mapping[str, Any]) -> bool:
     )
 
 
+def annotation_of(meta: Mapping[str, Any]) -> str | None:
+    """Our selector annotation as a record keeps it (cut to `MAX_ANNOTATION` + 1)."""
+    value = (meta.get("annotations") or {}).get(ANNOTATION)
+    return value[: MAX_ANNOTATION + 1] if isinstance(value, str) else None
+
+
 def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
     """The informer transform for `kind`."""
     meta = raw.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    annotation = annotations.get(ANNOTATION)
     spec = raw.get("spec") or {}
     slots: tuple[Slot, ...]
     not_applicable: str | None = None
     if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):
         slots = tuple(
-            Slot(str(w.get("name", "")), _ca_bundle(w.get("clientConfig")))
+            Slot(str(w.get("name", "")), _ca_bundle_digest(w.get("clientConfig")))
             for w in raw.get("webhooks") or []
         )
         if not slots:
             not_applicable = "the configuration has no webhooks"
     elif kind == API_SERVICE:
-        slots = (Slot(None, str(spec.get("caBundle") or "")),)
+        slots = (Slot(None, value_digest(str(spec.get("caBundle") or ""))),)
         if not spec.get("service"):
             not_applicable = (
                 "a local APIService (no spec.service) is served by kube-apiserver itself "
@@ -174,7 +194,7 @@ def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
     else:
         conversion = spec.get("conversion") or {}
         webhook = conversion.get("webhook") or {}
-        slots = (Slot(None, _ca_bundle(webhook.get("clientConfig"))),)
+        slots = (Slot(None, _ca_bundle_digest(webhook.get("clientConfig"))),)
         if conversion.get("strategy") != "Webhook" or not webhook.get("clientConfig"):
             not_applicable = (
                 "spec.conversion.strategy is not Webhook with a webhook.clientConfig; "
@@ -184,22 +204,23 @@ def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
         kind=kind.kind,
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
-        annotation=annotation if isinstance(annotation, str) else None,
+        annotation=annotation_of(meta),
         slots=slots,
         not_applicable=not_applicable,
         managed=owned_by_us(meta),
     )
 
 
-def _ca_bundle(client_config: Any) -> str:
+def _ca_bundle_digest(client_config: Any) -> str:
     if not isinstance(client_config, Mapping):
-        return ""
-    return str(client_config.get("caBundle") or "")
+        return value_digest("")
+    return value_digest(str(client_config.get("caBundle") or ""))
 
 
 def is_current(target: Target, ca_bundle: str) -> bool:
-    """Every caBundle slot already holds `ca_bundle` (base64)."""
-    return all(slot.ca_bundle == ca_bundle for slot in target.slots)
+    """Every caBundle slot already holds `ca_bundle` (base64), by digest."""
+    wanted = value_digest(ca_bundle)
+    return all(slot.digest == wanted for slot in target.slots)
 
 
 def release_body(target: Target) -> dict[str, Any]:

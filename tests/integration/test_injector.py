@@ -15,6 +15,7 @@ from cryptography import x509
 
 from injector.controller import FIELD_MANAGER
 from injector.decide import REASON_EMPTY, REASON_INVALID_SELECTOR
+from injector.targets import value_digest
 from kube.client import Client
 from tests.integration.injector_harness import (
     VWC_PATH,
@@ -130,7 +131,8 @@ def test_every_webhook_of_a_configuration_gets_the_bundle(
         # What the API server stored compares equal to what we wrote: a re-sync of the
         # stored object writes nothing (no hot loop).
         kind = "ValidatingWebhookConfiguration"
-        injector.idle_after(kind, name, lambda r: [s.ca_bundle for s in r.slots] == [expected] * 3)
+        digest = value_digest(expected)
+        injector.idle_after(kind, name, lambda r: [s.digest for s in r.slots] == [digest] * 3)
         metrics = injector.controller.metrics
         injected, unchanged = metrics.count(kind, "injected"), metrics.count(kind, "unchanged")
         injector.controller.sync(f"{kind}/{name}")
@@ -215,7 +217,7 @@ def test_removing_the_annotation_leaves_the_object_alone(
         injector.idle_after(
             "ValidatingWebhookConfiguration",
             name,
-            lambda r: r.annotation is None and r.slots[0].ca_bundle == b64("mine now"),
+            lambda r: r.annotation is None and r.slots[0].digest == value_digest(b64("mine now")),
         )
         assert ca_bundles(vwc(client, name)) == [b64("mine now")]
 

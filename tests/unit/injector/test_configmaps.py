@@ -25,12 +25,13 @@ from injector.targets import (
     FIELD_MANAGER,
     VALIDATING_WEBHOOK,
     release_body,
+    value_digest,
 )
 from injector.targets import to_target as to_webhook_target
 from kube.client import ApiError, Client
 from tests.unit.fakes import FakeCache
 from tests.unit.injector.test_sync import SELECT_ALL, ctb, pem
-from trust.bundle import anchor_ders, normalize_bundle
+from trust.bundle import anchor_ders, normalize_bundle, parse_anchors
 from trust.truststore import java_truststore, truststore_anchors
 
 
@@ -64,9 +65,9 @@ OURS = {"manager": FIELD_MANAGER, "operation": "Apply"}
 # records ------------------------------------------------------------------------------
 
 
-def test_config_map_record_keeps_ca_crt_and_the_queue_key_has_its_namespace() -> None:
+def test_config_map_record_keeps_the_digest_of_ca_crt_and_the_key_has_its_namespace() -> None:
     target = to_target(config_map(data={CA_KEY: "x", "app.conf": "y" * 10_000}))
-    assert [s.ca_bundle for s in target.slots] == ["x"]
+    assert [s.digest for s in target.slots] == [value_digest("x")]
     assert target.key == "ConfigMap/apps/trust"
     assert target.path == "/api/v1/namespaces/apps/configmaps/trust"
     assert target.truststore is None and target.not_applicable is None
@@ -132,33 +133,100 @@ def test_empty_selection_keeps_ca_crt() -> None:
     assert "current ca.crt is kept" in decision.message
 
 
-def test_truststore_is_current_by_its_anchors_not_its_bytes() -> None:
+STORE_ANNOTATIONS = {
+    ANNOTATION: SELECT_ALL,
+    TRUSTSTORE_ANNOTATION: "truststore.p12",
+    TRUSTSTORE_PASSWORD_ANNOTATION: "changeit",
+}
+
+
+def written_by_us(bundle: str) -> dict[str, Any]:
+    """A ConfigMap as our apply body leaves it (data, binaryData and the digest annotation)."""
+    body = apply_body(to_target(config_map(STORE_ANNOTATIONS)), bundle)
+    raw = config_map(
+        {**STORE_ANNOTATIONS, **body["metadata"]["annotations"]},
+        data=body["data"],
+        binary=body["binaryData"],
+    )
+    return raw
+
+
+def test_truststore_is_current_by_the_digests_we_wrote_beside_it() -> None:
     bundle = normalize_bundle(pem("a") + pem("b"))
-    annotations = {
-        ANNOTATION: SELECT_ALL,
-        TRUSTSTORE_ANNOTATION: "truststore.p12",
-        TRUSTSTORE_PASSWORD_ANNOTATION: "changeit",
-    }
-
-    def with_store(data: bytes) -> Any:
-        encoded = {"truststore.p12": base64.b64encode(data).decode()}
-        return to_target(config_map(annotations, data={CA_KEY: bundle}, binary=encoded))
-
     bundles = [ctb("b", ["a", "b"])]
-    fresh = with_store(java_truststore(bundle, "changeit"))
-    assert fresh.truststore is not None and fresh.truststore.anchors == anchor_ders(bundle)
-    assert isinstance(decisions.decide(fresh, bundles), decisions.UpToDate)
-    for stale in (
-        java_truststore(normalize_bundle(pem("a")), "changeit"),  # an anchor missing
-        java_truststore(bundle, "other"),  # another password
-        b"garbage",
-    ):
-        assert isinstance(decisions.decide(with_store(stale), bundles), decisions.Inject)
-
-    body = apply_body(fresh, bundle)
-    written = base64.b64decode(body["binaryData"]["truststore.p12"])
+    fresh = written_by_us(bundle)
+    assert isinstance(decisions.decide(to_target(fresh), bundles), decisions.UpToDate)
+    written = base64.b64decode(fresh["binaryData"]["truststore.p12"])
     assert truststore_anchors(written, "changeit") == anchor_ders(bundle)
-    assert body["data"] == {CA_KEY: bundle}
+    assert fresh["data"] == {CA_KEY: bundle}
+
+    # The selection gained an anchor, or the password changed: the digest of the inputs differs.
+    fewer = to_target(written_by_us(pem("a")))
+    assert isinstance(decisions.decide(fewer, bundles), decisions.Inject)
+    repassworded = written_by_us(bundle)
+    repassworded["metadata"]["annotations"][TRUSTSTORE_PASSWORD_ANNOTATION] = "other"
+    assert isinstance(decisions.decide(to_target(repassworded), bundles), decisions.Inject)
+
+
+def without_trusted_key_usage(bundle: str) -> bytes:
+    """The anchors as plain certificate bags: keytool lists 0 entries in such a file."""
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
+
+    certs = parse_anchors(bundle)
+    return pkcs12.serialize_key_and_certificates(
+        None, None, None, certs, BestAvailableEncryption(b"changeit")
+    )
+
+
+@pytest.mark.parametrize(
+    "replacement",
+    ["garbage", "no-trusted-key-usage", "our-store-for-other-anchors"],
+)
+def test_truststore_bytes_changed_by_someone_else_are_rewritten(replacement: str) -> None:
+    bundle = normalize_bundle(pem("a") + pem("b"))
+    raw = written_by_us(bundle)
+    data = {
+        "garbage": b"garbage",
+        "no-trusted-key-usage": without_trusted_key_usage(bundle),
+        "our-store-for-other-anchors": java_truststore(normalize_bundle(pem("a")), "changeit"),
+    }[replacement]
+    raw["binaryData"]["truststore.p12"] = base64.b64encode(data).decode()
+    assert isinstance(decisions.decide(to_target(raw), [ctb("b", ["a", "b"])]), decisions.Inject)
+
+
+def test_the_record_never_parses_tenant_bytes_and_holds_no_content(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("tenant bytes parsed in the informer transform")
+
+    monkeypatch.setattr(pkcs12, "load_pkcs12", refuse)
+    megabyte = "A" * (1 << 20)
+    raw = config_map(
+        {**STORE_ANNOTATIONS, TRUSTSTORE_PASSWORD_ANNOTATION: "changeit"},
+        data={CA_KEY: megabyte},
+        binary={"truststore.p12": megabyte},
+    )
+    target = to_target(raw)
+    assert len(repr(target)) < 2_000, "the record keeps digests, not the ConfigMap's content"
+    assert isinstance(decisions.decide(target, [ctb("b", ["a"])]), decisions.Inject)
+
+
+def test_an_oversized_annotation_is_not_cached_and_is_invalid() -> None:
+    huge = json.dumps({"signerName": "example.com/x", "labelSelector": {"a": "b" * 200_000}})
+    target = to_target(config_map({ANNOTATION: huge}))
+    assert target.annotation is not None and len(target.annotation) <= 4_097
+    decision = decisions.decide(target, [ctb("b", ["a"])])
+    assert isinstance(decision, decisions.Invalid) and "longer than" in decision.message
+
+
+def test_an_oversized_truststore_password_is_not_applicable() -> None:
+    raw = config_map({**STORE_ANNOTATIONS, TRUSTSTORE_PASSWORD_ANNOTATION: "p" * 5_000})
+    target = to_target(raw)
+    assert target.not_applicable is not None and "password" in target.not_applicable
+    assert len(repr(target)) < 2_000
 
 
 # release -------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from injector.targets import (
     Target,
     apply_body,
     to_target,
+    value_digest,
 )
 from kube.client import ApiError, Client
 from kube.events import ObjectRef
@@ -105,12 +106,12 @@ def crd(conversion: Any) -> dict[str, Any]:
 # records and apply bodies -------------------------------------------------------------
 
 
-def test_webhook_record_keeps_only_names_and_ca_bundles() -> None:
+def test_webhook_record_keeps_only_names_and_digests_of_ca_bundles() -> None:
     target = to_target(VALIDATING_WEBHOOK, webhook_config(ca_bundles=("QQ==", "")))
     assert target.annotation == SELECT_ALL
-    assert [(s.webhook, s.ca_bundle) for s in target.slots] == [
-        ("w0.example.com", "QQ=="),
-        ("w1.example.com", ""),
+    assert [(s.webhook, s.digest) for s in target.slots] == [
+        ("w0.example.com", value_digest("QQ==")),
+        ("w1.example.com", value_digest("")),
     ]
     assert target.not_applicable is None
     assert target.key == "ValidatingWebhookConfiguration/hooks"

@@ -81,3 +81,65 @@ def test_openssl_reads_the_same_anchors_with_the_java_trust_attribute(tmp_path: 
 def test_unreadable_data_is_no_truststore() -> None:
     assert truststore_anchors(b"not pkcs12") is None
     assert truststore_anchors(b"") is None
+
+
+def _der(tag: int, content: bytes) -> bytes:
+    n = len(content)
+    if n < 0x80:
+        return bytes([tag, n]) + content
+    size = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(size)]) + size + content
+
+
+def _children(der: bytes) -> list[bytes]:
+    """The complete TLVs inside one constructed TLV (what a test needs to rebuild one)."""
+    i = 2 + (der[1] & 0x7F if der[1] & 0x80 else 0)
+    out = []
+    while i < len(der):
+        head = der[i + 1]
+        extra = head & 0x7F if head & 0x80 else 0
+        length = int.from_bytes(der[i + 2 : i + 2 + extra], "big") if extra else head
+        end = i + 2 + extra + length
+        out.append(der[i:end])
+        i = end
+    return out
+
+
+def with_mac_iterations(store: bytes, iterations: int) -> bytes:
+    """The same PKCS#12 file whose MacData claims `iterations` (the MAC no longer checks,
+    but a reader that runs the KDF first spends the whole count before it knows)."""
+    version, auth_safe, mac = _children(store)
+    digest, salt, _ = _children(mac)
+    count = _der(0x02, iterations.to_bytes((iterations.bit_length() + 8) // 8, "big"))
+    return _der(0x30, version + auth_safe + _der(0x30, digest + salt + count))
+
+
+def test_a_kdf_that_claims_2_to_the_31_iterations_is_refused_without_running_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    store = with_mac_iterations(java_truststore(bundle("truststore a"), "changeit"), 2**31 - 1)
+
+    def no_kdf(*_: object, **__: object) -> None:
+        raise AssertionError("the file's KDF must not run")
+
+    monkeypatch.setattr(pkcs12, "load_pkcs12", no_kdf)
+    assert truststore_anchors(store, "changeit") is None
+
+
+def test_a_truststore_larger_than_a_config_map_is_not_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    def no_parse(*_: object, **__: object) -> None:
+        raise AssertionError("too large to parse")
+
+    monkeypatch.setattr(pkcs12, "load_pkcs12", no_parse)
+    assert truststore_anchors(b"\x30\x84" + b"\x00" * (1 << 20)) is None
+
+
+def test_our_own_truststores_are_within_the_kdf_bound() -> None:
+    pem = bundle("truststore a", "truststore b")
+    assert truststore_anchors(java_truststore(pem, "changeit"), "changeit") == anchor_ders(pem)
