@@ -3,7 +3,8 @@ kubelet does for a `podCertificate` projected volume, so tests, the demo and ben
 exercise the signer with what a real node sends.
 
 Kubelet 1.37 writes `certificates.k8s.io/v1` with `stubPKCS10Request`: an *empty* PKCS#10
-CSR (no subject, no extensions) signed by a fresh key of the projection's `keyType`,
+CSR (no subject, no extensions) signed by a fresh key of the projection's `keyType`
+(1.38 adds `MLDSA44`/`MLDSA65`/`MLDSA87` behind the `PodCertificateMLDSA` gate),
 `generateName: req-`, an ownerReference to the Pod, and the projection's `userAnnotations`
 verbatim as `unverifiedUserAnnotations`. Kubelets older than 1.36 wrote v1beta1 with the
 now-deprecated `pkixPublicKey` plus `proofOfPossession` (a signature over the Pod UID);
@@ -18,12 +19,20 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, mldsa, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 KEY_TYPES = ("RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519")
+MLDSA_KEY_TYPES = ("MLDSA44", "MLDSA65", "MLDSA87")
 
-PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+PrivateKey = (
+    rsa.RSAPrivateKey
+    | ec.EllipticCurvePrivateKey
+    | ed25519.Ed25519PrivateKey
+    | mldsa.MLDSA44PrivateKey
+    | mldsa.MLDSA65PrivateKey
+    | mldsa.MLDSA87PrivateKey
+)
 
 NODE_NAME = "node-1"
 NODE_UID = "6b1f7a52-0000-4000-8000-000000000001"
@@ -44,12 +53,19 @@ def generate_key(key_type: str) -> PrivateKey:
             return ec.generate_private_key(ec.SECP521R1())
         case "ED25519":
             return ed25519.Ed25519PrivateKey.generate()
-    raise ValueError(f"unknown key type {key_type!r}; kubelet supports {', '.join(KEY_TYPES)}")
+        case "MLDSA44":
+            return mldsa.MLDSA44PrivateKey.generate()
+        case "MLDSA65":
+            return mldsa.MLDSA65PrivateKey.generate()
+        case "MLDSA87":
+            return mldsa.MLDSA87PrivateKey.generate()
+    supported = ", ".join(KEY_TYPES + MLDSA_KEY_TYPES)
+    raise ValueError(f"unknown key type {key_type!r}; kubelet supports {supported}")
 
 
 def _hash_for(key: PrivateKeyTypes) -> hashes.SHA256 | hashes.SHA384 | hashes.SHA512 | None:
-    if isinstance(key, ed25519.Ed25519PrivateKey):
-        return None
+    if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
+        return None  # Ed25519 and ML-DSA sign the message itself
     if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.key_size == 384:
         return hashes.SHA384()
     if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.key_size == 521:
@@ -67,9 +83,12 @@ def stub_csr(key: PrivateKey, *, subject_cn: str | None = None) -> bytes:
 
 
 def proof_of_possession(key: PrivateKey, pod_uid: str) -> bytes:
-    """The pre-1.36 kubelet's signature over the Pod UID (validated by kube-apiserver)."""
+    """The pre-1.36 kubelet's signature over the Pod UID (validated by kube-apiserver).
+    No kubelet sends an ML-DSA key this way (kube-apiserver 1.38 refuses one in
+    `pkixPublicKey`); it is signed like Ed25519, over the UID itself, so tests can show
+    the refusal."""
     data = pod_uid.encode()
-    if isinstance(key, ed25519.Ed25519PrivateKey):
+    if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
         return key.sign(data)
     if isinstance(key, ec.EllipticCurvePrivateKey):
         return key.sign(data, ec.ECDSA(hashes.SHA256()))

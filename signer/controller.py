@@ -43,7 +43,7 @@ from kube.events import ObjectRef, Recorder
 from kube.factory import InformerFactory
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
-from signer import authority
+from signer import authority, policy
 from signer.decide import Decider, Sign, Terminal, Wait
 from signer.index import WaitingIndex
 from signer.lookups import PCR_GROUP, ApiLookups
@@ -397,7 +397,7 @@ class SignerController:
             return None
         if written:
             age = self._clock() - pcr.created.timestamp() if pcr.created else None
-            self.metrics.issued(age)
+            self.metrics.issued(age, policy.key_type_of(decision.public_key))
             self._forget(pcr.key)
             log.info("certificate issued", extra={"key": pcr.key, "names": decision.dns_names})
             return None

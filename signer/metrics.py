@@ -4,7 +4,9 @@ registry.
 What counts as what is decided here, once:
 - `requests_total{result="issued"}`: a certificate was written to a request's status;
 - `requests_total{result="failed"}`: a request was Denied or Failed (final), with the
-  reason broken down in `denied_total{reason}`;
+  reason broken down in `denied_total{reason}`; `issued` is broken down by the leaf's
+  key type in `issued_total{key_type}` (kubelet's `keyType` spelling, ML-DSA included),
+  so an operator sees which Pods already use post-quantum keys;
 - `requests_total{result="error"}`: a sync attempt hit an error and will be retried
   (transient API errors, a signing certificate too close to expiry, bugs). Losing a
   write race to another replica is *not* an error, and waiting on a Service is none
@@ -48,6 +50,19 @@ DENIAL_REASONS = (
     "PodHostnameRequired",
 )
 
+# Every key type kubelet's podCertificate projection can ask for (1.38: ML-DSA too).
+KEY_TYPES = (
+    "RSA3072",
+    "RSA4096",
+    "ECDSAP256",
+    "ECDSAP384",
+    "ECDSAP521",
+    "ED25519",
+    "MLDSA44",
+    "MLDSA65",
+    "MLDSA87",
+)
+
 # Creation → Issued: sub-second when the Service exists; minutes when it waited.
 ISSUANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900)
 
@@ -68,6 +83,12 @@ class SignerMetrics:
             f"{PREFIX}_denied",
             "PodCertificateRequests Denied or Failed, by condition reason.",
             ["reason"],
+            registry=registry,
+        )
+        self.issued_by_key_type = Counter(
+            f"{PREFIX}_issued",
+            "Certificates issued, by the key type of the leaf (kubelet's keyType spelling).",
+            ["key_type"],
             registry=registry,
         )
 
@@ -101,6 +122,8 @@ class SignerMetrics:
         self._by_result = {result: self.requests.labels(result=result) for result in RESULTS}
         for reason in DENIAL_REASONS:
             self.denied.labels(reason=reason)
+        for key_type in KEY_TYPES:
+            self.issued_by_key_type.labels(key_type=key_type)
 
     def bind(
         self,
@@ -114,8 +137,9 @@ class SignerMetrics:
         self.oldest_pending.set_function(oldest_pending)
         self.signer_ttl.set_function(signer_not_after)
 
-    def issued(self, seconds_since_creation: float | None) -> None:
+    def issued(self, seconds_since_creation: float | None, key_type: str) -> None:
         self._by_result["issued"].inc()
+        self.issued_by_key_type.labels(key_type=key_type).inc()
         if seconds_since_creation is not None:
             self.issuance_duration.observe(max(0.0, seconds_since_creation))
 

@@ -14,7 +14,15 @@ Decisions beyond docs/reference.md:
   inflate the condition message.
 - With both `stubPKCS10Request` and `pkixPublicKey` set (the API forbids it), the stub wins.
 - The stub CSR's signature is not re-verified: the API server verifies it on create
-  (`pkcs10Req.CheckSignature()`), and only the empty-stub checks are ours to make.
+  (`pkcs10Req.CheckSignature()`), and only the empty-stub checks are ours to make. That
+  holds for ML-DSA too: kube-apiserver 1.38 (built with Go 1.27, whose crypto/x509 knows
+  ML-DSA-44/65/87) verifies an ML-DSA stub's signature the same way, and servers before
+  1.38 refuse an ML-DSA stub outright ("unknown public key type"), so no stored request
+  can carry an unverified one (docs/reference.md §5.2 step 2).
+- An ML-DSA key in the deprecated `pkixPublicKey` is Denied `UnsupportedKeyType`: no
+  kube-apiserver accepts one there (1.38 verifies `proofOfPossession` for Ed25519, ECDSA
+  and RSA only and refuses other keys), so such a request would carry a proof nobody
+  verified; kubelet sends ML-DSA keys in a stub CSR only.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from typing import TypeAlias
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, mldsa, rsa
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
 SERVICE_NAMES = "kubernetes.io/service-names"
@@ -49,11 +57,36 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 REASON_PATTERN = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
-PublicKey: TypeAlias = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
+MLDSAPublicKey: TypeAlias = mldsa.MLDSA44PublicKey | mldsa.MLDSA65PublicKey | mldsa.MLDSA87PublicKey
+PublicKey: TypeAlias = (
+    rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey | MLDSAPublicKey
+)
 """A leaf public key we sign for (docs/reference.md §5.2 step 2)."""
 
-SUPPORTED_KEY_TYPES = "RSA3072, RSA4096, ECDSAP256, ECDSAP384, ECDSAP521, ED25519"
+SUPPORTED_KEY_TYPES = (
+    "RSA3072, RSA4096, ECDSAP256, ECDSAP384, ECDSAP521, ED25519, MLDSA44, MLDSA65, MLDSA87"
+)
 _SUPPORTED_CURVES = {"secp256r1": "ECDSAP256", "secp384r1": "ECDSAP384", "secp521r1": "ECDSAP521"}
+_MLDSA = {
+    mldsa.MLDSA44PublicKey: "MLDSA44",
+    mldsa.MLDSA65PublicKey: "MLDSA65",
+    mldsa.MLDSA87PublicKey: "MLDSA87",
+}
+
+
+def key_type_of(key: PublicKey) -> str:
+    """The key's kubelet `keyType` spelling (`ECDSAP256`, `MLDSA65`, …), for metrics
+    labels and `explain`; `RSA<bits>` for any RSA size."""
+    if isinstance(key, ed25519.Ed25519PublicKey):
+        return "ED25519"
+    if isinstance(key, rsa.RSAPublicKey):
+        return f"RSA{key.key_size}"
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        return _SUPPORTED_CURVES.get(key.curve.name, f"ECDSA-{key.curve.name}")
+    for cls, name in _MLDSA.items():
+        if isinstance(key, cls):
+            return name
+    raise TypeError(f"not a leaf public key: {type(key).__name__}")
 
 
 @dataclass(frozen=True)
@@ -266,6 +299,14 @@ def _key_from_pkix(pkix: bytes | str) -> PublicKey | Denial:
         return _unsupported("the pkixPublicKey algorithm")
     except ValueError:
         return Denial(INVALID_PKIX, "pkixPublicKey is not a DER SubjectPublicKeyInfo")
+    if isinstance(key, tuple(_MLDSA)):
+        # See the module docstring: a proof of possession no component has verified.
+        return Denial(
+            UNSUPPORTED_KEY,
+            "an ML-DSA key in pkixPublicKey is not supported (no kube-apiserver verifies "
+            "its proofOfPossession); ML-DSA keys are accepted in stubPKCS10Request, as "
+            "kubelet 1.38 sends them",
+        )
     return _supported(key)
 
 
@@ -280,6 +321,8 @@ def _supported(key: object) -> PublicKey | Denial:
         if key.curve.name in _SUPPORTED_CURVES:
             return key
         return _unsupported(f"ECDSA on curve {key.curve.name}")
+    if isinstance(key, mldsa.MLDSA44PublicKey | mldsa.MLDSA65PublicKey | mldsa.MLDSA87PublicKey):
+        return key
     return _unsupported(f"{type(key).__name__.removesuffix('PublicKey').lstrip('_')} keys")
 
 

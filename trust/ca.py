@@ -22,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from trust.keys import KeyType, PrivateKey, generate_key, signature_hash
+from trust.keys import KeyType, LeafPrivateKey, PrivateKey, generate_key, signature_hash
 
 DEFAULT_VALIDITY = dt.timedelta(days=365)
 
@@ -104,8 +104,8 @@ def generate_ca(
     return CertificateAuthority(key=key, cert=cert, parent=parent)
 
 
-def key_pem(key: PrivateKey) -> bytes:
-    """Unencrypted PKCS#8 PEM."""
+def key_pem(key: LeafPrivateKey) -> bytes:
+    """Unencrypted PKCS#8 PEM (a CA's key or a leaf's, ML-DSA included)."""
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,

@@ -12,7 +12,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from trust.ca import CertificateAuthority, generate_ca
-from trust.keys import KeyType, PrivateKey, generate_key, signature_hash
+from trust.keys import (
+    KeyType,
+    LeafKeyType,
+    LeafPrivateKey,
+    PrivateKey,
+    generate_leaf_key,
+    signature_hash,
+)
 
 
 @functools.cache
@@ -27,8 +34,8 @@ def intermediate(name: str = "intermediate", parent: str = "root") -> Certificat
 
 
 @functools.cache
-def leaf_key(key_type: KeyType) -> PrivateKey:
-    return generate_key(key_type)
+def leaf_key(key_type: LeafKeyType) -> LeafPrivateKey:
+    return generate_leaf_key(key_type)
 
 
 @functools.cache

@@ -9,7 +9,7 @@ import re
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.oid import AttributeOID, NameOID
 from hypothesis import given, settings
@@ -26,12 +26,13 @@ from signer.policy import (
     Denial,
     NameRequest,
     decide_names,
+    key_type_of,
     public_key_from_request,
     sans_for,
     suggested_service_name,
 )
 from tests.unit import pki
-from trust.keys import KeyType, PrivateKey
+from trust.keys import MLDSA_KEY_TYPES, LeafKeyType, LeafPrivateKey
 
 # annotations: accepted forms -----------------------------------------------------------
 
@@ -240,11 +241,19 @@ def test_sans_for_pod_fqdn_only() -> None:
 
 # public key ---------------------------------------------------------------------------
 
-SUPPORTED: list[KeyType] = ["RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519"]
+CLASSICAL: list[LeafKeyType] = [
+    "RSA3072",
+    "RSA4096",
+    "ECDSAP256",
+    "ECDSAP384",
+    "ECDSAP521",
+    "ED25519",
+]
+SUPPORTED: list[LeafKeyType] = [*CLASSICAL, *MLDSA_KEY_TYPES]
 
 
 def stub_csr(
-    key: PrivateKey | dsa.DSAPrivateKey | ed448.Ed448PrivateKey | ec.EllipticCurvePrivateKey,
+    key: LeafPrivateKey | dsa.DSAPrivateKey | ed448.Ed448PrivateKey | ec.EllipticCurvePrivateKey,
     *,
     subject: x509.Name | None = None,
     extension: bool = False,
@@ -257,17 +266,17 @@ def stub_csr(
         )
     if attribute:
         builder = builder.add_attribute(AttributeOID.CHALLENGE_PASSWORD, b"secret")
-    eddsa = isinstance(key, ed448.Ed448PrivateKey | ed25519.Ed25519PrivateKey)
-    algorithm = None if eddsa else hashes.SHA256()
+    prehashed = isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | dsa.DSAPrivateKey)
+    algorithm = hashes.SHA256() if prehashed else None  # EdDSA and ML-DSA sign the message
     return builder.sign(key, algorithm).public_bytes(Encoding.DER)
 
 
-def spki(key: PrivateKey) -> bytes:
+def spki(key: LeafPrivateKey) -> bytes:
     return key.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
 
 
 @pytest.mark.parametrize("key_type", SUPPORTED)
-def test_accepts_supported_key_from_stub_csr_bytes_and_base64(key_type: KeyType) -> None:
+def test_accepts_supported_key_from_stub_csr_bytes_and_base64(key_type: LeafKeyType) -> None:
     key = pki.leaf_key(key_type)
     der = stub_csr(key)
     for value in (der, base64.b64encode(der).decode()):
@@ -276,12 +285,27 @@ def test_accepts_supported_key_from_stub_csr_bytes_and_base64(key_type: KeyType)
         assert got.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo) == spki(key)
 
 
-@pytest.mark.parametrize("key_type", SUPPORTED)
-def test_accepts_supported_key_from_legacy_pkix_public_key(key_type: KeyType) -> None:
+@pytest.mark.parametrize("key_type", CLASSICAL)
+def test_accepts_supported_key_from_legacy_pkix_public_key(key_type: LeafKeyType) -> None:
     key = pki.leaf_key(key_type)
     got = public_key_from_request(None, base64.b64encode(spki(key)).decode())
     assert not isinstance(got, Denial), got
     assert got.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo) == spki(key)
+
+
+@pytest.mark.parametrize("key_type", MLDSA_KEY_TYPES)
+def test_denies_an_mldsa_key_in_legacy_pkix_public_key(key_type: LeafKeyType) -> None:
+    """No kube-apiserver verifies an ML-DSA `proofOfPossession` (1.38 refuses the key
+    there), so the signer must not be the first to certify one."""
+    got = public_key_from_request(None, spki(pki.leaf_key(key_type)))
+    assert isinstance(got, Denial)
+    assert got.reason == UNSUPPORTED_KEY
+    assert "stubPKCS10Request" in got.message
+
+
+@pytest.mark.parametrize("key_type", SUPPORTED)
+def test_key_type_is_named_in_kubelet_spelling(key_type: LeafKeyType) -> None:
+    assert key_type_of(pki.leaf_key(key_type).public_key()) == key_type
 
 
 def test_stub_csr_wins_over_pkix_public_key() -> None:

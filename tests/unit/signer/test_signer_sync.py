@@ -34,6 +34,17 @@ from trust.ca import CertificateAuthority, generate_ca
 from trust.material import SigningMaterial
 
 SIGNER = "kubernetes.io/service-serving"
+KUBELET_KEY_TYPES = (
+    "RSA3072",
+    "RSA4096",
+    "ECDSAP256",
+    "ECDSAP384",
+    "ECDSAP521",
+    "ED25519",
+    "MLDSA44",
+    "MLDSA65",
+    "MLDSA87",
+)
 NS = "team-a"
 
 
@@ -300,6 +311,30 @@ def test_issues_when_the_named_service_selects_the_pod(h: Harness) -> None:
     )
     assert not h.controller.index.is_waiting(pcr.key)
     assert h.recorder.warnings == []
+
+
+@pytest.mark.parametrize("key_type", ["MLDSA44", "MLDSA65", "MLDSA87"])
+def test_an_mldsa_request_is_issued_for_its_key_and_counted_by_key_type(
+    h: Harness, key_type: str
+) -> None:
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod, key_type=key_type)
+
+    h.controller.sync(pcr.key)
+
+    status = h.written_status()
+    assert status["conditions"][0]["type"] == "Issued"
+    leaf = leaf_of(status)
+    assert leaf.public_key() == pki.leaf_key(key_type).public_key()
+    assert leaf.signature_algorithm_oid == x509.SignatureAlgorithmOID.ECDSA_WITH_SHA256
+    by_type = {
+        kind: h.registry.get_sample_value(
+            "service_serving_ca_controller_issued_total", {"key_type": kind}
+        )
+        for kind in KUBELET_KEY_TYPES
+    }
+    assert by_type == {kind: 1.0 if kind == key_type else 0.0 for kind in KUBELET_KEY_TYPES}
 
 
 def test_reads_caches_only_when_everything_is_cached(h: Harness) -> None:

@@ -28,9 +28,9 @@ from signer.template import LeafTemplate
 from tests.unit import pki
 from tests.unit.signer.test_authority import material
 from trust.ca import CertificateAuthority
-from trust.keys import KEY_TYPES, KeyType
+from trust.keys import LEAF_KEY_TYPES, LeafKeyType
 
-LEAF_TYPES: tuple[KeyType, ...] = KEY_TYPES  # kubelet's six, and RSA2048 besides
+LEAF_TYPES: tuple[LeafKeyType, ...] = LEAF_KEY_TYPES  # kubelet's nine, and RSA2048 besides
 LABEL = st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=63)
 NAME = st.lists(LABEL, min_size=1, max_size=5).map(".".join)
 NAMES = st.lists(NAME, min_size=1, max_size=12)
@@ -75,7 +75,7 @@ def signing(kind: str) -> CertificateAuthority:
 CA_KINDS = ("ECDSAP256", "ECDSAP384", "ECDSAP521", "RSA2048", "ED25519", "intermediate", "odd")
 
 
-def public(key_type: KeyType) -> PublicKey:
+def public(key_type: LeafKeyType) -> PublicKey:
     return pki.leaf_key(key_type).public_key()
 
 
@@ -109,7 +109,7 @@ def template_of(ca: CertificateAuthority, key: PublicKey) -> LeafTemplate:
 )
 def test_template_leaf_is_the_builder_leaf(
     ca_kind: str,
-    leaf_type: KeyType,
+    leaf_type: LeafKeyType,
     serial: int,
     not_before: datetime,
     lifetime: int,
@@ -135,7 +135,7 @@ def test_template_leaf_is_the_builder_leaf(
 
 @pytest.mark.parametrize("ca_kind", CA_KINDS)
 @pytest.mark.parametrize("leaf_type", LEAF_TYPES)
-def test_issue_output_parses_like_the_builders(ca_kind: str, leaf_type: KeyType) -> None:
+def test_issue_output_parses_like_the_builders(ca_kind: str, leaf_type: LeafKeyType) -> None:
     """`issue` (template path) against `_build` for the same inputs, field by field."""
     ca = signing(ca_kind)
     key = public(leaf_type)
