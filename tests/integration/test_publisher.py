@@ -282,6 +282,42 @@ def test_bundle_file_change_replaces_the_bundle_without_a_gap(
     assert not gaps
 
 
+def test_two_bundle_file_writes_within_one_second_converge_to_the_second(
+    client: Client, publisher: RunningPublisher, ca_dir: Path, signer_name: str
+) -> None:
+    """Issue 30, finding 5: a tool that writes twice, or a quick undo. The bundle of the
+    first write is our own, so it goes, however close the second write came."""
+    first = eventually(publisher.published, timeout=10, what="the bundle")
+    bundle = ca_dir / "trust-bundle.pem"
+    original = bundle.read_bytes()
+    bundle.write_bytes(original + cert_pem(generate_ca("briefly added").cert))
+    added = eventually(
+        lambda: (
+            (p := publisher.published())
+            and p["metadata"]["name"] != first["metadata"]["name"]
+            and p
+        ),
+        timeout=10,
+        what="the bundle of the first write",
+    )
+    # The undo lands in the same second as the first write's bundle was created (written
+    # with that mtime, so the test does not depend on where a second boundary falls).
+    created = dt.datetime.fromisoformat(added["metadata"]["creationTimestamp"])
+    _write_with_mtime(bundle, original, created.timestamp() + 0.5)
+    eventually(
+        lambda: (p := publisher.published()) and p["metadata"]["name"] == first["metadata"]["name"],
+        timeout=10,
+        what="only the bundle of the second write",
+    )
+
+
+def _write_with_mtime(path: Path, data: bytes, mtime: float) -> None:
+    tmp = path.with_name(f".{path.name}.new")
+    tmp.write_bytes(data)
+    os.utime(tmp, (mtime, mtime))
+    os.replace(tmp, path)
+
+
 # 4. rotation with zero failed requests -----------------------------------------------
 
 
