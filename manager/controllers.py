@@ -166,6 +166,8 @@ def _publisher(ctx: BuildContext) -> Controller:
         signer_name=opts.signer_name,
         ctb_version=version,
         registry=ctx.registry,
+        # Marks the bundles this process publishes (its Lease identity: unique per process).
+        publisher_id=ctx.identity,
     )
     ctx.material.add_bundle_listener(publisher.trigger)
     log.info("publisher configured", extra={"clustertrustbundles": version})

@@ -1,24 +1,40 @@
 """The ClusterTrustBundle publisher (docs/reference.md §4), shaped like kube-controller-manager's
 `clustertrustbundlepublisher`: one queue key, a `sync` that reads only the informer cache,
-and a bundle named after the hash of its content.
+a bundle named after the hash of its content — and beside it one bundle whose name survives
+rotation.
 
 What one sync decides, from the current normalised trust bundle:
 
 1. the object `<signer with ":">:<24 hex of sha256>` must exist with exactly that
-   `spec.trustBundle` and the `app.kubernetes.io/managed-by=service-serving-signer` label
-   — create it if missing, replace it (conditional on its resourceVersion) if edited;
-2. only then, every other bundle whose `spec.signerName` is ours is deleted (with a UID
-   precondition, so a re-created object of the same name is not hit). Creating before
-   deleting means a content change never leaves the signer without a bundle.
-3. except a **newer bundle of ours that holds an anchor our file lacks**: one with our
-   managed-by label, created after the content of our trust-bundle file reached this host
-   (the file's mtime). That is what another replica publishes when its ConfigMap volume
-   was refreshed before ours (kubelet refreshes volumes per node, a minute or more
-   apart): deleting it would take the new root of a rotation back out. It is kept until
-   our own file changes (then its content is newer than that bundle and decides).
-   Removing an anchor (runbook step 3) is unaffected: the older bundle is deleted, and a
-   bundle that only lacks anchors of ours is never protected. Our own bundle is still
-   created, so the union of published anchors covers both files.
+   `spec.trustBundle`, the `app.kubernetes.io/managed-by=service-serving-signer` label and
+   the `service-serving-signer/published-by=<publisher id>` annotation (the process's
+   Lease identity, `<hostname>_<uuid>`: which replica's file it came from) — create it if
+   missing, replace it (conditional on its resourceVersion) if edited;
+2. the **stable** bundle `<signer with ":">:trust-anchors` must exist holding the union of
+   the anchors of the hash-named bundles that stay (ours, and those point 4 keeps), updated
+   in place (conditional replace) and never deleted here: consumers that name a bundle
+   (Gateway API `caCertificateRefs`, the injector's `name` selector) keep a referent
+   through every rotation, going old → old+new → new. Because it holds exactly the union,
+   what a Pod projects by `signerName` is the same set of anchors with or without it
+   (kubelet de-duplicates). If its write does not go through (a conflict, or the cache
+   lagging our own create), nothing is deleted this round: the write's watch event
+   reconciles again;
+3. only then, every other bundle whose `spec.signerName` is ours is deleted (with a UID
+   precondition, so a re-created object of the same name is not hit). Creating and
+   updating before deleting means a content change never leaves the signer without a
+   bundle, nor the stable bundle without an anchor that a hash-named one still offers.
+4. except a **newer bundle of another replica that holds an anchor our file lacks**: one
+   with our managed-by label, a `published-by` other than ours (or none: an older
+   version's), created after the content of our trust-bundle file reached this host (the
+   file's mtime). That is what another replica publishes when its ConfigMap volume was
+   refreshed before ours (kubelet refreshes volumes per node, a minute or more apart):
+   deleting it would take the new root of a rotation back out. It is kept until our own
+   file changes (then its content is newer than that bundle and decides). A bundle we
+   published ourselves is never kept this way, so any sequence of writes to our file,
+   however fast (two within one second: creationTimestamp has whole seconds), converges
+   to the file's final content. Removing an anchor (runbook step 3) is unaffected: the
+   older bundle is deleted, and a bundle that only lacks anchors of ours is never
+   protected.
 
 Bundles of other signers are never touched: the informer only sees ours (field selector
 `spec.signerName=<signer>`) and `sync` re-checks the field.
@@ -34,6 +50,7 @@ expiry gauge.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -56,13 +73,22 @@ from kube.factory import InformerFactory
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from publisher.metrics import PublisherMetrics
-from trust.bundle import BundleError, TrustBundle, anchor_ders, bundle_name, earliest_expiry
+from trust.bundle import (
+    BundleError,
+    TrustBundle,
+    anchor_ders,
+    bundle_name,
+    earliest_expiry,
+    normalize_bundle,
+    stable_bundle_name,
+)
 
 log = logging.getLogger(__name__)
 
 GROUP = "certificates.k8s.io"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "service-serving-signer"
+PUBLISHED_BY_ANNOTATION = "service-serving-signer/published-by"
 QUEUE_NAME = "ca_cert_publisher_cluster_trust_bundles"
 KEY = ""  # the single queue key, as in KCM
 
@@ -100,8 +126,9 @@ def _whole(raw: JSON) -> JSON:
 
 
 class PublisherController:
-    """Keeps exactly one ClusterTrustBundle for `signer_name`, holding the trust bundle
-    that `bundle_source()` returns (normalised, with its file's mtime)."""
+    """Keeps one hash-named ClusterTrustBundle for `signer_name` holding the trust bundle
+    that `bundle_source()` returns (normalised, with its file's mtime), and the stable
+    bundle beside it."""
 
     name = "publisher"
 
@@ -115,6 +142,7 @@ class PublisherController:
         ctb_version: str,
         registry: CollectorRegistry | None = None,
         resync_period: float = 60.0,
+        publisher_id: str | None = None,
     ) -> None:
         if ctb_version not in ("v1", "v1beta1", "v1alpha1"):
             raise ValueError(f"unsupported ClusterTrustBundle version {ctb_version!r}")
@@ -124,6 +152,10 @@ class PublisherController:
         self.signer_name = signer_name
         self.ctb_version = ctb_version
         self.resync_period = resync_period
+        # Which process's file a hash-named bundle came from (the manager passes its Lease
+        # identity; two processes on one host must differ).
+        self.publisher_id = publisher_id or socket.gethostname()
+        self.stable_name = stable_bundle_name(signer_name)
         self.path = f"/apis/{GROUP}/{ctb_version}/clustertrustbundles"
         self.metrics = PublisherMetrics(registry)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
@@ -179,31 +211,57 @@ class PublisherController:
         name = bundle_name(self.signer_name, bundle.pem)
         existing = self.cache.get(name)
         if existing is None:
-            self._create(name, bundle.pem)
+            self._create(name, bundle.pem, hashed=True)
         elif not self._up_to_date(existing, bundle.pem):
-            self._replace(existing, bundle.pem)
-        errors: list[ApiError] = []
-        kept: set[str] = set()
+            self._replace(existing, bundle.pem, hashed=True)
+        kept: list[JSON] = []
+        stale: list[JSON] = []
         for obj in self.cache.list():
             other = _name(obj)
-            if other == name or _signer(obj) != self.signer_name:
+            if other in (name, self.stable_name) or _signer(obj) != self.signer_name:
                 continue
-            if _newer_with_anchors_we_lack(obj, bundle):
-                kept.add(other)
-                continue
+            if _another_replicas_newer(obj, bundle, self.publisher_id):
+                kept.append(obj)
+            else:
+                stale.append(obj)
+        self._warn_kept({_name(obj) for obj in kept}, bundle)
+        if not self._stable_in_place(_union(bundle, kept)):
+            return
+        errors: list[ApiError] = []
+        for obj in stale:
             try:
                 self._delete(obj)
             except ApiError as e:
                 errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def _stable_in_place(self, anchors: str) -> bool:
+        """The stable bundle holds `anchors` (True), or our write of it did not go
+        through and its watch event will reconcile again (False)."""
+        existing = self.cache.get(self.stable_name)
+        if existing is None:
+            return self._create(self.stable_name, anchors, hashed=False)
+        if self._up_to_date(existing, anchors):
+            return True
+        try:
+            self._replace(existing, anchors, hashed=False)
+        except ApiError as e:
+            # Our cache lags a newer version (ours, or someone's edit): its event comes.
+            if is_conflict(e):
+                return False
+            raise
+        return True
+
+    def _warn_kept(self, kept: set[str], bundle: TrustBundle) -> None:
         for other in sorted(kept - self._kept):
             log.warning(
-                "keeping a newer ClusterTrustBundle of ours that holds anchors our trust-bundle "
-                "file lacks (is this replica's ConfigMap volume stale?) until the file changes",
+                "keeping a newer ClusterTrustBundle of another replica that holds anchors our "
+                "trust-bundle file lacks (is this replica's ConfigMap volume stale?) until the "
+                "file changes",
                 extra={"bundle": other, "trustBundle": bundle.fingerprint},
             )
         self._kept = kept
-        if errors:
-            raise errors[0]
 
     def _up_to_date(self, obj: JSON, bundle: str) -> bool:
         labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -212,25 +270,35 @@ class PublisherController:
             and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
         )
 
-    def _create(self, name: str, bundle: str) -> None:
+    def _create(self, name: str, bundle: str, *, hashed: bool) -> bool:
+        """Create `name`; False when it already exists (the cache lags our own earlier
+        create; its watch event will bring it in)."""
+        metadata: JSON = {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}}
+        if hashed:
+            metadata["annotations"] = {PUBLISHED_BY_ANNOTATION: self.publisher_id}
         body: JSON = {
             "apiVersion": f"{GROUP}/{self.ctb_version}",
             "kind": "ClusterTrustBundle",
-            "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+            "metadata": metadata,
             "spec": {"signerName": self.signer_name, "trustBundle": bundle},
         }
         try:
             self.client.create(self.path, body)
         except ApiError as e:
-            # The cache lags our own earlier create; its watch event will bring it in.
             if is_already_exists(e):
-                return
+                return False
             raise
         log.info("created ClusterTrustBundle", extra={"bundle": name})
+        return True
 
-    def _replace(self, obj: JSON, bundle: str) -> None:
+    def _replace(self, obj: JSON, bundle: str, *, hashed: bool) -> None:
         metadata: dict[str, Any] = dict(obj.get("metadata") or {})
         metadata["labels"] = {**(metadata.get("labels") or {}), MANAGED_BY_LABEL: MANAGED_BY}
+        if hashed:
+            metadata["annotations"] = {
+                **(metadata.get("annotations") or {}),
+                PUBLISHED_BY_ANNOTATION: self.publisher_id,
+            }
         body: JSON = {
             **obj,
             "apiVersion": f"{GROUP}/{self.ctb_version}",
@@ -239,7 +307,10 @@ class PublisherController:
             "spec": {**(obj.get("spec") or {}), "trustBundle": bundle},
         }
         self.client.replace(f"{self.path}/{path_segment(metadata['name'])}", body)
-        log.info("restored ClusterTrustBundle", extra={"bundle": metadata["name"]})
+        log.info(
+            "restored ClusterTrustBundle" if hashed else "updated ClusterTrustBundle in place",
+            extra={"bundle": metadata["name"]},
+        )
 
     def _delete(self, obj: JSON) -> None:
         name = _name(obj)
@@ -257,11 +328,13 @@ class PublisherController:
         log.info("deleted stale ClusterTrustBundle", extra={"bundle": name})
 
 
-def _newer_with_anchors_we_lack(obj: JSON, bundle: TrustBundle) -> bool:
+def _another_replicas_newer(obj: JSON, bundle: TrustBundle, publisher_id: str) -> bool:
     """Another replica's bundle published from a newer file than ours (see the module
-    docstring, point 3)."""
+    docstring, point 4)."""
     metadata = obj.get("metadata") or {}
     if (metadata.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY:
+        return False
+    if (metadata.get("annotations") or {}).get(PUBLISHED_BY_ANNOTATION) == publisher_id:
         return False
     created = _timestamp(metadata.get("creationTimestamp"))
     # creationTimestamp has whole seconds: compare with the mtime's second.
@@ -272,6 +345,18 @@ def _newer_with_anchors_we_lack(obj: JSON, bundle: TrustBundle) -> bool:
     except BundleError:
         return False
     return bool(theirs - anchor_ders(bundle.pem))
+
+
+def _union(bundle: TrustBundle, kept: list[JSON]) -> str:
+    """What the stable bundle holds: our anchors and those of the bundles point 4 keeps
+    (just ours if the union would not fit in one ClusterTrustBundle)."""
+    if not kept:
+        return bundle.pem
+    pems = [str((obj.get("spec") or {}).get("trustBundle") or "") for obj in kept]
+    try:
+        return normalize_bundle(bundle.pem + "".join(pems))
+    except BundleError:
+        return bundle.pem
 
 
 def _timestamp(value: object) -> datetime | None:

@@ -186,6 +186,17 @@ def bundle_name(signer_name: str, normalized: str) -> str:
     return f"{signer_name.replace('/', ':')}:{bundle_digest(normalized)}"
 
 
+STABLE_SUFFIX = "trust-anchors"
+
+
+def stable_bundle_name(signer_name: str) -> str:
+    """The ClusterTrustBundle name that survives rotation: `<signer with "/" → ":">:
+    trust-anchors`. Under the signer's prefix, as the API requires of a signer-linked
+    bundle, and never a hash name (those are 24 hex digits; this suffix has non-hex
+    letters)."""
+    return f"{signer_name.replace('/', ':')}:{STABLE_SUFFIX}"
+
+
 @dataclass(frozen=True)
 class TrustBundle:
     """A normalised trust bundle read from a file: its text, its anchors (bundle order),

@@ -8,6 +8,7 @@ tests take the same `plane` fixture (tests/conftest.py)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from kube.client import Client
 from kube.discovery import served_version
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.signer_harness import condition, unique_signer_name, wait_terminal
+from trust.bundle import stable_bundle_name
 from trust.ca import write_ca
 
 pytestmark = pytest.mark.integration
@@ -69,14 +71,16 @@ def test_run_finds_the_served_versions_then_publishes_and_issues(
         assert plane_pcr_version == newest
         assert configured["publisher configured"]["clustertrustbundles"] == newest
 
-        def published() -> list[dict[str, object]]:
+        def published() -> list[dict[str, Any]]:
             listed = plane_client.get(
                 f"/apis/{GROUP}/{newest}/clustertrustbundles",
                 {"fieldSelector": f"spec.signerName={signer_name}"},
             )
             return list(listed.get("items") or [])
 
-        assert eventually(lambda: len(published()) == 1, 15)
+        # The hash-named bundle and the stable one (reference.md §4), on either version.
+        assert eventually(lambda: len(published()) == 2, 15)
+        assert stable_bundle_name(signer_name) in {i["metadata"]["name"] for i in published()}
 
         kubelet = Kubelet(plane_client, signer_name)
         pod = kubelet.create_pod("web-0", plane_namespace, labels={"app": "web"})

@@ -23,7 +23,7 @@ from controlplane import ControlPlane
 from kube.client import Client
 from kube.types import JSON
 from tests.integration.manager_process import SignerProcess, eventually
-from trust.bundle import bundle_digest, bundle_name, normalize_bundle
+from trust.bundle import bundle_digest, bundle_name, normalize_bundle, stable_bundle_name
 from trust.ca import CaFiles, CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 
 pytestmark = pytest.mark.integration
@@ -45,11 +45,14 @@ def bundles_of(client: Client, signer: str) -> list[JSON]:
 
 
 def bundle_names(client: Client, signer: str) -> set[str]:
-    return {b["metadata"]["name"] for b in bundles_of(client, signer)}
+    """The hash-named bundles (the stable one is always there beside them)."""
+    return {b["metadata"]["name"] for b in bundles_of(client, signer)} - {
+        stable_bundle_name(signer)
+    }
 
 
 def cleanup(client: Client, signer: str) -> None:
-    for name in bundle_names(client, signer):
+    for name in {b["metadata"]["name"] for b in bundles_of(client, signer)}:
         client.delete(f"{CTB}/{name.replace(':', '%3A')}")
 
 

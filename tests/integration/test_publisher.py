@@ -31,7 +31,7 @@ from tests.integration.signer_harness import (
     looping,
     wait_terminal,
 )
-from trust.bundle import bundle_name, normalize_bundle
+from trust.bundle import anchor_ders, bundle_name, normalize_bundle, stable_bundle_name
 from trust.ca import cert_pem, generate_ca, key_pem, write_ca
 from trust.files import FileMaterialSource
 
@@ -129,13 +129,17 @@ class RunningPublisher:
             delete_ctb(self.client, obj["metadata"]["name"])
 
     def published(self) -> JSON | None:
-        """The one bundle of our signer with the expected name and content, or None."""
+        """The one hash-named bundle of our signer with the expected name and content, when
+        the stable bundle holds the same content too; else None."""
         bundle = self.material.trust_bundle().pem
-        objs = bundles_of(self.client, self.signer)
+        objs = {o["metadata"]["name"]: o for o in bundles_of(self.client, self.signer)}
+        stable = objs.pop(stable_bundle_name(self.signer), None)
         name = bundle_name(self.signer, bundle)
-        if [o["metadata"]["name"] for o in objs] != [name]:
+        if list(objs) != [name] or stable is None:
             return None
-        return objs[0] if objs[0]["spec"]["trustBundle"] == bundle else None
+        if stable["spec"]["trustBundle"] != bundle:
+            return None
+        return objs[name] if objs[name]["spec"]["trustBundle"] == bundle else None
 
 
 @pytest.fixture
@@ -280,6 +284,66 @@ def test_bundle_file_change_replaces_the_bundle_without_a_gap(
     assert new["spec"]["trustBundle"].count("BEGIN CERTIFICATE") == 2
     assert 0 not in counts, f"no bundle for the signer at some point: {counts}"
     assert not gaps
+
+
+def test_stable_bundle_goes_old_to_both_to_new_in_place_and_projects_the_same_anchors(
+    client: Client, publisher: RunningPublisher, ca_dir: Path, signer_name: str
+) -> None:
+    """Issue 30: a by-name referent through the runbook (add a root, drop the old one).
+    Never absent, never re-created (one UID), and at every observation it holds exactly
+    what the hash-named bundles hold together — what a Pod projecting by `signerName`
+    sees (kubelet de-duplicates), so that projection is the same set as without it."""
+    eventually(publisher.published, timeout=10, what="the bundle")
+    path = f"{ctb_path(client)}/{path_segment(stable_bundle_name(signer_name))}"
+    bundle = ca_dir / "trust-bundle.pem"
+    old = bundle.read_bytes()
+    new = cert_pem(generate_ca("stable new root").cert)
+    seen: list[tuple[str, frozenset[bytes]] | None] = []
+    unions: list[tuple[frozenset[bytes], frozenset[bytes]]] = []
+    stop = threading.Event()
+
+    def observe() -> None:
+        while not stop.is_set():
+            try:
+                obj = client.get(path)
+            except Exception as err:
+                if not is_not_found(err):
+                    raise
+                seen.append(None)
+                continue
+            seen.append((obj["metadata"]["uid"], anchor_ders(obj["spec"]["trustBundle"])))
+            listed = bundles_of(client, signer_name)
+            everything = frozenset().union(*(anchor_ders(o["spec"]["trustBundle"]) for o in listed))
+            hashed = [o for o in listed if o["metadata"]["name"] != stable_bundle_name(signer_name)]
+            unions.append(
+                (
+                    everything,
+                    frozenset().union(*(anchor_ders(o["spec"]["trustBundle"]) for o in hashed)),
+                )
+            )
+
+    observer = threading.Thread(target=observe, daemon=True)
+    observer.start()
+    try:
+        time.sleep(0.3)
+        bundle.write_bytes(old + new)
+        eventually(publisher.published, timeout=10, what="old + new published")
+        time.sleep(0.3)
+        bundle.write_bytes(new)
+        eventually(publisher.published, timeout=10, what="new published")
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        observer.join(10)
+    present = [s for s in seen if s is not None]
+    assert len(present) == len(seen), "the stable bundle was absent at some point"
+    assert len({uid for uid, _ in present}) == 1, "the stable bundle was re-created"
+    contents = [c for _, c in present]
+    order = [c for i, c in enumerate(contents) if i == 0 or c != contents[i - 1]]
+    both, only_new = anchor_ders(normalize_bundle(old + new)), anchor_ders(normalize_bundle(new))
+    assert order == [anchor_ders(normalize_bundle(old)), both, only_new], order
+    # A projection by signerName (all bundles) is what the hash-named ones alone give.
+    assert unions and all(everything == hashed for everything, hashed in unions)
 
 
 def test_two_bundle_file_writes_within_one_second_converge_to_the_second(

@@ -13,10 +13,24 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError
 from kube.types import JSON
-from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, Caches, PublisherController
+from publisher.controller import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    PUBLISHED_BY_ANNOTATION,
+    Caches,
+    PublisherController,
+)
 from tests.unit import pki
 from tests.unit.fakes import FakeCache
-from trust.bundle import TrustBundle, bundle_name, earliest_expiry, normalize_bundle, parse_anchors
+from trust.bundle import (
+    TrustBundle,
+    anchor_ders,
+    bundle_name,
+    earliest_expiry,
+    normalize_bundle,
+    parse_anchors,
+    stable_bundle_name,
+)
 from trust.ca import cert_pem
 
 SIGNER = "kubernetes.io/service-serving"
@@ -24,6 +38,8 @@ PATH = "/apis/certificates.k8s.io/v1/clustertrustbundles"
 BUNDLE = normalize_bundle(cert_pem(pki.ca("pub-a").cert))
 OTHER_BUNDLE = normalize_bundle(cert_pem(pki.ca("pub-b").cert))
 NAME = bundle_name(SIGNER, BUNDLE)
+STABLE = stable_bundle_name(SIGNER)
+US, THEM = "replica-a", "replica-b"
 FILE_MODIFIED = datetime(2026, 12, 1, 10, 0, 0, 500000, tzinfo=UTC)
 
 
@@ -58,6 +74,7 @@ def ctb(
     signer: str = SIGNER,
     labels: dict[str, str] | None = None,
     created: datetime | None = None,
+    published_by: str | None = US,
 ) -> JSON:
     metadata: JSON = {
         "name": name,
@@ -65,6 +82,8 @@ def ctb(
         "resourceVersion": "7",
         "labels": {MANAGED_BY_LABEL: MANAGED_BY} if labels is None else labels,
     }
+    if published_by is not None and name != STABLE:
+        metadata["annotations"] = {PUBLISHED_BY_ANNOTATION: published_by}
     if created is not None:
         metadata["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
@@ -92,22 +111,34 @@ def controller(
         signer_name=SIGNER,
         ctb_version="v1",
         registry=registry or CollectorRegistry(),
+        publisher_id=US,
     )
+
+
+def published(bundle: str = BUNDLE) -> list[JSON]:
+    """Our hash-named bundle and the stable one, both holding `bundle`."""
+    return [ctb(bundle_name(SIGNER, bundle), bundle), ctb(STABLE, bundle)]
 
 
 def test_creates_the_bundle_when_missing() -> None:
     client = FakeClient()
     controller(cached([]), client).sync()
-    [(verb, path, body)] = client.actions
-    assert (verb, path) == ("create", PATH)
-    assert body["metadata"] == {"name": NAME, "labels": {MANAGED_BY_LABEL: MANAGED_BY}}
+    [(verb, path, body), (verb2, path2, stable)] = client.actions
+    assert (verb, path, verb2, path2) == ("create", PATH, "create", PATH)
+    assert body["metadata"] == {
+        "name": NAME,
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+        "annotations": {PUBLISHED_BY_ANNOTATION: US},
+    }
     assert body["spec"] == {"signerName": SIGNER, "trustBundle": BUNDLE}
     assert body["apiVersion"] == "certificates.k8s.io/v1"
+    assert stable["metadata"] == {"name": STABLE, "labels": {MANAGED_BY_LABEL: MANAGED_BY}}
+    assert stable["spec"] == {"signerName": SIGNER, "trustBundle": BUNDLE}
 
 
 def test_does_nothing_when_up_to_date() -> None:
     client = FakeClient()
-    controller(cached([ctb(NAME, BUNDLE)]), client).sync()
+    controller(cached(published()), client).sync()
     assert client.actions == []
 
 
@@ -118,7 +149,7 @@ def test_does_nothing_when_up_to_date() -> None:
 )
 def test_restores_an_edited_bundle_conditionally(current: JSON) -> None:
     client = FakeClient()
-    controller(cached([current]), client).sync()
+    controller(cached([current, ctb(STABLE, BUNDLE)]), client).sync()
     [(verb, path, body)] = client.actions
     assert verb == "replace"
     assert path == f"{PATH}/kubernetes.io%3Aservice-serving%3A{NAME.rsplit(':', 1)[1]}"
@@ -132,8 +163,8 @@ def test_creates_new_before_deleting_stale_bundles_of_our_signer_only() -> None:
     stale = ctb(bundle_name(SIGNER, OTHER_BUNDLE), OTHER_BUNDLE)
     foreign = ctb("example.com:other:abc", OTHER_BUNDLE, signer="example.com/other")
     controller(cached([stale, foreign]), client).sync()
-    assert [a[0] for a in client.actions] == ["create", "delete"]
-    _, path, body = client.actions[1]
+    assert [a[0] for a in client.actions] == ["create", "create", "delete"]
+    _, path, body = client.actions[2]
     assert path.endswith(bundle_name(SIGNER, OTHER_BUNDLE).rsplit(":", 1)[1])
     assert body["preconditions"] == {"uid": stale["metadata"]["uid"]}
 
@@ -141,7 +172,7 @@ def test_creates_new_before_deleting_stale_bundles_of_our_signer_only() -> None:
 def test_delete_of_already_gone_bundle_is_success() -> None:
     client = FakeClient(fail={"delete": ApiError(404, "Not Found")})
     stale = ctb(bundle_name(SIGNER, OTHER_BUNDLE), OTHER_BUNDLE)
-    controller(cached([ctb(NAME, BUNDLE), stale]), client).sync()
+    controller(cached([*published(), stale]), client).sync()
 
 
 def test_create_racing_a_lagging_cache_is_success() -> None:
@@ -174,7 +205,7 @@ def test_no_reconcile_before_the_cache_has_synced() -> None:
         deadline = time.monotonic() + 5
         while not client.actions and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert [verb for verb, _, _ in client.actions] == ["create"]
+        assert [verb for verb, _, _ in client.actions] == ["create", "create"]
     finally:
         stop.set()
         thread.join(5)
@@ -186,7 +217,7 @@ def test_success_counts_200_and_sets_expiry_gauge() -> None:
         registry.get_sample_value("clustertrustbundle_publisher_sync_total", {"code": "200"})
         is None
     )
-    pub = controller(cached([ctb(NAME, BUNDLE)]), FakeClient(), registry)
+    pub = controller(cached(published()), FakeClient(), registry)
     assert (
         registry.get_sample_value("clustertrustbundle_publisher_sync_total", {"code": "200"}) == 0
     )
@@ -209,20 +240,40 @@ def deletes(client: FakeClient) -> list[str]:
     return [unquote(path.rsplit("/", 1)[1]) for verb, path, _ in client.actions if verb == "delete"]
 
 
-def test_keeps_a_newer_bundle_of_ours_holding_an_anchor_our_file_lacks() -> None:
+def newer(created: datetime, published_by: str | None = THEM) -> JSON:
+    """A bundle of old + new root published at `created`."""
+    return ctb(bundle_name(SIGNER, BOTH), BOTH, created=created, published_by=published_by)
+
+
+def test_keeps_another_replicas_newer_bundle_holding_an_anchor_our_file_lacks() -> None:
     # Another replica published old + new root after our file was last written here.
-    newer = ctb(bundle_name(SIGNER, BOTH), BOTH, created=FILE_MODIFIED + timedelta(minutes=1))
     client = FakeClient()
-    controller(cached([newer]), client).sync()
-    assert [verb for verb, _, _ in client.actions] == ["create"]  # ours, beside it
+    controller(cached([newer(FILE_MODIFIED + timedelta(minutes=1))]), client).sync()
+    assert [verb for verb, _, _ in client.actions] == ["create", "create"]  # ours, stable
+    assert deletes(client) == []
+    # The stable bundle holds the union: what a signerName projection sees anyway.
+    assert anchor_ders(client.actions[1][2]["spec"]["trustBundle"]) == anchor_ders(BOTH)
+
+
+@pytest.mark.parametrize("published_by", [THEM, None], ids=["other-replica", "older-version"])
+def test_keeps_it_when_created_in_the_same_second_as_our_file_changed(
+    published_by: str | None,
+) -> None:
+    other = newer(FILE_MODIFIED.replace(microsecond=0), published_by)
+    client = FakeClient()
+    controller(cached([ctb(NAME, BUNDLE), ctb(STABLE, BOTH), other]), client).sync()
     assert deletes(client) == []
 
 
-def test_keeps_it_when_created_in_the_same_second_as_our_file_changed() -> None:
-    newer = ctb(bundle_name(SIGNER, BOTH), BOTH, created=FILE_MODIFIED.replace(microsecond=0))
+def test_a_bundle_we_published_ourselves_is_never_kept_however_new() -> None:
+    """Issue 30, finding 5: two writes to our file within one second (the first's bundle
+    is created in the same second as the second write). Ours, so it goes."""
+    ours = newer(FILE_MODIFIED.replace(microsecond=0), US)
     client = FakeClient()
-    controller(cached([ctb(NAME, BUNDLE), newer]), client).sync()
-    assert deletes(client) == []
+    controller(cached([ctb(NAME, BUNDLE), ctb(STABLE, BOTH), ours]), client).sync()
+    assert [verb for verb, _, _ in client.actions] == ["replace", "delete"]
+    assert client.actions[0][2]["spec"]["trustBundle"] == BUNDLE  # stable first, in place
+    assert deletes(client) == [bundle_name(SIGNER, BOTH)]
 
 
 @pytest.mark.parametrize(
@@ -246,18 +297,53 @@ def test_deletes_other_bundles_that_are_not_newer_and_ours(case: str) -> None:
         ours, theirs = BOTH, BUNDLE
     else:
         created = None
-    other = ctb(bundle_name(SIGNER, theirs), theirs, labels=labels, created=created)
-    client = FakeClient()
-    pub = controller(
-        cached([ctb(bundle_name(SIGNER, ours), ours), other]), client, None, trust_bundle(ours)
+    other = ctb(
+        bundle_name(SIGNER, theirs), theirs, labels=labels, created=created, published_by=THEM
     )
+    client = FakeClient()
+    pub = controller(cached([*published(ours), other]), client, None, trust_bundle(ours))
     pub.sync()
     assert deletes(client) == [bundle_name(SIGNER, theirs)]
 
 
 def test_deletes_the_kept_bundle_once_our_file_changes_after_it() -> None:
-    newer = ctb(bundle_name(SIGNER, BOTH), BOTH, created=FILE_MODIFIED + timedelta(minutes=1))
+    kept = newer(FILE_MODIFIED + timedelta(minutes=1))
     client = FakeClient()
     later = trust_bundle(BUNDLE, FILE_MODIFIED + timedelta(minutes=5))  # e.g. a revert
-    controller(cached([ctb(NAME, BUNDLE), newer]), client, None, later).sync()
+    controller(cached([ctb(NAME, BUNDLE), ctb(STABLE, BOTH), kept]), client, None, later).sync()
     assert deletes(client) == [bundle_name(SIGNER, BOTH)]
+
+
+# the stable bundle (issue 30) ---------------------------------------------------------
+
+
+def test_stable_bundle_is_updated_in_place_before_stale_ones_are_deleted() -> None:
+    """old → new: the stable bundle is replaced conditionally, never deleted."""
+    client = FakeClient()
+    old = ctb(bundle_name(SIGNER, OTHER_BUNDLE), OTHER_BUNDLE)
+    controller(cached([ctb(NAME, BUNDLE), ctb(STABLE, OTHER_BUNDLE), old]), client).sync()
+    assert [verb for verb, _, _ in client.actions] == ["replace", "delete"]
+    _, path, body = client.actions[0]
+    assert unquote(path).endswith(STABLE)
+    assert body["metadata"]["resourceVersion"] == "7"
+    assert body["spec"] == {"signerName": SIGNER, "trustBundle": BUNDLE}
+    assert deletes(client) == [bundle_name(SIGNER, OTHER_BUNDLE)]
+
+
+def test_a_stable_bundle_write_that_does_not_go_through_defers_the_deletes() -> None:
+    """Our cache lags (our own update, or someone's edit): the write's event reconciles
+    again; until then no hash-named bundle is deleted, so nothing leaves a projection that
+    the stable bundle does not hold yet."""
+    client = FakeClient(fail={"replace": ApiError(409, "Conflict", {"reason": "Conflict"})})
+    old = ctb(bundle_name(SIGNER, OTHER_BUNDLE), OTHER_BUNDLE)
+    controller(cached([ctb(NAME, BUNDLE), ctb(STABLE, OTHER_BUNDLE), old]), client).sync()
+    assert deletes(client) == []
+
+
+def test_an_edited_stable_bundle_is_restored() -> None:
+    client = FakeClient()
+    controller(cached([ctb(NAME, BUNDLE), ctb(STABLE, OTHER_BUNDLE, labels={})]), client).sync()
+    [(verb, path, body)] = client.actions
+    assert (verb, unquote(path).rsplit("/", 1)[1]) == ("replace", STABLE)
+    assert body["metadata"]["labels"] == {MANAGED_BY_LABEL: MANAGED_BY}
+    assert body["spec"]["trustBundle"] == BUNDLE
