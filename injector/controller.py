@@ -277,8 +277,16 @@ class InjectorController:
                 self.metrics.keep_expiry(key, earliest_expiry(bundle).timestamp())
                 self.metrics.observe(kind.kind, "unchanged")
             case decisions.Inject():
+                self._warn_hash_named(ref, target)
                 self._inject(kind, target, decision)
         return None
+
+    def _warn_hash_named(self, ref: ObjectRef, target: Target) -> None:
+        # On a write only (not every resync): while it still resolves, say it will not.
+        selector = decisions.selector_of(target)
+        note = decisions.hash_named_note(selector) if selector is not None else None
+        if note is not None:
+            self.recorder.warning(ref, decisions.REASON_HASH_NAMED, note, "InjectCABundle")
 
     def _inject(self, kind: Kind, target: Target, decision: decisions.Inject) -> None:
         # No Normal Event per write: a rotation re-writes every injected object at once,

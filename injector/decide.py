@@ -35,7 +35,7 @@ from typing import Any
 
 from injector import configmaps
 from injector.targets import ANNOTATION, CONFIG_MAP, MAX_ANNOTATION, Target, is_current
-from trust.bundle import BundleError
+from trust.bundle import BundleError, hash_named_stable_name
 from trust.selector import (
     ClusterTrustBundleSelector,
     SelectorError,
@@ -46,6 +46,7 @@ from trust.selector import (
 REASON_INVALID_SELECTOR = "InvalidCABundleSelector"
 REASON_NOT_APPLICABLE = "CABundleNotApplicable"
 REASON_EMPTY = "NoClusterTrustBundles"
+REASON_HASH_NAMED = "HashNamedClusterTrustBundle"
 
 
 # Intentional repeat: one small frozen record per outcome, matched by type (a sum type);
@@ -144,10 +145,12 @@ def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
     except BundleError as err:
         return Invalid(REASON_INVALID_SELECTOR, f"the selected ClusterTrustBundles: {err}")
     if not bundle:
+        hashed = hash_named_note(selector)
         return Empty(
             selector,
             f"selector {_compact(selector)} matches no ClusterTrustBundle; "
-            f"the current {'ca.crt' if target.kind == CONFIG_MAP.kind else 'caBundle'} is kept",
+            f"the current {'ca.crt' if target.kind == CONFIG_MAP.kind else 'caBundle'} is kept"
+            + (f"; {hashed}" if hashed else ""),
         )
     if target.kind == CONFIG_MAP.kind:
         value, current = bundle, configmaps.is_current(target, bundle)
@@ -157,6 +160,19 @@ def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
     if current:
         return UpToDate(bundle)
     return Inject(bundle, value, len(chosen))
+
+
+def hash_named_note(selector: ClusterTrustBundleSelector) -> str | None:
+    """Why a `name` selector on a hash-named bundle stops working, or None: that name
+    changes with the bundle's content, so a rotation deletes it (docs/reference.md §4)."""
+    stable = hash_named_stable_name(selector.name) if selector.name is not None else None
+    if stable is None:
+        return None
+    return (
+        f"{selector.name} is a hash-named ClusterTrustBundle, deleted when its content "
+        f"changes (a CA rotation); select {json.dumps({'name': stable})} (updated in place) "
+        "or by signerName instead"
+    )
 
 
 def _compact(selector: ClusterTrustBundleSelector) -> str:

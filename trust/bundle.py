@@ -197,6 +197,16 @@ def stable_bundle_name(signer_name: str) -> str:
     return f"{signer_name.replace('/', ':')}:{STABLE_SUFFIX}"
 
 
+def hash_named_stable_name(name: str) -> str | None:
+    """For a name in kube-controller-manager's hash convention (`<prefix>:<24 hex>`, which
+    changes with the content, so the bundle is deleted at the next rotation): the stable
+    name under the same prefix. None for any other name."""
+    prefix, sep, suffix = name.rpartition(":")
+    if sep and prefix and len(suffix) == 24 and all(c in "0123456789abcdef" for c in suffix):
+        return f"{prefix}:{STABLE_SUFFIX}"
+    return None
+
+
 @dataclass(frozen=True)
 class TrustBundle:
     """A normalised trust bundle read from a file: its text, its anchors (bundle order),

@@ -10,6 +10,7 @@ long as either certificate can be served.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -32,6 +33,7 @@ from tests.integration.injector_harness import (
 )
 from tests.integration.signer_harness import eventually
 from tests.integration.test_publisher import _swap_key_and_cert
+from trust.bundle import stable_bundle_name
 from trust.ca import cert_pem, generate_ca
 
 pytestmark = pytest.mark.integration
@@ -56,17 +58,23 @@ def vwc_name(client: Client) -> Iterator[str]:
     delete_quietly(client, VWC_PATH, name)
 
 
+@pytest.mark.parametrize("by", ["signer-name", "stable-name"])
 def test_rotation_runbook_with_zero_failed_admission_calls(
-    client: Client, namespace: str, vwc_name: str
+    client: Client, namespace: str, vwc_name: str, by: str
 ) -> None:
+    """`stable-name` (issue 30): `{"name": "<signer prefix>:trust-anchors"}` follows the
+    rotation exactly as the signerName selection does — the bundle is updated in place."""
     old_root = generate_ca(OLD.removeprefix("CN="))
     new_root = generate_ca(NEW.removeprefix("CN="))
     with Issuer(client, ca=old_root) as issuer, RunningInjector(client):
         server = serve(issuer, namespace, "hook")
+        selector = (
+            issuer.selector()
+            if by == "signer-name"
+            else json.dumps({"name": stable_bundle_name(issuer.signer_name)})
+        )
         try:
-            client.create(
-                VWC_PATH, validating_webhook(vwc_name, namespace, "hook", issuer.selector())
-            )
+            client.create(VWC_PATH, validating_webhook(vwc_name, namespace, "hook", selector))
 
             def injected_roots() -> frozenset[str]:
                 return roots_of(ca_bundles(client.get(f"{VWC_PATH}/{vwc_name}"))[0])

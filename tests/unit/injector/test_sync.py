@@ -443,3 +443,41 @@ def test_deleted_object_leaves_the_expiry_gauge() -> None:
     ctrl.sync(target.key)
     value = ctrl.metrics.registry.get_sample_value("cabundle_injector_anchor_expiry_seconds")
     assert value is not None and value != value  # NaN: no caBundle kept
+
+
+# a `name` selector on a hash-named bundle (issue 30) ---------------------------------
+
+HASH_NAMED = "kubernetes.io:service-serving:0123456789abcdef01234567"
+STABLE_NAMED = "kubernetes.io:service-serving:trust-anchors"
+
+
+def test_name_selector_on_a_hash_named_bundle_injects_and_warns_to_name_the_stable_one() -> None:
+    """A hash-named bundle is deleted at the next rotation; the selection then resolves
+    empty and the old caBundle is kept for ever. Said while it still works."""
+    annotation = json.dumps({"name": HASH_NAMED})
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=annotation))
+    ctrl, client, events, _ = controller([target], [ctb(HASH_NAMED, ["a"])])
+    ctrl.sync(target.key)
+    assert len(client.patches) == 1
+    [(type_, _, reason, note)] = events.events
+    assert (type_, reason) == ("Warning", decisions.REASON_HASH_NAMED)
+    assert STABLE_NAMED in note
+
+
+def test_name_selector_on_a_gone_hash_named_bundle_names_the_stable_one() -> None:
+    annotation = json.dumps({"name": HASH_NAMED})
+    target = to_target(
+        VALIDATING_WEBHOOK, webhook_config(annotation=annotation, ca_bundles=("QQ==", "QQ=="))
+    )
+    ctrl, _, events, _ = controller([target], [ctb("b1", ["a"])])
+    ctrl.sync(target.key)
+    [(_, _, reason, note)] = events.events
+    assert reason == decisions.REASON_EMPTY and STABLE_NAMED in note
+
+
+def test_name_selector_on_the_stable_bundle_is_quiet() -> None:
+    annotation = json.dumps({"name": STABLE_NAMED})
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=annotation))
+    ctrl, client, events, _ = controller([target], [ctb(STABLE_NAMED, ["a"])])
+    ctrl.sync(target.key)
+    assert len(client.patches) == 1 and events.events == []
