@@ -62,7 +62,7 @@ KEY_METRICS = (
     "service_serving_ca_controller_issuance_duration_seconds_count",
     "service_serving_ca_controller_issuance_duration_seconds_sum",
     "service_serving_ca_controller_trust_bundle_expiry_seconds",
-    "clustertrustbundle_publisher_sync_total",
+    "controller_sync_total",
     "leader_election_master_status",
 )
 

@@ -119,6 +119,7 @@ class DistributionController:
             self.name,
             self.sync,
             self.queue,
+            registry=registry,
             synced=(self.namespaces.has_synced, self.configs.has_synced, self.copies.has_synced),
             workers=workers,
             resync_period=resync_period,

@@ -183,6 +183,7 @@ class InjectorController:
             self.name,
             self.sync,
             self.queue,
+            registry=registry,
             synced=(self.bundles.has_synced, *(c.has_synced for c in self.caches.values())),
             workers=workers,
             resync_period=resync_period,
@@ -321,7 +322,6 @@ class InjectorController:
         except ApiError as err:
             if is_not_found(err) or is_conflict(err):
                 return False
-            self.metrics.observe(kind.kind, "error")
             raise
         return True
 

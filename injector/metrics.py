@@ -4,9 +4,10 @@
   object. `result` is `injected` (a caBundle was written), `unchanged` (already
   current), `invalid` (bad annotation, or the object cannot carry a caBundle), `empty`
   (the selector matched nothing; the current caBundle was kept), `released` (the
-  annotation was removed and our field manager gave up the fields it owned) or `error`
-  (an API error; retried with backoff). Other objects without the annotation are not
-  counted.
+  annotation was removed and our field manager gave up the fields it owned). Other
+  objects without the annotation are not counted. A sync that fails (an API error,
+  retried with backoff) is counted by the controller loop, as for every controller:
+  `controller_sync_total{controller="injector", result="error"}` (`kube.controller`).
   Every (kind, result) pair starts at 0 so rate alerts work from the first scrape.
 - `cabundle_injector_anchor_expiry_seconds`: Unix time of the earliest notAfter among
   the trust anchors in the caBundles the injector currently keeps (NaN while it
@@ -22,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from injector.targets import CONFIG_MAP, KINDS
 
-RESULTS = ("injected", "unchanged", "invalid", "empty", "released", "error")
+RESULTS = ("injected", "unchanged", "invalid", "empty", "released")
 
 
 class InjectorMetrics:

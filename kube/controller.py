@@ -19,10 +19,16 @@ What the loop decides:
 * **The error policy is the loop's, not the controllers'.** A `sync` lets every failure
   raise. A transient `ApiError` (transport failure, 429, 5xx) is retried with the key's
   backoff, and not before the server's `Retry-After` when it sent one, logged as a
-  warning without a traceback; any other exception (403, 422, a bug) is logged with its
+  warning without a traceback, and so is a `SyncFailed` (a failure the controller has
+  already explained, e.g. with an Event); any other exception (403, 422, a bug) is logged with its
   traceback and retried with the key's backoff (up to the queue's 1000 s ceiling, as
-  kube-controller-manager does). `on_error` is told of every failure, so a controller
-  counts its errors in one place.
+  kube-controller-manager does).
+* **Counted once, here.** Every sync's outcome is counted by the loop, the same way for
+  every controller: `controller_sync_total{controller, result}`, `result` one of
+  `success` (done), `requeue` (the controller asked to retry) and `error` (it raised; the
+  policy above retries). A controller counts no errors of its own; it keeps only what is
+  its own to say (Events, the metrics of its domain). How long a sync takes is the work
+  queue's `workqueue_work_duration_seconds{name}`.
 * **Resync.** With `resync_period`, every period the keys `resync_keys()` names are added
   (KCM's periodic resync; for the signer, only the waiting requests).
 * **Shutdown.** Once `stop` is set no worker takes a new key — keys still queued stay
@@ -41,6 +47,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from prometheus_client import CollectorRegistry, Counter
+
+from kube import _metrics
 from kube.client import ApiError
 from kube.workqueue import RateLimitingQueue
 
@@ -51,6 +60,25 @@ log = logging.getLogger(__name__)
 # Lease and exits, so it must fit, with the release, in the Pod's
 # terminationGracePeriodSeconds (30 s in config/, like kube-controller-manager's Pod).
 SHUTDOWN_GRACE = 20.0
+
+
+SYNC_RESULTS = ("success", "requeue", "error")
+
+
+def _make_syncs(registry: CollectorRegistry | None) -> Counter:
+    return Counter(
+        "controller_sync",
+        "Controller syncs by outcome: success (done), requeue (the controller asked to "
+        "retry), error (the sync raised and is retried with backoff).",
+        ["controller", "result"],
+        registry=registry,
+    )
+
+
+class SyncFailed(Exception):
+    """A sync that cannot succeed yet, for a reason its controller has already told (an
+    Event): the loop counts it as an error and retries it with the key's backoff, logging
+    one warning line, without a traceback."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +152,7 @@ class Loop:
         *,
         synced: Sequence[Callable[[], bool]] = (),
         workers: int = 1,
-        on_error: Callable[[str, Exception], None] | None = None,
+        registry: CollectorRegistry | None = None,
         resync_period: float | None = None,
         resync_keys: Callable[[], Iterable[str]] | None = None,
         shutdown_timeout: float = SHUTDOWN_GRACE,
@@ -135,7 +163,10 @@ class Loop:
         self.resync_period = resync_period
         self._sync = sync
         self._synced = tuple(synced)
-        self._on_error = on_error
+        syncs = _metrics.family(registry, "controller_sync", _make_syncs)
+        # The children, looked up once (`labels()` parses and locks on every call); every
+        # series exists from the start, so a rate alert works from the first scrape.
+        self._counted = {result: syncs.labels(name, result) for result in SYNC_RESULTS}
         self._resync_keys = resync_keys
         self._shutdown_timeout = shutdown_timeout
         self._stop = threading.Event()  # the `stop` of the running `run`
@@ -214,6 +245,7 @@ class Loop:
             # An unexpected failure: retry with this key's exponential backoff.
             self.queue.add_rate_limited(key)
         else:
+            self._counted["success" if outcome is None else "requeue"].inc()
             if outcome is None:
                 # Done (written, waiting, or nothing to do): reset the key's backoff.
                 self.queue.forget(key)
@@ -229,13 +261,14 @@ class Loop:
         return True
 
     def _failed(self, key: str, err: Exception) -> None:
+        self._counted["error"].inc()
         if isinstance(err, ApiError) and err.transient:
             log.warning(
                 "%s: transient API error; retrying",
                 self.name,
                 extra={"key": key, "error": str(err)},
             )
+        elif isinstance(err, SyncFailed):
+            log.warning("%s: %s; retrying", self.name, err, extra={"key": key})
         else:
             log.exception("%s: sync failed; retrying", self.name, extra={"key": key})
-        if self._on_error is not None:
-            self._on_error(key, err)

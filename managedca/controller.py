@@ -166,6 +166,7 @@ class ManagedCAController:
             self.name,
             self.sync,
             self.queue,
+            registry=registry,
             resync_period=resync_period,
             resync_keys=lambda: (KEY,),
         )

@@ -42,9 +42,9 @@ Bundles of other signers are never touched: the informer only sees ours (field s
 Reconciles are triggered by any add/update/delete of one of our bundles, by `trigger()`
 (the trust-bundle file changed) and by a periodic resync. Failures raise and are retried
 by the shared loop (`kube.controller`: with the key's backoff, and not before the
-server's Retry-After when transient). Each sync counts
-`clustertrustbundle_publisher_sync_total{code}`; a successful one sets the trust-bundle
-expiry gauge.
+server's Retry-After when transient), which also counts every sync's outcome
+(`controller_sync_total{controller="publisher"}`); a successful one sets the
+trust-bundle expiry gauge.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -170,6 +169,7 @@ class PublisherController:
             self.name,
             self.sync,
             self.queue,
+            registry=registry,
             synced=(self.cache.has_synced,),
             resync_period=resync_period,
             resync_keys=lambda: (KEY,),
@@ -194,17 +194,9 @@ class PublisherController:
     def sync(self, key: str = KEY) -> Requeue | None:
         """One reconcile from the cache (there is one key). Raises on any failed API call,
         for the loop to retry."""
-        started = time.monotonic()
-        err: BaseException | None = None
-        try:
-            bundle = self.bundle_source()
-            self._sync(bundle)
-            self.metrics.trust_bundle_expiry.set(earliest_expiry(bundle.pem).timestamp())
-        except BaseException as e:
-            err = e
-            raise
-        finally:
-            self.metrics.observe(err, time.monotonic() - started)
+        bundle = self.bundle_source()
+        self._sync(bundle)
+        self.metrics.trust_bundle_expiry.set(earliest_expiry(bundle.pem).timestamp())
         return None
 
     def _sync(self, bundle: TrustBundle) -> None:

@@ -38,7 +38,7 @@ from typing import Protocol, TypeVar
 from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client, is_not_found, path_segment
-from kube.controller import Cache, Loop, Requeue
+from kube.controller import Cache, Loop, Requeue, SyncFailed
 from kube.events import ObjectRef, Recorder
 from kube.factory import InformerFactory
 from kube.types import JSON
@@ -177,7 +177,7 @@ class SignerController:
             self.queue,
             synced=(self.pcrs.has_synced, self.pods.has_synced, self.services.has_synced),
             workers=self.workers,
-            on_error=lambda _key, _err: self.metrics.error(),
+            registry=registry,
             resync_period=waiting_resync_period or None,
             resync_keys=self._waiting_keys_to_resync,
         )
@@ -263,8 +263,7 @@ class SignerController:
             self._forget(key, gone=pcr is None)
             return None
         # The whole decision, without coming back here (signer.decide). API errors
-        # raise: the loop retries them (backoff, not before Retry-After) and counts
-        # them through `on_error`.
+        # raise: the loop retries them (backoff, not before Retry-After) and counts them.
         decision = self.decider.decide(pcr)
         if isinstance(decision, Terminal):
             return self._finish(pcr, decision)
@@ -362,8 +361,7 @@ class SignerController:
                 self.max_lifetime_seconds,
                 now,
             )
-        except authority.LifetimeTooShort:
-            self.metrics.error()
+        except authority.LifetimeTooShort as err:
             with self._blocked_lock:
                 self._blocked_on_material.add(pcr.key)
             pod = decision.pod
@@ -378,7 +376,7 @@ class SignerController:
                 "the signing certificate is rotated",
                 "Sign",
             )
-            return Requeue()
+            raise SyncFailed("the signing certificate expires too soon") from err
         status = {
             "conditions": [
                 self._condition(

@@ -7,10 +7,11 @@ What counts as what is decided here, once:
   reason broken down in `denied_total{reason}`; `issued` is broken down by the leaf's
   key type in `issued_total{key_type}` (kubelet's `keyType` spelling, ML-DSA included),
   so an operator sees which Pods already use post-quantum keys;
-- `requests_total{result="error"}`: a sync attempt hit an error and will be retried
-  (transient API errors, a signing certificate too close to expiry, bugs). Losing a
-  write race to another replica is *not* an error, and waiting on a Service is none
-  of the three.
+- a sync attempt that hit an error and will be retried (transient API errors, a signing
+  certificate too close to expiry, bugs) is counted by the controller loop, as for every
+  controller: `controller_sync_total{controller="signer", result="error"}`
+  (`kube.controller`). Losing a write race to another replica is *not* an error, and
+  waiting on a Service is neither issued nor failed.
 - `waiting_resyncs_total`: waiting requests re-driven by the periodic resync
   (`--waiting-resync-period`) rather than by an event.
 - `pod_waiting_seconds{namespace}`: how long the longest-waiting Pod of each namespace
@@ -36,7 +37,7 @@ from signer.podwaits import PodWaits
 
 PREFIX = "service_serving_ca_controller"
 
-RESULTS = ("issued", "failed", "error")
+RESULTS = ("issued", "failed")
 
 # Every reason the signer writes on a Denied or Failed condition.
 DENIAL_REASONS = (
@@ -74,8 +75,8 @@ class SignerMetrics:
         registry.register(_PodWaitCollector(self.pod_waits))
         self.requests = Counter(
             f"{PREFIX}_requests",
-            "PodCertificateRequests handled by the service-serving signer, by result "
-            "(issued, failed = Denied or Failed, error = will be retried).",
+            "PodCertificateRequests answered by the service-serving signer, by result "
+            "(issued, failed = Denied or Failed).",
             ["result"],
             registry=registry,
         )
@@ -149,9 +150,6 @@ class SignerMetrics:
 
     def waiting_resynced(self, count: int) -> None:
         self.waiting_resyncs.inc(count)
-
-    def error(self) -> None:
-        self._by_result["error"].inc()
 
     def count(self, result: str) -> float:
         """Current value of `requests_total{result}` (tests and the demo read it)."""

@@ -127,13 +127,20 @@ class RunningSigner:
     def count(self, result: str) -> float:
         return self.controller.metrics.count(result)
 
+    def errors(self) -> float:
+        """Sync errors, as the controller loop counts them for every controller."""
+        value = self.registry.get_sample_value(
+            "controller_sync_total", {"controller": "signer", "result": "error"}
+        )
+        return float(value or 0.0)
+
     def counts(self, settle: float = 5.0) -> tuple[float, float, float]:
         """(issued, failed, error) once the workers are idle: a worker counts a result only
         after its status write returns, so a test that saw the write must let it finish."""
         deadline = time.monotonic() + settle
         while not self.controller.queue.idle() and time.monotonic() < deadline:
             time.sleep(0.01)
-        return (self.count("issued"), self.count("failed"), self.count("error"))
+        return (self.count("issued"), self.count("failed"), self.errors())
 
     def denied(self, reason: str) -> float:
         value = self.registry.get_sample_value(

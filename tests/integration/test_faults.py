@@ -63,7 +63,7 @@ from kube.types import JSON
 from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 
 ISSUED = 'result="issued"'
-ERROR = 'result="error"'
+ERROR = 'controller="signer",result="error"'
 
 
 # --- fixtures and helpers -----------------------------------------------------------------
@@ -404,7 +404,7 @@ def test_throttling_429s_are_absorbed_with_backoff(
     try:
         Burst(client, pop.namespace, bodies, pace=0).start().join()
         wait_all_issued(client, pop.namespace, len(bodies), timeout=180)
-        errors = signer.metric("service_serving_ca_controller_requests_total", ERROR)
+        errors = signer.metric("controller_sync_total", ERROR)
         issued = signer.metric("service_serving_ca_controller_requests_total", ISSUED)
     finally:
         signer.stop()

@@ -46,7 +46,7 @@ def test_star_leaves_the_injector_off_and_star_injector_turns_it_on(
         try:
             assert eventually(default.ready, 60), "\n".join(default.log_lines()[-20:])
             code, metrics = default.get("/metrics")
-            assert code == 200 and "clustertrustbundle_publisher_sync_total" in metrics
+            assert code == 200 and 'controller_sync_total{controller="publisher"' in metrics
             assert "cabundle_injector_sync_total" not in metrics
         finally:
             assert default.stop() == 0

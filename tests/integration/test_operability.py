@@ -28,6 +28,7 @@ from trust.ca import CaFiles, CertificateAuthority, cert_pem, generate_ca, key_p
 
 pytestmark = pytest.mark.integration
 
+PUBLISHER_SUCCESS = 'controller="publisher",result="success"'
 CTB = "/apis/certificates.k8s.io/v1/clustertrustbundles"
 LEASE = (
     "--leader-elect-lease-duration=6s",
@@ -252,15 +253,12 @@ def test_new_leader_with_a_stale_bundle_file_keeps_the_new_root_published(
         a_info, b_info = material_info(a), material_info(b)
 
         # A goes away (rollout, node drain); B, whose volume is still stale, leads.
-        syncs_before = b.metric("clustertrustbundle_publisher_sync_total", 'code="200"') or 0
+        syncs_before = b.metric("controller_sync_total", PUBLISHER_SUCCESS) or 0
         a.terminate()
         assert a.wait(30) == 0
         assert eventually(b.leading, 15), "B leads"
         assert eventually(
-            lambda: (
-                (b.metric("clustertrustbundle_publisher_sync_total", 'code="200"') or 0)
-                > syncs_before
-            ),
+            lambda: (b.metric("controller_sync_total", PUBLISHER_SUCCESS) or 0) > syncs_before,
             30,
         ), "B has reconciled"
         names = bundle_names(client, signer)

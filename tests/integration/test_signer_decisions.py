@@ -149,7 +149,7 @@ def test_denied_requests_are_never_retried_or_rewritten(
     created, _ = signer.kubelet.create_pcr(pod, annotations={"example.com/x": "1"})
     stored = wait_terminal(client, created)
     version = stored["metadata"]["resourceVersion"]
-    errors = signer.count("error")
+    errors = signer.errors()
 
     # Touch the request: the update event reaches the signer, which must leave it alone.
     client.patch(
@@ -162,7 +162,7 @@ def test_denied_requests_are_never_retried_or_rewritten(
     assert after["status"] == stored["status"]
     assert int(after["metadata"]["resourceVersion"]) > int(version)
     assert after["metadata"]["labels"] == {"touched": "yes"}
-    assert signer.count("error") == errors
+    assert signer.errors() == errors
 
 
 def test_denied_request_puts_a_warning_event_with_the_reason_on_the_pod(

@@ -35,7 +35,7 @@ def test_expiring_signing_cert_issues_nothing_until_rotated(
             what="SignerCertificateExpiring event",
         )
         assert event["type"] == "Warning" and event["regarding"]["name"] == "web-0"
-        assert signer.count("error") >= 1
+        assert signer.errors() >= 1
         assert signer.count("issued") == 0
         assert read_pcr(client, created).get("status", {}).get("conditions") is None
         not_after = signer.material.current().signing_cert.not_valid_after_utc.timestamp()

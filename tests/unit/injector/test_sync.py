@@ -371,22 +371,36 @@ def test_no_sync_before_the_bundle_cache_has_synced() -> None:
         thread.join(5)
 
 
-def test_sync_counts_error_and_raises_for_retry() -> None:
+def loop_errors(ctrl: InjectorController) -> float | None:
+    return ctrl.metrics.registry.get_sample_value(
+        "controller_sync_total", {"controller": "injector", "result": "error"}
+    )
+
+
+def test_an_api_error_raises_for_the_loop_which_counts_and_retries_it() -> None:
     target = to_target(VALIDATING_WEBHOOK, webhook_config())
     ctrl, _, events, _ = controller(
         [target], [ctb("b1", ["a"])], FakeClient(ApiError(503, "Service Unavailable"))
     )
     with pytest.raises(ApiError):
         ctrl.sync(target.key)
-    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "error") == 1
+    ctrl.queue.add(target.key)
+    assert ctrl.loop.process_next_work_item()
+    assert loop_errors(ctrl) == 1
+    assert ctrl.queue.num_requeues(target.key) == 1
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "injected") == 0
     assert events.events == []
+    ctrl.queue.shut_down()
 
 
 def test_sync_object_deleted_meanwhile_is_not_an_error() -> None:
     target = to_target(VALIDATING_WEBHOOK, webhook_config())
     ctrl, _, _, _ = controller([target], [ctb("b1", ["a"])], FakeClient(ApiError(404, "Not Found")))
-    ctrl.sync(target.key)
-    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "error") == 0
+    ctrl.queue.add(target.key)
+    assert ctrl.loop.process_next_work_item()
+    assert loop_errors(ctrl) == 0
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "injected") == 0
+    ctrl.queue.shut_down()
 
 
 def test_bundle_event_requeues_only_objects_selecting_it() -> None:

@@ -8,9 +8,10 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError
-from kube.controller import Loop, Requeue
+from kube.controller import SYNC_RESULTS, Loop, Requeue, SyncFailed
 from kube.factory import InformerFactory
 from kube.workqueue import RateLimitingQueue
 
@@ -19,10 +20,17 @@ def controller(
     sync: Callable[[str], Requeue | None],
     *,
     workers: int = 1,
+    name: str = "test",
     **kwargs: object,
 ) -> Loop:
-    queue: RateLimitingQueue[str] = RateLimitingQueue("test")
-    return Loop("test", sync, queue, workers=workers, **kwargs)  # type: ignore[arg-type]
+    queue: RateLimitingQueue[str] = RateLimitingQueue(name)
+    return Loop(name, sync, queue, workers=workers, **kwargs)  # type: ignore[arg-type]
+
+
+def syncs(registry: CollectorRegistry, controller: str, result: str) -> float | None:
+    return registry.get_sample_value(
+        "controller_sync_total", {"controller": controller, "result": result}
+    )
 
 
 def run_in_thread(c: Loop, stop: threading.Event) -> threading.Thread:
@@ -50,18 +58,66 @@ def test_success_forgets_requeue_backs_off_and_retry_after_is_honoured() -> None
     q.shut_down()
 
 
-def test_an_exception_is_retried_with_backoff_and_reported() -> None:
-    errors: list[tuple[str, Exception]] = []
+def test_an_exception_is_retried_with_backoff_and_counted_as_an_error() -> None:
+    registry = CollectorRegistry()
 
     def sync(_key: str) -> Requeue | None:
         raise RuntimeError("bug")
 
-    c = controller(sync, on_error=lambda key, err: errors.append((key, err)))
+    c = controller(sync, registry=registry)
     c.queue.add("a")
     assert c.process_next_work_item()
     assert c.queue.num_requeues("a") == 1
-    assert [(k, str(e)) for k, e in errors] == [("a", "bug")]
+    assert syncs(registry, "test", "error") == 1
     c.queue.shut_down()
+
+
+def test_a_failure_the_controller_explained_is_an_error_retried_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = CollectorRegistry()
+
+    def sync(_key: str) -> Requeue | None:
+        raise SyncFailed("the signing certificate expires too soon")
+
+    c = controller(sync, registry=registry)
+    c.queue.add("a")
+    assert c.process_next_work_item()
+    assert c.queue.num_requeues("a") == 1
+    assert syncs(registry, "test", "error") == 1
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        ("WARNING", "test: the signing certificate expires too soon; retrying", None)
+    ]
+    c.queue.shut_down()
+
+
+def test_every_sync_is_counted_once_by_outcome_under_its_controller_name() -> None:
+    """The one error policy is counted in one place: the loop, for every controller, by
+    `controller` and `result` (success, requeue, error). Every series starts at 0."""
+    registry = CollectorRegistry()
+    outcomes: list[Requeue | Exception | None] = [None, Requeue(), Requeue(after=30.0)]
+    outcomes += [ApiError(503, "Service Unavailable"), RuntimeError("bug")]
+
+    def sync(_key: str) -> Requeue | None:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    other = controller(lambda _key: None, name="other", registry=registry)
+    assert [syncs(registry, "other", r) for r in SYNC_RESULTS] == [0, 0, 0]
+    c = controller(sync, name="signer", registry=registry)
+    for key in ("a", "b", "c", "d", "e"):
+        c.queue.add(key)
+        assert c.process_next_work_item()
+    assert {r: syncs(registry, "signer", r) for r in SYNC_RESULTS} == {
+        "success": 1,
+        "requeue": 2,
+        "error": 2,
+    }
+    assert [syncs(registry, "other", r) for r in SYNC_RESULTS] == [0, 0, 0]
+    c.queue.shut_down()
+    other.queue.shut_down()
 
 
 def test_workers_wait_for_every_cache() -> None:
@@ -108,13 +164,13 @@ def test_api_errors_follow_the_server_when_transient_else_back_off(
     error: ApiError, parked: bool, requeues: int
 ) -> None:
     """A transient error with Retry-After waits at least what the server said; every
-    failure counts a backoff step for its key. `on_error` hears of each."""
-    errors: list[tuple[str, Exception]] = []
+    failure counts a backoff step for its key, and one error."""
+    registry = CollectorRegistry()
 
     def sync(_key: str) -> Requeue | None:
         raise error
 
-    c = controller(sync, on_error=lambda key, err: errors.append((key, err)))
+    c = controller(sync, registry=registry)
     c.queue.add("a")
     assert c.process_next_work_item()
     assert c.queue.num_requeues("a") == requeues
@@ -122,7 +178,7 @@ def test_api_errors_follow_the_server_when_transient_else_back_off(
         assert c.queue.get(timeout=0.2) == (None, False)  # parked for 30 s
     else:
         assert c.queue.get(timeout=5) == ("a", False)  # backoff of 5 ms has passed
-    assert errors == [("a", error)]
+    assert syncs(registry, "test", "error") == 1
     c.queue.shut_down()
 
 

@@ -6,7 +6,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from kube.client import ApiError
 from kube.types import JSON
 from publisher.controller import (
+    KEY,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PUBLISHED_BY_ANNOTATION,
@@ -169,25 +170,50 @@ def test_creates_new_before_deleting_stale_bundles_of_our_signer_only() -> None:
     assert body["preconditions"] == {"uid": stale["metadata"]["uid"]}
 
 
+def loop_count(registry: CollectorRegistry, result: str) -> float | None:
+    return registry.get_sample_value(
+        "controller_sync_total", {"controller": "publisher", "result": result}
+    )
+
+
 def test_delete_of_already_gone_bundle_is_success() -> None:
+    registry = CollectorRegistry()
     client = FakeClient(fail={"delete": ApiError(404, "Not Found")})
     stale = ctb(bundle_name(SIGNER, OTHER_BUNDLE), OTHER_BUNDLE)
-    controller(cached([*published(), stale]), client).sync()
+    pub = controller(cached([*published(), stale]), client, registry)
+    pub.queue.add(KEY)
+    assert pub.loop.process_next_work_item()
+    assert [(verb, path) for verb, path, _ in client.actions] == [
+        ("delete", f"{PATH}/{quote(bundle_name(SIGNER, OTHER_BUNDLE), safe='')}")
+    ]
+    assert (loop_count(registry, "success"), loop_count(registry, "error")) == (1, 0)
+    pub.queue.shut_down()
 
 
 def test_create_racing_a_lagging_cache_is_success() -> None:
+    registry = CollectorRegistry()
     client = FakeClient(fail={"create": ApiError(409, "Conflict", {"reason": "AlreadyExists"})})
-    controller(cached([]), client).sync()
+    pub = controller(cached([]), client, registry)
+    pub.queue.add(KEY)
+    assert pub.loop.process_next_work_item()
+    assert client.actions and {(verb, path) for verb, path, _ in client.actions} == {
+        ("create", PATH)
+    }
+    assert (loop_count(registry, "success"), loop_count(registry, "error")) == (1, 0)
+    pub.queue.shut_down()
 
 
-def test_api_failure_is_raised_and_counted_with_its_code() -> None:
+def test_api_failure_is_raised_for_the_loop_which_counts_and_retries_it() -> None:
     registry = CollectorRegistry()
     client = FakeClient(fail={"create": ApiError(503, "Service Unavailable")})
+    pub = controller(cached([]), client, registry)
     with pytest.raises(ApiError):
-        controller(cached([]), client, registry).sync()
-    assert (
-        registry.get_sample_value("clustertrustbundle_publisher_sync_total", {"code": "503"}) == 1
-    )
+        pub.sync()
+    pub.queue.add(KEY)
+    assert pub.loop.process_next_work_item()
+    assert loop_count(registry, "error") == 1
+    assert pub.queue.num_requeues(KEY) == 1
+    pub.queue.shut_down()
 
 
 def test_no_reconcile_before_the_cache_has_synced() -> None:
@@ -211,20 +237,10 @@ def test_no_reconcile_before_the_cache_has_synced() -> None:
         thread.join(5)
 
 
-def test_success_counts_200_and_sets_expiry_gauge() -> None:
+def test_success_sets_the_expiry_gauge() -> None:
     registry = CollectorRegistry()
-    assert (
-        registry.get_sample_value("clustertrustbundle_publisher_sync_total", {"code": "200"})
-        is None
-    )
     pub = controller(cached(published()), FakeClient(), registry)
-    assert (
-        registry.get_sample_value("clustertrustbundle_publisher_sync_total", {"code": "200"}) == 0
-    )
-    pub.sync()
-    assert (
-        registry.get_sample_value("clustertrustbundle_publisher_sync_total", {"code": "200"}) == 1
-    )
+    assert pub.sync() is None
     assert (
         registry.get_sample_value("service_serving_ca_controller_trust_bundle_expiry_seconds")
         == earliest_expiry(BUNDLE).timestamp()
