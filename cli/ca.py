@@ -124,6 +124,7 @@ def ca_status(
     from kube.client import ApiError
     from managedca import decide as d
     from managedca.controller import ManagedCAController
+    from trust.bundle import stable_bundle_name
 
     client = _client(kubeconfig)
     config = d.Config(
@@ -149,6 +150,7 @@ def ca_status(
     state = seen.stored.state if seen.stored is not None else None
     action = d.decide(state, seen.observations, now, config)
     report = _report(state, seen.observations, action, now, config, f"{namespace}/{secret_name}")
+    report["stableBundle"] = stable_bundle_name(signer_name)
     if output == "json":
         click.echo(json.dumps(report, indent=2))
         return
@@ -222,6 +224,9 @@ def _report(
 
 def _text(report: dict[str, Any]) -> list[str]:
     lines = [f"Secret:  {report['secret']}", f"Phase:   {report['phase'] or 'no CA yet'}"]
+    if report.get("stableBundle"):
+        # The name to reference (Gateway caCertificateRefs, the injector's name selector).
+        lines.append(f"Bundle:  ClusterTrustBundle {report['stableBundle']} (stable name)")
     for ca in report["cas"]:
         extra = f", retire at {ca['retireAt']}" if ca.get("retireAt") else ""
         if ca["role"] == "previous" and not ca.get("retireAt"):

@@ -20,9 +20,11 @@ import pytest
 from cryptography import x509
 from prometheus_client import CollectorRegistry
 
+from controlplane import ControlPlane
 from kube.client import Client, is_not_found, path_segment
 from kube.factory import InformerFactory
 from kube.types import JSON
+from managedca.material import anchors_of
 from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, PublisherController, informers
 from tests.integration.signer_harness import (
     RunningSigner,
@@ -343,6 +345,82 @@ def test_stable_bundle_goes_old_to_both_to_new_in_place_and_projects_the_same_an
     both, only_new = anchor_ders(normalize_bundle(old + new)), anchor_ders(normalize_bundle(new))
     assert order == [anchor_ders(normalize_bundle(old)), both, only_new], order
     # A projection by signerName (all bundles) is what the hash-named ones alone give.
+    assert unions and all(everything == hashed for everything, hashed in unions)
+
+
+def test_stable_bundle_follows_a_managed_rotation_in_place(
+    control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 30, managed mode (a real `run --ca-mode=managed`): through `ca rotate` →
+    staged → swapped → retired, the stable bundle is never absent, never re-created, goes
+    old → old+new → new, and always holds what the hash-named bundles hold together (a
+    signerName projection sees the same set). `ca status` names it."""
+    from tests.integration.managed_ca_harness import move_retire_time_to_the_past
+    from tests.integration.manager_process import eventually as within
+    from tests.integration.test_managed_ca import Managed
+
+    managed = Managed(control_plane, client, namespace, tmp_path)
+    stable = stable_bundle_name(managed.signer_name)
+    path = f"/apis/certificates.k8s.io/v1/clustertrustbundles/{path_segment(stable)}"
+    seen: list[tuple[str, frozenset[str]] | None] = []
+    unions: list[tuple[frozenset[str], frozenset[str]]] = []
+    stop = threading.Event()
+
+    def observe() -> None:
+        while not stop.is_set():
+            try:
+                obj = client.get(path)
+            except Exception as err:
+                if not is_not_found(err):
+                    raise
+                seen.append(None)
+                time.sleep(0.05)
+                continue
+            seen.append((obj["metadata"]["uid"], anchors_of(obj["spec"]["trustBundle"])))
+            listed = bundles_of(client, managed.signer_name)
+            unions.append(
+                (
+                    frozenset().union(*(anchors_of(o["spec"]["trustBundle"]) for o in listed)),
+                    frozenset().union(
+                        *(
+                            anchors_of(o["spec"]["trustBundle"])
+                            for o in listed
+                            if o["metadata"]["name"] != stable
+                        )
+                    ),
+                )
+            )
+            time.sleep(0.05)
+
+    observer = threading.Thread(target=observe, daemon=True)
+    try:
+        managed.start("a")
+        assert within(lambda: managed.phase() == "Stable", 30)
+        old = managed.ca()
+        assert within(lambda: managed.published() == {old}, 15)
+        observer.start()
+        assert managed.ca_cli("rotate").returncode == 0
+        assert within(lambda: managed.phase() == "Staged", 15)
+        new = managed.ca("next")
+        assert within(lambda: managed.phase() == "Retiring", 60), managed.annotations()
+        status = managed.ca_cli("status")
+        assert f"Bundle:  ClusterTrustBundle {stable}" in status.stdout, status.stdout
+        move_retire_time_to_the_past(client, managed.secret_path)
+        assert within(lambda: managed.published() == {new}, 30), "the old root retired"
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        if observer.is_alive():
+            observer.join(10)
+        managed.stop_all()
+        for obj in bundles_of(client, managed.signer_name):
+            delete_ctb(client, obj["metadata"]["name"])
+    present = [s for s in seen if s is not None]
+    assert len(present) == len(seen), "the stable bundle was absent at some point"
+    assert len({uid for uid, _ in present}) == 1, "the stable bundle was re-created"
+    contents = [c for _, c in present]
+    order = [c for i, c in enumerate(contents) if i == 0 or c != contents[i - 1]]
+    assert order == [{old}, {old, new}, {new}], order
     assert unions and all(everything == hashed for everything, hashed in unions)
 
 
