@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
@@ -47,6 +47,10 @@ from manager.controllers import DESCRIPTORS, BuildContext, Gate, managed_ca_sett
 from manager.controllers import StartupFailure as StartupFailure  # cli catches it from here
 from manager.ops import BindError, Checks, OpsServer, start_servers
 from manager.options import SIGNING_CONTROLLERS, Options
+
+if TYPE_CHECKING:
+    from kube.client import Client
+    from trust.material import MaterialSource
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +75,7 @@ class Process:
     closers: list[Callable[[], None]] = field(default_factory=list)
     reloaders: list[Callable[[], None]] = field(default_factory=list)
     servers: list[OpsServer] = field(default_factory=list)
-    client: Any = None
+    client: Client | None = None
     exit: Callable[[int], None] = os._exit
     _controllers_idle: threading.Event = field(default_factory=threading.Event)
     _background_stop: threading.Event = field(default_factory=threading.Event)
@@ -189,7 +193,7 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
     registry = registry if registry is not None else make_registry()
     proc = Process(opts=opts, registry=registry, checks=Checks(), identity=identity())
 
-    client: Any = None
+    client: Client | None = None
     if opts.managed_ca:
         # The managed CA is read through the API: the client first.
         client = _client(opts, proc)
@@ -231,8 +235,8 @@ def build(opts: Options, *, registry: CollectorRegistry | None = None) -> Proces
 
 
 def _material(
-    opts: Options, client: Any, registry: CollectorRegistry
-) -> tuple[Any, dict[str, Gate]]:
+    opts: Options, client: Client | None, registry: CollectorRegistry
+) -> tuple[MaterialSource | None, dict[str, Gate]]:
     """The signing material, when a signing controller runs: the managed CA's Secret, or
     the files (the publisher needs only the bundle; the signer also the key and cert, and
     they must issue a leaf that verifies: trust.probe, with the signer's profile)."""
@@ -244,6 +248,7 @@ def _material(
         from signer.authority import issue_probe
 
         settings = managed_ca_settings(opts)
+        assert client is not None, "managed mode makes the client first"
         source = material_source(settings, client, registry, issue_probe if signing else None)
         return source, material_gates(source)
 
@@ -269,7 +274,7 @@ def _material(
     return material, {}
 
 
-def _client(opts: Options, proc: Process) -> Any:
+def _client(opts: Options, proc: Process) -> Client:
     from kube.client import Client
 
     try:
@@ -282,7 +287,7 @@ def _client(opts: Options, proc: Process) -> Any:
     return client
 
 
-def _material_loaded(material: Any, signing: bool) -> bool:
+def _material_loaded(material: MaterialSource, signing: bool) -> bool:
     try:
         material.trust_bundle()
         if signing:
@@ -396,6 +401,7 @@ def serve(proc: Process) -> int:
     if opts.leader_elect:
         from kube.leaderelection import LeaderElector
 
+        assert proc.client is not None, "build() sets the client"
         elector_stop = threading.Event()
         elector = LeaderElector(
             proc.client,

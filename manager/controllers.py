@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -44,6 +44,7 @@ from manager.options import SIGNING_CONTROLLERS, Options
 
 if TYPE_CHECKING:
     from managedca.wiring import Settings as ManagedSettings
+    from trust.material import MaterialSource
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class BuildContext:
     registry: CollectorRegistry
     informers: InformerFactory
     identity: str
-    material: Any = None  # the process's material source, when a signing controller runs
+    material: MaterialSource | None = None  # when a signing controller runs
     # "bundle" / "signing" → wait until the material source serves that: a source that
     # loads at construction (files) has none; the managed CA's may start empty.
     material_gates: dict[str, Gate] = field(default_factory=dict)
@@ -97,6 +98,12 @@ class BuildContext:
         if key not in self._versions:
             self._versions[key] = served_version(self.client, group, resource, list(preferred))
         return self._versions[key]
+
+    def material_source(self) -> MaterialSource:
+        """The process's material source. Only a signing controller's row asks, and the
+        process loads it before any row runs when one of those is enabled."""
+        assert self.material is not None, "material is loaded before a signing row runs"
+        return self.material
 
     def ctb_version(self, why: str) -> str:
         """The served ClusterTrustBundle version; `why` says who needs it if none is."""
@@ -135,9 +142,6 @@ class Gated:
     def sync(self, key: str) -> Requeue | None:
         return self.controller.sync(key)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.controller, name)
-
 
 @dataclass(frozen=True)
 class ControllerDescriptor:
@@ -159,17 +163,18 @@ def _publisher(ctx: BuildContext) -> Controller:
 
     opts = ctx.opts
     version = ctx.ctb_version("enable the ClusterTrustBundle feature and API")
+    material = ctx.material_source()
     publisher = publishing.PublisherController(
         ctx.client,
         publishing.informers(ctx.informers, signer_name=opts.signer_name, ctb_version=version),
-        ctx.material.trust_bundle,
+        material.trust_bundle,
         signer_name=opts.signer_name,
         ctb_version=version,
         registry=ctx.registry,
         # Marks the bundles this process publishes (its Lease identity: unique per process).
         publisher_id=ctx.identity,
     )
-    ctx.material.add_bundle_listener(publisher.trigger)
+    material.add_bundle_listener(publisher.trigger)
     log.info("publisher configured", extra={"clustertrustbundles": version})
     return ctx.after_material(publisher, "bundle")
 
@@ -189,7 +194,7 @@ def _signer(ctx: BuildContext) -> Controller:
     signer = signing.SignerController(
         ctx.client,
         signing.informers(ctx.informers, signer_name=opts.signer_name, pcr_version=version),
-        ctx.material,
+        ctx.material_source(),
         signer_name=opts.signer_name,
         domain=opts.cluster_service_domain,
         pcr_version=version,

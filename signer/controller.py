@@ -44,7 +44,7 @@ from kube.factory import InformerFactory
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from signer import authority, policy
-from signer.decide import Decider, Sign, Terminal, Wait
+from signer.decide import Decider, Sign, Store, Terminal, Wait
 from signer.index import WaitingIndex
 from signer.lookups import PCR_GROUP, ApiLookups
 from signer.metrics import SignerMetrics
@@ -58,7 +58,7 @@ from signer.records import (
     service_record,
     terminal_condition,
 )
-from trust.material import SigningMaterial
+from trust.material import SigningMaterial, SigningSource
 
 log = logging.getLogger(__name__)
 
@@ -76,19 +76,18 @@ WAITING_RESYNC_PERIOD = 300.0
 T = TypeVar("T", covariant=True)
 
 
-class Store(Cache[T], Protocol[T]):
-    """What the signer reads of a cache: a record by `namespace/name`."""
-
-    def get(self, key: str) -> T | None: ...
+class RecordCache(Cache[T], Store[T], Protocol[T]):
+    """What the signer needs of each informer cache: what the loop needs of every cache
+    (`kube.controller.Cache`) and the read a decision makes (`signer.decide.Store`)."""
 
 
 @dataclass(frozen=True)
 class Caches:
     """The caches the signer reads: its requests, every Pod and every Service."""
 
-    pcrs: Store[PCRRecord]
-    pods: Store[PodRecord]
-    services: Store[ServiceRecord]
+    pcrs: RecordCache[PCRRecord]
+    pods: RecordCache[PodRecord]
+    services: RecordCache[ServiceRecord]
 
 
 def informers(factory: InformerFactory, *, signer_name: str, pcr_version: str) -> Caches:
@@ -107,14 +106,6 @@ def informers(factory: InformerFactory, *, signer_name: str, pcr_version: str) -
     )
 
 
-class MaterialSource(Protocol):
-    """`trust.material.MaterialSource` as seen by the controller."""
-
-    def current(self) -> SigningMaterial: ...
-
-    def add_listener(self, listener: Callable[[SigningMaterial], object]) -> None: ...
-
-
 # the controller ------------------------------------------------------------------------
 
 
@@ -125,7 +116,7 @@ class SignerController:
         self,
         client: Client,
         caches: Caches,
-        material_source: MaterialSource,
+        material_source: SigningSource,
         *,
         signer_name: str,
         domain: str = "cluster.local",

@@ -130,7 +130,21 @@ def notify_listeners(
             logger.exception("%s listener failed", what)
 
 
-class MaterialSource(Protocol):
+class SigningSource(Protocol):
+    """The part of a `MaterialSource` the signer reads: the signing set in use, and a
+    word after each swap."""
+
+    def current(self) -> SigningMaterial:
+        """The signing set in use (the signer's input). Raises `RuntimeError` when the
+        source serves no signing set (a publisher-only process)."""
+        ...
+
+    def add_listener(self, listener: Listener) -> None:
+        """`listener(material)` after each signing-set swap."""
+        ...
+
+
+class MaterialSource(SigningSource, Protocol):
     """Where the signer and the publisher get their material; what every source promises.
 
     - Only validated material is served: a signing set from `validate_material`, a
@@ -144,17 +158,8 @@ class MaterialSource(Protocol):
       logged and does not stop the others.
     """
 
-    def current(self) -> SigningMaterial:
-        """The signing set in use (the signer's input). Raises `RuntimeError` when the
-        source serves no signing set (a publisher-only process)."""
-        ...
-
     def trust_bundle(self) -> TrustBundle:
         """The trust bundle to publish (the publisher's input)."""
-        ...
-
-    def add_listener(self, listener: Listener) -> None:
-        """`listener(material)` after each signing-set swap."""
         ...
 
     def add_bundle_listener(self, listener: BundleListener) -> None:
