@@ -42,7 +42,9 @@ from injector.targets import (
     Target,
     Truststore,
     annotation_of,
+    other_appliers,
     owned_by_us,
+    pointer,
     value_digest,
 )
 from trust.consumers import ANNOTATION as ANNOTATION
@@ -94,6 +96,9 @@ def to_target(raw: Mapping[str, Any]) -> Target:
             )
     if raw.get("immutable"):
         not_applicable = "the ConfigMap is immutable; delete and re-create it mutable"
+    leaves: tuple[tuple[str, ...], ...] = (("f:data", f"f:{CA_KEY}"),)
+    if truststore is not None:
+        leaves += (("f:binaryData", f"f:{truststore.key}"),)
     return Target(
         kind=CONFIG_MAP.kind,
         name=str(meta.get("name", "")),
@@ -101,9 +106,20 @@ def to_target(raw: Mapping[str, Any]) -> Target:
         annotation=annotation_of(meta),
         slots=(Slot(None, value_digest(str(data.get(CA_KEY) or ""))),),
         not_applicable=not_applicable,
-        managed=owned_by_us(meta),
+        owned=owned_by_us(meta),
         namespace=str(meta.get("namespace", "")),
         truststore=truststore,
+        others=other_appliers(meta, leaves),
+        resource_version=str(meta.get("resourceVersion", "")),
+        maps=frozenset(
+            name
+            for name, value in (
+                ("data", raw.get("data")),
+                ("binaryData", raw.get("binaryData")),
+                ("annotations", annotations),
+            )
+            if isinstance(value, Mapping) and value
+        ),
     )
 
 
@@ -124,19 +140,42 @@ def is_current(target: Target, bundle: str) -> bool:
     )
 
 
-def apply_body(target: Target, bundle: str) -> dict[str, Any]:
-    """The server-side apply configuration for our keys only; the uid makes
-    kube-apiserver refuse (409) rather than re-create a ConfigMap deleted meanwhile."""
-    body: dict[str, Any] = {
-        "apiVersion": CONFIG_MAP.api_version,
-        "kind": CONFIG_MAP.kind,
-        "metadata": {"name": target.name, "namespace": target.namespace, "uid": target.uid},
-        "data": {CA_KEY: bundle},
-    }
+def written(target: Target, bundle: str) -> dict[str, dict[str, str]]:
+    """What a write puts where: `data`, and with a truststore `binaryData` and
+    `metadata.annotations` (the digest annotation); our keys only."""
+    out: dict[str, dict[str, str]] = {"data": {CA_KEY: bundle}}
     if target.truststore is not None:
         store = target.truststore
         text = base64.b64encode(java_truststore(bundle, store.password)).decode("ascii")
-        body["binaryData"] = {store.key: text}
+        out["binaryData"] = {store.key: text}
         recorded = f"{inputs_digest(store, bundle)}:{value_digest(text)}"
-        body["metadata"]["annotations"] = {DIGEST_ANNOTATION: recorded}
-    return body
+        out["annotations"] = {DIGEST_ANNOTATION: recorded}
+    return out
+
+
+def patch_ops(target: Target, bundle: str) -> list[dict[str, Any]]:
+    """The JSON patch of our keys only (`targets.patch_ops` says why a JSON patch),
+    guarded by the uid. A key goes into its map when the record saw the map; a map the
+    record did not see is added whole, guarded by the record's resourceVersion, so a map
+    someone created meanwhile is never replaced."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": target.uid}]
+    guarded = False
+    for name, values in written(target, bundle).items():
+        where = "/metadata/annotations" if name == "annotations" else f"/{name}"
+        if name in target.maps:
+            ops.extend(
+                {"op": "add", "path": f"{where}/{pointer(k)}", "value": v}
+                for k, v in values.items()
+            )
+        else:
+            if not guarded:
+                ops.append(
+                    {
+                        "op": "test",
+                        "path": "/metadata/resourceVersion",
+                        "value": target.resource_version,
+                    }
+                )
+                guarded = True
+            ops.append({"op": "add", "path": where, "value": dict(values)})
+    return ops

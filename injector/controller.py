@@ -2,9 +2,15 @@
 
 For every ValidatingWebhookConfiguration, MutatingWebhookConfiguration, APIService and
 CRD annotated `service-serving-signer/ca-bundle-from: <ClusterTrustBundleSelector JSON>`
-it keeps every caBundle field equal to the bundle the selector resolves to, by
-server-side apply under its own field manager (`service-serving-signer-injector`,
-`force: true`: the annotation hands that field to us).
+it keeps every caBundle field equal to the bundle the selector resolves to, by a
+test-guarded JSON patch under its own field manager (`service-serving-signer-injector`)
+that owns only the caBundle leaves (`injector.targets`). It never forces: a field another
+server-side apply manager owns is left alone with a Warning Event naming that manager
+(`decide.Conflict`). A write the API refuses as invalid is the object owner's to fix: a
+Warning Event and the `refused` count, not a retry (one tenant's mistake must not fire
+the cluster-wide sync-error alert). A failed `test` guard means the object changed since
+the cache saw it: nothing to do, its watch event re-drives it. Releasing removes our
+managedFields entries only; the values stay.
 
 Wiring, in kube-controller-manager's shape:
 
@@ -43,8 +49,8 @@ from injector.targets import (
     KINDS,
     Kind,
     Target,
-    apply_body,
-    release_body,
+    patch_ops,
+    release_ops,
     split_key,
     target_key,
     to_target,
@@ -63,7 +69,7 @@ __all__ = ["FIELD_MANAGER", "Caches", "InjectorController", "bundle_record", "in
 
 QUEUE_NAME = "cabundle_injector"
 SELECTION_INDEX = "selection"
-APPLY_PATCH = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
 
 
 class Recorder(Protocol):
@@ -259,8 +265,12 @@ class InjectorController:
             if uid is not None:
                 self._release_departed(kind, name, uid)
             return None
-        decision = decisions.decide(target, self.bundles.list())
         ref = _ref(kind, target)
+        if target.annotation is not None and any(op == "Apply" for _, op in target.owned):
+            # An apply entry of ours from before JSON patches owns webhooks[].name keys:
+            # drop it (values stay) so the owner may rename and remove webhooks.
+            self._patch(kind, target, release_ops(target, "Apply"), ref)
+        decision = decisions.decide(target, self.bundles.list())
         match decision:
             case decisions.Ignore():
                 self.metrics.keep_expiry(key, None)
@@ -277,9 +287,12 @@ class InjectorController:
             case decisions.UpToDate(bundle=bundle):
                 self.metrics.keep_expiry(key, earliest_expiry(bundle).timestamp())
                 self.metrics.observe(kind.kind, "unchanged")
+            case decisions.Conflict(message=message):
+                self.recorder.warning(ref, decisions.REASON_CONFLICT, message, "InjectCABundle")
+                self.metrics.observe(kind.kind, "conflict")
             case decisions.Inject():
                 self._warn_hash_named(ref, target)
-                self._inject(kind, target, decision)
+                self._inject(kind, target, decision, ref)
         return None
 
     def _warn_hash_named(self, ref: ObjectRef, target: Target) -> None:
@@ -289,16 +302,18 @@ class InjectorController:
         if note is not None:
             self.recorder.warning(ref, decisions.REASON_HASH_NAMED, note, "InjectCABundle")
 
-    def _inject(self, kind: Kind, target: Target, decision: decisions.Inject) -> None:
+    def _inject(
+        self, kind: Kind, target: Target, decision: decisions.Inject, ref: ObjectRef
+    ) -> None:
         # No Normal Event per write: a rotation re-writes every injected object at once,
         # and an Event each would double the writes under --kube-api-qps (the log line
         # and cabundle_injector_sync_total{result="injected"} record it).
-        body = (
-            configmaps.apply_body(target, decision.bundle)
+        ops = (
+            configmaps.patch_ops(target, decision.bundle)
             if kind is CONFIG_MAP
-            else apply_body(target, decision.ca_bundle)
+            else patch_ops(target, decision.ca_bundle)
         )
-        if not self._apply(kind, target, body, force=True):
+        if not self._patch(kind, target, ops, ref):
             return
         self.metrics.keep_expiry(target.key, earliest_expiry(decision.bundle).timestamp())
         self.metrics.observe(kind.kind, "injected")
@@ -308,19 +323,32 @@ class InjectorController:
             extra={"object": target.key, "slots": slots, "bundles": decision.sources},
         )
 
-    def _apply(self, kind: Kind, target: Target, body: JSON, *, force: bool) -> bool:
-        """One server-side apply under our field manager; False if the object is gone
-        (deleted since the cache saw it: the uid in every body refuses to re-create it,
-        409, and its delete event ends the story)."""
-        params: dict[str, Any] = {"fieldManager": FIELD_MANAGER}
-        if force:
-            params["force"] = True
+    def _patch(self, kind: Kind, target: Target, ops: list[JSON], ref: ObjectRef) -> bool:
+        """One JSON patch under our field manager; False when it was not applied: the
+        object is gone (404, or 409: deleted and re-created), a `test` guard failed (422
+        without causes: it changed since the cache saw it, and its watch event re-drives
+        it), or the API refused the result (422 with causes: a Warning Event, no retry)."""
         try:
             self.client.patch(
-                target.path, body, patch_type=APPLY_PATCH, params=params, discard_response=True
+                target.path,
+                ops,
+                patch_type=JSON_PATCH,
+                params={"fieldManager": FIELD_MANAGER},
+                discard_response=True,
             )
         except ApiError as err:
             if is_not_found(err) or is_conflict(err):
+                return False
+            if err.status == 422:
+                if _causes(err):
+                    self.recorder.warning(
+                        ref,
+                        decisions.REASON_REFUSED,
+                        f"the API refused the write: {str(err)[:512]}; nothing injected "
+                        "until the object changes",
+                        "InjectCABundle",
+                    )
+                    self.metrics.observe(kind.kind, "refused")
                 return False
             raise
         return True
@@ -345,9 +373,9 @@ class InjectorController:
         self._release(kind, target)
 
     def _release(self, kind: Kind, target: Target) -> None:
-        """Give up every field our manager owns on an object we no longer manage (an
-        apply that sets nothing; `targets.release_body`)."""
-        if not self._apply(kind, target, release_body(target), force=False):
+        """Give up every field our manager owns on an object we no longer manage: remove
+        our managedFields entries, keep every value (`targets.release_ops`)."""
+        if not self._patch(kind, target, release_ops(target), _ref(kind, target)):
             return
         self.metrics.observe(kind.kind, "released")
         log.info("released fields", extra={"object": target.key})
@@ -358,6 +386,11 @@ def _transform_for(kind: Kind) -> Callable[[JSON], Target]:
         return to_target(kind, raw)
 
     return transform
+
+
+def _causes(err: ApiError) -> bool:
+    details = err.body.get("details")
+    return isinstance(details, Mapping) and bool(details.get("causes"))
 
 
 def _ref(kind: Kind, target: Target) -> ObjectRef:

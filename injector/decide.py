@@ -15,6 +15,10 @@ Outcomes, in the order they are checked:
    dropping a working one because a bundle is being re-created would break every call.
    A Warning Event says so. Re-decided when a matching bundle appears.
 4. `UpToDate` — every caBundle slot already holds the resolved bundle.
+   `Conflict` — it does not, and another server-side apply manager owns a field we would
+   write (its configuration sets caBundle or `ca.crt` too). Nothing is written (writing
+   would take the field from it, and its next apply would take it back, for ever); a
+   Warning Event names the manager. Re-decided when the object changes.
 5. `Inject` — write `ca_bundle` to every slot: base64 of the normalised PEM for a
    caBundle field, the PEM itself for a ConfigMap's `ca.crt` (`injector.configmaps`).
 
@@ -47,6 +51,8 @@ REASON_INVALID_SELECTOR = "InvalidCABundleSelector"
 REASON_NOT_APPLICABLE = "CABundleNotApplicable"
 REASON_EMPTY = "NoClusterTrustBundles"
 REASON_HASH_NAMED = "HashNamedClusterTrustBundle"
+REASON_CONFLICT = "CABundleOwnedByAnotherManager"
+REASON_REFUSED = "CABundleWriteRefused"
 
 
 # Intentional repeat: one small frozen record per outcome, matched by type (a sum type);
@@ -80,6 +86,13 @@ class UpToDate:
 
 
 @dataclass(frozen=True)
+class Conflict:
+    bundle: str
+    managers: tuple[str, ...]
+    message: str
+
+
+@dataclass(frozen=True)
 class Inject:
     bundle: str
     ca_bundle: str
@@ -89,7 +102,7 @@ class Inject:
     """How many ClusterTrustBundles were unified."""
 
 
-Decision = Ignore | Release | Invalid | Empty | UpToDate | Inject
+Decision = Ignore | Release | Invalid | Empty | UpToDate | Conflict | Inject
 
 
 def selector_of(target: Target) -> ClusterTrustBundleSelector | None:
@@ -159,6 +172,15 @@ def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
         current = is_current(target, value)
     if current:
         return UpToDate(bundle)
+    if target.others:
+        field = "ca.crt or the truststore key" if target.kind == CONFIG_MAP.kind else "caBundle"
+        return Conflict(
+            bundle,
+            target.others,
+            f"field manager(s) {', '.join(target.others)} apply {field} too; the injector "
+            "does not force over another manager's configuration: remove the field from "
+            f"that configuration, or remove the annotation {ANNOTATION}",
+        )
     return Inject(bundle, value, len(chosen))
 
 

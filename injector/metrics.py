@@ -4,7 +4,9 @@
   object. `result` is `injected` (a caBundle was written), `unchanged` (already
   current), `invalid` (bad annotation, or the object cannot carry a caBundle), `empty`
   (the selector matched nothing; the current caBundle was kept), `released` (the
-  annotation was removed and our field manager gave up the fields it owned). Other
+  annotation was removed and our field manager gave up the fields it owned), `conflict`
+  (another server-side apply manager owns a field we would write; nothing written) or
+  `refused` (the API refused the write as invalid; a Warning Event, no retry). Other
   objects without the annotation are not counted. A sync that fails (an API error,
   retried with backoff) is counted by the controller loop, as for every controller:
   `controller_sync_total{controller="injector", result="error"}` (`kube.controller`).
@@ -23,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from injector.targets import CONFIG_MAP, KINDS
 
-RESULTS = ("injected", "unchanged", "invalid", "empty", "released")
+RESULTS = ("injected", "unchanged", "invalid", "empty", "released", "conflict", "refused")
 
 
 class InjectorMetrics:

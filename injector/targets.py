@@ -13,16 +13,28 @@ What it decides (pure; no client):
   of a write kube-apiserver would reject: a local APIService (no `spec.service`), an
   APIService with `insecureSkipTLSVerify: true` (validation forbids both together), a
   CRD whose conversion strategy is not `Webhook`.
-* **The server-side apply body**: only the caBundle fields and the list-map keys that
-  locate them (`webhooks[].name`), so the injector's field manager owns exactly the
-  caBundles and nothing a user, Helm or a GitOps tool writes.
+* **The write** (`patch_ops`): a JSON patch (RFC 6902) under the field manager
+  `FIELD_MANAGER`, guarded by `test` operations (the object's uid, each webhook's name at
+  its index, a CRD's conversion strategy) and setting only caBundle leaves. Such an
+  Update entry in managedFields owns exactly those leaves: no list key, no `.` of a
+  webhook entry, so a GitOps owner's server-side apply may rename or remove webhooks
+  while the annotation is on (server-side apply's list keys, owned by an apply of ours,
+  made that a 422). No `force`: a patch takes nothing another manager applies, because
+  the decision does not write when one does (`others`).
+* **The release** (`release_ops`): remove our own managedFields entries, guarded by a
+  `test` of each, and nothing else. The values stay (an admission webhook with
+  `failurePolicy: Fail`, an APIService or a Gateway's ConfigMap keeps working); the owner
+  is then free to change or drop them.
+* **Who else applies our leaves** (`others`): the names of other `Apply` managers whose
+  managedFields own a caBundle (or `ca.crt`, or the truststore key) we would write. Such
+  an object is never written: its owner's configuration and ours would fight for ever.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -124,10 +136,21 @@ class Target:
     slots: tuple[Slot, ...]
     not_applicable: str | None = None
     """Why no caBundle can be set on this object, or None."""
-    managed: bool = False
-    """Our field manager owns fields of the object (an entry in its managedFields)."""
+    owned: tuple[tuple[int, str], ...] = ()
+    """(index, operation) of each managedFields entry of our field manager."""
     namespace: str = ""
     truststore: Truststore | None = None
+    others: tuple[str, ...] = ()
+    """Other `Apply` managers that own a leaf we write (sorted, unique)."""
+    resource_version: str = field(default="", compare=False)
+    """The resourceVersion the record was made from (guards a write that adds a whole map)."""
+    maps: frozenset[str] = frozenset()
+    """Which of `data`, `binaryData` and `metadata.annotations` exist (ConfigMaps)."""
+
+    @property
+    def managed(self) -> bool:
+        """Our field manager owns fields of the object (an entry in its managedFields)."""
+        return bool(self.owned)
 
     @property
     def key(self) -> str:
@@ -150,14 +173,47 @@ def split_key(key: str) -> tuple[Kind, str]:
     return KINDS_BY_NAME[kind], name
 
 
-def owned_by_us(meta: Mapping[str, Any]) -> bool:
-    """Whether `metadata.managedFields` has an apply entry of the injector's manager."""
-    return any(
-        isinstance(entry, Mapping)
-        and entry.get("manager") == FIELD_MANAGER
-        and entry.get("operation") == "Apply"
-        for entry in meta.get("managedFields") or ()
+def owned_by_us(meta: Mapping[str, Any]) -> tuple[tuple[int, str], ...]:
+    """(index, operation) of each `metadata.managedFields` entry of the injector's manager."""
+    return tuple(
+        (i, str(entry.get("operation", "")))
+        for i, entry in enumerate(meta.get("managedFields") or ())
+        if isinstance(entry, Mapping) and entry.get("manager") == FIELD_MANAGER
     )
+
+
+def other_appliers(meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
+    """Other `Apply` managers whose fieldsV1 own any of `leaves` (paths of `f:`/`k:` keys;
+    `"k:*"` matches every list entry)."""
+    found = set()
+    for entry in meta.get("managedFields") or ():
+        if not isinstance(entry, Mapping) or entry.get("operation") != "Apply":
+            continue
+        manager = str(entry.get("manager", ""))
+        if manager == FIELD_MANAGER:
+            continue
+        fields = entry.get("fieldsV1")
+        if isinstance(fields, Mapping) and any(_owns(fields, leaf) for leaf in leaves):
+            found.add(manager[:128])
+    return tuple(sorted(found))
+
+
+def _owns(fields: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    if not path:
+        return True
+    head, rest = path[0], path[1:]
+    if head == "k:*":
+        return any(
+            k.startswith("k:") and isinstance(v, Mapping) and _owns(v, rest)
+            for k, v in fields.items()
+        )
+    child = fields.get(head)
+    return isinstance(child, Mapping) and _owns(child, rest)
+
+
+WEBHOOK_LEAF = ("f:webhooks", "k:*", "f:clientConfig", "f:caBundle")
+API_SERVICE_LEAF = ("f:spec", "f:caBundle")
+CRD_LEAF = ("f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle")
 
 
 def annotation_of(meta: Mapping[str, Any]) -> str | None:
@@ -172,6 +228,7 @@ def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
     spec = raw.get("spec") or {}
     slots: tuple[Slot, ...]
     not_applicable: str | None = None
+    leaf = {VALIDATING_WEBHOOK: WEBHOOK_LEAF, MUTATING_WEBHOOK: WEBHOOK_LEAF}.get(kind)
     if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):
         slots = tuple(
             Slot(str(w.get("name", "")), _ca_bundle_digest(w.get("clientConfig")))
@@ -207,7 +264,11 @@ def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
         annotation=annotation_of(meta),
         slots=slots,
         not_applicable=not_applicable,
-        managed=owned_by_us(meta),
+        owned=owned_by_us(meta),
+        others=other_appliers(
+            meta, (leaf or (API_SERVICE_LEAF if kind == API_SERVICE else CRD_LEAF),)
+        ),
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 
@@ -223,33 +284,45 @@ def is_current(target: Target, ca_bundle: str) -> bool:
     return all(slot.digest == wanted for slot in target.slots)
 
 
-def release_body(target: Target) -> dict[str, Any]:
-    """The apply configuration that releases every field we own: one that names the
-    object and sets nothing (kube-apiserver then drops our managedFields entry, and
-    removes the values only we owned), guarded by the object's uid so that an object
-    deleted meanwhile is not re-created by the apply."""
-    kind = KINDS_BY_NAME[target.kind]
-    meta: dict[str, Any] = {"name": target.name, "uid": target.uid}
-    if target.namespace:
-        meta["namespace"] = target.namespace
-    return {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": meta}
+def release_ops(target: Target, operation: str | None = None) -> list[dict[str, Any]]:
+    """The JSON patch that releases every field we own (or only our entries of
+    `operation`): remove each managedFields entry of ours (highest index first, each
+    guarded by a `test` of its manager), and nothing else, guarded by the uid (an object
+    deleted meanwhile is not re-created)."""
+    ops: list[dict[str, Any]] = [_test("/metadata/uid", target.uid)]
+    for index, op in sorted(target.owned, reverse=True):
+        if operation is not None and op != operation:
+            continue
+        ops.append(_test(f"/metadata/managedFields/{index}/manager", FIELD_MANAGER))
+        ops.append({"op": "remove", "path": f"/metadata/managedFields/{index}"})
+    return ops
 
 
-def apply_body(target: Target, ca_bundle: str) -> dict[str, Any]:
-    """The server-side apply configuration that sets every slot to `ca_bundle` (base64)."""
+def patch_ops(target: Target, ca_bundle: str) -> list[dict[str, Any]]:
+    """The JSON patch that sets every slot to `ca_bundle` (base64); see the module
+    docstring for the guards."""
     kind = KINDS_BY_NAME[target.kind]
-    body: dict[str, Any] = {
-        "apiVersion": kind.api_version,
-        "kind": kind.kind,
-        "metadata": {"name": target.name, "uid": target.uid},
-    }
-    client_config = {"caBundle": ca_bundle}
+    ops: list[dict[str, Any]] = [_test("/metadata/uid", target.uid)]
     if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):
-        body["webhooks"] = [
-            {"name": slot.webhook, "clientConfig": dict(client_config)} for slot in target.slots
-        ]
+        for i, slot in enumerate(target.slots):
+            ops.append(_test(f"/webhooks/{i}/name", slot.webhook))
+            ops.append(_add(f"/webhooks/{i}/clientConfig/caBundle", ca_bundle))
     elif kind == API_SERVICE:
-        body["spec"] = {"caBundle": ca_bundle}
+        ops.append(_add("/spec/caBundle", ca_bundle))
     else:
-        body["spec"] = {"conversion": {"webhook": {"clientConfig": client_config}}}
-    return body
+        ops.append(_test("/spec/conversion/strategy", "Webhook"))
+        ops.append(_add("/spec/conversion/webhook/clientConfig/caBundle", ca_bundle))
+    return ops
+
+
+def _test(path: str, value: Any) -> dict[str, Any]:
+    return {"op": "test", "path": path, "value": value}
+
+
+def _add(path: str, value: Any) -> dict[str, Any]:
+    return {"op": "add", "path": path, "value": value}
+
+
+def pointer(key: str) -> str:
+    """One JSON-pointer segment (RFC 6901) for a map key."""
+    return key.replace("~", "~0").replace("/", "~1")

@@ -148,7 +148,7 @@ def test_labelled_config_map_gets_ca_crt_and_drift_is_restored(
     stored = client.get(config_map_path(namespace, "trust"))
     assert stored["data"]["app.conf"] == "x=1"  # the user's keys are the user's
     ours = [m for m in stored["metadata"]["managedFields"] if m["manager"] == FIELD_MANAGER]
-    assert ours and ours[0]["operation"] == "Apply"
+    assert ours and ours[0]["operation"] == "Update"
     assert json.dumps(ours[0]["fieldsV1"]) == json.dumps({"f:data": {"f:ca.crt": {}}})
 
     # kubectl edit: an Update by another manager rewrites ca.crt; it is restored.
@@ -237,8 +237,9 @@ def test_removing_the_label_releases_our_fields_and_stops_management(
         timeout=30,
         what="the injector to release ca.crt",
     )
-    # Only we owned ca.crt: the release removes it, and nothing writes it again.
-    assert CA_KEY not in (released.get("data") or {})
+    # The release drops our managedFields entry only: ca.crt stays (a Gateway reading it
+    # keeps working), and nothing writes it again.
+    assert released["data"][CA_KEY] == roots.bundle()
     # Stops management: a new root re-drives nothing for the unlabelled ConfigMap.
     resource_version = released["metadata"]["resourceVersion"]
     roots.add("b")
@@ -269,16 +270,16 @@ def test_a_config_map_deleted_under_the_injector_is_not_re_created(
     assert record is not None
     client.delete(config_map_path(namespace, "trust"))
     # Sync the stale record as a worker would have in the instant before the delete event.
-    from injector.configmaps import apply_body
+    from injector.configmaps import patch_ops
 
     with pytest.raises(Exception) as refused:
         client.patch(
             record.path,
-            apply_body(record, roots.bundle()),
-            patch_type="application/apply-patch+yaml",
-            params={"fieldManager": FIELD_MANAGER, "force": True},
+            patch_ops(record, roots.bundle()),
+            patch_type="application/json-patch+json",
+            params={"fieldManager": FIELD_MANAGER},
         )
-    assert "uid mismatch" in str(refused.value)
+    assert is_not_found(refused.value)
     missing = functools.partial(client.get, config_map_path(namespace, "trust"))
     with pytest.raises(Exception) as gone:
         missing()

@@ -1,9 +1,10 @@
-"""A GitOps owner and the injector on one object (issue 22 item 1), against the real
-kube-apiserver with a real server-side-apply field manager `gitops`: once the owner
-removes the annotation the injector releases every field it owned, so the owner's next
-apply can remove a webhook, switch a CRD's conversion to None or make an APIService
-local (each was a 422 while the injector kept owning the list item and the caBundle);
-and an owner who co-owns the caBundle before removing the annotation keeps it."""
+"""A GitOps owner and the injector on one object (issues 22 and 30), against the real
+kube-apiserver with a real server-side-apply field manager `gitops` (what `kubectl apply
+--server-side --field-manager=gitops` sends): the injector's test-guarded JSON patches own
+only caBundle leaves, so the owner renames and removes webhooks while the annotation is
+on, and removes the annotation and a webhook in one apply; the release drops only the
+injector's managedFields entry, so every caBundle stays; and an owner whose own
+configuration sets caBundle is not forced over (Event naming it)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from injector.decide import REASON_CONFLICT
 from injector.targets import FIELD_MANAGER
-from kube.client import ApiError, Client
+from kube.client import Client
 from tests.integration.injector_harness import (
     APISERVICE_PATH,
     CRD_PATH,
@@ -26,6 +28,7 @@ from tests.integration.injector_harness import (
     b64,
     ca_bundles,
     delete_quietly,
+    events_about,
     validating_webhook,
 )
 from tests.integration.signer_harness import eventually
@@ -84,72 +87,88 @@ def inject_then_release(
     return released
 
 
-def test_owner_removes_a_webhook_after_the_injector_released_it(
+def ours(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    entries = obj["metadata"].get("managedFields") or []
+    return [e for e in entries if e["manager"] == FIELD_MANAGER]
+
+
+def test_owner_renames_and_removes_webhooks_while_annotated(
     client: Client, namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
 ) -> None:
     name = f"gitops-{uuid.uuid4().hex[:8]}"
     cleanup.append((VWC_PATH, name))
-    body = validating_webhook(name, namespace, "absent", issuer.selector(), webhooks=2)
-    with RunningInjector(client) as injector:
-        apply(client, VWC_PATH, name, body)
-        expected = [b64(issuer.bundle())] * 2
-        eventually(lambda: ca_bundles(client.get(f"{VWC_PATH}/{name}")) == expected, timeout=30)
-        # While the injector owns the entry (annotation present) the owner cannot drop
-        # it by apply: the entry survives with only the injector's fields, and is invalid.
-        one = without_annotation(body)
-        one["webhooks"] = one["webhooks"][:1]
-        with pytest.raises(ApiError) as refused:
-            apply(client, VWC_PATH, name, {**one, "metadata": body["metadata"]})
-        assert refused.value.status == 422 and "sideEffects" in str(refused.value)
-
-        inject_then_release(client, VWC_PATH, body, expected)
-        stored = apply(client, VWC_PATH, name, one)
-        assert [w["name"] for w in stored["webhooks"]] == [one["webhooks"][0]["name"]]
-        kind = "ValidatingWebhookConfiguration"
-        eventually(lambda: injector.controller.metrics.count(kind, "released") >= 1)
-
-
-def test_owner_who_co_owns_the_ca_bundle_first_keeps_it_after_the_release(
-    client: Client, namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
-) -> None:
-    name = f"gitops-{uuid.uuid4().hex[:8]}"
-    cleanup.append((VWC_PATH, name))
+    body = validating_webhook(name, namespace, "absent", issuer.selector(), webhooks=3)
     expected = b64(issuer.bundle())
-    body = validating_webhook(name, namespace, "absent", issuer.selector(), webhooks=2)
     with RunningInjector(client):
         apply(client, VWC_PATH, name, body)
+        eventually(lambda: ca_bundles(client.get(f"{VWC_PATH}/{name}")) == [expected] * 3)
+        # The injector's entry is an Update that owns each caBundle leaf and nothing else:
+        # no `.` of a webhook entry, no `f:name` (what server-side apply's list keys owned).
+        [entry] = ours(client.get(f"{VWC_PATH}/{name}"))
+        assert entry["operation"] == "Update"
+        for item in entry["fieldsV1"]["f:webhooks"].values():
+            assert item == {"f:clientConfig": {"f:caBundle": {}}}
+        # Rename the first webhook and remove the last, annotation still on.
+        changed = copy.deepcopy(body)
+        changed["webhooks"] = changed["webhooks"][:2]
+        changed["webhooks"][0]["name"] = f"renamed.{name}.example.com"
+        stored = apply(client, VWC_PATH, name, changed)
+        names = [w["name"] for w in stored["webhooks"]]
+        assert names == [w["name"] for w in changed["webhooks"]]
+        # The renamed webhook is new to the injector: it fills it.
         eventually(lambda: ca_bundles(client.get(f"{VWC_PATH}/{name}")) == [expected] * 2)
-        # The documented order: 1. put the injected value into your own configuration
-        # (same value: shared ownership, no conflict, no force) ...
-        owned = copy.deepcopy(body)
-        for webhook in owned["webhooks"]:
-            webhook["clientConfig"]["caBundle"] = expected
-        apply(client, VWC_PATH, name, owned)
-        # ... 2. then remove the annotation; the release leaves what the owner co-owns.
-        apply(client, VWC_PATH, name, without_annotation(owned))
+
+
+def test_removing_the_annotation_and_a_webhook_in_one_apply_keeps_every_ca_bundle(
+    client: Client, namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
+) -> None:
+    name = f"gitops-{uuid.uuid4().hex[:8]}"
+    cleanup.append((VWC_PATH, name))
+    body = validating_webhook(name, namespace, "absent", issuer.selector(), webhooks=2)
+    expected = b64(issuer.bundle())
+    with RunningInjector(client) as injector:
+        apply(client, VWC_PATH, name, body)
+        eventually(lambda: ca_bundles(client.get(f"{VWC_PATH}/{name}")) == [expected] * 2)
+        one = without_annotation(body)
+        one["webhooks"] = one["webhooks"][:1]
+        stored = apply(client, VWC_PATH, name, one)
+        assert [w["name"] for w in stored["webhooks"]] == [one["webhooks"][0]["name"]]
         released = eventually(
-            lambda: (
-                (o := client.get(f"{VWC_PATH}/{name}")) and FIELD_MANAGER not in managers(o) and o
-            ),
+            lambda: (o := client.get(f"{VWC_PATH}/{name}")) and not ours(o) and o,
             timeout=30,
+            what="the injector to drop its managedFields entry",
         )
-        assert ca_bundles(released) == [expected] * 2
+        # The value stays: a failurePolicy: Fail webhook keeps working after the release.
+        assert ca_bundles(released) == [expected]
+        kind = "ValidatingWebhookConfiguration"
+        eventually(lambda: injector.controller.metrics.count(kind, "released") >= 1)
+        # The owner's configuration is the whole truth from now on: its next apply of the
+        # same configuration changes nothing, and it may set caBundle without a conflict.
+        owned = copy.deepcopy(one)
+        owned["webhooks"][0]["clientConfig"]["caBundle"] = expected
+        assert ca_bundles(apply(client, VWC_PATH, name, owned)) == [expected]
 
 
-def test_a_release_without_co_ownership_removes_the_injected_ca_bundle(
+def test_a_ca_bundle_the_owner_applies_itself_is_not_forced_over(
     client: Client, namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
 ) -> None:
     name = f"gitops-{uuid.uuid4().hex[:8]}"
     cleanup.append((VWC_PATH, name))
     body = validating_webhook(name, namespace, "absent", issuer.selector(), webhooks=1)
-    with RunningInjector(client):
-        released = inject_then_release(client, VWC_PATH, body, [b64(issuer.bundle())])
-    # Nobody else owned it: server-side apply removes a field its only manager stops
-    # applying. The owner's configuration is now the whole truth about the object.
-    assert ca_bundles(released) == [""]
+    theirs = b64("their own bundle")
+    body["webhooks"][0]["clientConfig"]["caBundle"] = theirs
+    with RunningInjector(client) as injector:
+        apply(client, VWC_PATH, name, body)
+        kind = "ValidatingWebhookConfiguration"
+        eventually(lambda: injector.controller.metrics.count(kind, "conflict") >= 1)
+        events = eventually(lambda: events_about(client, name, REASON_CONFLICT), timeout=30)
+        assert OWNER in events[0]["note"]
+        # Nothing written: the owner's next apply succeeds without a conflict.
+        assert ca_bundles(apply(client, VWC_PATH, name, body)) == [theirs]
+        assert not ours(client.get(f"{VWC_PATH}/{name}"))
 
 
-def test_owner_switches_a_crd_to_no_conversion_after_the_injector_released_it(
+def test_owner_switches_a_crd_to_no_conversion_after_the_release(
     client: Client, namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
 ) -> None:
     group = f"g{uuid.uuid4().hex[:8]}.example.com"
@@ -157,14 +176,15 @@ def test_owner_switches_a_crd_to_no_conversion_after_the_injector_released_it(
     name = body["metadata"]["name"]
     cleanup.append((CRD_PATH, name))
     with RunningInjector(client):
-        inject_then_release(client, CRD_PATH, body, [b64(issuer.bundle())])
+        released = inject_then_release(client, CRD_PATH, body, [b64(issuer.bundle())])
+        assert ca_bundles(released) == [b64(issuer.bundle())]
         none = without_annotation(body)
         none["spec"]["conversion"] = {"strategy": "None"}
         stored = apply(client, CRD_PATH, name, none)
-        assert stored["spec"]["conversion"] == {"strategy": "None"}
+        assert stored["spec"]["conversion"]["strategy"] == "None"
 
 
-def test_owner_makes_an_apiservice_local_after_the_injector_released_it(
+def test_owner_makes_an_apiservice_local_after_the_release(
     client: Client, namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
 ) -> None:
     group = f"g{uuid.uuid4().hex[:8]}.example.com"
@@ -172,7 +192,13 @@ def test_owner_makes_an_apiservice_local_after_the_injector_released_it(
     cleanup.append((APISERVICE_PATH, name))
     body = api_service(group, namespace, issuer.selector())
     with RunningInjector(client):
-        inject_then_release(client, APISERVICE_PATH, body, [b64(issuer.bundle())])
+        released = inject_then_release(client, APISERVICE_PATH, body, [b64(issuer.bundle())])
+        # The caBundle stayed, owned by no one; a local APIService may not have one, so
+        # the owner takes it (same value: no conflict) and then applies it away.
+        assert ca_bundles(released) == [b64(issuer.bundle())]
+        owned = without_annotation(body)
+        owned["spec"]["caBundle"] = b64(issuer.bundle())
+        apply(client, APISERVICE_PATH, name, owned)
         local = without_annotation(body)
         del local["spec"]["service"]
         stored = apply(client, APISERVICE_PATH, name, local)
@@ -182,20 +208,21 @@ def test_owner_makes_an_apiservice_local_after_the_injector_released_it(
 def test_an_object_deleted_before_its_release_is_not_re_created(
     client: Client, namespace: str, issuer: Issuer
 ) -> None:
-    """The release apply carries the object's uid: kube-apiserver refuses to create from
-    it, so a release racing a delete cannot leave an empty configuration behind."""
-    from injector.targets import VALIDATING_WEBHOOK, release_body, to_target
+    """The release patch tests the object's uid: a patch never creates, and a release
+    racing a delete and re-create under the same name does not touch the new object."""
+    from injector.targets import VALIDATING_WEBHOOK, release_ops, to_target
 
     name = f"gone-{uuid.uuid4().hex[:8]}"
     created = client.create(VWC_PATH, validating_webhook(name, namespace, "absent", None))
     target = to_target(VALIDATING_WEBHOOK, created)
     delete_quietly(client, VWC_PATH, name)
+    client.create(VWC_PATH, validating_webhook(name, namespace, "absent", None))
     with pytest.raises(Exception) as refused:
         client.patch(
             target.path,
-            release_body(target),
-            patch_type=APPLY,
+            release_ops(target),
+            patch_type="application/json-patch+json",
             params={"fieldManager": FIELD_MANAGER},
         )
-    assert "uid mismatch" in str(refused.value)
-    assert not [o for o in client.get(VWC_PATH)["items"] if o["metadata"]["name"] == name]
+    assert "422" in str(refused.value)
+    delete_quietly(client, VWC_PATH, name)

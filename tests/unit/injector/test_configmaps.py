@@ -16,15 +16,16 @@ from injector.configmaps import (
     LABEL,
     TRUSTSTORE_ANNOTATION,
     TRUSTSTORE_PASSWORD_ANNOTATION,
-    apply_body,
+    patch_ops,
     to_target,
+    written,
 )
 from injector.controller import SELECTION_INDEX, Caches, InjectorController
 from injector.targets import (
     ANNOTATION,
     FIELD_MANAGER,
     VALIDATING_WEBHOOK,
-    release_body,
+    release_ops,
     value_digest,
 )
 from injector.targets import to_target as to_webhook_target
@@ -59,7 +60,7 @@ def config_map(
     }
 
 
-OURS = {"manager": FIELD_MANAGER, "operation": "Apply"}
+OURS = {"manager": FIELD_MANAGER, "operation": "Update"}
 
 
 # records ------------------------------------------------------------------------------
@@ -78,9 +79,9 @@ def test_a_managed_fields_entry_of_ours_marks_the_record_managed() -> None:
     assert not to_target(
         config_map(managers=[{"manager": "kubectl", "operation": "Apply"}])
     ).managed
-    # An Update entry under our name is not ours to release by apply.
-    update = {"manager": FIELD_MANAGER, "operation": "Update"}
-    assert not to_target(config_map(managers=[update])).managed
+    # An apply entry of ours (written before the injector used JSON patches) is ours too.
+    legacy = {"manager": FIELD_MANAGER, "operation": "Apply"}
+    assert to_target(config_map(managers=[legacy])).owned == ((0, "Apply"),)
 
 
 @pytest.mark.parametrize(
@@ -109,13 +110,10 @@ def test_ca_crt_gets_the_normalised_pem_itself() -> None:
     decision = decisions.decide(to_target(config_map()), [ctb("b1", ["a"]), ctb("b2", ["b"])])
     assert isinstance(decision, decisions.Inject)
     assert decision.ca_bundle == decision.bundle == normalize_bundle(pem("a") + pem("b"))
-    body = apply_body(to_target(config_map()), decision.bundle)
-    assert body == {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "trust", "namespace": "apps", "uid": "uid-1"},
-        "data": {CA_KEY: decision.bundle},
-    }
+    assert patch_ops(to_target(config_map(data={"app.conf": "x"})), decision.bundle) == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-1"},
+        {"op": "add", "path": "/data/ca.crt", "value": decision.bundle},
+    ]
 
 
 def test_ca_crt_up_to_date_then_drift_is_rewritten() -> None:
@@ -141,12 +139,12 @@ STORE_ANNOTATIONS = {
 
 
 def written_by_us(bundle: str) -> dict[str, Any]:
-    """A ConfigMap as our apply body leaves it (data, binaryData and the digest annotation)."""
-    body = apply_body(to_target(config_map(STORE_ANNOTATIONS)), bundle)
+    """A ConfigMap as our write leaves it (data, binaryData and the digest annotation)."""
+    out = written(to_target(config_map(STORE_ANNOTATIONS)), bundle)
     raw = config_map(
-        {**STORE_ANNOTATIONS, **body["metadata"]["annotations"]},
-        data=body["data"],
-        binary=body["binaryData"],
+        {**STORE_ANNOTATIONS, **out["annotations"]},
+        data=out["data"],
+        binary=out["binaryData"],
     )
     return raw
 
@@ -244,19 +242,13 @@ def test_removed_annotation_releases_only_what_we_still_own() -> None:
     assert decisions.decide(to_webhook_target(VALIDATING_WEBHOOK, hooks), []) == decisions.Release()
 
 
-def test_release_body_sets_nothing_and_is_guarded_by_the_uid() -> None:
+def test_release_removes_our_entry_only_and_is_guarded_by_the_uid() -> None:
     target = to_target(config_map(annotations={}, managers=[OURS]))
-    assert release_body(target) == {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "trust", "namespace": "apps", "uid": "uid-1"},
-    }
-    hooks = to_webhook_target(VALIDATING_WEBHOOK, {"metadata": {"name": "h", "uid": "u"}})
-    assert release_body(hooks) == {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "h", "uid": "u"},
-    }
+    assert release_ops(target) == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-1"},
+        {"op": "test", "path": "/metadata/managedFields/0/manager", "value": FIELD_MANAGER},
+        {"op": "remove", "path": "/metadata/managedFields/0"},
+    ]
 
 
 # the controller's release, over seeded caches ---------------------------------------------
@@ -271,7 +263,7 @@ class RecordingClient:
         self.live = live or {}
 
     def patch(self, path: str, body: Any, *, patch_type: str, params: Any, **_: Any) -> Any:
-        assert patch_type == "application/apply-patch+yaml"
+        assert patch_type == "application/json-patch+json"
         self.patches.append((path, body, params))
         return {}
 
@@ -305,7 +297,7 @@ def injector(client: RecordingClient, *targets: Any) -> tuple[InjectorController
     return ctrl, caches
 
 
-def test_sync_releases_with_an_empty_apply_and_no_force() -> None:
+def test_sync_releases_by_removing_our_entry_without_force() -> None:
     client = RecordingClient()
     hooks = {
         "metadata": {"name": "h", "uid": "u", "managedFields": [OURS]},
@@ -315,8 +307,8 @@ def test_sync_releases_with_an_empty_apply_and_no_force() -> None:
     ctrl, _ = injector(client, target)
     ctrl.sync(target.key)
     ((path, body, params),) = client.patches
-    assert path == target.path and body == release_body(target)
-    assert params == {"fieldManager": FIELD_MANAGER}  # nothing to force: it sets nothing
+    assert path == target.path and body == release_ops(target)
+    assert params == {"fieldManager": FIELD_MANAGER}
     assert ctrl.metrics.count("ValidatingWebhookConfiguration", "released") == 1
 
 
@@ -337,7 +329,7 @@ def test_a_config_map_that_lost_its_label_is_read_once_and_released() -> None:
     leaves_the_watch(caches, target)
     ctrl.sync(target.key)
     assert client.gets == [target.path]
-    assert [body for _, body, _ in client.patches] == [release_body(target)]
+    assert [body for _, body, _ in client.patches] == [release_ops(target)]
     # A second sync of the key reads nothing more.
     ctrl.sync(target.key)
     assert client.gets == [target.path]

@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from injector import decide as decisions
 from injector.controller import (
-    APPLY_PATCH,
     FIELD_MANAGER,
+    JSON_PATCH,
     SELECTION_INDEX,
     Caches,
     InjectorController,
@@ -30,7 +30,7 @@ from injector.targets import (
     MUTATING_WEBHOOK,
     VALIDATING_WEBHOOK,
     Target,
-    apply_body,
+    patch_ops,
     to_target,
     value_digest,
 )
@@ -115,26 +115,6 @@ def test_webhook_record_keeps_only_names_and_digests_of_ca_bundles() -> None:
     ]
     assert target.not_applicable is None
     assert target.key == "ValidatingWebhookConfiguration/hooks"
-
-
-def test_apply_body_owns_only_ca_bundles_and_list_keys() -> None:
-    target = to_target(MUTATING_WEBHOOK, webhook_config(kind="MutatingWebhookConfiguration"))
-    assert apply_body(target, "Q0E=") == {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "hooks", "uid": "uid-hooks"},
-        "webhooks": [
-            {"name": "w0.example.com", "clientConfig": {"caBundle": "Q0E="}},
-            {"name": "w1.example.com", "clientConfig": {"caBundle": "Q0E="}},
-        ],
-    }
-    service = to_target(API_SERVICE, api_service(service={"namespace": "n", "name": "s"}))
-    assert apply_body(service, "Q0E=")["spec"] == {"caBundle": "Q0E="}
-    conversion = {"strategy": "Webhook", "webhook": {"clientConfig": {"url": "https://x"}}}
-    definition = to_target(CRD, crd(conversion))
-    assert apply_body(definition, "Q0E=")["spec"] == {
-        "conversion": {"webhook": {"clientConfig": {"caBundle": "Q0E="}}}
-    }
 
 
 @pytest.mark.parametrize(
@@ -296,9 +276,9 @@ def test_sync_applies_under_own_field_manager_without_an_event() -> None:
     ctrl.sync(target.key)
     [(path, body, patch_type, params)] = client.patches
     assert path == "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/hooks"
-    assert patch_type == APPLY_PATCH
-    assert params == {"fieldManager": FIELD_MANAGER, "force": True}
-    assert body == apply_body(target, b64(normalize_bundle(pem("a"))))
+    assert patch_type == JSON_PATCH
+    assert params == {"fieldManager": FIELD_MANAGER}
+    assert body == patch_ops(target, b64(normalize_bundle(pem("a"))))
     assert events.events == []
     assert ctrl.metrics.count("ValidatingWebhookConfiguration", "injected") == 1
     expiry = ctrl.metrics.registry.get_sample_value("cabundle_injector_anchor_expiry_seconds")
@@ -425,7 +405,7 @@ def test_bundle_event_requeues_only_objects_selecting_it() -> None:
 def test_resync_covers_annotated_and_still_owned_objects_never_the_rest() -> None:
     annotated = to_target(API_SERVICE, api_service(service={"namespace": "n", "name": "s"}))
     plain = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=None))
-    owned = dataclasses.replace(plain, name="owned", managed=True)
+    owned = dataclasses.replace(plain, name="owned", owned=((0, "Update"),))
     ctrl, _, _, _ = controller([annotated, plain, owned], [])
     assert sorted(ctrl.resync()) == [
         "APIService/v1.example.com",
@@ -437,14 +417,14 @@ def test_a_released_object_is_released_once_not_on_every_resync() -> None:
     # The release drops our managedFields entry; the object's next record is unmanaged,
     # so a cluster's unannotated objects cost no apply per resync.
     owned = dataclasses.replace(
-        to_target(VALIDATING_WEBHOOK, webhook_config(annotation=None)), managed=True
+        to_target(VALIDATING_WEBHOOK, webhook_config(annotation=None)), owned=((0, "Update"),)
     )
     ctrl, client, _, caches = controller([owned], [])
     for _ in range(3):
         for key in ctrl.resync():
             ctrl.sync(key)
         caches["ValidatingWebhookConfiguration"].items["hooks"] = dataclasses.replace(
-            owned, managed=False
+            owned, owned=()
         )
     assert len(client.patches) == 1
 

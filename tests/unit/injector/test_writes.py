@@ -1,0 +1,184 @@
+"""GitOps-safe writes (issue 30 item 2), without a server: the injector writes a
+test-guarded JSON patch that sets only caBundle leaves (an Update entry owns those leaves
+and no list key), releases by removing only its own managedFields entries (the values
+stay), never writes over a field another Apply manager owns (Event naming it, a
+`conflict` count), and treats a write the API refuses as the object owner's to fix
+(Event, `refused` count, no retry)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from injector import configmaps
+from injector import decide as decisions
+from injector.targets import (
+    API_SERVICE,
+    CRD,
+    FIELD_MANAGER,
+    VALIDATING_WEBHOOK,
+    patch_ops,
+    release_ops,
+    to_target,
+)
+from kube.client import ApiError
+from tests.unit.injector.test_configmaps import config_map
+from tests.unit.injector.test_sync import (
+    FakeClient,
+    api_service,
+    controller,
+    crd,
+    ctb,
+    pem,
+    webhook_config,
+)
+from trust.bundle import normalize_bundle
+
+GITOPS = {
+    "manager": "gitops",
+    "operation": "Apply",
+    "fieldsV1": {
+        "f:webhooks": {
+            'k:{"name":"w0.example.com"}': {
+                ".": {},
+                "f:name": {},
+                "f:clientConfig": {"f:service": {}},
+            }
+        }
+    },
+}
+
+
+def with_managers(raw: dict[str, Any], *entries: dict[str, Any]) -> dict[str, Any]:
+    raw["metadata"]["managedFields"] = list(entries)
+    return raw
+
+
+def test_webhook_patch_is_guarded_by_uid_and_names_and_sets_only_ca_bundles() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    assert patch_ops(target, "Q0E=") == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-hooks"},
+        {"op": "test", "path": "/webhooks/0/name", "value": "w0.example.com"},
+        {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Q0E="},
+        {"op": "test", "path": "/webhooks/1/name", "value": "w1.example.com"},
+        {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": "Q0E="},
+    ]
+
+
+def test_apiservice_and_crd_patches_set_one_leaf() -> None:
+    service = to_target(API_SERVICE, api_service(service={"namespace": "n", "name": "s"}))
+    assert patch_ops(service, "Q0E=")[1:] == [
+        {"op": "add", "path": "/spec/caBundle", "value": "Q0E="}
+    ]
+    conversion = {"strategy": "Webhook", "webhook": {"clientConfig": {"url": "https://x"}}}
+    definition = to_target(CRD, crd(conversion))
+    assert patch_ops(definition, "Q0E=")[1:] == [
+        {"op": "test", "path": "/spec/conversion/strategy", "value": "Webhook"},
+        {
+            "op": "add",
+            "path": "/spec/conversion/webhook/clientConfig/caBundle",
+            "value": "Q0E=",
+        },
+    ]
+
+
+def test_config_map_patch_adds_our_keys_into_existing_maps_only() -> None:
+    bundle = normalize_bundle(pem("a"))
+    has_data = configmaps.to_target(config_map(data={"app.conf": "x"}))
+    ops = configmaps.patch_ops(has_data, bundle)
+    assert {"op": "add", "path": "/data/ca.crt", "value": bundle} in ops
+    assert not any(op["path"] == "/data" for op in ops)
+    # No data map yet: it is created whole, guarded by the resourceVersion the record saw
+    # (so a map someone added meanwhile is never replaced).
+    raw = config_map()
+    del raw["data"]
+    raw["metadata"]["resourceVersion"] = "42"
+    ops = configmaps.patch_ops(configmaps.to_target(raw), bundle)
+    assert {"op": "test", "path": "/metadata/resourceVersion", "value": "42"} in ops
+    assert {"op": "add", "path": "/data", "value": {"ca.crt": bundle}} in ops
+
+
+def test_release_removes_only_our_managed_fields_entries_and_no_value() -> None:
+    ours = {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": {}}
+    legacy = {"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": {}}
+    raw = with_managers(webhook_config(annotation=None), ours, GITOPS, legacy)
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    assert target.managed
+    ops = release_ops(target)
+    assert ops == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-hooks"},
+        {"op": "test", "path": "/metadata/managedFields/2/manager", "value": FIELD_MANAGER},
+        {"op": "remove", "path": "/metadata/managedFields/2"},
+        {"op": "test", "path": "/metadata/managedFields/0/manager", "value": FIELD_MANAGER},
+        {"op": "remove", "path": "/metadata/managedFields/0"},
+    ]
+    assert all(op["path"].startswith("/metadata/") for op in ops)
+
+
+def foreign_ca_bundle_owner() -> dict[str, Any]:
+    return {
+        "manager": "argocd-controller",
+        "operation": "Apply",
+        "fieldsV1": {
+            "f:webhooks": {'k:{"name":"w1.example.com"}': {"f:clientConfig": {"f:caBundle": {}}}}
+        },
+    }
+
+
+def test_a_ca_bundle_another_apply_manager_owns_is_not_written_and_is_reported() -> None:
+    raw = with_managers(webhook_config(), GITOPS, foreign_ca_bundle_owner())
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    assert target.others == ("argocd-controller",)
+    decision = decisions.decide(target, [ctb("b1", ["a"])])
+    assert isinstance(decision, decisions.Conflict)
+    ctrl, client, events, _ = controller([target], [ctb("b1", ["a"])])
+    ctrl.sync(target.key)
+    assert client.patches == []
+    [(_, _, reason, note)] = events.events
+    assert reason == decisions.REASON_CONFLICT and "argocd-controller" in note
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "conflict") == 1
+
+
+def test_an_update_manager_or_an_apply_manager_of_other_fields_is_no_conflict() -> None:
+    update = {**foreign_ca_bundle_owner(), "operation": "Update", "manager": "kubectl-edit"}
+    raw = with_managers(webhook_config(), GITOPS, update)
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    assert target.others == ()
+    assert isinstance(decisions.decide(target, [ctb("b1", ["a"])]), decisions.Inject)
+
+
+def test_config_map_keys_owned_by_another_apply_manager_conflict() -> None:
+    owner = {
+        "manager": "flux",
+        "operation": "Apply",
+        "fieldsV1": {"f:data": {"f:ca.crt": {}}},
+    }
+    target = configmaps.to_target(with_managers(config_map(), owner))
+    assert target.others == ("flux",)
+    assert isinstance(decisions.decide(target, [ctb("b1", ["a"])]), decisions.Conflict)
+
+
+def test_a_failed_guard_is_not_an_error_the_watch_brings_the_change() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    failed = ApiError(422, "Invalid", {"reason": "Invalid", "details": {}})
+    ctrl, _, events, _ = controller([target], [ctb("b1", ["a"])], FakeClient(failed))
+    assert ctrl.sync(target.key) is None
+    assert events.events == []
+
+
+def test_a_write_the_api_refuses_is_an_event_on_the_object_not_a_retry() -> None:
+    refused = ApiError(
+        422,
+        "Invalid",
+        {
+            "reason": "Invalid",
+            "message": 'ConfigMap "trust" is invalid: []: Too long: '
+            "must have at most 1048576 bytes",
+            "details": {"causes": [{"reason": "FieldValueTooLong", "field": "[]"}]},
+        },
+    )
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    ctrl, _, events, _ = controller([target], [ctb("b1", ["a"])], FakeClient(refused))
+    assert ctrl.sync(target.key) is None  # no raise: the loop does not retry it
+    [(_, _, reason, note)] = events.events
+    assert reason == decisions.REASON_REFUSED and "at most 1048576 bytes" in note
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "refused") == 1
