@@ -111,9 +111,9 @@ def test_webhook_fails_tls_before_injection_and_is_called_after(
 
         stored = vwc(client, name)
         owners = [m for m in stored["metadata"]["managedFields"] if m["manager"] == FIELD_MANAGER]
-        assert owners and owners[0]["operation"] == "Apply"
+        assert owners and owners[0]["operation"] == "Update"
         owned = json.dumps(owners[0]["fieldsV1"])
-        assert "caBundle" in owned and "rules" not in owned and "failurePolicy" not in owned
+        assert "caBundle" in owned and "rules" not in owned and "f:name" not in owned
         assert injector.controller.metrics.count("ValidatingWebhookConfiguration", "injected") >= 1
 
 
