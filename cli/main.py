@@ -170,6 +170,23 @@ class KlogVerbosity(click.IntRange):
     "(a safety net; cost proportional to the waiting requests).",
 )
 @flag(
+    "--pod-identity-subject",
+    type=click.BOOL,
+    default=False,
+    is_flag=False,
+    flag_value=True,
+    help="Opt-in (KEP-6283): subject CN=Pod name, O=namespace, UID=Pod UID instead of empty.",
+)
+@flag(
+    "--cluster-ip-sans",
+    type=click.BOOL,
+    default=False,
+    is_flag=False,
+    flag_value=True,
+    help="Opt-in (KEP-6283): each named Service's cluster IPs as IP SANs (headless: none). "
+    "Off by default: a deleted Service's IP is reused by the next Service.",
+)
+@flag(
     "--pcr-api-version",
     type=click.Choice(PCR_API_VERSIONS),
     default="auto",

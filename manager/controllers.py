@@ -203,6 +203,8 @@ def _signer(ctx: BuildContext) -> Controller:
         recorder=ctx.recorder(),
         max_lifetime_seconds=int(opts.max_certificate_lifetime),
         waiting_resync_period=opts.waiting_resync_period,
+        pod_identity_subject=opts.pod_identity_subject,
+        cluster_ip_sans=opts.cluster_ip_sans,
     )
     log.info("signer configured", extra={"podcertificaterequests": version})
     return ctx.after_material(signer, "signing")

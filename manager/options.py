@@ -284,6 +284,9 @@ class Options:
     max_certificate_lifetime: float = KUBERNETES_SIGNER_MAX_LIFETIME
     concurrent_syncs: int = 4
     waiting_resync_period: float = 300.0
+    # KEP-6283's certificate shape, each off by default (docs/configuration.md)
+    pod_identity_subject: bool = False
+    cluster_ip_sans: bool = False
     pcr_api_version: str = "auto"
     kubeconfig: str | None = None
     kube_api_qps: float = 50.0

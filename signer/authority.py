@@ -18,12 +18,21 @@ Decisions beyond docs/reference.md:
   (P-384), SHA-512 (P-521), none for Ed25519.
 - A chain excludes every self-signed certificate from the cert file (a root that an
   operator appended by habit is not sent to clients).
+- The subject is empty unless `pod_subject` names the Pod (`--pod-identity-subject`,
+  KEP-6283's mapping): CN = Pod name, O = namespace, UID (0.9.2342.19200300.100.1.1) =
+  Pod UID, in the order and string type Go's `pkix.Name{CommonName, Organization,
+  ExtraNames}` encodes them (O, CN, UID; PrintableString where the value allows), so
+  the bytes match what a Go signer built like the KEP's proof of concept writes. The SAN
+  extension is critical only with an empty subject (RFC 5280 §4.2.1.6, as Go does).
+- IP SANs (`--cluster-ip-sans`) follow the DNS SANs in one SAN extension.
 """
 
 from __future__ import annotations
 
 import functools
+import ipaddress
 import secrets
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,7 +40,8 @@ from datetime import UTC, datetime, timedelta
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.x509.name import _ASN1Type
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from signer.policy import PublicKey
 from signer.template import LeafTemplate
@@ -87,6 +97,42 @@ def validity(
     return not_before, not_after, refresh
 
 
+# PrintableString's alphabet (X.680 §41.4): Go's asn1 picks it for a string that fits.
+_PRINTABLE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 '()+,-./:=?")
+
+
+@dataclass(frozen=True)
+class PodSubject:
+    """The Pod a subject names (`--pod-identity-subject`)."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def x509_name(self) -> x509.Name:
+        """KEP-6283: CN = Pod name, O = namespace, uid = Pod UID; see the module docstring
+        for the order and string types."""
+
+        def attribute(oid: x509.ObjectIdentifier, value: str) -> x509.NameAttribute[str]:
+            kind = _ASN1Type.PrintableString if set(value) <= _PRINTABLE else _ASN1Type.UTF8String
+            if len(value.encode()) <= 64:
+                return x509.NameAttribute(oid, value, kind)
+            # A Pod name may have 253 characters, RFC 5280's ub-common-name is 64:
+            # written whole, as Go writes it (cryptography warns, so the warning is
+            # silenced for this attribute alone).
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return x509.NameAttribute(oid, value, kind, _validate=False)
+
+        return x509.Name(
+            [
+                attribute(NameOID.ORGANIZATION_NAME, self.namespace),
+                attribute(NameOID.COMMON_NAME, self.name),
+                attribute(NameOID.USER_ID, self.uid),
+            ]
+        )
+
+
 def issue(
     material: SigningMaterial,
     public_key: PublicKey,
@@ -95,14 +141,20 @@ def issue(
     cap_seconds: int,
     now: datetime,
     serial: int | None = None,
+    *,
+    ip_addresses: Sequence[str] = (),
+    pod_subject: PodSubject | None = None,
 ) -> Issued:
-    """Sign a serving certificate for `public_key` with DNS SANs `dns_names`.
+    """Sign a serving certificate for `public_key` with DNS SANs `dns_names` (then IP SANs
+    `ip_addresses`), with an empty subject or, given `pod_subject`, the Pod's.
 
     `max_seconds` is the request's `spec.maxExpirationSeconds`, `cap_seconds` the
     `--max-certificate-lifetime`; the backdate counts inside the lifetime.
     """
     if not dns_names:
         raise ValueError("a serving certificate needs at least one DNS name")
+    ips = tuple(ipaddress.ip_address(ip) for ip in ip_addresses)
+    subject = pod_subject.x509_name() if pod_subject is not None else None
     signing = material.signing_cert
     not_before, not_after, refresh = validity(
         now, max_seconds, cap_seconds, signing.not_valid_after_utc
@@ -111,11 +163,30 @@ def issue(
     rsa_leaf = isinstance(public_key, rsa.RSAPublicKey)
     template = _template(signing, material.key, rsa_leaf)
     encoded = (
-        template.pem(public_key, serial, not_before, not_after, dns_names) if template else None
+        template.pem(
+            public_key,
+            serial,
+            not_before,
+            not_after,
+            dns_names,
+            ips,
+            subject.public_bytes() if subject is not None else None,
+        )
+        if template
+        else None
     )
     if encoded is None:
         leaf = _build(
-            signing, material.key, rsa_leaf, public_key, serial, not_before, not_after, dns_names
+            signing,
+            material.key,
+            rsa_leaf,
+            public_key,
+            serial,
+            not_before,
+            not_after,
+            dns_names,
+            ips,
+            subject,
         )
         encoded = leaf.public_bytes(serialization.Encoding.PEM)
     return Issued(
@@ -135,18 +206,20 @@ def _build(
     not_before: datetime,
     not_after: datetime,
     dns_names: Sequence[str],
+    ip_addresses: Sequence[ipaddress.IPv4Address | ipaddress.IPv6Address] = (),
+    subject: x509.Name | None = None,
 ) -> x509.Certificate:
     """The leaf, by `cryptography`'s builder: the definition of the profile."""
+    names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+    names += [x509.IPAddress(ip) for ip in ip_addresses]
     builder = (
         _base_builder(signing, rsa_leaf)
+        .subject_name(subject if subject is not None else x509.Name([]))
         .public_key(public_key)
         .serial_number(serial)
         .not_valid_before(not_before)
         .not_valid_after(not_after)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]),
-            critical=True,
-        )
+        .add_extension(x509.SubjectAlternativeName(names), critical=subject is None)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
     )
     return builder.sign(key, signature_hash(key))
@@ -162,12 +235,11 @@ def _template(signing: x509.Certificate, key: PrivateKey, rsa_leaf: bool) -> Lea
 @functools.lru_cache(maxsize=16)
 def _base_builder(signing: x509.Certificate, rsa_leaf: bool) -> x509.CertificateBuilder:
     """What every leaf of `signing` has in common (the builder is immutable, so one is
-    shared): issuer, empty subject, key usages, basic constraints, authority key id.
-    Per-request fields and extensions are added on top; the extension order in the
+    shared): issuer, key usages, basic constraints, authority key id. Per-request fields
+    (the subject among them) and extensions are added on top; the extension order in the
     encoded leaf is the order they are added (shared ones first)."""
     return (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([]))
         .issuer_name(signing.subject)
         .add_extension(
             # Every flag by name, as trust/ca.py's CA (intentional: KeyUsage takes all nine).

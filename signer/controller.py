@@ -126,6 +126,8 @@ class SignerController:
         recorder: Recorder,
         max_lifetime_seconds: int = KUBERNETES_MAX_LIFETIME,
         waiting_resync_period: float | None = WAITING_RESYNC_PERIOD,
+        pod_identity_subject: bool = False,
+        cluster_ip_sans: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if pcr_version not in PCR_VERSIONS:
@@ -138,6 +140,7 @@ class SignerController:
         self.workers = max(1, workers)
         self.recorder = recorder
         self.max_lifetime_seconds = max_lifetime_seconds
+        self.pod_identity_subject = pod_identity_subject
         self._clock = clock
 
         self.index = WaitingIndex(clock)
@@ -156,7 +159,12 @@ class SignerController:
         self.pods = caches.pods
         self.services = caches.services
         self.decider = Decider(
-            self.pods, self.services, ApiLookups(client), domain=domain, pcr_version=pcr_version
+            self.pods,
+            self.services,
+            ApiLookups(client),
+            domain=domain,
+            pcr_version=pcr_version,
+            cluster_ip_sans=cluster_ip_sans,
         )
         self.pcrs.add_handler(self._on_pcr_add, self._on_pcr_update, self._on_pcr_delete)
         self.services.add_handler(self._on_service, self._on_service_update, None)
@@ -343,6 +351,7 @@ class SignerController:
     def _issue(self, pcr: PCRRecord, decision: Sign) -> Requeue | None:
         material = self.material_source.current()
         now = datetime.fromtimestamp(self._clock(), UTC)
+        pod = decision.pod
         try:
             issued = authority.issue(
                 material,
@@ -351,11 +360,16 @@ class SignerController:
                 pcr.max_expiration_seconds or KUBERNETES_MAX_LIFETIME,
                 self.max_lifetime_seconds,
                 now,
+                ip_addresses=decision.ip_addresses,
+                pod_subject=(
+                    authority.PodSubject(pod.name, pod.namespace, pod.uid)
+                    if self.pod_identity_subject
+                    else None
+                ),
             )
         except authority.LifetimeTooShort as err:
             with self._blocked_lock:
                 self._blocked_on_material.add(pcr.key)
-            pod = decision.pod
             # The note must not change between retries (no "time left"), or every retry
             # would start a new Event instead of bumping one series.
             expires = material.signing_cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -373,7 +387,7 @@ class SignerController:
                 self._condition(
                     "Issued",
                     "Issued",
-                    f"issued for {', '.join(decision.dns_names)}",
+                    f"issued for {', '.join(decision.dns_names + decision.ip_addresses)}",
                 )
             ],
             "certificateChain": issued.chain_pem,

@@ -20,7 +20,10 @@ touches the waiting index.
 4. **The Services** it names must exist, select the Pod, and — for the subdomain's —
    be headless. Each that does not is a `Blocker`; any blocker means `Wait` (nothing is
    final: a Service can appear or change).
-5. Otherwise **Sign** for the Services' and the Pod's DNS names (`policy.sans_for`).
+5. Otherwise **Sign** for the Services' and the Pod's DNS names (`policy.sans_for`),
+   and, with `cluster_ip_sans` (`--cluster-ip-sans`, KEP-6283), the cluster IPs of the
+   named Services that have one (a headless Service has none; the Pod FQDN's Service is
+   headless by step 4).
 
 Lookups trust the cache for what can only get better (a Service appearing re-drives the
 request anyway) and confirm with one live read before anything final: a Pod absent from
@@ -98,6 +101,7 @@ class Sign:
     pod: PodRecord
     public_key: policy.PublicKey
     dns_names: tuple[str, ...]
+    ip_addresses: tuple[str, ...] = ()
 
 
 Decision = Terminal | Wait | Sign
@@ -115,6 +119,7 @@ class Decider:
         *,
         domain: str,
         pcr_version: str,
+        cluster_ip_sans: bool = False,
     ) -> None:
         # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.pods = pods
@@ -122,6 +127,7 @@ class Decider:
         self.lookups = lookups
         self.domain = domain
         self.pcr_version = pcr_version
+        self.cluster_ip_sans = cluster_ip_sans
 
     def decide(self, pcr: PCRRecord) -> Decision:
         """Steps 1-5 of the module docstring, in order."""
@@ -162,7 +168,12 @@ class Decider:
             names.service_names,
             (pod.hostname, pod.subdomain) if names.pod_fqdn else None,
         )
-        return Sign(pod, public_key, tuple(dns_names))
+        ips: dict[str, None] = {}
+        if self.cluster_ip_sans:
+            for name in names.service_names:
+                service = services.get(name)
+                ips.update(dict.fromkeys(service.virtual_ips if service else ()))
+        return Sign(pod, public_key, tuple(dns_names), tuple(ips))
 
     def _pod(self, pcr: PCRRecord, cached: PodRecord | None) -> PodRecord | None:
         """The cached Pod if it agrees with the request, else one live read: a decision

@@ -189,6 +189,8 @@ class ServiceRecord:
     selector: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     type: str = "ClusterIP"
     cluster_ip: str = ""
+    # `spec.clusterIPs` (both families on a dual-stack Service), for `--cluster-ip-sans`.
+    cluster_ips: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -197,6 +199,14 @@ class ServiceRecord:
     @property
     def headless(self) -> bool:
         return self.cluster_ip == "None"
+
+    @property
+    def virtual_ips(self) -> tuple[str, ...]:
+        """The Service's cluster IPs: none for a headless or ExternalName Service."""
+        if self.headless or self.type == "ExternalName":
+            return ()
+        ips = self.cluster_ips or ((self.cluster_ip,) if self.cluster_ip else ())
+        return tuple(ip for ip in ips if ip and ip != "None")
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +264,7 @@ def service_record(obj: JSON) -> ServiceRecord:
         selector=frozen_map(spec.get("selector"), namespace),
         type=_name(spec.get("type") or "ClusterIP"),
         cluster_ip=str(spec.get("clusterIP") or ""),
+        cluster_ips=tuple(str(ip) for ip in spec.get("clusterIPs") or ()),
     )
 
 

@@ -4,8 +4,10 @@ Why: with the builder, a leaf costs several times the CA's signature itself (the
 builder's Python objects, extension validation and encoding, then the native encoder;
 bench/README.md, "Figures behind module decisions").
 Every leaf of one signing certificate shares all of its bytes but the serial, the
-validity, the public key, the SAN and the SKI, so those are spliced into fixed bytes and
-the TBSCertificate is signed with the CA key directly.
+validity, the public key, the SAN and the SKI (and, with `--pod-identity-subject`, the
+subject), so those are spliced into fixed bytes and the TBSCertificate is signed with
+the CA key directly. Every key type a request may carry, ML-DSA included, takes this
+path: its SubjectPublicKeyInfo is spliced as the key serialises it.
 
 How the output is kept identical to the builder's (`signer.authority` remains the one
 definition of the profile):
@@ -15,17 +17,21 @@ definition of the profile):
   subject, the shared extensions, the outer signature algorithm), so they are whatever
   the builder encodes for that signing certificate.
 * It then re-assembles the reference's TBSCertificate from the reference's own inputs
-  and refuses to be used (returns None; `issue` keeps the builder) unless the bytes are
-  identical, so a profile the splicing does not reproduce falls back instead of
-  diverging. The property tests (tests/unit/signer/test_template.py) compare against the
-  builder over generated serials, times, names and every key type a request may carry,
+  — once with an empty subject and DNS names only, once with a subject and IP
+  addresses too — and refuses to be used (returns None; `issue` keeps the builder)
+  unless the bytes are identical both times, so a profile the splicing does not
+  reproduce falls back instead of diverging. The property tests
+  (tests/unit/signer/test_template.py) compare against the builder over generated
+  serials, times, names, IP addresses, subjects and every key type a request may carry,
   for every CA key type.
 * Per leaf it only encodes what RFC 5280 fixes: a positive INTEGER, UTCTime before
   2050 and GeneralizedTime from 2050 (§4.1.2.5), the key's SubjectPublicKeyInfo as the
-  key serialises it, dNSName as IA5String, the SKI as SHA-1 of the subjectPublicKey
-  BIT STRING (§4.2.1.2 method 1, as `SubjectKeyIdentifier.from_public_key`). Anything
-  else (a non-ASCII name, a fractional second) returns None and the caller uses the
-  builder.
+  key serialises it, dNSName as IA5String, iPAddress as the 4 or 16 address octets,
+  the SAN critical exactly when the subject is empty (§4.2.1.6), the SKI as SHA-1 of
+  the subjectPublicKey BIT STRING (§4.2.1.2 method 1, as
+  `SubjectKeyIdentifier.from_public_key`). A subject arrives already encoded (the
+  `x509.Name`'s own DER). Anything else (a non-ASCII name, a fractional second)
+  returns None and the caller uses the builder.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +47,7 @@ from datetime import UTC, datetime
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.x509.oid import NameOID
 
 from signer.policy import PublicKey
 from trust.keys import PrivateKey
@@ -112,14 +120,19 @@ def _time(value: datetime) -> bytes | None:
     return _tlv(0x18, utc.strftime("%Y%m%d%H%M%SZ").encode("ascii"))
 
 
-def _san(names: Sequence[str]) -> bytes | None:
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_EMPTY_NAME = bytes.fromhex("3000")
+
+
+def _san(names: Sequence[str], ips: Sequence[IPAddress], critical: bool) -> bytes | None:
     parts = []
     for name in names:
         if not name.isascii():
             return None
         parts.append(_tlv(0x82, name.encode("ascii")))
+    parts += [_tlv(0x87, ip.packed) for ip in ips]
     value = _tlv(0x30, b"".join(parts))
-    return _tlv(0x30, _SAN_OID + _CRITICAL + _tlv(0x04, value))
+    return _tlv(0x30, _SAN_OID + (_CRITICAL if critical else b"") + _tlv(0x04, value))
 
 
 def _ski(spki: bytes) -> bytes:
@@ -149,6 +162,14 @@ def _signer(key: PrivateKey) -> Callable[[bytes], bytes]:
     return key.sign  # Ed25519: the message itself, no digest
 
 
+Reference = Callable[
+    [PublicKey, int, datetime, datetime, Sequence[str], Sequence[IPAddress], x509.Name | None],
+    x509.Certificate,
+]
+"""How `learn` asks for a builder-made leaf: (key, serial, notBefore, notAfter, DNS names,
+IP addresses, subject or None for the empty one)."""
+
+
 @dataclass(frozen=True)
 class LeafTemplate:
     """The fixed DER of every leaf one CA key + signing certificate issues."""
@@ -162,21 +183,20 @@ class LeafTemplate:
     sign: Callable[[bytes], bytes]
 
     @classmethod
-    def learn(
-        cls,
-        reference: Callable[[PublicKey, int, datetime, datetime, Sequence[str]], x509.Certificate],
-        key: PrivateKey,
-    ) -> LeafTemplate | None:
+    def learn(cls, reference: Reference, key: PrivateKey) -> LeafTemplate | None:
         """Cut a builder-made reference leaf (`reference(public_key, serial, notBefore,
-        notAfter, names)`) into a template; None if the template cannot reproduce it."""
+        notAfter, names, ips, subject)`) into a template; None if the template cannot
+        reproduce it, with and without a subject and IP addresses."""
         sign = _signer(key)
         sample = ec.generate_private_key(ec.SECP256R1()).public_key()
         serial = 0x7EDC_BA98_7654_3210_0123_4567_89AB_CDEF
         not_before = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
         not_after = datetime(2026, 1, 3, 3, 4, 5, tzinfo=UTC)
         names = ("reference.example.svc", "reference.example.svc.cluster.local")
+        ips = (ipaddress.ip_address("10.96.0.10"), ipaddress.ip_address("fd00::a"))
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "reference")])
         try:
-            cert = reference(sample, serial, not_before, not_after, names)
+            cert = reference(sample, serial, not_before, not_after, names, (), None)
             der = cert.public_bytes(serialization.Encoding.DER)
             tbs_der, outer, _ = _children(der)
             fields = _children(tbs_der)
@@ -196,6 +216,12 @@ class LeafTemplate:
             )
             if template.tbs(sample, serial, not_before, not_after, names) != tbs_der:
                 return None
+            shaped = reference(sample, serial, not_before, not_after, names, ips, subject)
+            spliced = template.tbs(
+                sample, serial, not_before, not_after, names, ips, subject.public_bytes()
+            )
+            if spliced != shaped.tbs_certificate_bytes:
+                return None
         except (ValueError, IndexError):
             return None
         return template
@@ -207,9 +233,16 @@ class LeafTemplate:
         not_before: datetime,
         not_after: datetime,
         names: Sequence[str],
+        ips: Sequence[IPAddress] = (),
+        subject: bytes | None = None,
     ) -> bytes | None:
-        """The DER TBSCertificate, or None for inputs the template does not cover."""
-        start, end, san = _time(not_before), _time(not_after), _san(names)
+        """The DER TBSCertificate, or None for inputs the template does not cover.
+        `subject` is the DER of the subject Name; None (or an empty Name) is the
+        template's own, empty, subject."""
+        if subject == _EMPTY_NAME:
+            subject = None
+        start, end = _time(not_before), _time(not_after)
+        san = _san(names, ips, critical=subject is None)
         if start is None or end is None or san is None or serial <= 0:
             return None
         spki = public_key.public_bytes(*_SPKI)
@@ -223,7 +256,7 @@ class LeafTemplate:
                     self.signature_algorithm,
                     self.issuer,
                     _tlv(0x30, start + end),
-                    self.subject,
+                    self.subject if subject is None else subject,
                     spki,
                     extensions,
                 )
@@ -238,9 +271,11 @@ class LeafTemplate:
         not_before: datetime,
         not_after: datetime,
         names: Sequence[str],
+        ips: Sequence[IPAddress] = (),
+        subject: bytes | None = None,
     ) -> bytes | None:
         """The signed leaf as PEM (as `Certificate.public_bytes(PEM)` writes it), or None."""
-        tbs = self.tbs(public_key, serial, not_before, not_after, names)
+        tbs = self.tbs(public_key, serial, not_before, not_after, names, ips, subject)
         if tbs is None:
             return None
         signature = _tlv(0x03, b"\x00" + self.sign(tbs))

@@ -63,6 +63,8 @@ class RunningSigner:
         max_lifetime_seconds: int = 86400,
         identity: str = "test",
         waiting_resync_period: float | None = None,
+        pod_identity_subject: bool = False,
+        cluster_ip_sans: bool = False,
     ) -> None:
         self.client = client
         self.signer_name = signer_name or unique_signer_name()
@@ -91,6 +93,8 @@ class RunningSigner:
             recorder=self.recorder,
             max_lifetime_seconds=max_lifetime_seconds,
             waiting_resync_period=waiting_resync_period or WAITING_RESYNC_PERIOD,
+            pod_identity_subject=pod_identity_subject,
+            cluster_ip_sans=cluster_ip_sans,
         )
         self.kubelet = Kubelet(client, self.signer_name)
         self.stop = threading.Event()

@@ -148,3 +148,37 @@ def test_a_cached_pod_that_disagrees_is_read_live_before_anything_final() -> Non
     assert [b.reason for b in decision.blockers] == ["ServiceNotFound"]
     assert decision.seen_services == {f"{NS}/web": None}
     assert lookups.reads == [("pod", f"{NS}/web-0"), ("service", f"{NS}/web")]
+
+
+# --cluster-ip-sans (KEP-6283) ------------------------------------------------------------
+
+
+def test_cluster_ip_sans_are_the_named_services_cluster_ips_and_a_headless_has_none() -> None:
+    obj = pod_object(hostname="web-0", subdomain="peers")
+    obj["metadata"]["labels"] = {"app": "web"}
+    pod = pod_record(obj)
+    web = ServiceRecord(NS, "web", {"app": "web"}, "ClusterIP", "10.96.0.10", ("10.96.0.10",))
+    dual = ServiceRecord(
+        NS, "dual", {"app": "web"}, "LoadBalancer", "10.96.0.11", ("10.96.0.11", "fd00::11")
+    )
+    peers = ServiceRecord(NS, "peers", {"app": "web"}, "ClusterIP", "None", ("None",))
+    services = {s.key: s for s in (web, dual, peers)}
+    pcr = request(
+        obj,
+        {"kubernetes.io/service-names": "web,dual,peers", "kubernetes.io/add-pod-fqdn": "true"},
+    )
+
+    with_ips = Decider(
+        {pod.key: pod},
+        services,
+        RecordingLookups(),
+        domain="cluster.local",
+        pcr_version="v1",
+        cluster_ip_sans=True,
+    ).decide(pcr)
+    without = decider({pod.key: pod}, services, RecordingLookups()).decide(pcr)
+
+    assert isinstance(with_ips, Sign) and isinstance(without, Sign)
+    assert with_ips.ip_addresses == ("10.96.0.10", "10.96.0.11", "fd00::11")
+    assert without.ip_addresses == ()
+    assert with_ips.dns_names == without.dns_names

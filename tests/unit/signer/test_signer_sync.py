@@ -344,6 +344,40 @@ def test_an_mldsa_request_is_issued_for_its_key_and_counted_by_key_type(
     assert by_type == {kind: 1.0 if kind == key_type else 0.0 for kind in KUBELET_KEY_TYPES}
 
 
+def test_the_kep_opt_ins_give_the_pod_subject_and_the_cluster_ip_sans() -> None:
+    h = Harness(pod_identity_subject=True, cluster_ip_sans=True)
+    pod = h.pod()
+    h.service(cluster_ip="10.96.7.7")
+    pcr = h.pcr(pod)
+
+    h.controller.sync(pcr.key)
+
+    status = h.written_status()
+    leaf = leaf_of(status)
+    subject = {a.oid: a.value for a in leaf.subject}
+    assert subject == {
+        x509.NameOID.COMMON_NAME: pod["metadata"]["name"],
+        x509.NameOID.ORGANIZATION_NAME: NS,
+        x509.NameOID.USER_ID: pod["metadata"]["uid"],
+    }
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert not san.critical  # RFC 5280 §4.2.1.6: the subject is not empty
+    assert [str(ip) for ip in san.value.get_values_for_type(x509.IPAddress)] == ["10.96.7.7"]
+    assert status["conditions"][0]["message"].endswith(", 10.96.7.7")
+
+
+def test_without_the_opt_ins_the_subject_is_empty_and_there_is_no_ip(h: Harness) -> None:
+    pod = h.pod()
+    h.service(cluster_ip="10.96.7.7")
+    h.controller.sync(h.pcr(pod).key)
+
+    leaf = leaf_of(h.written_status())
+    assert len(leaf.subject) == 0
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert san.critical
+    assert san.value.get_values_for_type(x509.IPAddress) == []
+
+
 def test_reads_caches_only_when_everything_is_cached(h: Harness) -> None:
     pod = h.pod()
     h.service()

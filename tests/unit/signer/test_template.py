@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from signer import authority
 from signer.policy import PublicKey
-from signer.template import LeafTemplate
+from signer.template import IPAddress, LeafTemplate
 from tests.unit import pki
 from tests.unit.signer.test_authority import material
 from trust.ca import CertificateAuthority
@@ -35,6 +35,15 @@ LABEL = st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=63
 NAME = st.lists(LABEL, min_size=1, max_size=5).map(".".join)
 NAMES = st.lists(NAME, min_size=1, max_size=12)
 SERIAL = st.integers(min_value=1, max_value=2**159 - 1)
+IPS = st.lists(st.ip_addresses(), max_size=4)
+# Pod names (DNS subdomains), namespaces and UIDs; now and then a value outside
+# PrintableString, which the subject then writes as UTF8String.
+SUBJECT = st.none() | st.builds(
+    authority.PodSubject,
+    name=NAME,
+    namespace=LABEL,
+    uid=st.uuids().map(str) | st.text(min_size=1, max_size=20),
+)
 TIME = st.datetimes(
     min_value=datetime(1950, 1, 1), max_value=datetime(9998, 12, 31), timezones=st.just(UTC)
 ).map(lambda t: t.replace(microsecond=0))
@@ -86,9 +95,14 @@ def builder_leaf(
     not_before: datetime,
     not_after: datetime,
     names: Sequence[str],
+    ips: Sequence[IPAddress] = (),
+    subject: authority.PodSubject | None = None,
 ) -> x509.Certificate:
     rsa_leaf = isinstance(key, rsa.RSAPublicKey)
-    return authority._build(ca.cert, ca.key, rsa_leaf, key, serial, not_before, not_after, names)
+    name = subject.x509_name() if subject else None
+    return authority._build(
+        ca.cert, ca.key, rsa_leaf, key, serial, not_before, not_after, names, ips, name
+    )
 
 
 def template_of(ca: CertificateAuthority, key: PublicKey) -> LeafTemplate:
@@ -106,6 +120,8 @@ def template_of(ca: CertificateAuthority, key: PublicKey) -> LeafTemplate:
     not_before=TIME,
     lifetime=st.integers(min_value=0, max_value=400 * 86400),
     names=NAMES,
+    ips=IPS,
+    subject=SUBJECT,
 )
 def test_template_leaf_is_the_builder_leaf(
     ca_kind: str,
@@ -114,15 +130,19 @@ def test_template_leaf_is_the_builder_leaf(
     not_before: datetime,
     lifetime: int,
     names: list[str],
+    ips: list[IPAddress],
+    subject: authority.PodSubject | None,
 ) -> None:
     ca = signing(ca_kind)
     key = public(leaf_type)
     not_after = min(not_before + timedelta(seconds=lifetime), datetime(9999, 1, 1, tzinfo=UTC))
-    built = builder_leaf(ca, key, serial, not_before, not_after, names)
+    built = builder_leaf(ca, key, serial, not_before, not_after, names, ips, subject)
     template = template_of(ca, key)
+    der = subject.x509_name().public_bytes() if subject else None
 
-    assert template.tbs(key, serial, not_before, not_after, names) == built.tbs_certificate_bytes
-    pem = template.pem(key, serial, not_before, not_after, names)
+    spliced = template.tbs(key, serial, not_before, not_after, names, ips, der)
+    assert spliced == built.tbs_certificate_bytes
+    pem = template.pem(key, serial, not_before, not_after, names, ips, der)
     assert pem is not None
     leaf = x509.load_pem_x509_certificate(pem)
     assert leaf.tbs_certificate_bytes == built.tbs_certificate_bytes
@@ -174,10 +194,17 @@ def test_a_template_that_cannot_reproduce_the_reference_is_not_used() -> None:
     ca = signing("ECDSAP256")
 
     def reference(
-        key: PublicKey, serial: int, nb: datetime, na: datetime, names: Sequence[str]
+        key: PublicKey,
+        serial: int,
+        nb: datetime,
+        na: datetime,
+        names: Sequence[str],
+        ips: Sequence[IPAddress],
+        subject: x509.Name | None,
     ) -> x509.Certificate:
         builder = (
             authority._base_builder(ca.cert, False)
+            .subject_name(x509.Name([]))
             .public_key(key)
             .serial_number(serial)
             .not_valid_before(nb)
