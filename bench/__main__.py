@@ -9,6 +9,7 @@ run). Figures, not pass/fail: the exit code is non-zero only if a scenario crash
     python -m bench --scenario burst --auth token   # the signer on a bearer-token kubeconfig
     python -m bench --scenario scale         # 150,000 Pods / 10,000 Services (not in "all")
     python -m bench --scenario drains --n 2000 --rounds 3   # CPU per 1,000: ours vs Go
+    python -m bench --scenario keytypes --n 1000 --rounds 3 # CPU per 1,000: ML-DSA vs P-256
     BENCH_QUICK=1 python -m bench            # small N, short steady phase: a smoke run
 """
 
@@ -27,19 +28,23 @@ from typing import Any
 
 from bench.drains import drains
 from bench.harness import KeyPool, parallel, pcr_bodies, populate
+from bench.keytypes import keytypes
 from bench.scale import CHURN_RATE as CHURN_OFFERED
 from bench.scale import THROUGHPUT_ROUNDS, scale
 from bench.scenarios import OWN_CONTROL_PLANE, SCENARIOS, Context, Result
 from controlplane import ControlPlane
 from kube.client import Client
 
-ORDER = ("burst", "peer", "ceiling", "steady", "wakeup", "memory")
+ORDER = ("keytypes", "burst", "peer", "ceiling", "steady", "wakeup", "memory")
+# In process, no control plane: the signer's own CPU per request by key type (1.37, the
+# plane the others use, refuses ML-DSA requests).
+NO_PLANE = {"keytypes"}
 # Asked for by name only: `scale` builds a 150,000-Pod cluster; `drains` repeats backlog
 # drains of every signer to compare CPU per certificate.
 EXTRA = {"scale": scale, "drains": drains}
 ALL = {**SCENARIOS, **EXTRA}
 OWN = OWN_CONTROL_PLANE | {"scale"}
-DEFAULT_ROUNDS = {"drains": 3, "scale": THROUGHPUT_ROUNDS}
+DEFAULT_ROUNDS = {"drains": 3, "scale": THROUGHPUT_ROUNDS, "keytypes": 3}
 
 
 def _log(message: str) -> None:
@@ -103,6 +108,19 @@ def table(results: list[Result]) -> str:
             f"{m['rss_after_list_mib']} MiB (list) / {m['rss_after_watch_mib']} MiB (watch); "
             f"{m['bytes_per_pod_list']} B per Pod (list), {m['bytes_per_pod_watch']} B (watch)"
         )
+    if "keytypes" in by:
+        k = by["keytypes"]
+        lines.append(
+            f"key types, in process, {k['ca']} CA (median of {k['rounds']} rounds of {k['n']}):"
+        )
+        for key_type in ("ECDSAP256", "MLDSA44", "MLDSA65", "MLDSA87"):
+            e = k[key_type]
+            lines.append(
+                f"  {key_type:10} {e['cpu_s_per_1000']:>6} CPU s/1k "
+                f"(builder {e['builder_cpu_s_per_1000']}); stub CSR {e['stub_csr_bytes']} B, "
+                f"status patch {e['status_patch_bytes']} B"
+            )
+        lines.append(f"  CPU ML-DSA-65/P-256: {k['mldsa65_over_p256']}")
     if "drains" in by:
         d = by["drains"]
         lines.append(f"drains of {d['n']} (median of {len(d['runs']) // 4} rounds):")
@@ -175,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
     wanted = [s for arg in args.scenario or [",".join(ORDER)] for s in arg.split(",") if s]
-    unknown = [s for s in wanted if s not in ALL]
+    unknown = [s for s in wanted if s not in ALL and s not in NO_PLANE]
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(unknown)}")
     chosen = [s for s in (*ORDER, *EXTRA) if s in wanted]
@@ -188,6 +206,17 @@ def main(argv: list[str] | None = None) -> int:
     shared: ControlPlane | None = None
     try:
         for name in chosen:
+            if name in NO_PLANE:
+                _log(f"scenario {name} (n={args.n}, in process)")
+                rounds = args.rounds or DEFAULT_ROUNDS[name]
+                result = keytypes(args.n, rounds)
+                results.append(result)
+                line = json.dumps(result, sort_keys=False)
+                print(line, flush=True)
+                if args.json:
+                    with args.json.open("a") as f:
+                        f.write(line + "\n")
+                continue
             own = name in OWN
             if own:
                 plane = ControlPlane.start()
