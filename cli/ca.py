@@ -20,17 +20,24 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from cli.common import Duration, StartupError, output_option
+from cli.common import Duration, F, StartupError, output_option
+from cli.common import client as cli_client
+from kube.times import format_time
 from manager.options import DEFAULT_MANAGED_CA_SECRET, DEFAULT_SIGNER_NAME
+
+if TYPE_CHECKING:
+    from kube.client import Client
+    from kube.types import JSON
+    from managedca import decide as d
 
 DEFAULT_NAMESPACE = "service-serving-signer"
 
 
-def _options(f: Any) -> Any:
+def _options(f: F) -> F:
     for option in reversed(
         [
             click.option("--kubeconfig", default=None, help="Kubeconfig; default $KUBECONFIG."),
@@ -59,17 +66,8 @@ def _options(f: Any) -> Any:
     return f
 
 
-def _client(kubeconfig: str | None) -> Any:
-    from kube.client import Client
-
-    try:
-        return Client.from_kubeconfig(kubeconfig)
-    except Exception as err:
-        raise StartupError(f"kubeconfig: {' '.join(str(err).split())}") from None
-
-
 def _t(t: datetime | None) -> str | None:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if t is not None else None
+    return format_time(t) if t is not None else None
 
 
 @click.command("status")
@@ -126,7 +124,7 @@ def ca_status(
     from managedca.controller import ManagedCAController
     from trust.bundle import stable_bundle_name
 
-    client = _client(kubeconfig)
+    client = cli_client(kubeconfig)
     config = d.Config(
         rotate_at=rotate_at,
         max_leaf_lifetime=timedelta(seconds=max_leaf),
@@ -162,23 +160,26 @@ def _no_ca(_now: datetime) -> tuple[bytes, bytes]:
     raise RuntimeError("ca status makes no CA")
 
 
-def _ctb_version(client: Any) -> str:
-    from kube.discovery import served_version
+def _ctb_version(client: Client) -> str:
+    from kube.discovery import bundle_version
 
-    version = served_version(
-        client, "certificates.k8s.io", "clustertrustbundles", ["v1", "v1beta1"]
-    )
+    version = bundle_version(client)
     if version is None:
         raise StartupError("API server: certificates.k8s.io serves no clustertrustbundles")
     return version
 
 
 def _report(
-    state: Any, obs: Any, action: Any, now: datetime, config: Any, where: str
-) -> dict[str, Any]:
+    state: d.State | None,
+    obs: d.Observations,
+    action: d.Action,
+    now: datetime,
+    config: d.Config,
+    where: str,
+) -> JSON:
     from managedca import decide as d
 
-    def ca(info: d.CaInfo, role: str, **extra: Any) -> dict[str, Any]:
+    def ca(info: d.CaInfo, role: str, **extra: str | None) -> JSON:
         return {
             "role": role,
             "fingerprint": info.fingerprint,
@@ -188,7 +189,7 @@ def _report(
             **extra,
         }
 
-    out: dict[str, Any] = {"secret": where, "phase": None, "cas": [], "replicas": []}
+    out: JSON = {"secret": where, "phase": None, "cas": [], "replicas": []}
     if state is not None:
         out["phase"] = state.phase
         out["cas"].append(ca(state.current, "current"))
@@ -222,7 +223,7 @@ def _report(
     return out
 
 
-def _text(report: dict[str, Any]) -> list[str]:
+def _text(report: JSON) -> list[str]:
     lines = [f"Secret:  {report['secret']}", f"Phase:   {report['phase'] or 'no CA yet'}"]
     if report.get("stableBundle"):
         # The name to reference (Gateway caCertificateRefs, the injector's name selector).
@@ -256,9 +257,9 @@ def _text(report: dict[str, Any]) -> list[str]:
 def ca_rotate(kubeconfig: str | None, namespace: str, secret_name: str, signer_name: str) -> None:
     """Ask the leader to rotate the managed CA now (stage → swap → retire, gated)."""
     from kube.client import ApiError, is_conflict, is_not_found, path_segment
-    from managedca.codec import ROTATE_REQUESTED_AT, decode, format_time
+    from managedca.codec import ROTATE_REQUESTED_AT, decode
 
-    client = _client(kubeconfig)
+    client = cli_client(kubeconfig)
     path = f"/api/v1/namespaces/{path_segment(namespace)}/secrets/{path_segment(secret_name)}"
     for _ in range(5):
         try:

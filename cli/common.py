@@ -14,6 +14,8 @@ import click
 from manager.options import BindAddress, OptionsError, parse_bind_address, parse_duration
 
 if TYPE_CHECKING:
+    from kube.client import Client
+
     _DurationBase = click.ParamType[float, Any]
     _AddressBase = click.ParamType[BindAddress | None, Any]
 else:  # click < 8.3 has no generic ParamType
@@ -27,6 +29,20 @@ def one_line(text: str) -> str:
 
 class StartupError(click.ClickException):
     """A failure before the process serves: printed as one `error:` line, exit 1."""
+
+
+def client(
+    kubeconfig: str | None, *, qps: float = 0, burst: int = 1, context: str | None = None
+) -> Client:
+    """The API client a command reads with (`kube.client.connect`); a kubeconfig that
+    gives none is the command's one `error: kubeconfig: …` line. No write limiter by
+    default: a command makes a handful of requests."""
+    from kube.client import KubeconfigError, connect
+
+    try:
+        return connect(kubeconfig, qps=qps, burst=burst, context=context)
+    except KubeconfigError as err:
+        raise StartupError(str(err)) from None
 
 
 HELP_OPTION_NAMES = ["-h", "--help"]

@@ -21,13 +21,13 @@ What it decides — the command-line surface of the read-only troubleshooting to
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.common import Group, StartupError, one_line, output_option
+from cli.common import F, Group, StartupError, one_line, output_option
+from cli.common import client as cli_client
 from manager.options import DEFAULT_SIGNER_NAME, PCR_API_VERSIONS
 
 if TYPE_CHECKING:
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from troubleshoot.explain import Explainer
     from troubleshoot.leasehealth import Health
 
-F = TypeVar("F", bound=Callable[..., Any])
 KINDS = {"pod": "pod", "pods": "pod", "po": "pod"} | dict.fromkeys(
     ("pcr", "pcrs", "podcertificaterequest", "podcertificaterequests"), "pcr"
 )
@@ -113,22 +112,20 @@ class Connection:
     """A client and the namespace, resolved from the flags as kubectl would."""
 
     def __init__(self, kubeconfig: str | None, context: str | None, namespace: str | None):
-        from kube.client import Client
-
         path = kubeconfig or os.environ.get("KUBECONFIG") or None
         if path is None and Path("~/.kube/config").expanduser().is_file():
             path = str(Path("~/.kube/config").expanduser())
         self.namespace_flag = namespace
         context_namespace = None
-        try:
-            if path is None and context is None:
-                self.client = Client.from_kubeconfig(None, qps=0, burst=1)
-                context_namespace = _in_cluster_namespace()
-            else:
-                self.client = Client.from_kubeconfig(path, qps=0, burst=1, context=context)
+        if path is None and context is None:
+            self.client = cli_client(None)
+            context_namespace = _in_cluster_namespace()
+        else:
+            self.client = cli_client(path, context=context)
+            try:
                 context_namespace = _context_namespace(path, context)
-        except Exception as err:
-            raise StartupError(f"kubeconfig: {one_line(str(err))}") from None
+            except Exception as err:
+                raise StartupError(f"kubeconfig: {one_line(str(err))}") from None
         self.namespace = namespace or context_namespace or "default"
 
 
@@ -158,7 +155,7 @@ def _setup(
     lease_namespace: str,
     lease_name: str,
 ) -> tuple[Explainer, Health]:
-    from kube.discovery import served_version
+    from kube.discovery import bundle_version, served_version
     from troubleshoot.explain import Explainer
     from troubleshoot.leasehealth import read_health
 
@@ -173,13 +170,11 @@ def _setup(
         )
         if not version:
             raise StartupError("the cluster serves no PodCertificateRequest API")
-    bundle_version = served_version(
-        client, "certificates.k8s.io", "clustertrustbundles", ["v1", "v1beta1"]
-    )
+    ctb_version = bundle_version(client)
     health = read_health(
         client,
         signer_name=signer_name,
-        bundle_version=bundle_version,
+        bundle_version=ctb_version,
         lease_namespace=lease_namespace,
         lease_name=lease_name,
     )

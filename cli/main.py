@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
@@ -25,11 +25,12 @@ from cli.common import (
     HELP_OPTION_NAMES,
     Address,
     Duration,
+    F,
     Group,
     StartupError,
-    one_line,
     output_option,
 )
+from cli.common import client as cli_client
 from manager import logs
 from manager.options import (
     CA_MODES,
@@ -45,7 +46,6 @@ from manager.options import (
 )
 
 ENV_PREFIX = "SERVICE_SERVING_SIGNER"
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def env_name(flag: str) -> str:
@@ -410,17 +410,12 @@ def bundle_resolve(
 def _list_bundles(
     kubeconfig: str | None, *, name: str | None, signer_name: str | None
 ) -> list[dict[str, Any]]:
-    from kube.client import ApiError, Client
-    from kube.discovery import served_version
+    from kube.client import ApiError
+    from kube.discovery import bundle_version
 
+    client = cli_client(kubeconfig)
     try:
-        client = Client.from_kubeconfig(kubeconfig, qps=0, burst=1)
-    except Exception as err:
-        raise StartupError(f"kubeconfig: {one_line(str(err))}") from None
-    try:
-        version = served_version(
-            client, "certificates.k8s.io", "clustertrustbundles", ["v1", "v1beta1"]
-        )
+        version = bundle_version(client)
         if version is None:
             raise StartupError("bundle resolve: the cluster serves no ClusterTrustBundle API")
         base = f"/apis/certificates.k8s.io/{version}/clustertrustbundles"

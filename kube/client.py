@@ -143,6 +143,26 @@ class RequestCount:
         return sum(self.by_method.values())
 
 
+class KubeconfigError(Exception):
+    """No client from this kubeconfig; `str()` is one line: `kubeconfig: <problem>`."""
+
+
+def connect(
+    kubeconfig: str | None = None,
+    *,
+    qps: float = 50.0,
+    burst: int = 100,
+    context: str | None = None,
+) -> Client:
+    """`Client.from_kubeconfig`, with whatever stops it (a missing file, an unknown
+    context, an unreadable token) as one `KubeconfigError` line for a person to read."""
+    try:
+        return Client.from_kubeconfig(kubeconfig, qps=qps, burst=burst, context=context)
+    except Exception as err:
+        problem = " ".join(str(err).split()) or type(err).__name__
+        raise KubeconfigError(f"kubeconfig: {problem}") from None
+
+
 class Client:
     """JSON over HTTPS to one API server: the one request policy (module docstring) over
     one `kube.transport.Transport`. Thread-safe."""

@@ -44,6 +44,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from kube.client import ApiError, Client, is_already_exists, is_not_found, path_segment
+from kube.times import micro_time
 from kube.types import JSON
 
 log = logging.getLogger(__name__)
@@ -99,11 +100,6 @@ class _Seen:
     first_seen: float  # monotonic
     last_seen: float  # monotonic
     last_observed: datetime  # wall clock, for series.lastObservedTime
-
-
-def micro_time(at: datetime) -> str:
-    """RFC 3339 with microseconds in UTC, as Kubernetes `MicroTime` serialises."""
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def truncate_utf8(text: str, limit: int) -> str:

@@ -52,6 +52,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from kube import _metrics
 from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.times import micro_time
 from kube.types import JSON
 
 log = logging.getLogger(__name__)
@@ -67,10 +68,6 @@ def _make_gauge(registry: CollectorRegistry | None) -> Gauge:
         ["name"],
         registry=registry,
     )
-
-
-def micro_time(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:

@@ -21,6 +21,7 @@ from typing import Any
 
 from cryptography import x509
 
+from kube.times import format_time
 from managedca.decide import CaInfo, Previous, State
 from managedca.material import (
     ANNOTATION_PREFIX,
@@ -68,10 +69,6 @@ class Stored:
     certs: Mapping[str, bytes]  # fingerprint -> PEM, for every CA of the state
     current_key: bytes = field(repr=False)
     next_key: bytes | None = field(default=None, repr=False)
-
-
-def format_time(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: str) -> datetime:

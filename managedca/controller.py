@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found, path_segment
 from kube.controller import Loop, Requeue
 from kube.events import ObjectRef
+from kube.times import format_time
 from kube.workqueue import RateLimitingQueue
 from managedca import decide as d
 from managedca.codec import Stored, ca_info, decode, encode, split_pem
@@ -281,7 +282,7 @@ class ManagedCAController:
         self._written(
             created,
             "ManagedCACreated",
-            f"created the managed CA {info.fingerprint} (expires {_t(info.not_after)})"
+            f"created the managed CA {info.fingerprint} (expires {format_time(info.not_after)})"
             + (
                 f"; kept {len(previous)} root(s) already published until the longest leaf "
                 "lifetime + the margin after this is read back"
@@ -310,7 +311,7 @@ class ManagedCAController:
             why = "on request (ca rotate)" if action.requested else "at the rotation point"
             reason, note = (
                 "ManagedCAStaged",
-                f"staged the next CA {info.fingerprint} (expires {_t(info.not_after)}) "
+                f"staged the next CA {info.fingerprint} (expires {format_time(info.not_after)}) "
                 f"{why}; publishing old + new",
             )
         elif isinstance(action, d.MarkPublished):
@@ -318,7 +319,7 @@ class ManagedCAController:
             until = action.swap_not_before
             reason, note = (
                 "ManagedCAPublished",
-                f"the ClusterTrustBundle holds both CAs; swap not before {_t(until)}",
+                f"the ClusterTrustBundle holds both CAs; swap not before {format_time(until)}",
             )
         elif isinstance(action, d.Swap):
             assert state.next is not None and next_key is not None
@@ -335,7 +336,7 @@ class ManagedCAController:
             reason, note = (
                 "ManagedCARetireScheduled",
                 f"the swap is read back; the previous root(s) leave the bundle at "
-                f"{_t(action.retire_at)}",
+                f"{format_time(action.retire_at)}",
             )
         elif isinstance(action, d.Retire):
             new = d.retired(state, action.fingerprints)
@@ -399,7 +400,3 @@ class ManagedCAController:
                     "managed CA: could not delete a stale report",
                     extra={"lease": name, "err": str(err)},
                 )
-
-
-def _t(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kube.client import ApiError, Client, is_conflict, is_not_found, path_segment
+from kube.times import micro_time
 from managedca.decide import Report
 from managedca.material import ANNOTATION_PREFIX
 
@@ -49,11 +50,7 @@ def report_name(secret_name: str, identity: str) -> str:
     return f"{secret_name}-replica-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
 
 
-def _microtime(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_microtime(text: str) -> datetime:
+def _parsemicro_time(text: str) -> datetime:
     return datetime.strptime(text.replace("Z", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
 
 
@@ -62,7 +59,7 @@ def parse_report(lease: Mapping[str, Any]) -> Report | None:
     meta = lease.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     try:
-        renewed = _parse_microtime(spec["renewTime"])
+        renewed = _parsemicro_time(spec["renewTime"])
         duration = timedelta(seconds=int(spec["leaseDurationSeconds"]))
     except (KeyError, ValueError, TypeError):
         return None
@@ -129,7 +126,7 @@ class LoadedReporter:
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self.duration,
-            "renewTime": _microtime(now),
+            "renewTime": micro_time(now),
         }
         body: dict[str, Any] = {
             "apiVersion": "coordination.k8s.io/v1",

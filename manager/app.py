@@ -275,14 +275,12 @@ def _material(
 
 
 def _client(opts: Options, proc: Process) -> Client:
-    from kube.client import Client
+    from kube.client import KubeconfigError, connect
 
     try:
-        client = Client.from_kubeconfig(
-            opts.kubeconfig, qps=opts.kube_api_qps, burst=opts.kube_api_burst
-        )
-    except Exception as err:
-        raise StartupFailure(f"kubeconfig: {_one_line(err)}") from None
+        client = connect(opts.kubeconfig, qps=opts.kube_api_qps, burst=opts.kube_api_burst)
+    except KubeconfigError as err:
+        raise StartupFailure(str(err)) from None
     proc.closers.append(client.close)
     return client
 

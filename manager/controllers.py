@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import Client
 from kube.controller import Controller, Requeue
+from kube.discovery import CERTIFICATES_GROUP, CTB_VERSIONS, served_version
 from kube.events import EventRecorder
 from kube.factory import InformerFactory
 from manager.options import SIGNING_CONTROLLERS, Options
@@ -48,8 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CERTIFICATES_GROUP = "certificates.k8s.io"
-CTB_VERSIONS = ("v1", "v1beta1")
 REPORTING_CONTROLLER = "service-serving-signer"
 
 
@@ -92,8 +91,6 @@ class BuildContext:
     ) -> str | None:
         """The first of `preferred` that serves `group`/`resource`, asked of discovery once
         per process; None when none does."""
-        from kube.discovery import served_version
-
         key = (group, resource, tuple(preferred))
         if key not in self._versions:
             self._versions[key] = served_version(self.client, group, resource, list(preferred))

@@ -41,6 +41,7 @@ from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.controller import Cache, Loop, Requeue, SyncFailed
 from kube.events import ObjectRef, Recorder
 from kube.factory import InformerFactory
+from kube.times import format_time
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from signer import authority, policy
@@ -52,7 +53,6 @@ from signer.records import (
     PCRRecord,
     PodRecord,
     ServiceRecord,
-    format_time,
     pcr_record,
     pod_record,
     service_record,
@@ -372,7 +372,7 @@ class SignerController:
                 self._blocked_on_material.add(pcr.key)
             # The note must not change between retries (no "time left"), or every retry
             # would start a new Event instead of bumping one series.
-            expires = material.signing_cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+            expires = format_time(material.signing_cert.not_valid_after_utc)
             self.recorder.warning(
                 ObjectRef("Pod", pod.namespace, pod.name, pod.uid),
                 "SignerCertificateExpiring",

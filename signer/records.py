@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kube.times import parse_time
 from kube.types import JSON
 
 TERMINAL_CONDITIONS = ("Issued", "Denied", "Failed")
@@ -307,21 +308,6 @@ def terminal_condition(status: Mapping[str, Any]) -> str | None:
     if status.get("certificateChain"):
         return "Issued"
     return None
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def format_time(value: datetime) -> str:
-    """RFC 3339 in whole seconds, UTC — metav1.Time's wire form."""
-    v = value
-    return f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}Z"
 
 
 def _bytes(value: Any) -> bytes | None:

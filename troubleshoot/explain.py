@@ -42,6 +42,7 @@ from typing import Any
 from cryptography import x509
 
 from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.times import parse_time
 from kube.types import JSON
 from signer.decide import Decider, Terminal, Wait
 from signer.lookups import PCR_GROUP, ApiLookups
@@ -49,7 +50,6 @@ from signer.records import (
     PCRRecord,
     PodRecord,
     ServiceRecord,
-    parse_time,
     pcr_record,
     pod_record,
     service_record,

@@ -32,8 +32,8 @@ from typing import Any
 from cryptography import x509
 
 from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.times import parse_time
 from kube.types import JSON
-from signer.records import parse_time
 from troubleshoot.access import Forbidden, forbidden
 from trust.bundle import BundleError, normalize_bundle, parse_anchors
 

@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 
 from controlplane.workload import BUNDLE_FILE, CHAIN_FILE, KEY_FILE, VolumeFiles
 from kube.client import ApiError, Client, is_conflict, is_not_found
-from managedca.codec import PHASE, PREVIOUS, format_time
+from kube.times import format_time
+from managedca.codec import PHASE, PREVIOUS
 from managedca.material import fingerprint
 
 

@@ -84,3 +84,17 @@ def test_a_proxied_client_applies_the_same_policy_over_urllib3(tmp_path: Path) -
         assert b"Content-Type: application/merge-patch+json" in server.requests[0]
     finally:
         server.close()
+
+
+def test_a_kubeconfig_that_gives_no_client_is_one_line_naming_the_kubeconfig(
+    tmp_path: Path,
+) -> None:
+    from kube.client import KubeconfigError, connect
+
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\ncontexts: []\nclusters: []\nusers: []\n")
+    with pytest.raises(KubeconfigError) as caught:
+        connect(str(broken), context="nowhere")
+    message = str(caught.value)
+    assert message.startswith("kubeconfig: ") and "\n" not in message
+    assert "nowhere" in message
