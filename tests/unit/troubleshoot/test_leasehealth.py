@@ -87,3 +87,23 @@ def test_lease_state_keeps_when_the_holder_took_it_and_how_often_it_changed() ->
     state = lease_state("ns", "name", obj, NOW)
     assert state.acquire_time == datetime(2026, 12, 2, 5, 0, tzinfo=UTC)
     assert state.transitions == 4
+
+
+def test_an_anchor_in_several_bundles_is_listed_once() -> None:
+    """The stable bundle holds the hash-named one's anchors (issue 30), and during a
+    rotation two hash-named bundles share the old root: what a Pod projecting by
+    signerName sees is each anchor once (kubelet de-duplicates), and so is the report."""
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from tests.unit import pki
+    from troubleshoot.leasehealth import bundle_state
+
+    old, new = (pki.ca(n).cert.public_bytes(Encoding.PEM).decode() for n in ("lh-old", "lh-new"))
+    items = [
+        {"metadata": {"name": "s:abc"}, "spec": {"trustBundle": old}},
+        {"metadata": {"name": "s:def"}, "spec": {"trustBundle": old + new}},
+        {"metadata": {"name": "s:trust-anchors"}, "spec": {"trustBundle": old + new}},
+    ]
+    state = bundle_state(items)
+    assert state.names == ("s:abc", "s:def", "s:trust-anchors")
+    assert sorted(a.subject for a in state.anchors) == ["CN=test lh-new", "CN=test lh-old"]
