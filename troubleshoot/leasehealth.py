@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.times import parse_time
@@ -134,6 +135,7 @@ def bundle_state(items: Sequence[JSON]) -> BundleState:
     """The signer's ClusterTrustBundles → names and CA anchors. Pure."""
     names: list[str] = []
     anchors: list[Anchor] = []
+    seen: set[bytes] = set()
     for item in items:
         names.append(str((item.get("metadata") or {}).get("name", "")))
         try:
@@ -142,7 +144,13 @@ def bundle_state(items: Sequence[JSON]) -> BundleState:
             )
         except BundleError:
             continue
-        anchors.extend(describe(cert) for cert in certs)
+        # Each anchor once, as a signerName projection has it (kubelet de-duplicates; the
+        # stable bundle repeats the hash-named ones').
+        for cert in certs:
+            der = cert.public_bytes(Encoding.DER)
+            if der not in seen:
+                seen.add(der)
+                anchors.append(describe(cert))
     return BundleState(tuple(sorted(names)), tuple(anchors))
 
 

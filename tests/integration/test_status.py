@@ -128,7 +128,7 @@ def normalise(text: str, state: dict[str, Any]) -> list[str]:
     text = re.sub(r"renewed \d+s ago", "renewed <age> ago", text)
     text = re.sub(r"(expires|deletes it) \S+ from now", r"\1 <span> from now", text)
     text = re.sub(r"\d+m from now", "<span> from now", text)
-    text = re.sub(r"ClusterTrustBundle \S+;", "ClusterTrustBundle <bundle>;", text)
+    text = re.sub(r"ClusterTrustBundle [^;]+;", "ClusterTrustBundle <bundle>;", text)
     return text.replace(state["signer"], "<signer>").splitlines()
 
 
