@@ -2,24 +2,28 @@
 queue key, in kube-controller-manager's shape (its root-ca-cert-publisher syncs one
 namespace at a time the same way).
 
-Informers: every Namespace (name, labels, terminating — a small record), the
-configuration ConfigMaps in the injector's own namespace (label
-`distribute.CONFIG_LABEL=true`), and the copies across the cluster (label
-`distribute.FROM_LABEL` exists), indexed by namespace. Nothing else: the copies' `ca.crt`
-is the ConfigMap target's work (`injector.controller`), so this loop never reads a trust
-bundle. Handlers only enqueue namespaces; a configuration change enqueues every
-namespace.
+Informers: every Namespace (name, uid, labels, terminating — a small record; the
+injector's own namespace's uid is the installation key of `distribute.ownership_mark`),
+the configuration ConfigMaps in the injector's own namespace (label
+`distribute.CONFIG_LABEL=true`), the copies across the cluster (label
+`distribute.FROM_LABEL` exists), indexed by namespace, and the ClusterTrustBundles (to
+create a copy already filled; keeping `ca.crt` current afterwards is the ConfigMap
+target's work, `injector.controller`). Handlers only enqueue namespaces; a configuration
+change enqueues every namespace.
 
 Writes: a create (POST, never an apply: an existing ConfigMap of that name is never
-overwritten; AlreadyExists → Warning Event on the configuration), a merge patch of the
-copied annotations guarded by the copy's uid, and a delete with a uid precondition (a
-ConfigMap re-created by someone else under the same name is not deleted).
+overwritten; AlreadyExists → Warning Event on the configuration, and no second POST for
+that ConfigMap for `NOT_OURS_RETRY` seconds unless the configuration changes), a merge
+patch of the copied annotations guarded by the copy's uid, and a delete with a uid
+precondition (a ConfigMap re-created by someone else under the same name is not
+deleted). Only ConfigMaps that are ours (`distribute.Copy.ours`) are patched or deleted.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,8 +34,11 @@ from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not
 from kube.controller import Cache, Loop, Requeue
 from kube.events import ObjectRef, Recorder
 from kube.factory import InformerFactory
+from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
-from trust.consumers import FIELD_MANAGER
+from trust.bundle import BundleError
+from trust.consumers import ANNOTATION, FIELD_MANAGER, bundle_record
+from trust.selector import SelectorError, parse_selector_json, resolve_selector
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,9 @@ NAMESPACE_INDEX = "namespace"
 CONFIGURATION_KEY = "configuration:"
 """Queue keys are namespace names, or this prefix and a configuration's name (a
 namespace name has no colon)."""
+NOT_OURS_RETRY = 3600.0
+"""Seconds before a create refused with AlreadyExists is posted again (each resync would
+otherwise cost one POST per such namespace)."""
 
 
 class NamespaceCache(Cache[distribute.Namespace], Protocol):
@@ -58,16 +68,21 @@ class CopyCache(Cache[distribute.Copy], Protocol):
     def list(self) -> list[distribute.Copy]: ...
 
 
+class BundleCache(Cache[JSON], Protocol):
+    def list(self) -> list[JSON]: ...
+
+
 @dataclass(frozen=True)
 class Caches:
     namespaces: NamespaceCache
     configs: DistributionCache
     copies: CopyCache
+    bundles: BundleCache | None = None
 
 
-def informers(factory: InformerFactory, *, namespace: str) -> Caches:
-    """Every Namespace, the configurations in `namespace` (the injector's own), and the
-    copies across the cluster, indexed by namespace."""
+def informers(factory: InformerFactory, *, namespace: str, ctb_version: str) -> Caches:
+    """Every Namespace, the configurations in `namespace` (the injector's own), the
+    copies across the cluster, indexed by namespace, and the ClusterTrustBundles."""
     return Caches(
         namespaces=factory.informer(
             "/api/v1/namespaces", name="namespaces-distributor", transform=_namespace
@@ -84,6 +99,11 @@ def informers(factory: InformerFactory, *, namespace: str) -> Caches:
             label_selector=distribute.FROM_LABEL,
             transform=_copy,
             indexers={NAMESPACE_INDEX: _copy_namespace},
+        ),
+        bundles=factory.informer(
+            f"/apis/certificates.k8s.io/{ctb_version}/clustertrustbundles",
+            name="clustertrustbundles-distributor",
+            transform=bundle_record,
         ),
     )
 
@@ -112,6 +132,11 @@ class DistributionController:
         self.namespaces = caches.namespaces
         self.configs = caches.configs
         self.copies = caches.copies
+        self.bundles = caches.bundles
+        # (namespace, ConfigMap name) → (configuration, monotonic time) of a create
+        # refused with AlreadyExists: not posted again before NOT_OURS_RETRY.
+        self._refused: dict[tuple[str, str], tuple[distribute.Distribution, float]] = {}
+        self._refused_lock = threading.Lock()
         self.namespaces.add_handler(self._on_namespace, self._on_namespace_update, None)
         self.copies.add_handler(self._on_copy, self._on_copy_update, self._on_copy)
         self.configs.add_handler(self._on_config, self._on_config_update, self._on_config)
@@ -120,7 +145,12 @@ class DistributionController:
             self.sync,
             self.queue,
             registry=registry,
-            synced=(self.namespaces.has_synced, self.configs.has_synced, self.copies.has_synced),
+            synced=(
+                self.namespaces.has_synced,
+                self.configs.has_synced,
+                self.copies.has_synced,
+                *((self.bundles.has_synced,) if self.bundles is not None else ()),
+            ),
             workers=workers,
             resync_period=resync_period,
             resync_keys=self.every_namespace,
@@ -167,15 +197,31 @@ class DistributionController:
         if key.startswith(CONFIGURATION_KEY):
             self._check_configuration(key.removeprefix(CONFIGURATION_KEY))
             return None
+        installation = self.installation_key()
+        if not installation:
+            log.warning(
+                "the installation's namespace is not in the cache; nothing distributed",
+                extra={"namespace": self.namespace},
+            )
+            return None
         actions = distribute.plan(
             self.namespaces.get(key),
             self.configs.list(),
             self.copies.by_index(NAMESPACE_INDEX, key),
+            key=installation,
         )
         for action in actions:
             match action:
                 case distribute.Create(distribution=d):
-                    self._create(d, key)
+                    self._create(d, key, installation)
+                case distribute.NotOurs(distribution=d, existing=existing):
+                    self._not_ours(
+                        d,
+                        key,
+                        f"it bears {distribute.FROM_LABEL}="
+                        f"{existing.distributed_from!r} but not this installation's "
+                        f"mark, or holds keys other than {distribute.OUR_KEYS[0]}",
+                    )
                 case distribute.Update(distribution=d, copy=copy):
                     self._patch(copy.namespace, copy.name, distribute.annotations_patch(d, copy))
                 case distribute.Delete(copy=copy):
@@ -200,22 +246,66 @@ class DistributionController:
                     "Distribute",
                 )
 
-    def _create(self, distribution: distribute.Distribution, namespace: str) -> None:
+    def installation_key(self) -> str:
+        """This installation's key: the UID of the injector's own namespace."""
+        home = self.namespaces.get(self.namespace)
+        return home.uid if home is not None else ""
+
+    def _bundle(self, distribution: distribute.Distribution) -> str | None:
+        """The PEM a copy is created with (None: nothing resolves yet)."""
+        if self.bundles is None:
+            return None
+        text = dict(distribution.annotations).get(ANNOTATION, "")
+        try:
+            selector = parse_selector_json(text)
+            chosen = [b for b in self.bundles.list() if selector.matches(b)]
+            return resolve_selector(chosen, selector, allow_missing=True) or None
+        except (SelectorError, BundleError):
+            return None
+
+    def _recently_refused(self, distribution: distribute.Distribution, namespace: str) -> bool:
+        """Reported not ours for this configuration less than `NOT_OURS_RETRY` ago."""
+        with self._refused_lock:
+            seen = self._refused.get((namespace, distribution.config_map_name))
+        return (
+            seen is not None
+            and seen[0] == distribution
+            and time.monotonic() - seen[1] < NOT_OURS_RETRY
+        )
+
+    def _not_ours(self, distribution: distribute.Distribution, namespace: str, why: str) -> None:
+        if self._recently_refused(distribution, namespace):
+            return
+        with self._refused_lock:
+            self._refused[(namespace, distribution.config_map_name)] = (
+                distribution,
+                time.monotonic(),
+            )
+        self.recorder.warning(
+            self._ref(distribution),
+            distribute.REASON_NOT_OURS,
+            f"ConfigMap {namespace}/{distribution.config_map_name} exists and was not made by "
+            f"this installation ({why}); left as it is",
+            "Distribute",
+        )
+
+    def _create(
+        self, distribution: distribute.Distribution, namespace: str, installation: str
+    ) -> None:
+        if self._recently_refused(distribution, namespace):
+            return  # refused with AlreadyExists lately: no POST per resync
+        body = distribute.copy_body(
+            distribution, namespace, installation, self._bundle(distribution)
+        )
         try:
             self.client.create(
                 f"/api/v1/namespaces/{namespace}/configmaps",
-                distribute.copy_body(distribution, namespace),
+                body,
                 params={"fieldManager": FIELD_MANAGER},
             )
         except ApiError as err:
             if is_already_exists(err):
-                self.recorder.warning(
-                    self._ref(distribution),
-                    distribute.REASON_NOT_OURS,
-                    f"ConfigMap {namespace}/{distribution.config_map_name} exists and was not "
-                    f"made by this distribution (no {distribute.FROM_LABEL} label); left as it is",
-                    "Distribute",
-                )
+                self._not_ours(distribution, namespace, "an existing ConfigMap of that name")
                 return
             if is_not_found(err) or _namespace_terminating(err):
                 return  # the namespace went away meanwhile

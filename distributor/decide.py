@@ -13,10 +13,21 @@ What it decides:
   `injector.configmaps` are what each copy carries. Delete it and every copy goes.
 * **A copy** is created with the opt-in label of `injector.configmaps` and those
   annotations, so the ConfigMap target keeps its `ca.crt` (drift, rotation, empty
-  selections, Events — one code path for both). It also carries `FROM_LABEL=<config
-  name>`: that label is the ownership mark. Only ConfigMaps bearing it are updated or
-  deleted; a ConfigMap of that name without it was not made by us and is never
-  overwritten (the create fails with AlreadyExists and a Warning Event says so).
+  selections, Events — one code path for both), and created **filled**: `ca.crt` (and a
+  requested truststore with its digest annotation) as the injector would write them
+  (`trust.consumers.outputs`), so a Gateway never sees it empty and the injector finds
+  it current. It carries `FROM_LABEL=<config name>` (what the copies informer selects)
+  and `MARK_ANNOTATION`: an HMAC-SHA256, keyed by this installation's key (the UID of
+  the injector's namespace), of the configuration name, namespace and name.
+* **Ours** (`Copy.ours`) is a ConfigMap whose mark verifies under our key, that has no
+  ownerReferences and holds no key but `ca.crt` and its truststore key. Only such a
+  ConfigMap is updated or deleted. A label is no mark: anyone who may patch a ConfigMap
+  may add `FROM_LABEL`, but the mark needs the installation key, is bound to the
+  ConfigMap's own namespace and name (copying a real copy's mark elsewhere proves
+  nothing), and a ConfigMap holding anyone else's keys is never deleted even then. Two
+  installations have different keys: neither touches the other's copies. A ConfigMap of
+  the wanted name that is not ours is never overwritten: `NotOurs` (from the cache) or
+  AlreadyExists on the create; a Warning Event says so.
 * **Per namespace** (`plan`): create the copies it should have and lacks, re-annotate a
   copy whose configuration changed (and re-label one whose opt-in label was removed),
   delete copies that no configuration wants here any more (the namespace stopped
@@ -27,6 +38,8 @@ What it decides:
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -40,7 +53,10 @@ CONFIG_LABEL = "service-serving-signer/distribute"
 """On a configuration ConfigMap in the injector's namespace (value `true`)."""
 CONFIG_SELECTOR = f"{CONFIG_LABEL}=true"
 FROM_LABEL = "service-serving-signer/distributed-from"
-"""On each copy: the name of the configuration that made it (the ownership mark)."""
+"""On each copy: the name of the configuration that made it (what the informer selects;
+not proof of ownership: see `MARK_ANNOTATION`)."""
+MARK_ANNOTATION = "service-serving-signer/distribution-mark"
+"""On each copy: `ownership_mark` (an HMAC under the installation's key)."""
 NAME_KEY = "configMapName"
 NAMESPACE_SELECTOR_KEY = "namespaceSelector"
 COPIED_ANNOTATIONS = (
@@ -52,6 +68,7 @@ COPIED_ANNOTATIONS = (
 REASON_INVALID = "InvalidDistribution"
 REASON_NOT_OURS = "ConfigMapNotOurs"
 REASON_CLASH = "DistributionClash"
+OUR_KEYS = (consumers.CA_KEY,)
 
 Pairs = tuple[tuple[str, str], ...]
 
@@ -81,6 +98,7 @@ class Namespace:
     name: str
     labels: Pairs
     terminating: bool
+    uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,10 +113,30 @@ class Copy:
     labelled: bool = True
     """It still carries the opt-in label of `injector.configmaps` (without it the
     ConfigMap target releases `ca.crt`)."""
+    mark: str = ""
+    only_our_keys: bool = True
+    """It holds no data key but `ca.crt` and no binaryData key but its truststore's."""
+    owner_referenced: bool = False
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def ours(self, installation: str) -> bool:
+        """Made by the installation keyed `installation` (see the module docstring)."""
+        wanted = ownership_mark(installation, self.distributed_from, self.namespace, self.name)
+        return (
+            bool(installation)
+            and hmac.compare_digest(self.mark, wanted)
+            and self.only_our_keys
+            and not self.owner_referenced
+        )
+
+
+def ownership_mark(installation: str, distributed_from: str, namespace: str, name: str) -> str:
+    """HMAC-SHA256 of (configuration, namespace, name) under the installation's key."""
+    message = "\0".join((distributed_from, namespace, name)).encode()
+    return hmac.new(installation.encode(), message, hashlib.sha256).hexdigest()
 
 
 def to_distribution(raw: Mapping[str, Any]) -> Distribution:
@@ -137,19 +175,36 @@ def to_namespace(raw: Mapping[str, Any]) -> Namespace:
     terminating = bool(meta.get("deletionTimestamp")) or (
         (raw.get("status") or {}).get("phase") == "Terminating"
     )
-    return Namespace(str(meta.get("name", "")), _pairs(meta.get("labels") or {}), terminating)
+    return Namespace(
+        str(meta.get("name", "")),
+        _pairs(meta.get("labels") or {}),
+        terminating,
+        str(meta.get("uid", "")),
+    )
 
 
 def to_copy(raw: Mapping[str, Any]) -> Copy:
+    """The informer transform of ConfigMaps bearing `FROM_LABEL` (anyone may add it, so
+    the record is small whatever the ConfigMap holds)."""
     meta = raw.get("metadata") or {}
     annotations = meta.get("annotations") or {}
+    store = annotations.get(consumers.TRUSTSTORE_ANNOTATION)
+    mark = annotations.get(MARK_ANNOTATION)
+    only_ours = set(raw.get("data") or {}) <= set(OUR_KEYS) and set(
+        raw.get("binaryData") or {}
+    ) <= ({store} if isinstance(store, str) else set())
     return Copy(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
-        distributed_from=str((meta.get("labels") or {}).get(FROM_LABEL, "")),
-        annotations=_pairs({k: annotations[k] for k in COPIED_ANNOTATIONS if k in annotations}),
+        distributed_from=str((meta.get("labels") or {}).get(FROM_LABEL, ""))[:253],
+        annotations=_pairs(
+            {k: str(annotations[k])[:4097] for k in COPIED_ANNOTATIONS if k in annotations}
+        ),
         labelled=consumers.is_selected(raw),
+        mark=mark[:64] if isinstance(mark, str) else "",
+        only_our_keys=only_ours,
+        owner_referenced=bool(meta.get("ownerReferences")),
     )
 
 
@@ -177,16 +232,27 @@ class Clash:
     winner: Distribution
 
 
-Action = Create | Update | Delete | Clash
+@dataclass(frozen=True)
+class NotOurs:
+    """A ConfigMap of the wanted name exists and is not ours: nothing is posted."""
+
+    distribution: Distribution
+    existing: Copy
+
+
+Action = Create | Update | Delete | Clash | NotOurs
 
 
 def plan(
     namespace: Namespace | None,
     distributions: Iterable[Distribution],
     copies: Iterable[Copy],
+    *,
+    key: str,
 ) -> list[Action]:
-    """What one namespace needs (see the module docstring)."""
-    if namespace is None or namespace.terminating:
+    """What one namespace needs, for the installation keyed `key` (see the module
+    docstring). ConfigMaps that are not ours are never acted on."""
+    if namespace is None or namespace.terminating or not key:
         return []
     labels = dict(namespace.labels)
     usable = sorted((d for d in distributions if d.problem is None), key=lambda d: d.name)
@@ -202,6 +268,11 @@ def plan(
     have: set[str] = set()
     for copy in copies:
         want = wanted.get(copy.name)
+        if not copy.ours(key):
+            if want is not None and copy.name not in have:
+                have.add(copy.name)
+                actions.append(NotOurs(want, copy))
+            continue
         if copy.distributed_from in kept_problems:
             have.add(copy.name)  # a broken configuration changes nothing until fixed
         elif want is None or copy.distributed_from != want.name:
@@ -214,18 +285,34 @@ def plan(
     return actions
 
 
-def copy_body(distribution: Distribution, namespace: str) -> dict[str, Any]:
-    """The ConfigMap a `Create` posts (no data: the ConfigMap target fills `ca.crt`)."""
-    return {
+def copy_body(
+    distribution: Distribution, namespace: str, key: str, bundle: str | None
+) -> dict[str, Any]:
+    """The ConfigMap a `Create` posts: labelled, annotated, marked, and filled with
+    `bundle` when the selection resolves (else empty: the injector warns and fills it
+    when a bundle appears)."""
+    annotations = dict(distribution.annotations)
+    name = distribution.config_map_name
+    annotations[MARK_ANNOTATION] = ownership_mark(key, distribution.name, namespace, name)
+    body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": distribution.config_map_name,
+            "name": name,
             "namespace": namespace,
             "labels": {consumers.LABEL: "true", FROM_LABEL: distribution.name},
-            "annotations": dict(distribution.annotations),
+            "annotations": annotations,
         },
     }
+    if bundle:
+        store_key = annotations.get(consumers.TRUSTSTORE_ANNOTATION)
+        password = annotations.get(consumers.TRUSTSTORE_PASSWORD_ANNOTATION, "")
+        out = consumers.outputs(bundle, (store_key, password) if store_key else None)
+        body["data"] = out["data"]
+        if "binaryData" in out:
+            body["binaryData"] = out["binaryData"]
+            annotations.update(out["annotations"])
+    return body
 
 
 def annotations_patch(distribution: Distribution, copy: Copy) -> dict[str, Any]:

@@ -30,8 +30,6 @@ What it decides:
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -48,17 +46,15 @@ from injector.targets import (
     value_digest,
 )
 from trust.consumers import ANNOTATION as ANNOTATION
+from trust.consumers import CA_KEY as CA_KEY
+from trust.consumers import DIGEST_ANNOTATION as DIGEST_ANNOTATION
 from trust.consumers import LABEL as LABEL
 from trust.consumers import LABEL_SELECTOR as LABEL_SELECTOR
 from trust.consumers import TRUSTSTORE_ANNOTATION as TRUSTSTORE_ANNOTATION
 from trust.consumers import TRUSTSTORE_PASSWORD_ANNOTATION as TRUSTSTORE_PASSWORD_ANNOTATION
+from trust.consumers import inputs_digest as _inputs_digest
 from trust.consumers import is_selected as is_selected
-from trust.truststore import java_truststore
-
-CA_KEY = "ca.crt"
-
-DIGEST_ANNOTATION = "service-serving-signer/truststore-digest"
-"""Written beside the truststore: which inputs made it and the digest of the text written."""
+from trust.consumers import outputs
 
 MAX_PASSWORD = 1024
 
@@ -125,8 +121,7 @@ def to_target(raw: Mapping[str, Any]) -> Target:
 
 def inputs_digest(store: Truststore, bundle: str) -> str:
     """The SHA-256 of what a truststore is made from: its key, its password, the bundle."""
-    joined = "\0".join((store.key, store.password, bundle))
-    return hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
+    return _inputs_digest(store.key, store.password, bundle)
 
 
 def is_current(target: Target, bundle: str) -> bool:
@@ -141,16 +136,9 @@ def is_current(target: Target, bundle: str) -> bool:
 
 
 def written(target: Target, bundle: str) -> dict[str, dict[str, str]]:
-    """What a write puts where: `data`, and with a truststore `binaryData` and
-    `metadata.annotations` (the digest annotation); our keys only."""
-    out: dict[str, dict[str, str]] = {"data": {CA_KEY: bundle}}
-    if target.truststore is not None:
-        store = target.truststore
-        text = base64.b64encode(java_truststore(bundle, store.password)).decode("ascii")
-        out["binaryData"] = {store.key: text}
-        recorded = f"{inputs_digest(store, bundle)}:{value_digest(text)}"
-        out["annotations"] = {DIGEST_ANNOTATION: recorded}
-    return out
+    """What a write puts where (`trust.consumers.outputs`): our keys only."""
+    store = target.truststore
+    return outputs(bundle, (store.key, store.password) if store is not None else None)
 
 
 def patch_ops(target: Target, bundle: str) -> list[dict[str, Any]]:

@@ -62,6 +62,7 @@ from kube.factory import InformerFactory
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from trust.bundle import earliest_expiry
+from trust.consumers import bundle_record
 
 log = logging.getLogger(__name__)
 
@@ -129,19 +130,6 @@ def informers(factory: InformerFactory, *, ctb_version: str) -> Caches:
         transform=bundle_record,
     )
     return Caches(targets, bundles)
-
-
-def bundle_record(raw: JSON) -> JSON:
-    """The ClusterTrustBundle informer transform: what selection and resolution read."""
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    return {
-        "metadata": {"name": meta.get("name", ""), "labels": dict(meta.get("labels") or {})},
-        "spec": {
-            "signerName": spec.get("signerName", ""),
-            "trustBundle": spec.get("trustBundle", ""),
-        },
-    }
 
 
 def _selection_index(target: Target) -> list[str]:

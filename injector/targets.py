@@ -32,7 +32,6 @@ What it decides (pure; no client):
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +39,7 @@ from urllib.parse import quote
 
 from trust.consumers import ANNOTATION as ANNOTATION
 from trust.consumers import FIELD_MANAGER as FIELD_MANAGER
+from trust.consumers import text_digest
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ character more and decided `Invalid` (a selector is a few hundred bytes; the API
 
 def value_digest(value: str) -> str:
     """SHA-256 (hex) of a field's text: what a record keeps instead of the text."""
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+    return text_digest(value)
 
 
 @dataclass(frozen=True)

@@ -228,9 +228,10 @@ def _trust_distributor(ctx: BuildContext) -> Controller:
     from distributor import controller as distributor
 
     namespace = ctx.opts.leader_elect_resource_namespace
+    version = ctx.ctb_version("the distributor fills the copies it creates from them")
     controller = distributor.DistributionController(
         ctx.client,
-        distributor.informers(ctx.informers, namespace=namespace),
+        distributor.informers(ctx.informers, namespace=namespace, ctb_version=version),
         ctx.recorder(),
         namespace=namespace,
         registry=ctx.registry,

@@ -65,7 +65,7 @@ class RunningDistributor:
         self.informers = InformerFactory(client)
         self.controller = DistributionController(
             client,
-            informers(self.informers, namespace=namespace),
+            informers(self.informers, namespace=namespace, ctb_version=ctb_version(client)),
             self.recorder,
             namespace=namespace,
         )
@@ -244,3 +244,110 @@ def test_distributes_as_the_injector_with_only_the_components_rbac(
                     f"/apis/rbac.authorization.k8s.io/v1/{kind[obj['kind']]}/{obj['metadata']['name']}"
                 )
         eventually(lambda: not can(client, SUBJECT, "create", "configmaps", namespace=NS))
+
+
+def configuration(
+    client: Client, home: str, name: str, target: str, selector: str, team: str
+) -> None:
+    client.create(
+        f"/api/v1/namespaces/{home}/configmaps",
+        {
+            "metadata": {
+                "name": name,
+                "labels": {distribute.CONFIG_LABEL: "true"},
+                "annotations": {ANNOTATION: selector},
+            },
+            "data": {
+                distribute.NAME_KEY: target,
+                distribute.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": team}}),
+            },
+        },
+    )
+
+
+def test_a_tenant_label_cannot_make_the_distributor_delete_or_overwrite(
+    client: Client, namespace: str, bundle: tuple[str, str]
+) -> None:
+    """Issue 30 item 3: the label is no mark. A ConfigMap someone labelled
+    `distributed-from=<our configuration>` (coredns, say) is neither overwritten while
+    the configuration wants its name, nor deleted when the configuration goes."""
+    selector, _ = bundle
+    team = uuid.uuid4().hex[:8]
+    tenant = create_namespace(client, {"trust": team})
+    victim = {
+        "metadata": {
+            "name": "coredns",
+            "labels": {distribute.FROM_LABEL: "trust", LABEL: "true"},
+        },
+        "data": {"Corefile": ".:53 { forward . /etc/resolv.conf }"},
+    }
+    client.create(f"/api/v1/namespaces/{tenant}/configmaps", victim)
+    # An imitation without foreign keys: the label and a made-up mark.
+    imitation = {
+        "metadata": {
+            "name": "lookalike",
+            "labels": {distribute.FROM_LABEL: "trust"},
+            "annotations": {distribute.MARK_ANNOTATION: "0" * 64},
+        },
+    }
+    client.create(f"/api/v1/namespaces/{tenant}/configmaps", imitation)
+    configuration(client, namespace, "trust", "coredns", selector, team)
+    path = f"/api/v1/namespaces/{tenant}/configmaps"
+    with RunningDistributor(client, namespace) as running:
+
+        def reported() -> bool:
+            events = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+            return any(e.get("reason") == distribute.REASON_NOT_OURS for e in events["items"])
+
+        eventually(reported, timeout=30)
+        assert client.get(f"{path}/coredns")["data"] == victim["data"]
+        # The configuration goes, and the namespace stops matching: nothing is deleted.
+        client.delete(f"/api/v1/namespaces/{namespace}/configmaps/trust")
+        client.patch(f"/api/v1/namespaces/{tenant}", {"metadata": {"labels": {"trust": "no"}}})
+        eventually(running.controller.queue.idle, timeout=30)
+        for key in running.controller.every_namespace():
+            running.controller.sync(key)
+        assert client.get(f"{path}/coredns")["data"] == victim["data"]
+        assert get_or_none(client, f"{path}/lookalike") is not None
+    client.delete(f"/api/v1/namespaces/{tenant}")
+
+
+def test_two_installations_coexist(client: Client, namespace: str, bundle: tuple[str, str]) -> None:
+    """Two injectors' distributors (homes `namespace` and another), each with its own
+    configuration into the same namespaces: each keeps its own copies, never deletes the
+    other's, and one that also wants the other's name reports it instead."""
+    selector, pem = bundle
+    team = uuid.uuid4().hex[:8]
+    other_home = create_namespace(client, {})
+    shared = create_namespace(client, {"trust": team})
+    configuration(client, namespace, "trust", "a-bundle", selector, team)
+    configuration(client, other_home, "trust", "b-bundle", selector, team)
+    path = f"/api/v1/namespaces/{shared}/configmaps"
+
+    def data(name: str) -> dict[str, str]:
+        return dict((get_or_none(client, f"{path}/{name}") or {}).get("data") or {})
+
+    with RunningDistributor(client, namespace) as a, RunningDistributor(client, other_home) as b:
+        # Created filled: no empty window, no injector running here at all.
+        eventually(lambda: data("a-bundle") == {CA_KEY: pem} == data("b-bundle"), timeout=30)
+        created = client.get(f"{path}/a-bundle")["metadata"]["uid"]
+        # Several resyncs of both: nothing deleted or re-created.
+        for running in (a, b, a, b):
+            for key in running.controller.every_namespace():
+                running.controller.sync(key)
+        assert client.get(f"{path}/a-bundle")["metadata"]["uid"] == created
+        assert data("b-bundle") == {CA_KEY: pem}
+        # B also wants a-bundle: A's copy is reported, not overwritten.
+        configuration(client, other_home, "also", "a-bundle", selector, team)
+
+        def reported() -> bool:
+            events = client.get(f"/apis/events.k8s.io/v1/namespaces/{other_home}/events")
+            return any(e.get("reason") == distribute.REASON_NOT_OURS for e in events["items"])
+
+        eventually(reported, timeout=30)
+        # A's configuration goes: only A's copy goes; B's stays.
+        client.delete(f"/api/v1/namespaces/{namespace}/configmaps/trust")
+        eventually(lambda: get_or_none(client, f"{path}/a-bundle") is None, timeout=30)
+        assert data("b-bundle") == {CA_KEY: pem}
+    for ns in (shared, other_home):
+        client.delete(f"/api/v1/namespaces/{ns}")

@@ -4,10 +4,12 @@ without our mark, and say so when a configuration is unusable or two clash."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, cast
 
 import pytest
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from distributor import decide as distribute
 from distributor.controller import (
@@ -32,9 +34,13 @@ from injector.configmaps import LABEL, TRUSTSTORE_ANNOTATION
 from injector.targets import ANNOTATION
 from kube.client import ApiError
 from kube.client import Client as KubeClient
+from tests.unit import pki
 from tests.unit.fakes import FakeCache
+from trust.bundle import normalize_bundle
 
 SELECTOR = json.dumps({"signerName": "example.com/roots", "labelSelector": {}})
+HOME = "service-serving-signer"
+HOME_UID = "uid-of-the-injector-namespace"
 
 
 def config(
@@ -76,7 +82,12 @@ def copy(
                 "namespace": "apps",
                 "uid": "copy-uid",
                 "labels": {distribute.FROM_LABEL: owner, **({LABEL: "true"} if labelled else {})},
-                "annotations": {ANNOTATION: SELECTOR} if annotations is None else annotations,
+                "annotations": {
+                    **({ANNOTATION: SELECTOR} if annotations is None else annotations),
+                    distribute.MARK_ANNOTATION: distribute.ownership_mark(
+                        HOME_UID, owner, "apps", name
+                    ),
+                },
             }
         }
     )
@@ -84,39 +95,39 @@ def copy(
 
 def test_a_matching_namespace_without_a_copy_gets_one_labelled_for_injection() -> None:
     d = config()
-    assert plan(namespace(), [d], []) == [Create(d)]
-    body = copy_body(d, "apps")
+    assert plan(namespace(), [d], [], key=HOME_UID) == [Create(d)]
+    body = copy_body(d, "apps", HOME_UID, None)
     assert body["metadata"]["labels"] == {LABEL: "true", distribute.FROM_LABEL: "trust"}
-    assert body["metadata"]["annotations"] == {ANNOTATION: SELECTOR}
-    assert "data" not in body
+    assert body["metadata"]["annotations"][ANNOTATION] == SELECTOR
+    assert "data" not in body  # nothing selected yet: the injector fills it later
 
 
 def test_an_up_to_date_copy_needs_nothing() -> None:
-    assert plan(namespace(), [config()], [copy()]) == []
+    assert plan(namespace(), [config()], [copy()], key=HOME_UID) == []
 
 
 def test_namespace_selector_decides_where_copies_exist() -> None:
     d = config(namespace_selector={"matchLabels": {"trust": "yes"}})
-    assert plan(namespace(labels={"trust": "yes"}), [d], []) == [Create(d)]
-    assert plan(namespace(labels={"trust": "no"}), [d], []) == []
+    assert plan(namespace(labels={"trust": "yes"}), [d], [], key=HOME_UID) == [Create(d)]
+    assert plan(namespace(labels={"trust": "no"}), [d], [], key=HOME_UID) == []
     # The namespace stopped matching: our copy goes.
-    assert plan(namespace(labels={}), [d], [copy()]) == [Delete(copy())]
+    assert plan(namespace(labels={}), [d], [copy()], key=HOME_UID) == [Delete(copy())]
 
 
 def test_removing_the_configuration_deletes_its_copies() -> None:
-    assert plan(namespace(), [], [copy()]) == [Delete(copy())]
+    assert plan(namespace(), [], [copy()], key=HOME_UID) == [Delete(copy())]
 
 
 def test_renaming_the_target_deletes_the_old_copy_and_creates_the_new() -> None:
     d = config(target="renamed")
-    assert plan(namespace(), [d], [copy()]) == [Delete(copy()), Create(d)]
+    assert plan(namespace(), [d], [copy()], key=HOME_UID) == [Delete(copy()), Create(d)]
 
 
 def test_a_changed_configuration_re_annotates_the_copy_under_its_uid() -> None:
     annotations = {ANNOTATION: SELECTOR, TRUSTSTORE_ANNOTATION: "truststore.p12"}
     d = config(annotations=annotations)
     stale = copy()
-    assert plan(namespace(), [d], [stale]) == [Update(d, stale)]
+    assert plan(namespace(), [d], [stale], key=HOME_UID) == [Update(d, stale)]
     patch = annotations_patch(d, stale)["metadata"]
     assert patch["uid"] == "copy-uid"
     assert patch["annotations"][TRUSTSTORE_ANNOTATION] == "truststore.p12"
@@ -129,19 +140,19 @@ def test_a_copy_whose_injection_label_was_removed_gets_it_back() -> None:
     # Without the label the ConfigMap target releases ca.crt: the copy would stay empty.
     d = config()
     unlabelled = copy(labelled=False)
-    assert plan(namespace(), [d], [unlabelled]) == [Update(d, unlabelled)]
+    assert plan(namespace(), [d], [unlabelled], key=HOME_UID) == [Update(d, unlabelled)]
     assert annotations_patch(d, unlabelled)["metadata"]["labels"] == {LABEL: "true"}
 
 
 def test_a_terminating_or_missing_namespace_gets_nothing() -> None:
     terminating = namespace(deletionTimestamp="2026-12-02T06:00:00Z")
-    assert plan(terminating, [config()], []) == []
-    assert plan(None, [config()], [copy()]) == []
+    assert plan(terminating, [config()], [], key=HOME_UID) == []
+    assert plan(None, [config()], [copy()], key=HOME_UID) == []
 
 
 def test_two_configurations_for_one_name_clash_and_the_first_by_name_wins() -> None:
     first, second = config("a-trust"), config("b-trust")
-    actions = plan(namespace(), [second, first], [])
+    actions = plan(namespace(), [second, first], [], key=HOME_UID)
     assert actions == [Clash(second, first), Create(first)]
 
 
@@ -161,8 +172,8 @@ def test_an_unusable_configuration_creates_nothing_and_keeps_its_copies(
 ) -> None:
     d = config(**kwargs)
     assert d.problem is not None and fragment in d.problem
-    assert plan(namespace(), [d], []) == []
-    assert plan(namespace(), [d], [copy()]) == []
+    assert plan(namespace(), [d], [], key=HOME_UID) == []
+    assert plan(namespace(), [d], [copy()], key=HOME_UID) == []
 
 
 # the loop's sync, over seeded caches ----------------------------------------------------
@@ -171,10 +182,12 @@ def test_an_unusable_configuration_creates_nothing_and_keeps_its_copies(
 class Client:
     def __init__(self, exists: bool = False, error: ApiError | None = None) -> None:
         self.created: list[tuple[str, Any]] = []
+        self.posts = 0
         self.exists = exists
         self.error = error
 
     def create(self, path: str, body: Any, params: Any = None) -> Any:
+        self.posts += 1
         if self.exists:
             raise ApiError(409, "Conflict", {"reason": "AlreadyExists", "message": "exists"})
         if self.error is not None:
@@ -196,7 +209,8 @@ class Warnings:
 def distributor(
     configs: list[Any], client: Client
 ) -> tuple[DistributionController, Warnings, FakeCache[Any]]:
-    namespaces: FakeCache[Any] = FakeCache([namespace()], key=lambda n: n.name)
+    home = to_namespace({"metadata": {"name": HOME, "uid": HOME_UID}})
+    namespaces: FakeCache[Any] = FakeCache([namespace(), home], key=lambda n: n.name)
     config_cache: FakeCache[Any] = FakeCache(configs, key=lambda d: d.name)
     copies: FakeCache[Any] = FakeCache(
         key=lambda c: c.key, indexers={NAMESPACE_INDEX: lambda c: [c.namespace]}
@@ -206,7 +220,7 @@ def distributor(
         cast(KubeClient, client),
         Caches(namespaces, config_cache, copies),
         warnings,
-        namespace="service-serving-signer",
+        namespace=HOME,
     )
     return ctrl, warnings, config_cache
 
@@ -222,11 +236,13 @@ def test_sync_creates_the_copy_by_post_and_warns_only_from_the_configuration_key
     assert warnings.reasons == [distribute.REASON_INVALID]
 
 
-def test_an_existing_config_map_not_ours_is_left_and_reported() -> None:
+def test_an_existing_config_map_not_ours_is_left_and_reported_once_not_per_resync() -> None:
     client = Client(exists=True)
     ctrl, warnings, _ = distributor([config()], client)
-    ctrl.sync("apps")
+    for _ in range(3):  # three resyncs
+        ctrl.sync("apps")
     assert client.created == [] and warnings.reasons == [distribute.REASON_NOT_OURS]
+    assert client.posts == 1
 
 
 # What kube-apiserver answers a POST into a namespace deleted, or being deleted, after the
@@ -255,3 +271,95 @@ def test_any_other_refusal_of_the_create_is_retried() -> None:
     ctrl, _, _ = distributor([config()], Client(error=refused))
     with pytest.raises(ApiError):
         ctrl.sync("apps")
+
+
+# ownership that cannot be forged (issue 30 item 3) -------------------------------------
+
+
+def marked(
+    name: str = "trust-bundle",
+    owner: str = "trust",
+    *,
+    key: str = HOME_UID,
+    namespace_name: str = "apps",
+    data: dict[str, str] | None = None,
+    owner_references: list[Any] | None = None,
+    mark_for: str | None = None,
+) -> Any:
+    """A ConfigMap bearing our label and the mark an installation keyed `key` computes
+    (for `mark_for`, another ConfigMap's name, when a mark was copied from it)."""
+    mark = distribute.ownership_mark(key, owner, namespace_name, mark_for or name)
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace_name,
+        "uid": "copy-uid",
+        "labels": {distribute.FROM_LABEL: owner, LABEL: "true"},
+        "annotations": {ANNOTATION: SELECTOR, distribute.MARK_ANNOTATION: mark},
+    }
+    if owner_references:
+        meta["ownerReferences"] = owner_references
+    return to_copy({"metadata": meta, "data": data or {"ca.crt": "pem"}})
+
+
+def test_a_tenant_label_alone_never_makes_a_config_map_ours() -> None:
+    # kube-system/coredns labelled by someone who may patch it: no mark, foreign keys.
+    forged = to_copy(
+        {
+            "metadata": {
+                "name": "coredns",
+                "namespace": "apps",
+                "uid": "coredns-uid",
+                "labels": {distribute.FROM_LABEL: "trust"},
+            },
+            "data": {"Corefile": ".:53 {}"},
+        }
+    )
+    assert not forged.ours(HOME_UID)
+    d = config(target="coredns")
+    actions = plan(namespace(), [d], [forged], key=HOME_UID)
+    assert not any(isinstance(a, (Delete, Update, Create)) for a in actions)
+    assert plan(namespace(), [], [forged], key=HOME_UID) == []
+
+
+def test_a_mark_copied_to_another_config_map_does_not_verify() -> None:
+    assert marked().ours(HOME_UID)
+    # The mark binds the namespace and name: copied from a real copy, it proves nothing.
+    assert not marked("other", mark_for="trust-bundle").ours(HOME_UID)
+    moved = marked()
+    assert not dataclasses.replace(moved, namespace="kube-system").ours(HOME_UID)
+    # And the installation: another installation's key does not verify it.
+    assert not marked().ours("another-installation")
+
+
+def test_a_marked_config_map_holding_keys_other_than_ours_is_never_deleted() -> None:
+    extra = marked(data={"ca.crt": "pem", "Corefile": ".:53 {}"})
+    assert not extra.ours(HOME_UID)
+    assert plan(namespace(), [], [extra], key=HOME_UID) == []
+    owned = marked(owner_references=[{"kind": "Deployment", "name": "x", "uid": "u"}])
+    assert not owned.ours(HOME_UID)
+    assert plan(namespace(), [], [owned], key=HOME_UID) == []
+
+
+def test_two_installations_coexist() -> None:
+    a_copy = marked(key="installation-a")
+    b_copy = marked("b-bundle", key="installation-b")
+    a_config, b_config = config(), config(target="b-bundle")
+    # Each keeps its own copy and leaves the other's alone, whatever it configures.
+    assert plan(namespace(), [a_config], [a_copy, b_copy], key="installation-a") == []
+    assert plan(namespace(), [b_config], [a_copy, b_copy], key="installation-b") == []
+    assert plan(namespace(), [], [a_copy, b_copy], key="installation-b") == [Delete(b_copy)]
+    # Both configure the same name: the second reports the first's copy, posts nothing.
+    actions = plan(namespace(), [config()], [a_copy], key="installation-b")
+    assert [type(a) for a in actions] == [distribute.NotOurs]
+
+
+def test_a_copy_is_created_filled_and_marked() -> None:
+    d = config(annotations={ANNOTATION: SELECTOR, TRUSTSTORE_ANNOTATION: "truststore.p12"})
+    pem = normalize_bundle(pki.ca("distributed").cert.public_bytes(Encoding.PEM).decode())
+    body = copy_body(d, "apps", HOME_UID, pem)
+    assert body["data"] == {"ca.crt": pem}
+    assert "truststore.p12" in body["binaryData"]
+    annotations = body["metadata"]["annotations"]
+    assert distribute.MARK_ANNOTATION in annotations
+    assert "service-serving-signer/truststore-digest" in annotations
+    assert to_copy(body | {"metadata": body["metadata"] | {"uid": "u"}}).ours(HOME_UID)
