@@ -44,6 +44,7 @@ from cryptography import x509
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.times import parse_time
 from kube.types import JSON
+from signer import policy
 from signer.decide import Decider, Terminal, Wait
 from signer.lookups import PCR_GROUP, ApiLookups
 from signer.records import (
@@ -113,6 +114,7 @@ class RequestReport:
     message: str | None = None
     fix: str | None = None
     dns_names: tuple[str, ...] = ()
+    key_type: str | None = None  # kubelet's keyType spelling, from the request's key
     blocking: tuple[Blocking, ...] = ()
     already: str | None = None  # the terminal condition written, if any
     not_after: datetime | None = None
@@ -335,7 +337,11 @@ class Explainer:
     ) -> RequestReport:
         ctx = self._context(pcr, pod_raw, owner)
         report = functools.partial(
-            RequestReport, name=pcr.name, created=pcr.created, signer_name=pcr.signer_name
+            RequestReport,
+            name=pcr.name,
+            created=pcr.created,
+            signer_name=pcr.signer_name,
+            key_type=request_key_type(raw),
         )
         if pcr.signer_name != self.signer_name:
             return report(
@@ -461,6 +467,14 @@ def no_leader_text(leader: Leader, namespace: str, name: str) -> str:
         Leader.MISSING: f"{lease} does not exist: no signer runs with that Lease "
         "(--lease-namespace/--lease-name if it was installed elsewhere)",
     }.get(leader, "")
+
+
+def request_key_type(raw: JSON) -> str | None:
+    """The key type (`ECDSAP256`, `MLDSA65`, …) of the key a request carries, or None when
+    the signer would not accept it (the denial then says which key it was)."""
+    spec = raw.get("spec") or {}
+    key = policy.public_key_from_request(spec.get("stubPKCS10Request"), spec.get("pkixPublicKey"))
+    return None if isinstance(key, policy.Denial) else policy.key_type_of(key)
 
 
 def chain_dns_names(chain: Any) -> tuple[str, ...]:

@@ -79,7 +79,10 @@ def _anchor(anchor: Anchor, now: datetime) -> str:
 
 def request_lines(request: RequestReport, now: datetime, indent: str = "  ") -> list[str]:
     created = _ago(request.created, now)
-    lines = [f"{indent}PodCertificateRequest {request.name} (created {created}): {request.summary}"]
+    key = f"; key {request.key_type}" if request.key_type else ""
+    lines = [
+        f"{indent}PodCertificateRequest {request.name} (created {created}{key}): {request.summary}"
+    ]
     sub = indent + "  "
     fields = (
         ("nothing will act", request.why_nothing_acts),
@@ -170,6 +173,7 @@ def request_json(request: RequestReport) -> dict[str, Any]:
         "fix": request.fix,
         "whyNothingActs": request.why_nothing_acts,
         "dnsNames": list(request.dns_names),
+        "keyType": request.key_type,
         "notAfter": _time(request.not_after),
         "beginRefreshAt": _time(request.begin_refresh_at),
         "cleanup": request.cleanup,
