@@ -117,7 +117,7 @@ def build_cluster(ctx: Context, prefix: str, pods: int, services: int) -> tuple[
 class RssSampler:
     """Samples a process's RSS every `interval` seconds in a thread; keeps the peak."""
 
-    # Thread start/stop as in the managed-CA test prober (intentional: a few lines).
+    # Thread start/stop as in the managed-CA test prober.
     def __init__(self, pid: int, interval: float = 0.05) -> None:
         self.pid, self.interval, self.peak = pid, interval, 0
         self._stop = threading.Event()

@@ -203,7 +203,7 @@ class PeerSigner(BenchedProcess):
         self.client: Client = plane.client()
         self.signer_name = signer_name
         self.bundle = signer_name.replace("/", ":", 1) + ":primary-bundle"
-        # Each program's own command line (intentional: one shape, three programs).
+        # Each program's own command line.
         self.args = [
             str(go_tool("peer-signer")),
             f"--kubeconfig={plane.kubeconfig}",

@@ -72,8 +72,8 @@ def _t(t: datetime | None) -> str | None:
 
 @click.command("status")
 @_options
-# Intentional repeat: `run`'s timing flags restated (same names, shape and defaults) under
-# short parameter names, so status computes the times run would.
+# `run`'s timing flags, with the same names and defaults (under short parameter names), so
+# that status computes the times `run` would.
 @click.option(
     "--managed-ca-rotate-at",
     "rotate_at",

@@ -285,7 +285,7 @@ def explain_command(
 )
 @max_requests_option
 @connection_options
-# Intentional: `status` takes explain's connection options, so its parameters repeat them.
+# `status` takes explain's connection options (the decorator above), hence their parameters.
 def status_command(
     all_namespaces: bool,
     max_requests: int,

@@ -118,8 +118,8 @@ class KlogVerbosity(click.IntRange):
         return super().convert(value, param, ctx)
 
 
-# Intentional repeat: one @flag block per flag, of the same shape (click's declaration
-# table, which --help and the environment variables are read from).
+# One @flag block per flag: click's declarations are the table that --help and the
+# environment variables are read from.
 @main.command("run")
 @flag(
     "--service-serving-key",

@@ -107,7 +107,6 @@ class ControlPlane:
         controllers: bool = False,
         kube_version: str = binaries.KUBERNETES_VERSION,
     ) -> None:
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.workdir = workdir
         self.kube_version = kube_version
         self.bins = bins

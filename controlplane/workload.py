@@ -165,7 +165,7 @@ class VolumeFiles:
             return []
         return sorted(p.name for p in self.directory.iterdir() if not p.name.startswith(".."))
 
-    # Intentional: one property a file the kubelet writes (a test reads `files.key`).
+    # One property a file the kubelet writes (a test reads `files.key`).
     @property
     def key(self) -> bytes:
         return self.read(KEY_FILE)

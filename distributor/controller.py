@@ -124,7 +124,6 @@ class DistributionController:
         resync_period: float = 300.0,
         registry: CollectorRegistry | None = None,
     ) -> None:
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.client = client
         self.recorder = recorder
         self.namespace = namespace

@@ -208,8 +208,8 @@ def to_copy(raw: Mapping[str, Any]) -> Copy:
     )
 
 
-# Intentional repeat: one small frozen record per outcome, matched by type (a sum type);
-# the same shape recurs in every decide module, with no shared base.
+# What `plan` returns: one small frozen record per outcome; the caller matches on the
+# type, and mypy sees every field.
 @dataclass(frozen=True)
 class Create:
     distribution: Distribution

@@ -55,8 +55,8 @@ REASON_CONFLICT = "CABundleOwnedByAnotherManager"
 REASON_REFUSED = "CABundleWriteRefused"
 
 
-# Intentional repeat: one small frozen record per outcome, matched by type (a sum type);
-# the same shape recurs in every decide module, with no shared base.
+# What `decide` returns: one small frozen record per outcome; the caller matches on the
+# type, and mypy sees every field.
 @dataclass(frozen=True)
 class Ignore:
     pass

@@ -285,8 +285,8 @@ class Client:
     def url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
         return f"{self.host}{path}{_query(params)}"
 
-    # Intentional repeat: the overloads restate _call's parameters (typing: a stream=True
-    # call returns a Stream, any other an Answer).
+    # The overloads restate _call's parameters so that mypy knows a stream=True call
+    # returns a Stream and any other an Answer.
     @overload
     def _call(
         self,
@@ -422,8 +422,8 @@ class Client:
         elsewhere, e.g. on another thread than the one that waits for the network)."""
         return self._call("GET", path, params, None, None, _timeouts(timeout)).body
 
-    # Intentional repeat: create/replace/delete (and patch) restate one parameter list;
-    # each is a public verb, as client-go's, whose callers mypy checks by name.
+    # create/replace/delete (and patch) share one parameter list but stay separate public
+    # verbs, as client-go's, so that mypy checks each caller by name.
     def create(
         self,
         path: str,

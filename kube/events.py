@@ -146,7 +146,6 @@ class EventRecorder:
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.client = client
         self.reporting_controller = reporting_controller
         self.reporting_instance = reporting_instance
@@ -166,8 +165,8 @@ class EventRecorder:
         self._thread.start()
 
     # recording (any thread, never blocks) -----------------------------------------------
-    # Intentional: warning/normal/event restate one parameter list; each is a public entry
-    # whose callers mypy checks by name (a partialmethod would hide them).
+    # warning/normal/event share one parameter list but stay three public entries, so that
+    # mypy checks each caller by name (a partialmethod would hide them).
 
     def warning(
         self,

@@ -144,7 +144,6 @@ class Backoff:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.initial = initial
         self.maximum = maximum
         self.factor = factor
@@ -184,7 +183,7 @@ class Informer(Generic[T]):
         page_size: int = 500,
         watch_list: bool = True,
         read_timeout: float | None = None,
-        # Backoff's settings forwarded by name (intentional: a caller tunes them here).
+        # The watch's timeouts and backoff, by name, so that a caller can tune them here.
         min_watch_timeout: int = 300,
         max_watch_timeout: int = 600,
         backoff_initial: float = 0.8,

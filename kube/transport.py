@@ -88,8 +88,8 @@ class Stream(Protocol):
 
 class Transport(Protocol):
     """What `kube.client.Client` sends its requests over (see the module docstring).
-    Its implementations (`kube.http1`, `kube.urllib3_transport`) repeat these signatures:
-    intentional, that is what a protocol is."""
+    Its implementations (`kube.http1`, `kube.urllib3_transport`) restate these
+    signatures."""
 
     def exchange(
         self, method: str, target: str, headers: bytes, body: bytes | None, timeouts: Timeouts

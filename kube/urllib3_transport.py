@@ -40,7 +40,6 @@ class Urllib3Transport:
             resp.release_conn()
         return Answer(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
 
-    # Intentional repeat: Transport.stream's signature, as kube/http1.py restates it.
     def stream(
         self,
         method: str,

@@ -147,7 +147,6 @@ class ManagedCAController:
         resync_period: float = 60.0,
         on_written: Callable[[Mapping[str, Any]], object] | None = None,
     ) -> None:
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.client = client
         self.namespace = namespace
         self.secret_name = secret_name

@@ -145,8 +145,8 @@ class Config:
 # actions ------------------------------------------------------------------------------
 
 
-# Intentional repeat: one small frozen record per outcome, matched by type (a sum type);
-# the same shape recurs in every decide module, with no shared base.
+# What `decide` returns: one small frozen record per outcome; the caller matches on the
+# type, and mypy sees every field.
 @dataclass(frozen=True)
 class Bootstrap:
     pass

@@ -119,7 +119,6 @@ class ApiMaterialSource:
         domain: str = DEFAULT_DOMAIN,
         refresh_period: float = 60.0,
     ) -> None:
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.client = client
         self.namespace = namespace
         self.name = name
@@ -149,8 +148,8 @@ class ApiMaterialSource:
 
     # MaterialSource --------------------------------------------------------------------
 
-    # Intentional repeat: current/trust_bundle each read one unit under the lock and say
-    # in their own words that it is not there yet (MaterialSource's two units).
+    # current/trust_bundle each read one unit under the lock, and each says in its own
+    # words that its unit is not there yet (MaterialSource's two units).
     def current(self) -> SigningMaterial:
         with self._lock:
             material = self._material

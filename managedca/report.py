@@ -88,7 +88,6 @@ class LoadedReporter:
         duration: int = DEFAULT_DURATION,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.client = client
         self.namespace = namespace
         self.secret_name = secret_name

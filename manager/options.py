@@ -368,7 +368,7 @@ class Options:
                 "--pcr-api-version",
                 f"{self.pcr_api_version!r} is not one of {', '.join(PCR_API_VERSIONS)}",
             )
-        # Intentional: one check a flag, each raising with the flag's own name and rule.
+        # One check a flag, so each error names its flag and the rule it broke.
         if self.kube_api_qps < 0:
             raise OptionsError("--kube-api-qps", "must not be negative (0 disables limiting)")
         if self.kube_api_burst < 1:

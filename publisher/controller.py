@@ -109,7 +109,6 @@ class Caches:
 
 def informers(factory: InformerFactory, *, signer_name: str, ctb_version: str) -> Caches:
     """Our signer's ClusterTrustBundles, whole (a bundle is small and few exist)."""
-    # Each controller spells out its own informers (intentional: same call, other objects).
     return Caches(
         bundles=factory.informer(
             f"/apis/{GROUP}/{ctb_version}/clustertrustbundles",
@@ -145,7 +144,6 @@ class PublisherController:
     ) -> None:
         if ctb_version not in ("v1", "v1beta1", "v1alpha1"):
             raise ValueError(f"unsupported ClusterTrustBundle version {ctb_version!r}")
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.client = client
         self.bundle_source = bundle_source
         self.signer_name = signer_name

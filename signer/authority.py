@@ -242,7 +242,7 @@ def _base_builder(signing: x509.Certificate, rsa_leaf: bool) -> x509.Certificate
         x509.CertificateBuilder()
         .issuer_name(signing.subject)
         .add_extension(
-            # Every flag by name, as trust/ca.py's CA (intentional: KeyUsage takes all nine).
+            # Every flag by name (KeyUsage takes all nine), as trust/ca.py's CA does.
             x509.KeyUsage(
                 digital_signature=True,
                 content_commitment=False,

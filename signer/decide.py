@@ -4,26 +4,32 @@
 applies it; the controller (`signer.controller`) only acts on the outcome, and
 `service-serving-signer explain` asks the same `Decider`, over its own stores, what the
 signer would do — so the two cannot drift. Nothing here writes, records an Event or
-touches the waiting index.
+touches the waiting index. The steps are numbered as docs/reference.md §5.2 numbers them.
 
-1. **The key material.** A v1 request carrying no stub CSR can only be a pre-1.36
-   kubelet's `pkixPublicKey` request, which the v1 view hides: its key is read once
-   through v1beta1 (`Lookups.legacy_pkix_key`), so a v1 signer also serves skewed
+0. **Before step 1, the key material.** A v1 request carrying no stub CSR can only be a
+   pre-1.36 kubelet's `pkixPublicKey` request, which the v1 view hides: its key is read
+   once through v1beta1 (`Lookups.legacy_pkix_key`), so a v1 signer also serves skewed
    kubelets. It is read first, before anything is parsed, so everything after it is a
    function of what the request holds.
-2. **What the request asks for** (`signer.policy`, pure): the annotations → Service
-   names and the Pod FQDN flag, and the public key. A problem here is final: Denied.
+1. **Annotations** (`signer.policy.decide_names`, pure) → the Service names and the Pod
+   FQDN flag; a problem is final: Denied.
+2. **Public key** (`signer.policy.public_key_from_request`, pure); a problem is final:
+   Denied.
 3. **The Pod** must exist with the uid the request names, on the request's node, as its
    ServiceAccount, and not be terminating (Failed `PodNotFound`/`PodTerminating`,
-   Denied `PodMismatch`); `add-pod-fqdn` needs its hostname and subdomain (Denied
-   `PodHostnameRequired`).
-4. **The Services** it names must exist, select the Pod, and — for the subdomain's —
-   be headless. Each that does not is a `Blocker`; any blocker means `Wait` (nothing is
-   final: a Service can appear or change).
-5. Otherwise **Sign** for the Services' and the Pod's DNS names (`policy.sans_for`),
-   and, with `cluster_ip_sans` (`--cluster-ip-sans`, KEP-6283), the cluster IPs of the
-   named Services that have one (a headless Service has none; the Pod FQDN's Service is
-   headless by step 4).
+   Denied `PodMismatch`). Step 5's rule on the Pod itself (`add-pod-fqdn` needs its
+   hostname and subdomain, else Denied `PodHostnameRequired`) is checked here too, as
+   it is final and needs no Service.
+4. **The Services** it names must exist, not be ExternalName, and select the Pod.
+5. **The Pod FQDN's Service** (named like the Pod's subdomain) must exist, select the
+   Pod and be headless.
+6. **Waiting**: each Service of step 4 or 5 that does not qualify is a `Blocker`; any
+   blocker means `Wait` (nothing is final: a Service can appear or change).
+
+Otherwise **Sign** (§5.3) for the Services' and the Pod's DNS names (`policy.sans_for`),
+and, with `cluster_ip_sans` (`--cluster-ip-sans`, KEP-6283), the cluster IPs of the
+named Services that have one (a headless Service has none; the Pod FQDN's Service is
+headless by step 5).
 
 Lookups trust the cache for what can only get better (a Service appearing re-drives the
 request anyway) and confirm with one live read before anything final: a Pod absent from
@@ -121,7 +127,6 @@ class Decider:
         pcr_version: str,
         cluster_ip_sans: bool = False,
     ) -> None:
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.pods = pods
         self.services = services
         self.lookups = lookups
@@ -130,11 +135,13 @@ class Decider:
         self.cluster_ip_sans = cluster_ip_sans
 
     def decide(self, pcr: PCRRecord) -> Decision:
-        """Steps 1-5 of the module docstring, in order."""
+        """docs/reference.md §5.2, steps 1-6 in order (the module docstring)."""
+        # Before step 1: the key a pre-1.36 kubelet sent, hidden by the v1 view.
         pkix: bytes | str | None = pcr.pkix_public_key
         if pcr.stub_pkcs10 is None and pkix is None and self.pcr_version == "v1":
             pkix = self.lookups.legacy_pkix_key(pcr.namespace, pcr.name)
 
+        # Steps 1 and 2: what the request asks for.
         names = policy.decide_names(pcr.annotations)
         if isinstance(names, policy.Denial):
             return Terminal("Denied", names.reason, names.message)
@@ -142,6 +149,7 @@ class Decider:
         if isinstance(public_key, policy.Denial):
             return Terminal("Denied", public_key.reason, public_key.message)
 
+        # Step 3 (with step 5's rule on the Pod itself).
         seen_pod = self.pods.get(pcr.pod_key)
         pod = self._pod(pcr, seen_pod)
         problem = pod_problem(pcr, pod, pod_fqdn=names.pod_fqdn)
@@ -149,6 +157,7 @@ class Decider:
             return problem
         assert pod is not None  # pod_problem says PodNotFound otherwise
 
+        # Steps 4 and 5: each Service that does not qualify is a blocker; step 6: wait.
         services = _ServiceReads(self.services, self.lookups, pod.namespace)
         blockers = [
             service_blocker(pcr, pod, name, services.get(name), headless=False)
@@ -211,7 +220,8 @@ class _ServiceReads:
 
 
 def pod_problem(pcr: PCRRecord, pod: PodRecord | None, *, pod_fqdn: bool) -> Terminal | None:
-    """What makes a request final on its Pod's account (step 3), or None."""
+    """What makes a request final on its Pod's account (§5.2 step 3, and step 5's
+    `PodHostnameRequired`), or None."""
     if pod is None or pod.uid != pcr.pod_uid:
         return Terminal(
             "Failed",
@@ -249,7 +259,8 @@ def service_blocker(
     *,
     headless: bool,
 ) -> Blocker | None:
-    """Why Service `name` keeps the request waiting (step 4), or None when it does not."""
+    """Why Service `name` keeps the request waiting (§5.2 steps 4 and 5, `headless` for
+    step 5's), or None when it does not."""
     key = f"{pod.namespace}/{name}"
     waits = f"PodCertificateRequest {pcr.key} waits until it does"
     if service is None:

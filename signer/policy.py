@@ -288,7 +288,7 @@ def _key_from_stub(stub: bytes | str) -> PublicKey | Denial:
     return checked
 
 
-# Intentionally parallel to `_key_from_stub`: each field denied with its own reason.
+# Like `_key_from_stub`: each bad field is denied with its own reason.
 def _key_from_pkix(pkix: bytes | str) -> PublicKey | Denial:
     der = _der(pkix)
     if der is None:

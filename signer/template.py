@@ -263,7 +263,7 @@ class LeafTemplate:
             ),
         )
 
-    # `pem` takes exactly `tbs`'s arguments (intentional: the same leaf, rendered further).
+    # `pem` takes exactly `tbs`'s arguments: the same leaf, rendered further.
     def pem(
         self,
         public_key: PublicKey,

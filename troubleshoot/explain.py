@@ -190,7 +190,6 @@ class Explainer:
         health: Health | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.client = client
         self.signer_name = signer_name
         self.pcr_version = pcr_version

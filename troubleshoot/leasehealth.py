@@ -71,7 +71,6 @@ class LeaseState:
         return self.leader is Leader.RENEWING
 
 
-# Small frozen records: their shape recurs in every decide module (intentional, no base).
 @dataclass(frozen=True)
 class Anchor:
     subject: str

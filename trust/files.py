@@ -38,7 +38,7 @@ from typing import TypeAlias
 from prometheus_client import CollectorRegistry
 
 from trust.bundle import TrustBundle
-from trust.material import (  # the names managedca/material.py imports too (intentional)
+from trust.material import (
     DEFAULT_DOMAIN,
     BundleListener,
     LeafIssuer,
@@ -294,7 +294,7 @@ class FileMaterialSource:
         digest: _Digest | None = None
         try:
             check_distinct(self.key_path, self.cert_path)
-            # Twin of the bundle load above (intentional: its own state and failure key).
+            # Loaded as the bundle is above, with its own state and failure key.
             files = read_files(self.key_path, self.cert_path, self.bundle_path)
             digest = files.digest
             if digest == self._digest:

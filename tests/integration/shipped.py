@@ -209,7 +209,7 @@ class ShippedPod:
 
 
 def deploy(
-    # The Deployment's inputs, one a line (intentional: a shape long signatures share).
+    # The Deployment's inputs, one a line.
     cluster: Cluster,
     client: Client,
     key_pem: bytes,

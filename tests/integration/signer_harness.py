@@ -119,7 +119,6 @@ class RunningSigner:
         self.recorder.stop()
         self._tmp.cleanup()
 
-    # The context-manager pair of every harness here (intentional: two lines each).
     def __enter__(self) -> RunningSigner:
         return self.start()
 

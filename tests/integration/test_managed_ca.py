@@ -42,7 +42,6 @@ class Managed:
     def __init__(
         self, control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
     ) -> None:
-        # Intentional repeat: the constructor keeps its arguments as attributes, one line each.
         self.control_plane = control_plane
         self.client = client
         self.namespace = namespace

@@ -42,7 +42,6 @@ def _phase(client: Client) -> str | None:
 
 @pytest.mark.usefixtures("managed_rbac_applied")
 def test_bootstraps_issues_and_rotates_as_its_service_account(
-    # Fixtures by name: the parameter list is this test's declared needs (intentional repeat).
     control_plane: ControlPlane,
     client: Client,
     kubelet: Kubelet,

@@ -33,7 +33,6 @@ LEASE_DURATION = 6.0
 
 
 def test_one_leader_signs_and_hands_over_on_sigterm_and_sigkill(
-    # Fixtures by name: the parameter list is this test's declared needs (intentional repeat).
     control_plane: ControlPlane,
     client: Client,
     kubelet: Kubelet,

@@ -40,7 +40,6 @@ def rbac_applied(client: Client) -> None:
 
 @pytest.mark.usefixtures("rbac_applied")
 def test_runs_as_its_service_account_with_only_config_rbac(
-    # Fixtures by name: the parameter list is this test's declared needs (intentional repeat).
     control_plane: ControlPlane,
     client: Client,
     kubelet: Kubelet,
@@ -74,7 +73,7 @@ def test_runs_as_its_service_account_with_only_config_rbac(
         assert eventually(published, 15), "bundle published under the ServiceAccount"
 
 
-# Each RBAC module's own SubjectAccessReview table (intentional: same layout, other rules).
+# Each RBAC module's own SubjectAccessReview table.
 @pytest.mark.usefixtures("rbac_applied")
 @pytest.mark.parametrize(
     ("verb", "resource", "kwargs"),

@@ -101,7 +101,7 @@ def status_body(code: int, reason: str, message: str) -> JSON:
 # requests ------------------------------------------------------------------------------
 
 
-# A request as the fake saw it (intentional: a plain record, as small dataclasses are).
+# A request as the fake saw it.
 @dataclass(frozen=True)
 class Request:
     method: str

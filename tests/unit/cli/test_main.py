@@ -154,7 +154,7 @@ def test_help_lists_environment_variables() -> None:
     assert "SERVICE_SERVING_SIGNER_LEADER_ELECT_RETRY_PERIOD" in text
 
 
-# A table of bad values and the message each gets (intentional: as in test_options.py).
+# A table of bad values and the message each gets, as in test_options.py.
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

@@ -77,3 +77,30 @@ def test_the_documented_alert_test_command_runs_as_written() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+def test_signer_decide_numbers_its_steps_as_reference_section_5_2_does() -> None:
+    """A reader going from docs/reference.md §5.2 to signer/decide.py (or from the
+    controller's "§5.2 step 6") finds the same step under the same number."""
+    import signer.decide
+
+    reference = (ROOT / "docs" / "reference.md").read_text()
+    section = reference.split("### 5.2 Deciding", 1)[1].split("### 5.3", 1)[0]
+    documented = re.findall(r"^(\d)\. \*\*", section, flags=re.M)
+    numbered = re.findall(r"^(\d)\. \*\*", signer.decide.__doc__ or "", flags=re.M)
+    assert documented == ["1", "2", "3", "4", "5", "6"]
+    assert [n for n in numbered if n != "0"] == documented
+
+
+def test_comments_speak_to_readers_not_to_a_duplicate_finder() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    marked = [
+        f"{path}:{number}"
+        for path in tracked
+        if (ROOT / path).is_file()
+        for number, line in enumerate((ROOT / path).read_text().splitlines(), 1)
+        if "Intentional repeat" in line and path != "tests/unit/project/test_docs.py"
+    ]
+    assert marked == []
