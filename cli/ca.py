@@ -213,7 +213,13 @@ def _report(
             state is not None and state.next is not None and (state.next.fingerprint in r.anchors)
         )
         out["replicas"].append(
-            {"replica": r.replica, "live": r.live(now), "loadedNext": loaded_next}
+            {
+                "replica": r.replica,
+                "live": r.live,
+                "loadedNext": loaded_next,
+                "signingCA": r.signing,
+                "readyToSign": r.ready,
+            }
         )
     if isinstance(action, d.Wait):
         out["waitingFor"] = action.why
@@ -243,6 +249,8 @@ def _text(report: JSON) -> list[str]:
         lines.append(
             f"  replica {r['replica']}: {'live' if r['live'] else 'expired'}"
             + (", has loaded the next CA" if r["loadedNext"] else "")
+            + (f", signs with {r['signingCA'][:16]}…" if r["signingCA"] else "")
+            + (f", ready to sign with {r['readyToSign'][:16]}…" if r["readyToSign"] else "")
         )
     if "waitingFor" in report:
         until = f" until {report['until']}" if report["until"] else ""

@@ -23,7 +23,7 @@ from cryptography import x509
 
 from kube.times import format_time
 from managedca.decide import CaInfo, Previous, State
-from managedca.material import (
+from managedca.layout import (
     ANNOTATION_PREFIX,
     CONFIRMED_AT,
     CURRENT_CERT,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -42,9 +43,9 @@ from kube.events import ObjectRef
 from kube.times import format_time
 from kube.workqueue import RateLimitingQueue
 from managedca import decide as d
-from managedca.codec import Stored, ca_info, decode, encode, split_pem
+from managedca.codec import Stored, StoreError, ca_info, decode, encode, split_pem
 from managedca.material import anchors_of
-from managedca.report import list_reports, parse_report
+from managedca.report import Liveness, ReportLease, leases_path, list_reports, parse_report
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ class Observed:
     stored: Stored | None
     secret: Mapping[str, Any] | None
     observations: d.Observations
-    published_pems: tuple[str, ...]
+    published_pems: Mapping[str, bytes]  # fingerprint -> PEM of each published root
 
 
 class ManagedCAController:
@@ -146,6 +147,7 @@ class ManagedCAController:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         resync_period: float = 60.0,
         on_written: Callable[[Mapping[str, Any]], object] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -171,6 +173,9 @@ class ManagedCAController:
             resync_keys=lambda: (KEY,),
         )
         self.last_action: d.Action | None = None
+        self.monotonic = monotonic
+        self.liveness = Liveness(monotonic)
+        self._published_since: tuple[frozenset[str], float] | None = None
 
     # lifecycle --------------------------------------------------------------------------
 
@@ -202,19 +207,57 @@ class ManagedCAController:
         pems = tuple(
             str((i.get("spec") or {}).get("trustBundle", "")) for i in listed.get("items") or []
         )
-        published: frozenset[str] = frozenset().union(*(anchors_of(p) for p in pems))
+        ca_pems = self._published_roots(pems)
+        published = frozenset(ca_pems)
         now = self.clock()
         reports = []
-        for lease in list_reports(self.client, self.namespace, self.secret_name):
-            report = parse_report(lease)
-            if report is None:
-                continue
-            if now > report.renewed_at + report.duration + REPORT_GC_AFTER:
-                if collect:
-                    self._collect(lease)
+        leases = [
+            parsed
+            for lease in list_reports(self.client, self.namespace, self.secret_name)
+            if (parsed := parse_report(lease)) is not None
+        ]
+        self.liveness.forget_all_but(p.name for p in leases)
+        for parsed in leases:
+            report = self.liveness.report(parsed)
+            if collect and self._collectable(parsed, now):
+                self._collect(parsed.name, parsed.resource_version)
                 continue
             reports.append(report)
-        return Observed(stored, secret, d.Observations(published, tuple(reports)), pems)
+        observations = d.Observations(
+            published,
+            tuple(reports),
+            published_cas=tuple(sorted(ca_info(p) for p in ca_pems.values())),
+            published_for=self._published_for(stored.state if stored else None, published),
+        )
+        return Observed(stored, secret, observations, ca_pems)
+
+    @staticmethod
+    def _published_roots(pems: tuple[str, ...]) -> dict[str, bytes]:
+        """fingerprint -> PEM of every root in the signer's ClusterTrustBundles."""
+        roots: dict[str, bytes] = {}
+        for bundle in pems:
+            if not anchors_of(bundle):
+                continue  # unparseable: publishes nothing we can count on
+            for pem in split_pem(bundle.encode()):
+                roots[ca_info(pem).fingerprint] = pem
+        return roots
+
+    def _published_for(self, state: d.State | None, published: frozenset[str]) -> timedelta:
+        """How long (this process's monotonic clock) the read-back has held every root
+        the state is moving to (current + next; an unconfirmed current)."""
+        if state is None:
+            self._published_since = None
+            return timedelta(0)
+        needed = frozenset(a.fingerprint for a in state.anchors()) - {
+            p.ca.fingerprint for p in state.previous
+        }
+        mono = self.monotonic()
+        if not needed <= published:
+            self._published_since = None
+            return timedelta(0)
+        if self._published_since is None or self._published_since[0] != needed:
+            self._published_since = (needed, mono)
+        return timedelta(seconds=mono - self._published_since[1])
 
     def sync_once(self) -> d.Action:
         """Read, decide, act once; returns the action taken (or the Wait)."""
@@ -227,9 +270,8 @@ class ManagedCAController:
             self.metrics.show(state, self.config)
             return action
         if isinstance(action, d.Bootstrap):
-            self._bootstrap(seen, now)
-        else:
-            assert seen.stored is not None and seen.secret is not None
+            self._bootstrap(seen, action)
+        elif seen.stored is not None and seen.secret is not None:
             self._step(seen.stored, seen.secret, action, now)
         return action
 
@@ -254,23 +296,17 @@ class ManagedCAController:
 
     # acting -------------------------------------------------------------------------------
 
-    def _bootstrap(self, seen: Observed, now: datetime) -> None:
-        key, cert = self.make_ca(now)
+    def _bootstrap(self, seen: Observed, action: d.Bootstrap) -> None:
+        key, cert = self.make_ca(action.at)
         info = ca_info(cert)
+        state = d.apply(None, action, info)
+        assert state is not None
         certs = {info.fingerprint: cert}
-        previous = []
-        for pem in sorted(
-            {p for bundle in seen.published_pems for p in split_pem(bundle.encode())}
-        ):
-            old = ca_info(pem)
-            if old.fingerprint in certs or old.not_after <= now:
-                continue
-            certs[old.fingerprint] = pem
-            # No retire time yet: like a swapped-out root, it is scheduled once the
-            # Secret is read back (ScheduleRetire), so a create that lands late (a paused
-            # bootstrap) cannot shorten how long the roots already trusted stay.
-            previous.append(d.Previous(old, now, None))
-        state = d.State(current=info, previous=tuple(previous))
+        # Adopted roots (no retire time yet: like a swapped-out root, scheduled once the
+        # new CA signs everywhere, so a create that lands late cannot shorten how long
+        # the roots already trusted stay).
+        for prev in state.previous:
+            certs[prev.ca.fingerprint] = seen.published_pems[prev.ca.fingerprint]
         body = encode(self.namespace, self.secret_name, state, certs, key, None)
         try:
             created = self.client.create(self.secrets_path, body)
@@ -278,14 +314,15 @@ class ManagedCAController:
             if is_already_exists(err):
                 log.info("managed CA: another replica created the CA first; adopting it")
             raise
+        adopted = len(state.previous)
         self._written(
             created,
             "ManagedCACreated",
             f"created the managed CA {info.fingerprint} (expires {format_time(info.not_after)})"
             + (
-                f"; kept {len(previous)} root(s) already published until the longest leaf "
-                "lifetime + the margin after this is read back"
-                if previous
+                f"; kept {adopted} root(s) already published; it signs only after the "
+                "propagation delay, like a swap"
+                if adopted
                 else ""
             ),
         )
@@ -296,55 +333,21 @@ class ManagedCAController:
         state = stored.state
         certs = dict(stored.certs)
         current_key, next_key = stored.current_key, stored.next_key
-        if isinstance(action, d.Confirm):
-            new = d.confirmed(state, action.at)
-            reason, note = (
-                "ManagedCAConfirmed",
-                f"the ClusterTrustBundle holds CA {state.current.fingerprint}; signing with it",
-            )
-        elif isinstance(action, d.Stage):
-            next_key, cert = self.make_ca(now)
-            info = ca_info(cert)
-            certs[info.fingerprint] = cert
-            new = d.staged(state, info, now)
-            why = "on request (ca rotate)" if action.requested else "at the rotation point"
-            reason, note = (
-                "ManagedCAStaged",
-                f"staged the next CA {info.fingerprint} (expires {format_time(info.not_after)}) "
-                f"{why}; publishing old + new",
-            )
-        elif isinstance(action, d.MarkPublished):
-            new = d.marked_published(state, action.at, action.swap_not_before)
-            until = action.swap_not_before
-            reason, note = (
-                "ManagedCAPublished",
-                f"the ClusterTrustBundle holds both CAs; swap not before {format_time(until)}",
-            )
-        elif isinstance(action, d.Swap):
-            assert state.next is not None and next_key is not None
-            new = d.swapped(state, action.at)
+        made = None
+        if isinstance(action, d.Stage):
+            next_key, cert = self.make_ca(action.at)
+            made = ca_info(cert)
+            certs[made.fingerprint] = cert
+        new = d.apply(state, action, made)
+        assert new is not None
+        if isinstance(action, d.Swap):
+            if next_key is None:
+                raise StoreError(
+                    f"secret {self.namespace}/{self.secret_name}: key next.crt without "
+                    "next.key; the swap is held until it is mended (or `ca rotate --emergency`)"
+                )
             current_key, next_key = next_key, None
-            reason, note = (
-                "ManagedCASwapped",
-                f"signing with CA {state.next.fingerprint}; the previous root "
-                f"{state.current.fingerprint} stays published for the longest leaf lifetime "
-                "+ the margin after this swap is read back",
-            )
-        elif isinstance(action, d.ScheduleRetire):
-            new = d.retire_scheduled(state, action.retire_at)
-            reason, note = (
-                "ManagedCARetireScheduled",
-                f"the swap is read back; the previous root(s) leave the bundle at "
-                f"{format_time(action.retire_at)}",
-            )
-        elif isinstance(action, d.Retire):
-            new = d.retired(state, action.fingerprints)
-            reason, note = (
-                "ManagedCARetired",
-                f"removed from the bundle: {', '.join(sorted(action.fingerprints))}",
-            )
-        else:
-            raise TypeError(f"unexpected action {action!r}")
+        reason, note = self._describe(state, new, action)
         body = encode(
             self.namespace,
             self.secret_name,
@@ -358,6 +361,48 @@ class ManagedCAController:
         written = self.client.replace(self.secret_path, body)
         self._observe_durations(state, action, now)
         self._written(written, reason, note)
+
+    @staticmethod
+    def _describe(state: d.State, new: d.State, action: d.Action) -> tuple[str, str]:
+        """The Event's reason and note for a step (fingerprints and times, never a key)."""
+        if isinstance(action, d.Confirm):
+            return (
+                "ManagedCAConfirmed",
+                f"the ClusterTrustBundle holds CA {state.current.fingerprint}; signing with it",
+            )
+        if isinstance(action, d.Stage):
+            assert new.next is not None
+            why = "on request (ca rotate)" if action.requested else "at the rotation point"
+            return (
+                "ManagedCAStaged",
+                f"staged the next CA {new.next.fingerprint} (expires "
+                f"{format_time(new.next.not_after)}) {why}; publishing old + new",
+            )
+        if isinstance(action, d.MarkPublished):
+            return (
+                "ManagedCAPublished",
+                f"the ClusterTrustBundle holds the new CA; signing with it not before "
+                f"{format_time(action.swap_not_before)}",
+            )
+        if isinstance(action, d.Swap):
+            return (
+                "ManagedCASwapped",
+                f"signing with CA {new.current.fingerprint}; the previous root "
+                f"{state.current.fingerprint} stays published until every replica signs "
+                "with the new CA, plus the longest leaf lifetime and the margin",
+            )
+        if isinstance(action, d.ScheduleRetire):
+            return (
+                "ManagedCARetireScheduled",
+                f"every replica signs with the current CA; the previous root(s) leave the "
+                f"bundle at {format_time(action.retire_at)}",
+            )
+        if isinstance(action, d.Retire):
+            return (
+                "ManagedCARetired",
+                f"removed from the bundle: {', '.join(sorted(action.fingerprints))}",
+            )
+        raise TypeError(f"unexpected action {action!r}")
 
     def _observe_durations(self, state: d.State, action: d.Action, now: datetime) -> None:
         start = None
@@ -387,14 +432,25 @@ class ManagedCAController:
         if self.on_written is not None:
             self.on_written(secret)
 
-    def _collect(self, lease: Mapping[str, Any]) -> None:
-        name = (lease.get("metadata") or {}).get("name", "")
+    def _collectable(self, lease: ReportLease, now: datetime) -> bool:
+        """A replica killed without a clean stop: its report has not changed for its
+        duration on our clock, and says it was last renewed over an hour ago."""
+        stale = self.liveness.unchanged_for(lease) >= lease.duration.total_seconds()
+        return stale and now > lease.renewed_at + lease.duration + REPORT_GC_AFTER
+
+    def _collect(self, name: str, resource_version: str) -> None:
+        """Delete a dead replica's report, only as it was judged (a precondition on its
+        resourceVersion: a replica that renewed it meanwhile keeps it)."""
+        path = f"{leases_path(self.namespace)}/{path_segment(name)}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"resourceVersion": resource_version},
+        }
         try:
-            self.client.delete(
-                f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(self.namespace)}/leases/{path_segment(name)}"
-            )
+            self.client.delete(path, body)
         except ApiError as err:
-            if not is_not_found(err):
+            if not (is_not_found(err) or is_conflict(err)):
                 log.warning(
                     "managed CA: could not delete a stale report",
                     extra={"lease": name, "err": str(err)},

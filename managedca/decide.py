@@ -5,26 +5,34 @@ The state machine (docs/managed-ca.md), one action per call, checked in this ord
 
 1. `Bootstrap` — no CA Secret exists: make a root and create the Secret (a conditional
    create: of two replicas racing, one wins and the other adopts its CA).
-2. `Confirm` — the CA was just made and the ClusterTrustBundle read back does not hold
-   it yet: `Wait`; once it does, record that it is published. Nothing is signed with a
-   CA before that record (the signing source refuses an unconfirmed CA), so no leaf is
-   ever signed by a CA absent from the published bundle, from the very first one.
-3. *Staged* (a next CA exists) — `Swap` only when, at the same time:
+2. `Confirm` — the CA was just made. A first CA (nothing was published before) is
+   confirmed once the ClusterTrustBundle read back holds it. A CA made while roots were
+   already published (`Bootstrap.adopt`: a deleted Secret, a move from file mode) passes
+   the same gates as a swap first (3). Nothing is signed with a CA before `Confirm`
+   (the signing source refuses an unconfirmed CA).
+3. *Staged* (a next CA exists) — `Swap` only when, at the same time (`_gated`):
    the bundle read back holds the current and the next CA; that was first seen at a
    recorded instant (`MarkPublished` records it, and the instant the propagation delay —
    kubelet's `clusterTrustBundle` projection refresh — ends, so a changed flag does not
    move a rotation under way); every replica whose report is live has loaded a bundle
-   holding the next CA; that instant has passed; and the next CA is valid now.
-   Otherwise `Wait`, saying for what and until when.
-4. *Stable* — `ScheduleRetire` when the last swap has just been read back (its previous
-   root has no retire time yet: the time it was read back + the longest leaf lifetime
-   issued + a margin); `Retire` previous roots whose retire time has passed, except the
-   newest `keep_previous` that have not expired (a CA history); else `Stage` when
-   `ca rotate` asked for it or the configured point of the current CA's life is reached;
-   else `Wait` until the earliest of those instants.
+   holding the next CA and is ready to sign with it (validated it as a signing set);
+   that instant has passed, and this leader has itself seen the bundle hold both for
+   the delay (its monotonic clock); and the next CA is valid now and outlives the
+   longest leaf. Otherwise `Wait`, saying for what (`WAIT_REASONS`) and until when.
+4. *Stable* — `ScheduleRetire` once the last swap is read back and every live replica
+   reports the current CA as the one it signs with (its previous root has no retire
+   time yet: that instant + the longest leaf lifetime issued + a margin); `Retire`
+   previous roots whose retire time has passed, except the newest `keep_previous` that
+   have not expired (a CA history); else `Stage` when `ca rotate` asked for it or the
+   configured point of the current CA's life is reached; else `Wait` until the earliest
+   of those instants.
+
+What each action writes is `apply(state, action, made)`: the one transition function,
+used by the controller and driven by the property model.
 
 Why the invariants hold (tests/unit/managedca/test_properties.py checks them over
-crashes, leader changes, lost and stale writes and clock steps):
+crashes, leader changes, lost and stale writes, a deleted Secret, rejected signing sets,
+consumer lag and clock skew; hack/knock-out-gates.py removes each gate in turn):
 
 - *Never two next CAs*: `Stage` happens only with no next CA, and every write carries
   the resourceVersion it was decided on, so a stale decision cannot replace a next CA.
@@ -45,7 +53,7 @@ crashes, leader changes, lost and stale writes and clock steps):
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 PHASE_BOOTSTRAPPING = "Bootstrapping"
@@ -55,7 +63,7 @@ PHASE_RETIRING = "Retiring"
 PHASES = (PHASE_BOOTSTRAPPING, PHASE_STABLE, PHASE_STAGED, PHASE_RETIRING)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class CaInfo:
     """What the decision needs of one CA certificate (never its key)."""
 
@@ -112,21 +120,28 @@ class State:
 
 @dataclass(frozen=True)
 class Report:
-    """One replica's report of the bundle it has loaded (its Lease)."""
+    """One replica's report (its Lease): the anchors of the bundle it has loaded, the CA
+    it signs with, and the staged CA it has validated as a signing set ("ready to sign
+    with": key matches, valid now and for the lead time, a probe leaf verifies). `live`
+    is the leader's judgement (`managedca.report.Liveness`: renewals seen on its own
+    monotonic clock), never a comparison of the replica's clock with the leader's."""
 
     replica: str
     anchors: frozenset[str]  # fingerprints
-    renewed_at: datetime
-    duration: timedelta
-
-    def live(self, now: datetime) -> bool:
-        return now < self.renewed_at + self.duration
+    signing: str | None = None
+    ready: str | None = None
+    live: bool = True
 
 
 @dataclass(frozen=True)
 class Observations:
     published: frozenset[str]  # fingerprints of the anchors in the bundle read back
     reports: tuple[Report, ...] = ()
+    published_cas: tuple[CaInfo, ...] = ()  # the same anchors, for an adopting bootstrap
+    # How long this leader has seen the read-back hold every root the state publishes,
+    # on its own monotonic clock (None: not tracked, e.g. `ca status`). The propagation
+    # delay is also measured so: a successor whose clock runs ahead cannot cut it short.
+    published_for: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +164,11 @@ class Config:
 # type, and mypy sees every field.
 @dataclass(frozen=True)
 class Bootstrap:
-    pass
+    """Make a root and create the Secret with it, keeping `adopt` (the roots already
+    published for the signer, unexpired) as previous roots."""
+
+    at: datetime
+    adopt: tuple[CaInfo, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +178,7 @@ class Confirm:
 
 @dataclass(frozen=True)
 class Stage:
+    at: datetime
     requested: bool  # by `ca rotate` (else the point of the CA's life was reached)
 
 
@@ -188,13 +208,32 @@ class Retire:
     fingerprints: frozenset[str]
 
 
+WAIT_REASONS = (
+    "bundle-not-published",
+    "no-replica-report",
+    "replica-not-loaded",
+    "replica-not-ready",
+    "replica-not-signing",
+    "propagation-delay",
+    "next-not-valid-yet",
+    "next-ca-expired",
+    "rotation-point",
+    "retire-time",
+)
+"""What a `Wait` can be for (`managed_ca_waiting{reason}`; docs/managed-ca.md lists each
+with what to do). `rotation-point` and `retire-time` are the calendar; the others are
+gates a rotation under way is held at."""
+
+
 @dataclass(frozen=True)
 class Wait:
-    """Nothing to do before `until` (None: until something changes); `why` is for
-    `ca status`, logs and the Event stream."""
+    """Nothing to do before `until` (None: until something changes). `reason` is one of
+    `WAIT_REASONS`; `why` says it in words, naming replicas, for `ca status`, logs and
+    Events (not part of equality: tables compare the reason)."""
 
     until: datetime | None
-    why: str
+    reason: str
+    why: str = field(default="", compare=False)
 
 
 Action = Bootstrap | Confirm | Stage | MarkPublished | Swap | ScheduleRetire | Retire | Wait
@@ -207,46 +246,128 @@ def rotation_due(current: CaInfo, config: Config) -> datetime:
 
 def decide(state: State | None, obs: Observations, now: datetime, config: Config) -> Action:
     if state is None:
-        return Bootstrap()
+        # Expired roots too: they verify nothing (and are retired at once), but that
+        # anything was published means consumers hold a bundle without the new CA, so
+        # it must be staged like a swap (the property model found a re-bootstrap after
+        # the old root expired signing at once).
+        return Bootstrap(now, tuple(sorted(obs.published_cas)))
     if state.confirmed_at is None:
-        if state.current.fingerprint in obs.published:
-            return Confirm(now)
-        return Wait(None, "the ClusterTrustBundle read back does not hold the new CA yet")
+        if not state.previous:  # a first CA: no consumer trusts anything yet
+            if state.current.fingerprint in obs.published:
+                return Confirm(now)
+            return Wait(
+                None,
+                "bundle-not-published",
+                "the ClusterTrustBundle read back does not hold the new CA yet",
+            )
+        # Adopting roots already published (a deleted Secret, a move from file mode):
+        # leaves signed with the new CA must verify for every consumer, so this is a
+        # stage like any other: published, read back, the propagation delay, every
+        # replica ready, and only then signing.
+        return _gated(state, state.current, obs, now, config) or Confirm(now)
     if state.next is not None:
         return _staged(state, state.next, obs, now, config)
     if any(p.retire_at is None for p in state.previous):
-        return ScheduleRetire(now, config.retire_at(now))
+        return _schedule_retire(state, obs, now, config)
     retired = retirable(state, now, config)
     if retired:
         return Retire(retired)
     due = rotation_due(state.current, config)
     if state.rotate_requested_at is not None or now >= due:
-        return Stage(requested=state.rotate_requested_at is not None and now < due)
-    waits = [(due, "the rotation point of the current CA's life")]
-    waits += [(t, "the retire time of a previous root") for t in _retire_times(state, now)]
-    until, why = min(waits)
-    return Wait(until, why)
+        return Stage(now, requested=state.rotate_requested_at is not None and now < due)
+    waits = [(due, "rotation-point", "the rotation point of the current CA's life")]
+    waits += [
+        (t, "retire-time", "the retire time of a previous root") for t in _retire_times(state, now)
+    ]
+    until, reason, why = min(waits)
+    return Wait(until, reason, why)
 
 
 def _staged(state: State, nxt: CaInfo, obs: Observations, now: datetime, config: Config) -> Action:
-    both = {state.current.fingerprint, nxt.fingerprint}
-    if not both <= obs.published:
-        return Wait(None, "the ClusterTrustBundle read back does not hold both CAs yet")
+    return _gated(state, nxt, obs, now, config) or Swap(now)
+
+
+def _gated(
+    state: State, new: CaInfo, obs: Observations, now: datetime, config: Config
+) -> Action | None:
+    """What holds back signing with `new` (the staged CA, or a CA made by an adopting
+    bootstrap), or None once every gate is open: the bundle read back holds every root
+    of the state (recorded once, `MarkPublished`, with the instant the propagation
+    delay ends); every live replica has loaded it and is ready to sign with `new`; the
+    delay has passed; `new` is valid now and outlives the longest leaf."""
+    anchors = {a.fingerprint for a in state.anchors()} - {p.ca.fingerprint for p in state.previous}
+    if not anchors <= obs.published:
+        return Wait(
+            None,
+            "bundle-not-published",
+            "the ClusterTrustBundle read back does not hold both CAs yet",
+        )
     if state.published_at is None or state.swap_not_before is None:
-        return MarkPublished(now, now + config.propagation_delay)
-    live = [r for r in obs.reports if r.live(now)]
-    behind = sorted(r.replica for r in live if nxt.fingerprint not in r.anchors)
+        # Rounded up: the Secret keeps whole seconds, and truncating would shorten it.
+        return MarkPublished(now, _whole_second_up(now + config.propagation_delay))
+    live = [r for r in obs.reports if r.live]
     if not live:
-        return Wait(None, "no replica reports the bundle it has loaded")
+        return Wait(None, "no-replica-report", "no replica reports what it has loaded")
+    behind = sorted(r.replica for r in live if new.fingerprint not in r.anchors)
     if behind:
-        return Wait(None, f"replicas that have not loaded the next CA: {', '.join(behind)}")
+        return Wait(
+            None,
+            "replica-not-loaded",
+            f"replicas that have not loaded the new CA: {', '.join(behind)}",
+        )
+    unready = sorted(r.replica for r in live if r.ready != new.fingerprint)
+    if unready:
+        return Wait(
+            None,
+            "replica-not-ready",
+            f"replicas not ready to sign with the new CA (they rejected it as a signing "
+            f"set; see their material_invalid and logs): {', '.join(unready)}",
+        )
     if now < state.swap_not_before:
         return Wait(
-            state.swap_not_before, "the propagation delay (kubelet's clusterTrustBundle refresh)"
+            state.swap_not_before,
+            "propagation-delay",
+            "the propagation delay (kubelet's clusterTrustBundle refresh)",
         )
-    if now < nxt.not_before:
-        return Wait(nxt.not_before, "the next CA's notBefore")
-    return Swap(now)
+    if obs.published_for is not None and obs.published_for < config.propagation_delay:
+        return Wait(
+            now + config.propagation_delay - obs.published_for,
+            "propagation-delay",
+            "the propagation delay, as this leader has seen it pass (a new leader waits "
+            "it again: the recorded time is another clock's)",
+        )
+    if now < new.not_before:
+        return Wait(new.not_before, "next-not-valid-yet", "the new CA's notBefore")
+    if now + config.max_leaf_lifetime >= new.not_after:
+        return Wait(
+            None,
+            "next-ca-expired",
+            f"the new CA expires at {new.not_after:%Y-%m-%dT%H:%M:%SZ}, within the longest "
+            "leaf lifetime: it is never signed with (`ca rotate --emergency` replaces it)",
+        )
+    return None
+
+
+def _schedule_retire(state: State, obs: Observations, now: datetime, config: Config) -> Action:
+    """The retire clock of the roots swapped out starts only once every live replica
+    signs with the current CA: until then a replica may still be issuing leaves under a
+    previous root (it rejected the new set, or has not read the swap yet)."""
+    live = [r for r in obs.reports if r.live]
+    if not live:
+        return Wait(None, "no-replica-report", "no replica reports what it signs with")
+    behind = sorted(r.replica for r in live if r.signing != state.current.fingerprint)
+    if behind:
+        return Wait(
+            None,
+            "replica-not-signing",
+            f"replicas not signing with the current CA yet: {', '.join(behind)}",
+        )
+    return ScheduleRetire(now, config.retire_at(now))
+
+
+def _whole_second_up(t: datetime) -> datetime:
+    whole = t.replace(microsecond=0)
+    return whole if whole == t else whole + timedelta(seconds=1)
 
 
 def retirable(state: State, now: datetime, config: Config) -> frozenset[str]:
@@ -274,6 +395,39 @@ def _retire_times(state: State, now: datetime) -> Iterable[datetime]:
 
 
 # transitions (what each action writes) ------------------------------------------------
+
+
+def apply(state: State | None, action: Action, made: CaInfo | None = None) -> State | None:
+    """The state after `action` (what the controller writes, and what the property model
+    runs): one transition function. `made` is the CA the controller made for a
+    `Bootstrap` or a `Stage` (making a key is the one impure part). A `Wait` returns
+    `state` unchanged."""
+    if isinstance(action, Bootstrap):
+        if made is None:
+            raise ValueError("a bootstrap needs the CA made for it")
+        previous = tuple(
+            Previous(ca, action.at, None)
+            for ca in action.adopt
+            if ca.fingerprint != made.fingerprint
+        )
+        return State(current=made, previous=previous)
+    if isinstance(action, Wait):
+        return state
+    if state is None:
+        raise ValueError(f"{type(action).__name__} needs a state")
+    if isinstance(action, Confirm):
+        return confirmed(state, action.at)
+    if isinstance(action, Stage):
+        if made is None:
+            raise ValueError("a stage needs the CA made for it")
+        return staged(state, made, action.at)
+    if isinstance(action, MarkPublished):
+        return marked_published(state, action.at, action.swap_not_before)
+    if isinstance(action, Swap):
+        return swapped(state, action.at)
+    if isinstance(action, ScheduleRetire):
+        return retire_scheduled(state, action.retire_at)
+    return retired(state, action.fingerprints)
 
 
 def bootstrapped(ca: CaInfo) -> State:

@@ -23,6 +23,16 @@ Decisions:
 - **Views only move forward.** An object older than the one in use (a lower
   resourceVersion — etcd's are integers) is ignored, so a late watch event cannot undo a
   quorum read. A deleted Secret keeps the last good material in use and is logged.
+- **A rejected set is retried on every re-read.** While any unit is rejected, the same
+  resourceVersion is validated again on the next read (the 60 s re-read, SIGHUP): a set
+  rejected only because this replica's clock is behind its `notBefore` is taken once the
+  clock passes it. `material_invalid` stays 1 while anything is rejected, whatever else
+  was accepted meanwhile.
+- **Ready to sign with the next CA.** A staged CA (`next.key`/`next.crt`) is validated
+  as a signing set exactly like the current one (key matches, valid now and for
+  `lead_time`, a probe leaf verifies against the bundle), without signing with it; once
+  it passes, `loaded().ready` names it and the replica's report says so. The swap waits
+  for that word from every live replica (`managedca.decide`).
 - The same validation as the files (`validate_material`, `validate_trust_bundle`, the
   probe leaf), errors naming `secret <ns>/<name>`; the same metrics (`MaterialMetrics`).
   The key is never logged.
@@ -30,23 +40,55 @@ Decisions:
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
 from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.informer import Informer
-from trust.bundle import BundleError, TrustBundle, normalize_bundle, parse_anchors
+from managedca.layout import (  # re-exported: the source's public names
+    ANNOTATION_PREFIX as ANNOTATION_PREFIX,
+)
+from managedca.layout import (
+    CONFIRMED_AT as CONFIRMED_AT,
+)
+from managedca.layout import (
+    CURRENT_CERT as CURRENT_CERT,
+)
+from managedca.layout import (
+    CURRENT_KEY as CURRENT_KEY,
+)
+from managedca.layout import (
+    DEFAULT_SECRET_NAME as DEFAULT_SECRET_NAME,
+)
+from managedca.layout import (
+    NEXT_CERT as NEXT_CERT,
+)
+from managedca.layout import (
+    NEXT_KEY as NEXT_KEY,
+)
+from managedca.layout import (
+    PREVIOUS_CERTS as PREVIOUS_CERTS,
+)
+from managedca.layout import (
+    bundle_pem as bundle_pem,
+)
+from managedca.layout import (
+    fingerprint as fingerprint,
+)
+from managedca.layout import (
+    secret_data as secret_data,
+)
+from trust.bundle import BundleError, TrustBundle
 from trust.material import (
     DEFAULT_DOMAIN,
+    MIN_REMAINING,
     BundleListener,
     LeafIssuer,
     Listener,
@@ -61,32 +103,15 @@ from trust.metrics import MaterialMetrics
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SECRET_NAME = "service-serving-signer-managed-ca"
-CURRENT_KEY = "ca.key"
-CURRENT_CERT = "ca.crt"
-NEXT_KEY = "next.key"
-NEXT_CERT = "next.crt"
-PREVIOUS_CERTS = "previous.crt"
-ANNOTATION_PREFIX = "service-serving-signer/"
-CONFIRMED_AT = ANNOTATION_PREFIX + "ca-confirmed-at"
 
+@dataclass(frozen=True)
+class Loaded:
+    """What a replica has loaded: the bundle's anchors, the CA it signs with, and the
+    staged CA it has validated and would sign with (fingerprints; None: none)."""
 
-def secret_data(secret: Mapping[str, Any]) -> dict[str, bytes]:
-    """The Secret's `data`, decoded."""
-    return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-
-
-def bundle_pem(data: Mapping[str, bytes]) -> bytes:
-    """The roots a state publishes: current, next, previous (un-normalised)."""
-    return b"".join(data.get(k, b"") for k in (CURRENT_CERT, NEXT_CERT, PREVIOUS_CERTS))
-
-
-def fingerprint(pem: bytes | str) -> list[str]:
-    """sha256 (lowercase hex) of each certificate's DER in `pem`."""
-    return [
-        hashlib.sha256(c.public_bytes(serialization.Encoding.DER)).hexdigest()
-        for c in parse_anchors(normalize_bundle(pem))
-    ]
+    anchors: tuple[str, ...]
+    signing: str | None
+    ready: str | None
 
 
 def _newer(rv: str, than: str) -> bool:
@@ -118,12 +143,14 @@ class ApiMaterialSource:
         issuer: LeafIssuer | None = None,
         domain: str = DEFAULT_DOMAIN,
         refresh_period: float = 60.0,
+        lead_time: timedelta = MIN_REMAINING,
     ) -> None:
         self.client = client
         self.namespace = namespace
         self.name = name
         self.signing = signing
         self.refresh_period = refresh_period
+        self.lead_time = lead_time
         self.path = f"/api/v1/namespaces/{path_segment(namespace)}/secrets"
         self._where = f"secret {namespace}/{name}"
         self._clock = clock
@@ -138,6 +165,9 @@ class ApiMaterialSource:
         self._material: SigningMaterial | None = None
         self._resource_version = ""
         self._digests: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        self._ready: tuple[str, tuple[str, ...]] | None = None  # (fingerprint, digest)
+        self._rejected: dict[str, str] = {}  # unit -> why, while rejected
+        self._change_listeners: list[Callable[[], object]] = []
         self._has_bundle = threading.Event()
         self._has_signing_set = threading.Event()
         self._wake = threading.Event()
@@ -169,6 +199,10 @@ class ApiMaterialSource:
 
     def add_bundle_listener(self, listener: BundleListener) -> None:
         self._bundle_listeners.append(listener)
+
+    def add_change_listener(self, listener: Callable[[], object]) -> None:
+        """`listener()` after anything `loaded()` says changed (the reporter)."""
+        self._change_listeners.append(listener)
 
     def run(self, stop: threading.Event) -> None:
         """Watch the Secret, and read it again every `refresh_period`, until `stop`."""
@@ -205,13 +239,18 @@ class ApiMaterialSource:
             pass
         return self._has_signing_set.is_set()
 
-    def loaded(self) -> tuple[list[str], str | None]:
-        """What this replica has loaded: the fingerprints of the bundle's anchors, and the
-        signing certificate's (None before a CA is confirmed)."""
+    def loaded(self) -> Loaded:
+        """What this replica has loaded: the fingerprints of the bundle's anchors, the
+        signing certificate's (None before a CA is confirmed), and the staged CA's once it
+        is validated as a signing set."""
         with self._lock:
-            bundle, material = self._bundle, self._material
-        anchors = sorted(fingerprint(bundle.pem)) if bundle is not None else []
-        return anchors, material.signing_fingerprint if material is not None else None
+            bundle, material, ready = self._bundle, self._material, self._ready
+        anchors = tuple(sorted(fingerprint(bundle.pem))) if bundle is not None else ()
+        return Loaded(
+            anchors,
+            material.signing_fingerprint if material is not None else None,
+            ready[0] if ready is not None else None,
+        )
 
     # applying an object ----------------------------------------------------------------
 
@@ -229,7 +268,8 @@ class ApiMaterialSource:
         """Take `secret` (from the watch, or a read) if it is newer than what is in use."""
         rv = str((secret.get("metadata") or {}).get("resourceVersion", ""))
         with self._apply_lock:
-            if not _newer(rv, self._resource_version):
+            retry = rv == self._resource_version and bool(self._rejected)
+            if not (retry or _newer(rv, self._resource_version)):
                 return
             self._resource_version = rv
             self._apply(secret)
@@ -242,12 +282,13 @@ class ApiMaterialSource:
         files = MaterialFiles(data.get(CURRENT_KEY, b""), data.get(CURRENT_CERT, b""), raw_bundle)
         bundle_digest = (files.digest[2],)
         signing_digest = files.digest if confirmed and self.signing else ()
+        rejected: dict[str, str] = {}
         swapped_bundle = swapped_set = False
         if bundle_digest != self._digests[0]:
             try:
                 bundle = validate_trust_bundle(raw_bundle, self._where, self._clock())
             except MaterialError as err:
-                self._reject("trust bundle", err)
+                rejected["trust bundle"] = str(err)
             else:
                 with self._lock:
                     self._bundle = bundle
@@ -256,31 +297,95 @@ class ApiMaterialSource:
                 swapped_bundle = True
         if signing_digest and signing_digest != self._digests[1]:
             try:
-                material = validate_material(
-                    files,
-                    f"{self._where} key {CURRENT_KEY}",
-                    f"{self._where} key {CURRENT_CERT}",
-                    self._where,
-                    self._clock(),
-                    issuer=self._issuer,
-                    domain=self._domain,
-                    starting=self._material is None,
+                material = self._validate(
+                    files, CURRENT_KEY, CURRENT_CERT, starting=self._material is None
                 )
             except MaterialError as err:
-                self._reject("signing set", err)
+                rejected["signing set"] = str(err)
             else:
                 with self._lock:
                     self._material = material
                 self._digests = (self._digests[0], signing_digest)
                 self._has_signing_set.set()
                 swapped_set = True
-        if not (swapped_bundle or swapped_set):
-            return
-        self._metrics.invalid.set(0)
-        self._metrics.reloads.labels("ok").inc()
+        ready = self._validate_next(data, raw_bundle, rejected, confirmed)
+        changed_ready = ready != self._ready
+        if changed_ready:
+            with self._lock:
+                self._ready = ready
+        self._note_rejections(rejected)
+        if swapped_bundle or swapped_set:
+            self._metrics.reloads.labels("ok").inc()
+            self._loaded(swapped_bundle, swapped_set)
+        if swapped_bundle or swapped_set or changed_ready:
+            for listener in list(self._change_listeners):
+                try:
+                    listener()
+                except Exception:
+                    log.exception("managed CA material change listener failed")
+
+    def _validate(
+        self, files: MaterialFiles, key: str, cert: str, *, starting: bool = False
+    ) -> SigningMaterial:
+        return validate_material(
+            files,
+            f"{self._where} key {key}",
+            f"{self._where} key {cert}",
+            self._where,
+            self._clock(),
+            issuer=self._issuer,
+            domain=self._domain,
+            starting=starting,
+            min_remaining=self.lead_time,
+        )
+
+    def _validate_next(
+        self,
+        data: Mapping[str, bytes],
+        raw_bundle: bytes,
+        rejected: dict[str, str],
+        confirmed: bool,
+    ) -> tuple[str, tuple[str, ...]] | None:
+        """(fingerprint, digest) of the CA signing is about to move to — the staged CA, or
+        an unconfirmed current one — once it passes as a signing set; None without one,
+        or while it is rejected (the reason goes into `rejected`)."""
+        key, cert = (NEXT_KEY, NEXT_CERT) if confirmed else (CURRENT_KEY, CURRENT_CERT)
+        if not self.signing or cert not in data:
+            return None
+        if key not in data:
+            rejected["next signing set"] = (
+                f"{self._where}: key {cert} without {key} (edited by hand?)"
+            )
+            return None
+        files = MaterialFiles(data[key], data[cert], raw_bundle)
+        if self._ready is not None and self._ready[1] == files.digest:
+            return self._ready
+        try:
+            material = self._validate(files, key, cert)
+        except MaterialError as err:
+            rejected["next signing set"] = str(err)
+            return None
+        return material.signing_fingerprint, files.digest
+
+    def _note_rejections(self, rejected: dict[str, str]) -> None:
+        for unit, why in rejected.items():
+            if self._rejected.get(unit) != why:
+                self._metrics.reloads.labels("invalid").inc()
+                log.error(
+                    f"managed CA {unit} rejected; still using the previous one (retried on "
+                    "every re-read)",
+                    extra={"err": why},
+                )
+        for unit in self._rejected.keys() - rejected.keys():
+            log.info(f"managed CA {unit} accepted after a rejection")
+        self._rejected = rejected
+        self._metrics.invalid.set(1 if rejected else 0)
+
+    def _loaded(self, swapped_bundle: bool, swapped_set: bool) -> None:
         with self._lock:
             bundle_now, material_now = self._bundle, self._material
-        assert bundle_now is not None
+        if bundle_now is None:
+            return
         self._metrics.show(bundle_now, material_now)
         log.info(
             "managed CA material loaded",
@@ -295,13 +400,6 @@ class ApiMaterialSource:
             notify_listeners(self._bundle_listeners, bundle_now, log, "managed CA material")
         if swapped_set and material_now is not None:
             notify_listeners(self._listeners, material_now, log, "managed CA material")
-
-    def _reject(self, unit: str, err: MaterialError) -> None:
-        self._metrics.invalid.set(1)
-        self._metrics.reloads.labels("invalid").inc()
-        log.error(
-            f"managed CA {unit} rejected; still using the previous one", extra={"err": str(err)}
-        )
 
     def _deleted(self, _secret: Mapping[str, Any]) -> None:
         log.error(

@@ -8,13 +8,23 @@ and the Pod's name. A Lease is the API's own "I am alive, and here is my state" 
 replica that died stops renewing, and after `duration` its report no longer holds a
 swap back), and annotations carry what it has loaded:
 `service-serving-signer/loaded-anchors` (the sha256 fingerprints of the trust bundle's
-anchors, comma-separated) and `service-serving-signer/signing-ca` (the signing CA's).
+anchors, comma-separated), `service-serving-signer/signing-ca` (the signing CA's) and
+`service-serving-signer/ready-to-sign` (the staged next CA's, once this replica has
+validated it as a signing set: key matches, valid now and for the lead time, a probe
+leaf verifies; empty while it rejects it).
+
+Liveness is judged on the leader's own monotonic clock (`Liveness`, client-go leader
+election's method): a report is live while its `renewTime` keeps changing, i.e. for
+`leaseDurationSeconds` after the leader last saw it change. The replica's clock is never
+compared with the leader's: a replica 30 s behind is not ignored, one ahead cannot make
+a dead report look live.
 
 The Lease is named after the CA Secret and a hash of the replica's identity (unique per
 process), labelled `service-serving-signer/managed-ca-report=<secret name>`; it is
 renewed every `period` and at once after the material changes, and deleted on a clean
-stop. The leader deletes reports expired for over an hour (a replica killed without a
-clean stop).
+stop. The leader deletes a report (a replica killed without a clean stop) once it has
+seen it unchanged for its duration and its `renewTime` is over an hour old, with the
+resourceVersion it judged as a precondition: a report renewed meanwhile is kept.
 """
 
 from __future__ import annotations
@@ -24,20 +34,23 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kube.client import ApiError, Client, is_conflict, is_not_found, path_segment
 from kube.times import micro_time
 from managedca.decide import Report
-from managedca.material import ANNOTATION_PREFIX
+from managedca.layout import ANNOTATION_PREFIX
+from managedca.material import Loaded
 
 log = logging.getLogger(__name__)
 
 REPORT_LABEL = ANNOTATION_PREFIX + "managed-ca-report"
 LOADED_ANCHORS = ANNOTATION_PREFIX + "loaded-anchors"
 SIGNING_CA = ANNOTATION_PREFIX + "signing-ca"
+READY_TO_SIGN = ANNOTATION_PREFIX + "ready-to-sign"
 DEFAULT_PERIOD = 10.0
 DEFAULT_DURATION = 30
 
@@ -54,17 +67,75 @@ def _parsemicro_time(text: str) -> datetime:
     return datetime.strptime(text.replace("Z", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
 
 
-def parse_report(lease: Mapping[str, Any]) -> Report | None:
+@dataclass(frozen=True)
+class ReportLease:
+    """A report Lease as read: what it says, and what liveness and collection need."""
+
+    name: str
+    replica: str
+    loaded: Loaded
+    renew_time: str  # as written: compared for change, never with our clock
+    renewed_at: datetime  # the replica's clock: shown, and bounds collection
+    duration: timedelta
+    resource_version: str
+
+
+def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
     spec = lease.get("spec") or {}
     meta = lease.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     try:
-        renewed = _parsemicro_time(spec["renewTime"])
+        renew_time = str(spec["renewTime"])
+        renewed = _parsemicro_time(renew_time)
         duration = timedelta(seconds=int(spec["leaseDurationSeconds"]))
     except (KeyError, ValueError, TypeError):
         return None
-    anchors = frozenset(a for a in annotations.get(LOADED_ANCHORS, "").split(",") if a)
-    return Report(spec.get("holderIdentity") or meta.get("name", "?"), anchors, renewed, duration)
+    anchors = tuple(a for a in str(annotations.get(LOADED_ANCHORS, "")).split(",") if a)
+    loaded = Loaded(
+        anchors,
+        str(annotations.get(SIGNING_CA) or "") or None,
+        str(annotations.get(READY_TO_SIGN) or "") or None,
+    )
+    name = str(meta.get("name", "?"))
+    return ReportLease(
+        name,
+        str(spec.get("holderIdentity") or name),
+        loaded,
+        renew_time,
+        renewed,
+        duration,
+        str(meta.get("resourceVersion", "")),
+    )
+
+
+class Liveness:
+    """Whether each report is live, on this process's monotonic clock: a report is live
+    for `duration` after its `renewTime` was last seen to change (first sighting counts as
+    a change: a new leader holds a swap back for one duration rather than ignore a live
+    replica). The leader keeps one for as long as it leads."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._seen: dict[str, tuple[str, float]] = {}
+
+    def unchanged_for(self, lease: ReportLease) -> float:
+        """Seconds (our clock) since `lease`'s renewTime was last seen to change."""
+        now = self._monotonic()
+        last = self._seen.get(lease.name)
+        if last is None or last[0] != lease.renew_time:
+            self._seen[lease.name] = (lease.renew_time, now)
+            return 0.0
+        return now - last[1]
+
+    def report(self, lease: ReportLease) -> Report:
+        live = self.unchanged_for(lease) < lease.duration.total_seconds()
+        got = lease.loaded
+        return Report(lease.replica, frozenset(got.anchors), got.signing, got.ready, live)
+
+    def forget_all_but(self, names: Iterable[str]) -> None:
+        keep = set(names)
+        for name in [n for n in self._seen if n not in keep]:
+            del self._seen[name]
 
 
 def list_reports(client: Client, namespace: str, secret_name: str) -> list[Mapping[str, Any]]:
@@ -73,8 +144,8 @@ def list_reports(client: Client, namespace: str, secret_name: str) -> list[Mappi
 
 
 class LoadedReporter:
-    """Keeps this replica's report Lease current. `loaded()` returns (anchor fingerprints,
-    signing CA fingerprint or None), e.g. `managedca.material.ApiMaterialSource.loaded`."""
+    """Keeps this replica's report Lease current. `loaded()` says what this replica has
+    loaded, e.g. `managedca.material.ApiMaterialSource.loaded`."""
 
     def __init__(
         self,
@@ -82,7 +153,7 @@ class LoadedReporter:
         namespace: str,
         secret_name: str,
         identity: str,
-        loaded: Callable[[], tuple[list[str], str | None]],
+        loaded: Callable[[], Loaded],
         *,
         period: float = DEFAULT_PERIOD,
         duration: int = DEFAULT_DURATION,
@@ -119,9 +190,13 @@ class LoadedReporter:
             self.client.delete(self.path)
 
     def report(self) -> None:
-        anchors, signing = self._loaded()
+        loaded = self._loaded()
         now = self._clock()
-        annotations = {LOADED_ANCHORS: ",".join(anchors), SIGNING_CA: signing or ""}
+        annotations = {
+            LOADED_ANCHORS: ",".join(loaded.anchors),
+            SIGNING_CA: loaded.signing or "",
+            READY_TO_SIGN: loaded.ready or "",
+        }
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self.duration,

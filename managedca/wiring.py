@@ -79,6 +79,7 @@ def material_source(
         signing=issuer is not None,
         issuer=issuer,
         domain=settings.domain,
+        lead_time=settings.config.max_leaf_lifetime,
     )
 
 
@@ -113,8 +114,7 @@ def wire(
         identity,
         source.loaded,
     )
-    source.add_bundle_listener(reporter.trigger)
-    source.add_listener(reporter.trigger)
+    source.add_change_listener(reporter.trigger)
     # Any change of the Secret (`ca rotate`'s annotation, a write by another replica) is
     # looked at now, not at the next resync.
     source.informer.add_handler(controller.trigger, controller.trigger, controller.trigger)

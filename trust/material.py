@@ -222,6 +222,7 @@ def validate_material(
     issuer: LeafIssuer | None = None,
     domain: str = DEFAULT_DOMAIN,
     starting: bool = False,
+    min_remaining: timedelta = MIN_REMAINING,
 ) -> SigningMaterial:
     """The signer's unit, docs/reference.md §2 on bytes already read; the paths only name files in
     errors. With `issuer`, a throw-away leaf issued with the set must verify for server
@@ -231,12 +232,14 @@ def validate_material(
     (`starting`), where there is no better set to keep: it is accepted with a warning
     (and without the probe, which cannot issue with it), so the process runs, publishes,
     reports `SignerCertificateExpiring` and picks up rotated files within seconds
-    instead of crash-looping behind kubelet's back-off."""
+    instead of crash-looping behind kubelet's back-off. `min_remaining` raises that bar
+    (the managed CA's lead time: a set it will sign with must outlive the longest leaf)."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
     key = _parse_key(files.key, key_path)
     chain = _parse_chain(files.cert, cert_path)
     signing = chain[0]
-    short = _check_signing_ca(signing, cert_path, now, allow_short=starting)
+    lead = max(min_remaining, MIN_REMAINING)
+    short = _check_signing_ca(signing, cert_path, now, allow_short=starting, min_remaining=lead)
     _check_key_matches(key, signing, key_path, cert_path)
     try:
         bundle = normalize_bundle(files.bundle)
@@ -380,15 +383,21 @@ def _validity_problem(cert: x509.Certificate, now: datetime) -> str | None:
 
 
 def _check_signing_ca(
-    cert: x509.Certificate, path: str, now: datetime, *, allow_short: bool
+    cert: x509.Certificate,
+    path: str,
+    now: datetime,
+    *,
+    allow_short: bool,
+    min_remaining: timedelta = MIN_REMAINING,
 ) -> bool:
-    """Raise unless `cert` can sign now; True when it expires within `MIN_REMAINING`
+    """Raise unless `cert` can sign now; True when it expires within `min_remaining`
     (an error unless `allow_short`)."""
     problem = _ca_problem(cert) or _validity_problem(cert, now)
-    short = problem is None and cert.not_valid_after_utc - now < MIN_REMAINING
+    short = problem is None and cert.not_valid_after_utc - now < min_remaining
     if short and not allow_short:
+        within = "the hour" if min_remaining == MIN_REMAINING else str(min_remaining)
         problem = (
-            f"expires at {cert.not_valid_after_utc.isoformat()}, within the hour: no "
+            f"expires at {cert.not_valid_after_utc.isoformat()}, within {within}: no "
             f"certificate of at least {MIN_REMAINING} could be issued"
         )
     if problem:

@@ -49,6 +49,7 @@ class Managed:
         self.signer_name = f"t{uuid.uuid4().hex[:10]}.example.com/managed"
         self.lease = f"ca-{uuid.uuid4().hex[:8]}"
         self.processes: list[SignerProcess] = []
+        self.ca_pems: dict[str, bytes] = {}
         self.secret_path = f"/api/v1/namespaces/{namespace}/secrets/{DEFAULT_SECRET_NAME}"
 
     def start(self, name: str, *extra: str) -> SignerProcess:
@@ -119,11 +120,12 @@ class Managed:
         assert wait_issued(self.client, self.namespace, pcr, 30), pcr
         status = self.client.get(pcr_path(self.namespace, "v1", pcr))["status"]
         leaf = x509.load_pem_x509_certificates(status["certificateChain"].encode())[0]
+        # Every CA seen in the Secret so far (it may be gone for a moment: deleted).
+        for ca_pem in _all_ca_pems(self.secret() or {}):
+            self.ca_pems[fingerprint(ca_pem)[0]] = ca_pem
         for fp in self.published():
-            secret = self.secret() or {}
-            for ca_pem in _all_ca_pems(secret):
-                if fingerprint(ca_pem)[0] == fp and _signed_by(leaf, ca_pem):
-                    return fp
+            if fp in self.ca_pems and _signed_by(leaf, self.ca_pems[fp]):
+                return fp
         raise AssertionError("the leaf is signed by no published CA")
 
 
@@ -199,6 +201,14 @@ def test_a_move_from_file_mode_keeps_the_published_roots_until_their_leaves_expi
     assert eventually(lambda: managed.phase() == "Retiring", 30), managed.annotations()
     new = managed.ca()
     assert managed.published() == {old, new}
+    # Adopting the file-mode root is a stage: the new CA signs only once the bundle read
+    # back held it for the propagation delay.
+    notes = managed.annotations()
+    published_at = _time(notes, "published-at")
+    swap_not_before = _time(notes, "swap-not-before")
+    assert published_at + timedelta(seconds=DELAY + 1) >= swap_not_before
+    assert swap_not_before >= published_at + timedelta(seconds=DELAY)
+    assert _time(notes, "confirmed-at") >= swap_not_before
 
     def retire_scheduled() -> bool:
         return bool(json.loads(managed.annotations()[PREVIOUS])[0].get("retireAt"))
@@ -252,7 +262,8 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
     published_at = _time(notes, "published-at")
     swap_not_before = _time(notes, "swap-not-before")
     swapped = _time(notes, "swapped-at")
-    assert swapped >= swap_not_before == published_at + timedelta(seconds=DELAY)
+    assert swapped >= swap_not_before >= published_at + timedelta(seconds=DELAY)
+    assert swap_not_before <= published_at + timedelta(seconds=DELAY + 1), "whole seconds, up"
     print(
         f"phases: stage→published {(published_at - staged_at).total_seconds():.0f}s, "
         f"published→swap {(swapped - published_at).total_seconds():.0f}s; observed: "
@@ -307,7 +318,8 @@ def test_a_leader_killed_in_each_phase_is_resumed_there_by_its_successor(
     assert len(managed.client.get(reports, label)["items"]) == 2, "a's (killed) and b's"
     b.stop()
     [stale] = managed.client.get(reports, label)["items"]  # b deleted its own report
-    # a's report expired when a died; the leader collects it an hour later (moved here).
+    # a's report stopped changing when a died; the leader collects it once it has seen it
+    # unchanged for its duration and it says it was renewed over an hour ago (moved here).
     stale["spec"]["renewTime"] = (datetime.now(UTC) - timedelta(hours=2)).strftime(
         "%Y-%m-%dT%H:%M:%S.%fZ"
     )
@@ -319,8 +331,8 @@ def test_a_leader_killed_in_each_phase_is_resumed_there_by_its_successor(
             stale["metadata"]["name"]
             not in {i["metadata"]["name"] for i in managed.client.get(reports, label)["items"]}
         ),
-        15,
-    ), "the leader deleted the stale report"
+        60,
+    ), "the leader deleted the stale report (unchanged for its 30 s on the leader's clock)"
     assert managed.ca_cli("rotate").returncode == 0
     assert eventually(lambda: managed.phase() == "Staged", 15)
     nxt = managed.ca("next")
@@ -353,3 +365,39 @@ def _time(annotations: dict[str, str], name: str) -> datetime:
     return datetime.strptime(
         annotations[f"service-serving-signer/ca-{name}"], "%Y-%m-%dT%H:%M:%SZ"
     ).replace(tzinfo=UTC)
+
+
+def test_a_deleted_secret_signs_with_no_root_before_it_was_published_for_the_delay(
+    managed: Managed, kubelet: Kubelet
+) -> None:
+    """`kubectl delete secret`: the replicas keep signing with the CA they hold, the
+    leader makes a new one and adopts the published roots, and no leaf is signed by the
+    new root before the bundle read back held it for the propagation delay."""
+    kubelet.create_service("web", managed.namespace, selector={"app": "web"})
+    managed.start("a")
+    managed.start("b")
+    assert eventually(lambda: managed.phase() == "Stable", 30)
+    old = managed.ca()
+    assert managed.issue(kubelet, "before") == old  # remembers the old CA's certificate
+    managed.client.delete(managed.secret_path)
+    deleted = time.monotonic()
+    first_seen: dict[str, float] = {}
+    issued: list[tuple[str, float]] = []
+    while time.monotonic() - deleted < 60:
+        for fp in managed.published() - {old}:
+            first_seen.setdefault(fp, time.monotonic())
+        issued.append((managed.issue(kubelet, f"leaf-{len(issued)}"), time.monotonic()))
+        if issued[-1][0] != old and len(issued) > 1 and issued[-2][0] != old:
+            break
+    new = managed.ca()
+    assert new != old and managed.published() == {old, new}, "the old root stays published"
+    by_new = [at for fp, at in issued if fp == new]
+    assert by_new, f"the new CA never signed: {issued}"
+    assert min(by_new) >= first_seen[new] + DELAY, (
+        f"signed {min(by_new) - first_seen[new]:.1f}s after first published"
+    )
+    assert any(fp == old for fp, at in issued), "the old CA kept signing meanwhile"
+    print(
+        f"secret deleted: new root published {first_seen[new] - deleted:.1f}s later, first "
+        f"leaf under it {min(by_new) - first_seen[new]:.1f}s after that ({len(issued)} leaves)"
+    )

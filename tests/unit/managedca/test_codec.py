@@ -84,7 +84,8 @@ def test_an_unconfirmed_ca_is_published_but_not_signed_with() -> None:
         source.current()
     source.apply(_secret(d.State(current=ca_info(A), confirmed_at=NOW), rv="6"))
     assert source.current().signing_fingerprint == ca_info(A).fingerprint
-    assert source.loaded() == (fingerprint(A), ca_info(A).fingerprint)
+    assert source.loaded().anchors == tuple(fingerprint(A))
+    assert source.loaded().signing == ca_info(A).fingerprint
 
 
 def test_an_older_secret_does_not_undo_a_newer_one() -> None:
@@ -92,4 +93,4 @@ def test_an_older_secret_does_not_undo_a_newer_one() -> None:
     staged = d.State(current=ca_info(A), confirmed_at=NOW, next=ca_info(B), staged_at=NOW)
     source.apply(_secret(staged, B_KEY, rv="10"))
     source.apply(_secret(d.State(current=ca_info(A), confirmed_at=NOW), rv="9"))
-    assert sorted(source.loaded()[0]) == sorted(fingerprint(A + B))
+    assert sorted(source.loaded().anchors) == sorted(fingerprint(A + B))

@@ -43,8 +43,16 @@ B = CaInfo("bb", T0 + DAY, T0 + timedelta(days=101))
 C = CaInfo("cc", T0 - timedelta(days=100), T0 + timedelta(days=1))
 
 
-def report(*fps: str, name: str = "r1", at: datetime = T0) -> Report:
-    return Report(name, frozenset(fps), at, timedelta(seconds=30))
+def report(
+    *fps: str,
+    name: str = "r1",
+    live: bool = True,
+    signing: str | None = "aa",
+    ready: str | None = "bb",
+) -> Report:
+    """A replica's report: the anchors it has loaded, the CA it signs with, the next CA it
+    has validated as ready to sign with (by default: signs with A, ready with B)."""
+    return Report(name, frozenset(fps), signing=signing, ready=ready, live=live)
 
 
 STABLE = State(current=A, confirmed_at=T0)
@@ -54,41 +62,84 @@ JUST_SWAPPED = swapped(PUBLISHED, T0 + 3 * DAY)
 SWAPPED = retire_scheduled(JUST_SWAPPED, CFG.retire_at(T0 + 3 * DAY))
 
 
+# A re-bootstrap (the Secret deleted) adopting the published root A, B made anew.
+ADOPTING = State(current=CaInfo("bb", T0, B.not_after), previous=(Previous(A, T0, None),))
+ADOPTING_PUBLISHED = marked_published(ADOPTING, T0 + H, T0 + H + timedelta(minutes=10))
+
+
 def obs(*fps: str, reports: tuple[Report, ...] = ()) -> Observations:
     return Observations(frozenset(fps), reports)
 
 
+LIVE_SWAPPED = (report("aa", "bb", signing="bb", ready=None),)
+# B signing, A retired: what every replica reports once a swap is taken up.
+
+
 CASES = [
-    ("no secret bootstraps", None, obs(), T0, Bootstrap()),
+    ("no secret bootstraps", None, obs(), T0, Bootstrap(T0)),
     (
         "a new CA waits until the bundle read back holds it",
         State(current=A),
         obs(),
         T0,
-        Wait(None, "the ClusterTrustBundle read back does not hold the new CA yet"),
+        Wait(None, "bundle-not-published"),
     ),
     ("a published new CA is confirmed", State(current=A), obs("aa"), T0, Confirm(T0)),
+    (
+        "an adopting bootstrap records the first read-back holding the new CA",
+        ADOPTING,
+        obs("aa", "bb", reports=(report("aa", "bb", signing="aa", ready="bb"),)),
+        T0 + H,
+        MarkPublished(T0 + H, T0 + H + timedelta(minutes=10)),
+    ),
+    (
+        "an adopting bootstrap waits for the propagation delay before it signs",
+        ADOPTING_PUBLISHED,
+        obs("aa", "bb", reports=(report("aa", "bb", signing="aa", ready="bb"),)),
+        T0 + H + timedelta(minutes=5),
+        Wait(T0 + H + timedelta(minutes=10), "propagation-delay"),
+    ),
+    (
+        "an adopting bootstrap waits for a replica not ready to sign with the new CA",
+        ADOPTING_PUBLISHED,
+        obs("aa", "bb", reports=(report("aa", "bb", signing="aa", ready=None),)),
+        T0 + 2 * H,
+        Wait(None, "replica-not-ready"),
+    ),
+    (
+        "an adopting bootstrap signs once published for the propagation delay",
+        ADOPTING_PUBLISHED,
+        obs("aa", "bb", reports=(report("aa", "bb", signing="aa", ready="bb"),)),
+        T0 + 2 * H,
+        Confirm(T0 + 2 * H),
+    ),
     (
         "a young CA waits for its rotation point",
         STABLE,
         obs("aa"),
         T0 + DAY,
-        Wait(T0 + 50 * DAY, "the rotation point of the current CA's life"),
+        Wait(T0 + 50 * DAY, "rotation-point"),
     ),
-    ("the rotation point stages", STABLE, obs("aa"), T0 + 50 * DAY, Stage(requested=False)),
+    (
+        "the rotation point stages",
+        STABLE,
+        obs("aa"),
+        T0 + 50 * DAY,
+        Stage(T0 + 50 * DAY, requested=False),
+    ),
     (
         "ca rotate stages early",
         State(current=A, confirmed_at=T0, rotate_requested_at=T0 + DAY),
         obs("aa"),
         T0 + DAY,
-        Stage(requested=True),
+        Stage(T0 + DAY, requested=True),
     ),
     (
         "staged waits for the bundle to hold both",
         STAGED,
-        obs("aa", reports=(report("aa", "bb", at=T0 + 2 * DAY),)),
+        obs("aa", reports=(report("aa", "bb"),)),
         T0 + 2 * DAY,
-        Wait(None, "the ClusterTrustBundle read back does not hold both CAs yet"),
+        Wait(None, "bundle-not-published"),
     ),
     (
         "the first read-back holding both is recorded",
@@ -100,27 +151,31 @@ CASES = [
     (
         "swap waits for a replica that has not loaded the next CA",
         PUBLISHED,
-        obs(
-            "aa",
-            "bb",
-            reports=(
-                report("aa", "bb", at=T0 + 3 * DAY),
-                report("aa", name="r2", at=T0 + 3 * DAY),
-            ),
-        ),
+        obs("aa", "bb", reports=(report("aa", "bb"), report("aa", name="r2", ready=None))),
         T0 + 3 * DAY,
-        Wait(None, "replicas that have not loaded the next CA: r2"),
+        Wait(None, "replica-not-loaded"),
     ),
     (
-        "an expired report does not hold the swap",
+        "swap waits for a replica that loaded the next CA but rejected it as a signing set",
+        PUBLISHED,
+        obs("aa", "bb", reports=(report("aa", "bb"), report("aa", "bb", name="r2", ready=None))),
+        T0 + 3 * DAY,
+        Wait(None, "replica-not-ready"),
+    ),
+    (
+        "swap waits for a replica ready to sign with another CA than the staged one",
+        PUBLISHED,
+        obs("aa", "bb", reports=(report("aa", "bb", ready="zz"),)),
+        T0 + 3 * DAY,
+        Wait(None, "replica-not-ready"),
+    ),
+    (
+        "a report no longer live does not hold the swap",
         PUBLISHED,
         obs(
             "aa",
             "bb",
-            reports=(
-                report("aa", "bb", at=T0 + 3 * DAY),
-                report("aa", name="gone", at=T0 + 2 * DAY),
-            ),
+            reports=(report("aa", "bb"), report("aa", name="gone", ready=None, live=False)),
         ),
         T0 + 3 * DAY,
         Swap(T0 + 3 * DAY),
@@ -130,38 +185,63 @@ CASES = [
         PUBLISHED,
         obs("aa", "bb"),
         T0 + 3 * DAY,
-        Wait(None, "no replica reports the bundle it has loaded"),
+        Wait(None, "no-replica-report"),
     ),
     (
         "swap waits for the propagation delay",
         PUBLISHED,
-        obs("aa", "bb", reports=(report("aa", "bb", at=T0 + 2 * DAY + timedelta(minutes=5)),)),
+        obs("aa", "bb", reports=(report("aa", "bb"),)),
         T0 + 2 * DAY + timedelta(minutes=5),
-        Wait(
-            T0 + 2 * DAY + timedelta(minutes=10),
-            "the propagation delay (kubelet's clusterTrustBundle refresh)",
-        ),
+        Wait(T0 + 2 * DAY + timedelta(minutes=10), "propagation-delay"),
     ),
     (
         "swap waits for a next CA that is not valid yet (clock stepped back)",
         State(
             current=A, confirmed_at=T0, next=B, staged_at=T0, published_at=T0, swap_not_before=T0
         ),
-        obs("aa", "bb", reports=(report("aa", "bb", at=T0 + 12 * H),)),
+        obs("aa", "bb", reports=(report("aa", "bb"),)),
         T0 + 12 * H,
-        Wait(B.not_before, "the next CA's notBefore"),
+        Wait(B.not_before, "next-not-valid-yet"),
     ),
     (
-        "a swap read back schedules the previous root's retire time from now",
+        "an expired next CA is never swapped in",
+        PUBLISHED,
+        obs("aa", "bb", reports=(report("aa", "bb"),)),
+        B.not_after + H,
+        Wait(None, "next-ca-expired"),
+    ),
+    (
+        "a next CA that expires within the longest leaf lifetime is never swapped in",
+        PUBLISHED,
+        obs("aa", "bb", reports=(report("aa", "bb"),)),
+        B.not_after - H,
+        Wait(None, "next-ca-expired"),
+    ),
+    (
+        "the retire clock waits for a replica still signing with the previous root",
+        JUST_SWAPPED,
+        obs("aa", "bb", reports=(*LIVE_SWAPPED, report("aa", "bb", name="r2", signing="aa"))),
+        T0 + 3 * DAY + 6 * H,
+        Wait(None, "replica-not-signing"),
+    ),
+    (
+        "the retire clock waits with no live report at all",
         JUST_SWAPPED,
         obs("aa", "bb"),
+        T0 + 3 * DAY + 6 * H,
+        Wait(None, "no-replica-report"),
+    ),
+    (
+        "the retire clock starts once every live replica signs with the new CA",
+        JUST_SWAPPED,
+        obs("aa", "bb", reports=LIVE_SWAPPED),
         T0 + 3 * DAY + 6 * H,
         ScheduleRetire(T0 + 3 * DAY + 6 * H, CFG.retire_at(T0 + 3 * DAY + 6 * H)),
     ),
     (
-        "roots adopted at bootstrap get their retire time once the new CA is confirmed",
+        "roots adopted at bootstrap get their retire time once the new CA signs everywhere",
         State(current=B, confirmed_at=T0 + 6 * H, previous=(Previous(A, T0, None),)),
-        obs("aa", "bb"),
+        obs("aa", "bb", reports=LIVE_SWAPPED),
         T0 + 6 * H,
         ScheduleRetire(T0 + 6 * H, CFG.retire_at(T0 + 6 * H)),
     ),
@@ -170,7 +250,7 @@ CASES = [
         SWAPPED,
         obs("aa", "bb"),
         T0 + 4 * DAY,
-        Wait(T0 + 4 * DAY + H, "the retire time of a previous root"),
+        Wait(T0 + 4 * DAY + H, "retire-time"),
     ),
     (
         "a previous root is retired at its retire time",
@@ -213,8 +293,18 @@ def test_keeps_the_newest_unexpired_previous_root_as_history() -> None:
     assert decide(state, obs("aa", "bb", "old"), T0 + 3 * DAY, keep) == Retire(frozenset({"old"}))
     kept = State(current=B, confirmed_at=T0, previous=state.previous[:1])
     assert decide(kept, obs("aa", "bb"), T0 + 3 * DAY, keep) == Wait(
-        T0 + 50 * DAY + DAY, "the rotation point of the current CA's life"
+        T0 + 50 * DAY + DAY, "rotation-point"
     )
+
+
+def test_the_recorded_end_of_the_propagation_delay_is_never_earlier_than_the_delay() -> None:
+    """The Secret keeps whole seconds: the end is rounded up, never truncated (found by
+    the deleted-Secret integration test: a new root signed 7.8 s into an 8 s delay)."""
+    now = T0 + 2 * DAY + timedelta(microseconds=900_000)
+    action = decide(STAGED, obs("aa", "bb"), now, CFG)
+    assert isinstance(action, MarkPublished)
+    assert action.swap_not_before >= now + CFG.propagation_delay
+    assert action.swap_not_before.microsecond == 0
 
 
 def test_staging_twice_is_refused() -> None:

@@ -1,0 +1,43 @@
+"""The managed CA Secret's layout, shared by its codec (`managedca.codec`) and the material
+source (`managedca.material`): the data keys (`ca.key`/`ca.crt` the signing CA,
+`next.key`/`next.crt` a staged CA, `previous.crt` the roots being retired), the
+annotation prefix, and how a certificate is named (sha256 of its DER, lowercase hex).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+
+from trust.bundle import normalize_bundle, parse_anchors
+
+DEFAULT_SECRET_NAME = "service-serving-signer-managed-ca"
+CURRENT_KEY = "ca.key"
+CURRENT_CERT = "ca.crt"
+NEXT_KEY = "next.key"
+NEXT_CERT = "next.crt"
+PREVIOUS_CERTS = "previous.crt"
+ANNOTATION_PREFIX = "service-serving-signer/"
+CONFIRMED_AT = ANNOTATION_PREFIX + "ca-confirmed-at"
+
+
+def secret_data(secret: Mapping[str, Any]) -> dict[str, bytes]:
+    """The Secret's `data`, decoded."""
+    return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+
+
+def bundle_pem(data: Mapping[str, bytes]) -> bytes:
+    """The roots a state publishes: current, next, previous (un-normalised)."""
+    return b"".join(data.get(k, b"") for k in (CURRENT_CERT, NEXT_CERT, PREVIOUS_CERTS))
+
+
+def fingerprint(pem: bytes | str) -> list[str]:
+    """sha256 (lowercase hex) of each certificate's DER in `pem`."""
+    return [
+        hashlib.sha256(c.public_bytes(serialization.Encoding.DER)).hexdigest()
+        for c in parse_anchors(normalize_bundle(pem))
+    ]
