@@ -1,0 +1,3 @@
+module mldsatls
+
+go 1.27
