@@ -11,6 +11,14 @@ What it decides, read-only (no status, no Event, no index):
   signer name is not ours to decide; a decision the signer should have written within
   seconds but has not after `STUCK_AFTER` means the leader is not acting on it. Any of
   those is the verdict "nothing will act" (exit 5), whatever the decision would be.
+  Without a renewing Lease holder, explain looks for **traces of a signer acting**
+  anyway (one run with `--leader-elect=false`, or on another Lease): a decision this
+  signer name wrote on a request in the namespace (an Issued, Denied or Failed
+  condition's time) or an Event it recorded about one, within `ACTIVE_WITHIN` or since
+  the request was created. A trace means a signer acts. No trace on a request older than
+  `STUCK_AFTER` means none does (a running signer decides, or records the wait, within
+  seconds). No trace on a younger request, with no Lease at all, is `unknown`: an idle
+  signer without leader election leaves none either.
 * **Its clock**: kube-controller-manager's PodCertificateRequest cleaner deletes every
   request `CLEANUP_AFTER` (15 min) after creation, at passes `CLEANUP_PERIOD` (5 min)
   apart; kubelet then makes a new request. A waiting request is shown with that time.
@@ -42,7 +50,7 @@ from typing import Any
 from cryptography import x509
 
 from kube.client import ApiError, Client, is_not_found, path_segment
-from kube.times import parse_time
+from kube.times import format_time, parse_time
 from kube.types import JSON
 from signer import policy
 from signer.decide import Decider, Terminal, Wait
@@ -66,6 +74,12 @@ CLEANUP_PERIOD = timedelta(minutes=5)
 # rollout at the signer's write rate) drains within a few minutes. Past this, the leader
 # is not acting on the request.
 STUCK_AFTER = timedelta(minutes=5)
+# How recent a trace of the signer acting (a decision written, an Event recorded) must
+# be to count when no Lease holder renews.
+ACTIVE_WITHIN = timedelta(minutes=5)
+# The Events' reportingController (manager.controllers.REPORTING_CONTROLLER; explain,
+# a read-only tool, does not import the process).
+REPORTING_CONTROLLER = "service-serving-signer"
 
 
 class Outcome(enum.IntEnum):
@@ -121,6 +135,10 @@ class RequestReport:
     begin_refresh_at: datetime | None = None
     why_nothing_acts: str | None = None
     cleanup: str | None = None  # when kube-controller-manager deletes it
+    # Without a renewing Lease holder: the trace that shows a signer acting anyway, or
+    # why explain cannot tell whether one does.
+    acting: str | None = None
+    acting_unknown: str | None = None
 
     def age(self, now: datetime) -> timedelta | None:
         return now - self.created if self.created else None
@@ -201,6 +219,7 @@ class Explainer:
             self._pods, self._services, ApiLookups(client), domain=domain, pcr_version=pcr_version
         )
         self._owners: dict[tuple[str, str, str], advice.Owner] = {}
+        self._traces: dict[str, Trace | None] = {}
 
     def pcr_base(self, namespace: str | None) -> str:
         scope = f"/namespaces/{path_segment(namespace)}" if namespace else ""
@@ -318,7 +337,7 @@ class Explainer:
     ) -> RequestReport:
         report = self._decided(pcr, raw, pod_raw, owner)
         if report.already is None:
-            report = self._will_anything_act(report)
+            report = self._will_anything_act(report, pcr.namespace)
         return report
 
     def _context(self, pcr: PCRRecord, pod_raw: JSON | None, owner: advice.Owner) -> advice.Context:
@@ -410,7 +429,7 @@ class Explainer:
             ),
         )
 
-    def _will_anything_act(self, report: RequestReport) -> RequestReport:
+    def _will_anything_act(self, report: RequestReport, namespace: str) -> RequestReport:
         """A pending request of ours: is a signer there to act, and how long is left."""
         if report.outcome is Outcome.NOTHING_ACTS:
             return report
@@ -433,27 +452,127 @@ class Explainer:
                 )
         report = replace(report, cleanup=cleanup)
         lease = self.health.lease if self.health is not None else None
-        if lease is None or lease.acting is None:
+        if lease is None:
             return report
-        if not lease.acting:
-            return replace(
-                report,
-                outcome=Outcome.NOTHING_ACTS,
-                why_nothing_acts=no_leader_text(lease.leader, lease.namespace, lease.name),
+        if lease.acting:
+            return _stuck(report, age, f"while {lease.holder} holds the Lease")
+        # No renewing holder (or the Lease is unreadable): look for traces of a signer
+        # acting anyway.
+        trace = self._trace(namespace)
+        since = now - ACTIVE_WITHIN
+        if report.created is not None:
+            since = min(since, report.created)
+        if trace is not None and trace.at >= since:
+            acting = (
+                f"{trace.what} {span(now - trace.at)} ago, without holding Lease "
+                f"{lease.namespace}/{lease.name}: a signer runs without leader election "
+                "(--leader-elect=false) or on another Lease"
             )
-        decided_now = report.outcome in (Outcome.ISSUE, Outcome.DENY)
-        if decided_now and age is not None and age >= STUCK_AFTER:
+            report = replace(report, acting=acting)
+            return _stuck(report, age, f"(the last trace of the signer: {trace.what})")
+        if lease.acting is None:
+            return report
+        why = no_leader_text(lease.leader, lease.namespace, lease.name)
+        if age is not None and age >= STUCK_AFTER:
             return replace(
                 report,
                 outcome=Outcome.NOTHING_ACTS,
                 why_nothing_acts=(
-                    f"the signer would decide this at once, yet it has been pending for "
-                    f"{span(age)} while {lease.holder} holds the Lease: the leader is not "
-                    "acting on it, or far behind (its logs, its RBAC, its --signer-name, "
-                    'workqueue_depth{name="service_serving_signer"})'
+                    f"{why}; and no trace of signer {self.signer_name} acting in namespace "
+                    f"{namespace} since this request was created {span(age)} ago"
                 ),
             )
-        return report
+        if lease.leader is Leader.MISSING:
+            return replace(
+                report,
+                acting_unknown=(
+                    f"{why}; and no trace of signer {self.signer_name} acting in namespace "
+                    f"{namespace} in the last {span(ACTIVE_WITHIN)}. A signer run with "
+                    "--leader-elect=false that has had nothing to decide leaves none either: "
+                    "ask again in a few seconds (it decides a request within seconds)"
+                ),
+            )
+        return replace(report, outcome=Outcome.NOTHING_ACTS, why_nothing_acts=why)
+
+    def _trace(self, namespace: str) -> Trace | None:
+        """The newest trace of this signer name acting in `namespace` (read once per run):
+        a decision written on one of its requests, or an Event it recorded about one.
+        What we may not read is no trace."""
+        if namespace not in self._traces:
+            self._traces[namespace] = self._read_trace(namespace)
+        return self._traces[namespace]
+
+    def _read_trace(self, namespace: str) -> Trace | None:
+        traces: list[Trace] = []
+        try:
+            listed = self.client.get(
+                self.pcr_base(namespace), {"fieldSelector": f"spec.signerName={self.signer_name}"}
+            )
+        except ApiError as err:
+            if err.status != 403:
+                raise
+            listed = {}
+        ours: set[str] = set()
+        for item in listed.get("items") or []:
+            name = str((item.get("metadata") or {}).get("name") or "")
+            ours.add(name)
+            for condition in (item.get("status") or {}).get("conditions") or []:
+                at = parse_time(condition.get("lastTransitionTime"))
+                kind = str(condition.get("type") or "")
+                if at is not None and kind in ("Issued", "Denied", "Failed"):
+                    what = f"signer {self.signer_name} {kind.lower()} PodCertificateRequest"
+                    traces.append(Trace(at, f"{what} {namespace}/{name}"))
+        try:
+            events = self.client.get(
+                f"/apis/events.k8s.io/v1/namespaces/{path_segment(namespace)}/events"
+            )
+        except ApiError as err:
+            if err.status != 403:
+                raise
+            events = {}
+        for event in events.get("items") or []:
+            related = event.get("related") or {}
+            if (
+                event.get("reportingController") != REPORTING_CONTROLLER
+                or related.get("kind") != "PodCertificateRequest"
+                or related.get("name") not in ours
+            ):
+                continue
+            at = (
+                parse_time((event.get("series") or {}).get("lastObservedTime"))
+                or parse_time(event.get("eventTime"))
+                or parse_time(event.get("deprecatedLastTimestamp"))
+            )
+            if at is not None:
+                about = f"PodCertificateRequest {namespace}/{related.get('name')}"
+                traces.append(Trace(at, f"signer recorded {event.get('reason')} about {about}"))
+        return max(traces, key=lambda t: t.at, default=None)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A sign of the signer acting: when, and what it did, in words."""
+
+    at: datetime
+    what: str
+
+
+def _stuck(report: RequestReport, age: timedelta | None, acting: str) -> RequestReport:
+    """A request a running signer would decide at once, pending past `STUCK_AFTER`:
+    nothing is acting on it after all."""
+    decided_now = report.outcome in (Outcome.ISSUE, Outcome.DENY)
+    if decided_now and age is not None and age >= STUCK_AFTER:
+        return replace(
+            report,
+            outcome=Outcome.NOTHING_ACTS,
+            why_nothing_acts=(
+                f"the signer would decide this at once, yet it has been pending for "
+                f"{span(age)} {acting}: the signer is not acting on it, or far behind "
+                "(its logs, its RBAC, its --signer-name, "
+                'workqueue_depth{name="service_serving_signer"})'
+            ),
+        )
+    return report
 
 
 def no_leader_text(leader: Leader, namespace: str, name: str) -> str:
@@ -524,7 +643,7 @@ def projected_volume(pod: JSON, signer_name: str) -> str | None:
 
 
 def rfc3339(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(value)
 
 
 def span(delta: timedelta) -> str:

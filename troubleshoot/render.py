@@ -86,6 +86,8 @@ def request_lines(request: RequestReport, now: datetime, indent: str = "  ") -> 
     sub = indent + "  "
     fields = (
         ("nothing will act", request.why_nothing_acts),
+        ("acting", request.acting),
+        ("acting: unknown", request.acting_unknown),
         ("names", ", ".join(request.dns_names)),
         ("notAfter", request.not_after and _in(request.not_after, now)),
         ("beginRefreshAt", request.begin_refresh_at and _in(request.begin_refresh_at, now)),
@@ -172,6 +174,8 @@ def request_json(request: RequestReport) -> dict[str, Any]:
         "message": request.message,
         "fix": request.fix,
         "whyNothingActs": request.why_nothing_acts,
+        "acting": request.acting,
+        "actingUnknown": request.acting_unknown,
         "dnsNames": list(request.dns_names),
         "keyType": request.key_type,
         "notAfter": _time(request.not_after),

@@ -38,6 +38,7 @@ ALL_OPTIONS = [
     "prometheus.rules.enabled=true",
     "grafanaDashboard.enabled=true",
     "networkPolicy.enabled=true",
+    "bundleReaders.enabled=true",
     "injector.enabled=true",
     "injector.distribution.enabled=true",
 ]
@@ -160,7 +161,13 @@ def test_helm_template_with_every_option_equals_config_with_every_component(
 ) -> None:
     config = kustomize(
         overlay(
-            tmp_path, "prometheus", "grafana", "networkpolicy", "injector", "injector-distribution"
+            tmp_path,
+            "prometheus",
+            "grafana",
+            "networkpolicy",
+            "bundle-readers",
+            "injector",
+            "injector-distribution",
         )
     )
     assert {o["kind"] for o in config} >= {"NetworkPolicy", "ConfigMap", "PrometheusRule"}

@@ -7,6 +7,8 @@ permission is missing."""
 
 from __future__ import annotations
 
+import functools
+import json
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -310,3 +312,136 @@ def test_advice_for_a_deployments_pod_is_followed_to_an_issued_certificate(
     print(f"\n$ explain pod {new_pod} -n {ns}\n{out}(exit {code})")
     assert code == 0, out
     assert f"    names: web.{ns}.svc.cluster.local, web.{ns}.svc" in out.splitlines()
+
+
+def namespace_admin_kubeconfig(
+    cluster: Cluster, client: Client, namespace: str, path: Path
+) -> Path:
+    """A client-certificate user bound to the built-in `admin` ClusterRole in `namespace`
+    (an application team's usual grant)."""
+    user = f"team-admin-{uuid.uuid4().hex[:6]}"
+    client.create(
+        f"{RBAC}/namespaces/{namespace}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "team-admin"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "admin",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )
+    return cluster.plane.write_kubeconfig(path, user=cluster.plane.pki.client_cert(user))
+
+
+ACTING_SIGNER = unique_signer_name()
+BUNDLE_READERS = CONFIG / "bundle-readers"
+
+
+def test_a_namespace_admin_is_told_the_truth_with_and_without_leader_election(
+    cluster: Cluster,
+    cluster_client: Client,
+    node_namespace: str,
+    lease_namespace: str,
+    view_role: Any,
+    tmp_path: Path,
+) -> None:
+    """Issue 28: with `--leader-elect=false` the signer acts without a Lease, and explain
+    said "nothing will act"; a namespace admin got "bundle: unknown: forbidden". Now the
+    verdict follows what the signer is seen doing, and config/bundle-readers gives the
+    bundle answer."""
+    ns = node_namespace
+    view_role()
+    kubeconfig = namespace_admin_kubeconfig(cluster, cluster_client, ns, tmp_path / "admin")
+    create_service(cluster_client, ns, "web", {"app": "web"})
+
+    def explain(pod: str, *extra: str) -> tuple[int, str, str]:
+        return run_cli(
+            "explain",
+            "pod",
+            pod,
+            "-n",
+            ns,
+            *extra,
+            f"--kubeconfig={kubeconfig}",
+            f"--signer-name={ACTING_SIGNER}",
+            f"--lease-namespace={lease_namespace}",
+        )
+
+    def issued(pod: str) -> bool:
+        return any(condition_of_type(p, "Issued") for p in pcrs_of(cluster_client, ns, pod))
+
+    def waits(pod: str) -> bool:
+        return explain(pod)[0] == 2
+
+    outputs: dict[str, str] = {}
+    for index, leader_elect in enumerate(("false", "true")):
+        with tempfile.TemporaryDirectory(prefix="explain-acting-") as tmp:
+            write_ca(Path(tmp) / "ca")
+            signer = SignerProcess(
+                cluster.plane.kubeconfig,
+                Path(tmp) / "ca",
+                Path(tmp) / "signer.log",
+                f"--leader-elect={leader_elect}",
+                f"--leader-elect-resource-namespace={lease_namespace}",
+                f"--leader-elect-resource-name={LEASE}",
+                signer_name=ACTING_SIGNER,
+            )
+            try:
+                assert eventually(signer.ready, 60), "\n".join(signer.log_lines()[-20:])
+                # One request the signer issues, and one that waits on a missing Service.
+                serving_pod(
+                    cluster,
+                    cluster_client,
+                    ns,
+                    f"web-{index}",
+                    app="web",
+                    signer_name=ACTING_SIGNER,
+                )
+                serving_pod(
+                    cluster,
+                    cluster_client,
+                    ns,
+                    f"waits-{index}",
+                    app="web",
+                    services=f"missing-{index}",
+                    signer_name=ACTING_SIGNER,
+                )
+                assert eventually(functools.partial(issued, f"web-{index}"), 120)
+                assert eventually(functools.partial(waits, f"waits-{index}"), 60, interval=1)
+                code, out, _ = explain(f"waits-{index}")
+                outputs[leader_elect] = out
+                print(
+                    f"\n$ explain pod waits-{index} -n {ns}   # namespace admin, "
+                    f"--leader-elect={leader_elect}\n{out}(exit {code})"
+                )
+            finally:
+                assert signer.stop() == 0
+        assert code == 2, out
+        assert "nothing will act" not in out
+        assert "bundle: unknown: forbidden: cannot list clustertrustbundles" in out
+
+    lines = outputs["false"].splitlines()
+    assert lines[1].startswith(f"  leader: none: Lease {lease_namespace}/{LEASE} does not exist")
+    [acting] = [line for line in lines if line.startswith("    acting: ")]
+    assert f"without holding Lease {lease_namespace}/{LEASE}" in acting
+    assert "--leader-elect=false" in acting
+    assert outputs["true"].splitlines()[1].startswith("  leader: ")
+    assert "acting: " not in outputs["true"]
+
+    # The opt-in read access to ClusterTrustBundles: the bundle is answered.
+    for obj in render(BUNDLE_READERS):
+        apply(cluster_client, obj, dry_run=False)
+    try:
+        assert eventually(lambda: "bundle: unknown" not in explain("waits-1")[1], 30, interval=1)
+        code, out, _ = explain("waits-1", "-o", "json")
+        bundle = json.loads(out)["signer"]["bundle"]
+        assert bundle["forbidden"] is None
+        assert bundle["published"] is True, out
+    finally:
+        for obj in render(BUNDLE_READERS):
+            kind = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
+            cluster_client.delete(f"{RBAC}/{kind}/{obj['metadata']['name']}")

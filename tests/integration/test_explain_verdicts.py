@@ -56,7 +56,6 @@ def issuable(kubelet: Kubelet, namespace: str) -> dict[str, Any]:
     [
         ("", 30, f"no signer holds Lease {{ns}}/{LEASE} (released, holderIdentity empty)"),
         ("signer-0_dead", 60, f"the holder of Lease {{ns}}/{LEASE} stopped renewing it"),
-        (None, 0, f"Lease {{ns}}/{LEASE} does not exist: no signer runs with that Lease"),
     ],
 )
 def test_no_leader_means_nothing_will_act_even_when_it_would_be_issued(
@@ -84,6 +83,70 @@ def test_no_leader_means_nothing_will_act_even_when_it_would_be_issued(
     assert "would be issued now" in out
     assert "nothing will act: " + why.format(ns=namespace) in out
     assert "would be issued now" not in lines[0]
+
+
+def test_no_lease_and_no_trace_of_a_signer_on_a_fresh_request_is_unknown(
+    explain: Any, kubelet: Kubelet, namespace: str
+) -> None:
+    """No Lease at all: either nothing runs, or a signer runs with --leader-elect=false
+    and has had nothing to decide yet. explain cannot tell, and says so."""
+    issuable(kubelet, namespace)
+
+    code, out, _ = explain("pod", "web-0", "-n", namespace)
+
+    assert code == 0, out
+    assert "nothing will act" not in out
+    [unknown] = [line for line in out.splitlines() if line.startswith("    acting: unknown: ")]
+    assert f"Lease {namespace}/{LEASE} does not exist" in unknown
+    assert "--leader-elect=false" in unknown
+
+
+def test_no_lease_and_no_trace_on_a_request_a_signer_would_have_decided_is_nothing_acts(
+    client: Client, kubelet: Kubelet, namespace: str
+) -> None:
+    issuable(kubelet, namespace)
+
+    late = explainer(client, namespace, datetime.now(UTC) + timedelta(minutes=6))
+    report = late.explain_pod(namespace, "web-0")
+
+    assert report.outcome is Outcome.NOTHING_ACTS
+    why = report.requests[0].why_nothing_acts or ""
+    assert why.startswith(f"Lease {namespace}/{LEASE} does not exist")
+    assert "no trace of signer kubernetes.io/service-serving acting" in why
+
+
+def test_a_decision_written_without_a_lease_is_a_signer_acting(
+    client: Client, kubelet: Kubelet, namespace: str
+) -> None:
+    """A signer run with --leader-elect=false writes decisions with no Lease: one written
+    25 s ago in the namespace is a signer acting, not "nothing will act"."""
+    decided = issuable(kubelet, namespace)
+    name = decided["metadata"]["name"]
+    at = (datetime.now(UTC) - timedelta(seconds=25)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": "Denied",
+        "status": "True",
+        "reason": "PodMismatch",
+        "message": "written by a signer without a Lease",
+        "lastTransitionTime": at,
+    }
+    client.patch(
+        f"/apis/certificates.k8s.io/v1/namespaces/{namespace}/podcertificaterequests/{name}/status",
+        {"status": {"conditions": [condition]}},
+        patch_type="application/merge-patch+json",
+    )
+    pod = kubelet.create_pod("web-1", namespace, labels={"app": "web"})
+    kubelet.create_pcr(pod, annotations=SERVICE)
+
+    report = explainer(client, namespace, datetime.now(UTC)).explain_pod(namespace, "web-1")
+
+    assert report.outcome is Outcome.ISSUE
+    [request] = report.requests
+    assert request.acting is not None
+    assert request.acting.startswith(
+        f"signer kubernetes.io/service-serving denied PodCertificateRequest {namespace}/{name} 2"
+    )
+    assert f"without holding Lease {namespace}/{LEASE}" in request.acting
 
 
 def test_renewing_leader_lets_the_decision_stand_and_names_the_holder(
