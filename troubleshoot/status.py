@@ -15,8 +15,9 @@ What it decides:
 * **Grouping.** Namespace (sorted), then (state, reason) — `waiting ServiceNotFound`,
   `Denied InvalidUnverifiedUserAnnotations` — largest group first, then each group's
   requests oldest first, with the advice `explain` gives.
-* **Exit status**: 0 when the signer is leading and nothing is waiting, denied, failed
-  or stuck; 5 when no signer is leading (nothing will act); 2 otherwise.
+* **Exit status**: 0 when the signer is acting and nothing is waiting, denied, failed
+  or stuck; 5 when nothing will act (no signer leads and none leaves a trace of acting
+  without the Lease, as `explain` judges it); 2 otherwise.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from signer.records import pcr_record, terminal_condition
 from troubleshoot import advice
 from troubleshoot.access import denied_or_raise
 from troubleshoot.explain import Explainer, Outcome, RequestReport
-from troubleshoot.leasehealth import Anchor, Health, describe
+from troubleshoot.leasehealth import Anchor, Health, Leader, describe
 from troubleshoot.render import health_json, health_lines, request_json, request_lines
 
 PAGE_SIZE = 500
@@ -83,7 +84,14 @@ class Status:
 
     @property
     def exit_status(self) -> int:
-        if self.health.lease.acting is False:
+        """5 when nothing will act: a shown request says so, or no Lease holder renews
+        and no shown request carries a trace of a signer acting anyway (with no Lease at
+        all and no trace, explain cannot tell: not 5)."""
+        if any(item.request.outcome is Outcome.NOTHING_ACTS for item in self.shown):
+            return int(Outcome.NOTHING_ACTS)
+        lease = self.health.lease
+        traced = any(item.request.acting for item in self.shown)
+        if lease.acting is False and not traced and lease.leader is not Leader.MISSING:
             return int(Outcome.NOTHING_ACTS)
         return 2 if self.shown or self.left_out else 0
 

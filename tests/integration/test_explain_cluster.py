@@ -412,6 +412,16 @@ def test_a_namespace_admin_is_told_the_truth_with_and_without_leader_election(
                 )
                 assert eventually(functools.partial(issued, f"web-{index}"), 120)
                 assert eventually(functools.partial(waits, f"waits-{index}"), 60, interval=1)
+                status_code, status_out, _ = run_cli(
+                    "status",
+                    "-n",
+                    ns,
+                    f"--kubeconfig={kubeconfig}",
+                    f"--signer-name={ACTING_SIGNER}",
+                    f"--lease-namespace={lease_namespace}",
+                )
+                assert status_code == 2, status_out
+                assert "nothing will act" not in status_out
                 code, out, _ = explain(f"waits-{index}")
                 outputs[leader_elect] = out
                 print(
