@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry
 
 from distributor import decide as distribute
+from distributor.metrics import DistributorMetrics
 from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found
 from kube.controller import Cache, Loop, Requeue
 from kube.events import ObjectRef, Recorder
@@ -132,6 +133,7 @@ class DistributionController:
         self.configs = caches.configs
         self.copies = caches.copies
         self.bundles = caches.bundles
+        self.metrics = DistributorMetrics(registry, self._our_copies)
         # (namespace, ConfigMap name) → (configuration, monotonic time) of a create
         # refused with AlreadyExists: not posted again before NOT_OURS_RETRY.
         self._refused: dict[tuple[str, str], tuple[distribute.Distribution, float]] = {}
@@ -178,6 +180,10 @@ class DistributionController:
         for name in self.every_namespace():
             self.queue.add(name)
 
+    def _our_copies(self) -> float:
+        installation = self.installation_key()
+        return float(sum(1 for copy in self.copies.list() if copy.ours(installation)))
+
     def every_namespace(self) -> list[str]:
         names = set(self.namespaces.keys())
         names.update(c.namespace for c in self.copies.list())
@@ -223,9 +229,11 @@ class DistributionController:
                     )
                 case distribute.Update(distribution=d, copy=copy):
                     self._patch(copy.namespace, copy.name, distribute.annotations_patch(d, copy))
+                    self.metrics.observe("updated")
                 case distribute.Delete(copy=copy):
                     self._delete(copy)
                 case distribute.Clash(distribution=d, winner=winner):
+                    self.metrics.observe("clash")
                     self.recorder.warning(
                         self._ref(d),
                         distribute.REASON_CLASH,
@@ -280,6 +288,7 @@ class DistributionController:
                 distribution,
                 time.monotonic(),
             )
+        self.metrics.observe("not_ours")
         self.recorder.warning(
             self._ref(distribution),
             distribute.REASON_NOT_OURS,
@@ -309,6 +318,7 @@ class DistributionController:
             if is_not_found(err) or _namespace_terminating(err):
                 return  # the namespace went away meanwhile
             raise
+        self.metrics.observe("created")
         log.info(
             "distributed ConfigMap",
             extra={"object": f"{namespace}/{distribution.config_map_name}"},
@@ -336,6 +346,7 @@ class DistributionController:
             if not (is_not_found(err) or is_conflict(err)):
                 raise
             return
+        self.metrics.observe("deleted")
         log.info("removed distributed ConfigMap", extra={"object": copy.key})
 
     def _ref(self, distribution: distribute.Distribution) -> ObjectRef:

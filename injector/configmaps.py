@@ -36,10 +36,12 @@ from typing import Any
 
 from injector.targets import (
     CONFIG_MAP,
+    INJECTED_ANNOTATION,
     Slot,
     Target,
     Truststore,
     annotation_of,
+    injected_of,
     other_appliers,
     owned_by_us,
     pointer,
@@ -106,6 +108,7 @@ def to_target(raw: Mapping[str, Any]) -> Target:
         namespace=str(meta.get("namespace", "")),
         truststore=truststore,
         others=other_appliers(meta, leaves),
+        injected=injected_of(meta),
         resource_version=str(meta.get("resourceVersion", "")),
         maps=frozenset(
             name
@@ -141,14 +144,16 @@ def written(target: Target, bundle: str) -> dict[str, dict[str, str]]:
     return outputs(bundle, (store.key, store.password) if store is not None else None)
 
 
-def patch_ops(target: Target, bundle: str) -> list[dict[str, Any]]:
-    """The JSON patch of our keys only (`targets.patch_ops` says why a JSON patch),
-    guarded by the uid. A key goes into its map when the record saw the map; a map the
-    record did not see is added whole, guarded by the record's resourceVersion, so a map
-    someone created meanwhile is never replaced."""
+def patch_ops(target: Target, bundle: str, note: str) -> list[dict[str, Any]]:
+    """The JSON patch of our keys only (`targets.patch_ops` says why a JSON patch) and
+    `targets.INJECTED_ANNOTATION` (`note`), guarded by the uid. A key goes into its map
+    when the record saw the map; a map the record did not see is added whole, guarded by
+    the record's resourceVersion, so a map someone created meanwhile is never replaced."""
     ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": target.uid}]
     guarded = False
-    for name, values in written(target, bundle).items():
+    out = written(target, bundle)
+    out.setdefault("annotations", {})[INJECTED_ANNOTATION] = note
+    for name, values in out.items():
         where = "/metadata/annotations" if name == "annotations" else f"/{name}"
         if name in target.maps:
             ops.extend(

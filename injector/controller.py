@@ -32,15 +32,17 @@ for a bad annotation, or for a selection that matches nothing (Warning Events sa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from injector import configmaps
+from injector import configmaps, convergence
 from injector import decide as decisions
 from injector.metrics import InjectorMetrics
 from injector.targets import (
@@ -49,6 +51,8 @@ from injector.targets import (
     KINDS,
     Kind,
     Target,
+    injected_note,
+    known_holding,
     patch_ops,
     release_ops,
     split_key,
@@ -59,6 +63,7 @@ from kube.client import ApiError, Client, is_conflict, is_not_found
 from kube.controller import Cache, Loop, Requeue
 from kube.events import ObjectRef
 from kube.factory import InformerFactory
+from kube.times import micro_time
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from trust.bundle import earliest_expiry
@@ -69,6 +74,8 @@ log = logging.getLogger(__name__)
 __all__ = ["FIELD_MANAGER", "Caches", "InjectorController", "bundle_record", "informers"]
 
 QUEUE_NAME = "cabundle_injector"
+REPORT_RENEW = 10.0
+"""Seconds between renewals of the convergence report Lease (the contract: at most 15)."""
 SELECTION_INDEX = "selection"
 JSON_PATCH = "application/json-patch+json"
 
@@ -93,6 +100,20 @@ class BundleCache(Cache[JSON], Protocol):
     """The informer's cache of every ClusterTrustBundle (`bundle_record`s)."""
 
     def list(self) -> list[JSON]: ...
+
+
+@dataclass(frozen=True)
+class ReportLease:
+    """Where the leader writes its convergence report: a Lease (`<injector Lease>-convergence`
+    in the leader-election namespace) and the identity it holds it under."""
+
+    namespace: str
+    name: str
+    identity: str
+
+    @property
+    def path(self) -> str:
+        return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
 
 
 @dataclass(frozen=True)
@@ -151,8 +172,10 @@ class InjectorController:
         workers: int = 2,
         resync_period: float = 300.0,
         registry: CollectorRegistry | None = None,
+        report: ReportLease | None = None,
     ) -> None:
         self.client = client
+        self.report = report
         self.recorder = recorder
         self.workers = workers
         self.resync_period = resync_period
@@ -172,6 +195,11 @@ class InjectorController:
         # key → uid. Label removed or object deleted; sync reads which and releases.
         self._departed: dict[str, str] = {}
         self._departed_lock = threading.Lock()
+        # Every annotated object's convergence state (injector.convergence), by key.
+        self._status: dict[str, convergence.Status] = {}
+        self._status_lock = threading.Lock()
+        self._status_changed = threading.Event()
+        self.metrics.count_objects(self.statuses)
         self.loop = Loop(
             self.name,
             self.sync,
@@ -197,9 +225,11 @@ class InjectorController:
 
     def _on_target_delete(self, target: Target) -> None:
         self.metrics.keep_expiry(target.key, None)
+        self._set_status(target.key, None)
 
     def _on_config_map_delete(self, target: Target) -> None:
         self.metrics.keep_expiry(target.key, None)
+        self._set_status(target.key, None)
         if target.managed:
             with self._departed_lock:
                 self._departed[target.key] = target.uid
@@ -235,8 +265,90 @@ class InjectorController:
 
     def run(self, stop: threading.Event) -> None:
         """Sync every annotated object once (the informers' adds), then on every event and
-        resync, until `stop`. API errors raise from `sync`; the loop retries them."""
-        self.loop.run(stop)
+        resync, until `stop`. API errors raise from `sync`; the loop retries them. With a
+        `report`, a thread writes the convergence report Lease meanwhile."""
+        reporter = None
+        if self.report is not None:
+            reporter = threading.Thread(
+                target=self._report_loop, args=(stop,), name="injector-report", daemon=True
+            )
+            reporter.start()
+        try:
+            self.loop.run(stop)
+        finally:
+            if reporter is not None:
+                reporter.join(5)
+
+    # convergence ---------------------------------------------------------------------
+
+    def statuses(self) -> list[convergence.Status]:
+        with self._status_lock:
+            return list(self._status.values())
+
+    def _set_status(self, key: str, status: convergence.Status | None) -> None:
+        with self._status_lock:
+            before = self._status.get(key)
+            if status is None:
+                self._status.pop(key, None)
+            else:
+                self._status[key] = status
+        if before != status:
+            self._status_changed.set()
+
+    def report_value(self) -> str:
+        """The convergence report annotation's value now (`injector.convergence.report`)."""
+        kinds = [kind.kind for kind in (*KINDS, CONFIG_MAP)]
+        return convergence.report(self.statuses(), kinds, self.bundles.list())
+
+    def _report_loop(self, stop: threading.Event) -> None:
+        """Write the report once the caches synced, then on every change and at least
+        every `REPORT_RENEW` seconds, until `stop`."""
+        while not stop.is_set() and not self.loop.wait_for_sync(stop, timeout=1.0):
+            pass
+        while not stop.is_set():
+            self._status_changed.clear()
+            try:
+                self.write_report()
+            except ApiError as err:
+                log.warning("convergence report not written", extra={"error": str(err)})
+            self._status_changed.wait(REPORT_RENEW)
+            stop.wait(0.2)  # coalesce a burst of changes into one write
+
+    def write_report(self) -> None:
+        """Create or update the report Lease (holder: our identity, renewTime: now)."""
+        report = self.report
+        assert report is not None
+        value = self.report_value()
+        now = micro_time(datetime.now(UTC))
+        try:
+            lease = self.client.get(f"{report.path}/{report.name}")
+        except ApiError as err:
+            if not is_not_found(err):
+                raise
+            self.client.create(
+                report.path,
+                {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {
+                        "name": report.name,
+                        "namespace": report.namespace,
+                        "annotations": {convergence.ANNOTATION: value},
+                    },
+                    "spec": {
+                        "holderIdentity": report.identity,
+                        "leaseDurationSeconds": 45,
+                        "renewTime": now,
+                    },
+                },
+            )
+            return
+        meta = lease.setdefault("metadata", {})
+        meta.setdefault("annotations", {})[convergence.ANNOTATION] = value
+        spec = lease.setdefault("spec", {})
+        spec.update({"holderIdentity": report.identity, "renewTime": now})
+        spec.setdefault("leaseDurationSeconds", 45)
+        self.client.replace(f"{report.path}/{report.name}", lease)
 
     # the sync ------------------------------------------------------------------------
 
@@ -247,6 +359,7 @@ class InjectorController:
         target = self.caches[kind.kind].get(name)
         if target is None:
             self.metrics.keep_expiry(key, None)
+            self._set_status(key, None)
             with self._departed_lock:
                 uid = self._departed.pop(key, None)
             if uid is not None:
@@ -257,29 +370,56 @@ class InjectorController:
             # An apply entry of ours from before JSON patches owns webhooks[].name keys:
             # drop it (values stay) so the owner may rename and remove webhooks.
             self._patch(kind, target, release_ops(target, "Apply"), ref)
-        decision = decisions.decide(target, self.bundles.list())
+        bundles = self.bundles.list()
+        decision = decisions.decide(target, bundles)
+        held, held_until = known_holding(target)
         match decision:
             case decisions.Ignore():
                 self.metrics.keep_expiry(key, None)
+                self._set_status(key, None)
             case decisions.Release():
                 self.metrics.keep_expiry(key, None)
+                self._set_status(key, None)
                 self._release(kind, target)
             case decisions.Invalid(reason=reason, message=message):
-                self.metrics.keep_expiry(key, None)
+                # What it would select, were it writable (an immutable ConfigMap): a
+                # blocked holder of those anchors, not a silent one.
+                selection = decisions.decide(
+                    dataclasses.replace(target, not_applicable=None), bundles
+                )
+                selecting = (
+                    convergence.fingerprints(selection.bundle)
+                    if isinstance(selection, decisions.Inject | decisions.UpToDate)
+                    else frozenset()
+                )
+                self.metrics.keep_expiry(key, held_until)
+                self._set_status(
+                    key,
+                    convergence.Status(kind.kind, "invalid", selecting, held, blocked=True),
+                )
                 self.recorder.warning(ref, reason, message, "InjectCABundle")
                 self.metrics.observe(kind.kind, "invalid")
             case decisions.Empty(message=message):
+                self.metrics.keep_expiry(key, held_until)
+                self._set_status(key, convergence.Status(kind.kind, "empty", holding=held))
                 self.recorder.warning(ref, decisions.REASON_EMPTY, message, "InjectCABundle")
                 self.metrics.observe(kind.kind, "empty")
             case decisions.UpToDate(bundle=bundle):
+                fps = convergence.fingerprints(bundle)
                 self.metrics.keep_expiry(key, earliest_expiry(bundle).timestamp())
+                self._set_status(key, convergence.Status(kind.kind, "current", fps, fps))
                 self.metrics.observe(kind.kind, "unchanged")
-            case decisions.Conflict(message=message):
+            case decisions.Conflict(bundle=bundle, message=message):
+                self.metrics.keep_expiry(key, held_until)
+                status = convergence.Status(
+                    kind.kind, "conflicting", convergence.fingerprints(bundle), held, True
+                )
+                self._set_status(key, status)
                 self.recorder.warning(ref, decisions.REASON_CONFLICT, message, "InjectCABundle")
                 self.metrics.observe(kind.kind, "conflict")
             case decisions.Inject():
                 self._warn_hash_named(ref, target)
-                self._inject(kind, target, decision, ref)
+                self._inject(kind, target, decision, ref, held)
         return None
 
     def _warn_hash_named(self, ref: ObjectRef, target: Target) -> None:
@@ -290,19 +430,33 @@ class InjectorController:
             self.recorder.warning(ref, decisions.REASON_HASH_NAMED, note, "InjectCABundle")
 
     def _inject(
-        self, kind: Kind, target: Target, decision: decisions.Inject, ref: ObjectRef
+        self,
+        kind: Kind,
+        target: Target,
+        decision: decisions.Inject,
+        ref: ObjectRef,
+        held: frozenset[str],
     ) -> None:
         # No Normal Event per write: a rotation re-writes every injected object at once,
         # and an Event each would double the writes under --kube-api-qps (the log line
         # and cabundle_injector_sync_total{result="injected"} record it).
+        fps = convergence.fingerprints(decision.bundle)
+        expiry = earliest_expiry(decision.bundle).timestamp()
+        note = injected_note(decision.ca_bundle, fps, expiry)
         ops = (
-            configmaps.patch_ops(target, decision.bundle)
+            configmaps.patch_ops(target, decision.bundle, note)
             if kind is CONFIG_MAP
-            else patch_ops(target, decision.ca_bundle)
+            else patch_ops(target, decision.ca_bundle, note)
         )
-        if not self._patch(kind, target, ops, ref):
+        stale = convergence.Status(kind.kind, "stale", fps, held)
+        self._set_status(target.key, stale)  # until the write lands (or if it raises)
+        outcome = self._patch(kind, target, ops, ref)
+        if outcome == "refused":
+            self._set_status(target.key, dataclasses.replace(stale, blocked=True))
+        if outcome != "applied":
             return
-        self.metrics.keep_expiry(target.key, earliest_expiry(decision.bundle).timestamp())
+        self._set_status(target.key, convergence.Status(kind.kind, "current", fps, fps))
+        self.metrics.keep_expiry(target.key, expiry)
         self.metrics.observe(kind.kind, "injected")
         slots = len(target.slots)
         log.info(
@@ -310,11 +464,12 @@ class InjectorController:
             extra={"object": target.key, "slots": slots, "bundles": decision.sources},
         )
 
-    def _patch(self, kind: Kind, target: Target, ops: list[JSON], ref: ObjectRef) -> bool:
-        """One JSON patch under our field manager; False when it was not applied: the
-        object is gone (404, or 409: deleted and re-created), a `test` guard failed (422
-        without causes: it changed since the cache saw it, and its watch event re-drives
-        it), or the API refused the result (422 with causes: a Warning Event, no retry)."""
+    def _patch(self, kind: Kind, target: Target, ops: list[JSON], ref: ObjectRef) -> str:
+        """One JSON patch under our field manager: `applied`, or why it was not: `gone`
+        (404, or 409: deleted and re-created), `guard` (a `test` failed, 422 without
+        causes: it changed since the cache saw it, and its watch event re-drives it), or
+        `refused` (the API refused the result, 422 with causes: a Warning Event, no
+        retry)."""
         try:
             self.client.patch(
                 target.path,
@@ -325,7 +480,7 @@ class InjectorController:
             )
         except ApiError as err:
             if is_not_found(err) or is_conflict(err):
-                return False
+                return "gone"
             if err.status == 422:
                 if _causes(err):
                     self.recorder.warning(
@@ -336,9 +491,10 @@ class InjectorController:
                         "InjectCABundle",
                     )
                     self.metrics.observe(kind.kind, "refused")
-                return False
+                    return "refused"
+                return "guard"
             raise
-        return True
+        return "applied"
 
     def _release_departed(self, kind: Kind, name: str, uid: str) -> None:
         """A ConfigMap we owned fields of left the label-selected cache: read it once
@@ -362,7 +518,7 @@ class InjectorController:
     def _release(self, kind: Kind, target: Target) -> None:
         """Give up every field our manager owns on an object we no longer manage: remove
         our managedFields entries, keep every value (`targets.release_ops`)."""
-        if not self._patch(kind, target, release_ops(target), _ref(kind, target)):
+        if self._patch(kind, target, release_ops(target), _ref(kind, target)) != "applied":
             return
         self.metrics.observe(kind.kind, "released")
         log.info("released fields", extra={"object": target.key})

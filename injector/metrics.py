@@ -11,6 +11,10 @@
   retried with backoff) is counted by the controller loop, as for every controller:
   `controller_sync_total{controller="injector", result="error"}` (`kube.controller`).
   Every (kind, result) pair starts at 0 so rate alerts work from the first scrape.
+- `cabundle_injector_objects{kind, state}`: annotated objects by kind: `managed` (all of
+  them) and those in each state that is not current (`injector.convergence`): `stale`
+  (not holding the anchors selected now), `empty`, `invalid`, `conflicting`. Rebuilt
+  from every object's first sync after a start, so it survives a restart.
 - `cabundle_injector_anchor_expiry_seconds`: Unix time of the earliest notAfter among
   the trust anchors in the caBundles the injector currently keeps (NaN while it
   keeps none). Alert on it as on the signer's own expiry: a caBundle holding only an
@@ -20,9 +24,13 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from injector import convergence
 from injector.targets import CONFIG_MAP, KINDS
 
 RESULTS = ("injected", "unchanged", "invalid", "empty", "released", "conflict", "refused")
@@ -51,6 +59,16 @@ class InjectorMetrics:
         self._expiries: dict[str, float] = {}
         self._expiry.set_function(self._earliest)
 
+    def count_objects(self, statuses: Callable[[], Iterable[convergence.Status]]) -> None:
+        """Export `cabundle_injector_objects` from `statuses` at each scrape."""
+        self.registry.register(_ObjectCounts(statuses))
+
+    def objects(self, kind: str, state: str) -> float:
+        value = self.registry.get_sample_value(
+            "cabundle_injector_objects", {"kind": kind, "state": state}
+        )
+        return float(value or 0.0)
+
     def count(self, kind: str, result: str) -> float:
         value = self.registry.get_sample_value(
             "cabundle_injector_sync_total", {"kind": kind, "result": result}
@@ -71,3 +89,21 @@ class InjectorMetrics:
     def _earliest(self) -> float:
         with self._lock:
             return min(self._expiries.values(), default=float("nan"))
+
+
+class _ObjectCounts(Collector):
+    def __init__(self, statuses: Callable[[], Iterable[convergence.Status]]) -> None:
+        self.statuses = statuses
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "cabundle_injector_objects",
+            "Annotated objects by kind: managed, and those stale, empty, invalid or "
+            "conflicting (not holding the anchors their selection picks now).",
+            labels=["kind", "state"],
+        )
+        kinds = [kind.kind for kind in (*KINDS, CONFIG_MAP)]
+        for kind, row in sorted(convergence.counts(self.statuses(), kinds).items()):
+            for state, value in row.items():
+                family.add_metric([kind, state], value)
+        yield family

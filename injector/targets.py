@@ -32,6 +32,7 @@ What it decides (pure; no client):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,15 @@ KINDS: tuple[Kind, ...] = (VALIDATING_WEBHOOK, MUTATING_WEBHOOK, API_SERVICE, CR
 KINDS_BY_NAME: Mapping[str, Kind] = {k.kind: k for k in (*KINDS, CONFIG_MAP)}
 
 
+INJECTED_ANNOTATION = "service-serving-signer/injected"
+"""Written beside every write of ours, in the same patch: `{"sha256": <digest of the
+value written to each slot>, "anchors": [<SHA-256 of each anchor's DER>],
+"notAfter": <earliest notAfter, Unix seconds>}`. While the slots still have that digest,
+a restarted injector knows what the object holds without parsing it
+(`injector.convergence`; the expiry gauge of an empty or invalid selection)."""
+
+MAX_INJECTED = 8192
+
 MAX_ANNOTATION = 4096
 """The longest selector annotation kept in a record; a longer one is cached cut to one
 character more and decided `Invalid` (a selector is a few hundred bytes; the API allows
@@ -146,6 +156,8 @@ class Target:
     """The resourceVersion the record was made from (guards a write that adds a whole map)."""
     maps: frozenset[str] = frozenset()
     """Which of `data`, `binaryData` and `metadata.annotations` exist (ConfigMaps)."""
+    injected: str = ""
+    """`INJECTED_ANNOTATION` as found ("" when absent or longer than `MAX_INJECTED`)."""
 
     @property
     def managed(self) -> bool:
@@ -216,6 +228,42 @@ API_SERVICE_LEAF = ("f:spec", "f:caBundle")
 CRD_LEAF = ("f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle")
 
 
+def injected_of(meta: Mapping[str, Any]) -> str:
+    value = (meta.get("annotations") or {}).get(INJECTED_ANNOTATION)
+    return value if isinstance(value, str) and len(value) <= MAX_INJECTED else ""
+
+
+def injected_note(value: str, anchors: frozenset[str], not_after: float) -> str:
+    """`INJECTED_ANNOTATION`'s value for a write of `value` to every slot."""
+    listed = sorted(anchors) if len(anchors) <= 64 else []
+    return json.dumps(
+        {"sha256": value_digest(value), "anchors": listed, "notAfter": int(not_after)},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def known_holding(target: Target) -> tuple[frozenset[str], float | None]:
+    """What our annotation says the object holds, if its slots still have the digest it
+    records: (anchor fingerprints, earliest notAfter); else (empty, None)."""
+    try:
+        note = json.loads(target.injected) if target.injected else None
+    except ValueError:
+        return frozenset(), None
+    if not isinstance(note, dict) or not target.slots:
+        return frozenset(), None
+    if any(slot.digest != note.get("sha256") for slot in target.slots):
+        return frozenset(), None
+    anchors = note.get("anchors")
+    not_after = note.get("notAfter")
+    held = (
+        frozenset(a for a in anchors if isinstance(a, str))
+        if isinstance(anchors, list)
+        else frozenset()
+    )
+    return held, float(not_after) if isinstance(not_after, (int, float)) else None
+
+
 def annotation_of(meta: Mapping[str, Any]) -> str | None:
     """Our selector annotation as a record keeps it (cut to `MAX_ANNOTATION` + 1)."""
     value = (meta.get("annotations") or {}).get(ANNOTATION)
@@ -269,6 +317,7 @@ def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
             meta, (leaf or (API_SERVICE_LEAF if kind == API_SERVICE else CRD_LEAF),)
         ),
         resource_version=str(meta.get("resourceVersion", "")),
+        injected=injected_of(meta),
     )
 
 
@@ -298,11 +347,12 @@ def release_ops(target: Target, operation: str | None = None) -> list[dict[str, 
     return ops
 
 
-def patch_ops(target: Target, ca_bundle: str) -> list[dict[str, Any]]:
-    """The JSON patch that sets every slot to `ca_bundle` (base64); see the module
-    docstring for the guards."""
+def patch_ops(target: Target, ca_bundle: str, note: str) -> list[dict[str, Any]]:
+    """The JSON patch that sets every slot to `ca_bundle` (base64) and
+    `INJECTED_ANNOTATION` to `note`; see the module docstring for the guards."""
     kind = KINDS_BY_NAME[target.kind]
     ops: list[dict[str, Any]] = [_test("/metadata/uid", target.uid)]
+    ops.append(_add(f"/metadata/annotations/{pointer(INJECTED_ANNOTATION)}", note))
     if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):
         for i, slot in enumerate(target.slots):
             ops.append(_test(f"/webhooks/{i}/name", slot.webhook))

@@ -212,11 +212,18 @@ def _injector(ctx: BuildContext) -> Controller:
     from injector import controller as injecting
 
     version = ctx.ctb_version("the injector resolves caBundles from them")
+    opts = ctx.opts
     injector = injecting.InjectorController(
         ctx.client,
         injecting.informers(ctx.informers, ctb_version=version),
         ctx.recorder(),
         registry=ctx.registry,
+        # The convergence report the managed-CA swap gates on (docs/reference.md §11).
+        report=injecting.ReportLease(
+            opts.leader_elect_resource_namespace,
+            f"{opts.leader_elect_resource_name}-convergence",
+            ctx.identity,
+        ),
     )
     log.info("injector configured", extra={"clustertrustbundles": version})
     return injector

@@ -72,11 +72,15 @@ def outputs(bundle: str, truststore: tuple[str, str] | None) -> dict[str, dict[s
 
 def bundle_record(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A ClusterTrustBundle as a selection reads it (an informer transform): name,
-    labels, signer and PEM."""
+    resourceVersion (what a convergence report says it saw), labels, signer and PEM."""
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     return {
-        "metadata": {"name": meta.get("name", ""), "labels": dict(meta.get("labels") or {})},
+        "metadata": {
+            "name": meta.get("name", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+            "labels": dict(meta.get("labels") or {}),
+        },
         "spec": {
             "signerName": spec.get("signerName", ""),
             "trustBundle": spec.get("trustBundle", ""),

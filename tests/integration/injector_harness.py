@@ -21,7 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from injector.controller import InjectorController, informers
+from injector.controller import InjectorController, ReportLease, informers
 from injector.targets import ANNOTATION
 from kube.client import Client, is_not_found, path_segment
 from kube.events import EventRecorder
@@ -133,7 +133,13 @@ def serve(issuer: Issuer, namespace: str, service: str) -> WebhookServer:
 class RunningInjector:
     """One InjectorController in a thread, with its own registry and event recorder."""
 
-    def __init__(self, client: Client, *, resync_period: float = 300.0) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        resync_period: float = 300.0,
+        report: ReportLease | None = None,
+    ) -> None:
         self.client = client
         self.registry = CollectorRegistry()
         self.recorder = EventRecorder(client, "service-serving-signer", "injector-test")
@@ -144,6 +150,7 @@ class RunningInjector:
             self.recorder,
             registry=self.registry,
             resync_period=resync_period,
+            report=report,
         )
         self.stop = threading.Event()
         self.thread = threading.Thread(

@@ -149,7 +149,10 @@ def test_labelled_config_map_gets_ca_crt_and_drift_is_restored(
     assert stored["data"]["app.conf"] == "x=1"  # the user's keys are the user's
     ours = [m for m in stored["metadata"]["managedFields"] if m["manager"] == FIELD_MANAGER]
     assert ours and ours[0]["operation"] == "Update"
-    assert json.dumps(ours[0]["fieldsV1"]) == json.dumps({"f:data": {"f:ca.crt": {}}})
+    assert ours[0]["fieldsV1"] == {
+        "f:data": {"f:ca.crt": {}},
+        "f:metadata": {"f:annotations": {"f:service-serving-signer/injected": {}}},
+    }
 
     # kubectl edit: an Update by another manager rewrites ca.crt; it is restored.
     stored["data"][CA_KEY] = "edited by hand\n"
@@ -275,7 +278,7 @@ def test_a_config_map_deleted_under_the_injector_is_not_re_created(
     with pytest.raises(Exception) as refused:
         client.patch(
             record.path,
-            patch_ops(record, roots.bundle()),
+            patch_ops(record, roots.bundle(), "{}"),
             patch_type="application/json-patch+json",
             params={"fieldManager": FIELD_MANAGER},
         )

@@ -230,6 +230,7 @@ def test_sync_creates_the_copy_by_post_and_warns_only_from_the_configuration_key
     ctrl, warnings, _ = distributor([config(), config("broken", target="")], client)
     ctrl.sync("apps")
     assert [path for path, _ in client.created] == ["/api/v1/namespaces/apps/configmaps"]
+    assert ctrl.metrics.count("created") == 1
     assert warnings.reasons == []  # a namespace's sync says nothing of configurations
     ctrl.sync(CONFIGURATION_KEY + "broken")
     ctrl.sync(CONFIGURATION_KEY + "trust")
@@ -243,6 +244,7 @@ def test_an_existing_config_map_not_ours_is_left_and_reported_once_not_per_resyn
         ctrl.sync("apps")
     assert client.created == [] and warnings.reasons == [distribute.REASON_NOT_OURS]
     assert client.posts == 1
+    assert ctrl.metrics.count("not_ours") == 1 and ctrl.metrics.count("created") == 0
 
 
 # What kube-apiserver answers a POST into a namespace deleted, or being deleted, after the

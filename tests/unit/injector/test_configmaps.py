@@ -110,9 +110,14 @@ def test_ca_crt_gets_the_normalised_pem_itself() -> None:
     decision = decisions.decide(to_target(config_map()), [ctb("b1", ["a"]), ctb("b2", ["b"])])
     assert isinstance(decision, decisions.Inject)
     assert decision.ca_bundle == decision.bundle == normalize_bundle(pem("a") + pem("b"))
-    assert patch_ops(to_target(config_map(data={"app.conf": "x"})), decision.bundle) == [
+    assert patch_ops(to_target(config_map(data={"app.conf": "x"})), decision.bundle, "n") == [
         {"op": "test", "path": "/metadata/uid", "value": "uid-1"},
         {"op": "add", "path": "/data/ca.crt", "value": decision.bundle},
+        {
+            "op": "add",
+            "path": "/metadata/annotations/service-serving-signer~1injected",
+            "value": "n",
+        },
     ]
 
 

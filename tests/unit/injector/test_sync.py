@@ -23,6 +23,7 @@ from injector.controller import (
     InjectorController,
     bundle_record,
 )
+from injector.convergence import fingerprints
 from injector.targets import (
     ANNOTATION,
     API_SERVICE,
@@ -30,6 +31,7 @@ from injector.targets import (
     MUTATING_WEBHOOK,
     VALIDATING_WEBHOOK,
     Target,
+    injected_note,
     patch_ops,
     to_target,
     value_digest,
@@ -278,7 +280,10 @@ def test_sync_applies_under_own_field_manager_without_an_event() -> None:
     assert path == "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/hooks"
     assert patch_type == JSON_PATCH
     assert params == {"fieldManager": FIELD_MANAGER}
-    assert body == patch_ops(target, b64(normalize_bundle(pem("a"))))
+    value = b64(normalize_bundle(pem("a")))
+    expires = pki.ca("a").cert.not_valid_after_utc.timestamp()
+    note = injected_note(value, fingerprints(normalize_bundle(pem("a"))), expires)
+    assert body == patch_ops(target, value, note)
     assert events.events == []
     assert ctrl.metrics.count("ValidatingWebhookConfiguration", "injected") == 1
     expiry = ctrl.metrics.registry.get_sample_value("cabundle_injector_anchor_expiry_seconds")

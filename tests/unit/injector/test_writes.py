@@ -55,8 +55,13 @@ def with_managers(raw: dict[str, Any], *entries: dict[str, Any]) -> dict[str, An
 
 def test_webhook_patch_is_guarded_by_uid_and_names_and_sets_only_ca_bundles() -> None:
     target = to_target(VALIDATING_WEBHOOK, webhook_config())
-    assert patch_ops(target, "Q0E=") == [
+    assert patch_ops(target, "Q0E=", "n") == [
         {"op": "test", "path": "/metadata/uid", "value": "uid-hooks"},
+        {
+            "op": "add",
+            "path": "/metadata/annotations/service-serving-signer~1injected",
+            "value": "n",
+        },
         {"op": "test", "path": "/webhooks/0/name", "value": "w0.example.com"},
         {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Q0E="},
         {"op": "test", "path": "/webhooks/1/name", "value": "w1.example.com"},
@@ -66,12 +71,12 @@ def test_webhook_patch_is_guarded_by_uid_and_names_and_sets_only_ca_bundles() ->
 
 def test_apiservice_and_crd_patches_set_one_leaf() -> None:
     service = to_target(API_SERVICE, api_service(service={"namespace": "n", "name": "s"}))
-    assert patch_ops(service, "Q0E=")[1:] == [
+    assert patch_ops(service, "Q0E=", "n")[2:] == [
         {"op": "add", "path": "/spec/caBundle", "value": "Q0E="}
     ]
     conversion = {"strategy": "Webhook", "webhook": {"clientConfig": {"url": "https://x"}}}
     definition = to_target(CRD, crd(conversion))
-    assert patch_ops(definition, "Q0E=")[1:] == [
+    assert patch_ops(definition, "Q0E=", "n")[2:] == [
         {"op": "test", "path": "/spec/conversion/strategy", "value": "Webhook"},
         {
             "op": "add",
@@ -84,7 +89,7 @@ def test_apiservice_and_crd_patches_set_one_leaf() -> None:
 def test_config_map_patch_adds_our_keys_into_existing_maps_only() -> None:
     bundle = normalize_bundle(pem("a"))
     has_data = configmaps.to_target(config_map(data={"app.conf": "x"}))
-    ops = configmaps.patch_ops(has_data, bundle)
+    ops = configmaps.patch_ops(has_data, bundle, "n")
     assert {"op": "add", "path": "/data/ca.crt", "value": bundle} in ops
     assert not any(op["path"] == "/data" for op in ops)
     # No data map yet: it is created whole, guarded by the resourceVersion the record saw
@@ -92,7 +97,7 @@ def test_config_map_patch_adds_our_keys_into_existing_maps_only() -> None:
     raw = config_map()
     del raw["data"]
     raw["metadata"]["resourceVersion"] = "42"
-    ops = configmaps.patch_ops(configmaps.to_target(raw), bundle)
+    ops = configmaps.patch_ops(configmaps.to_target(raw), bundle, "n")
     assert {"op": "test", "path": "/metadata/resourceVersion", "value": "42"} in ops
     assert {"op": "add", "path": "/data", "value": {"ca.crt": bundle}} in ops
 

@@ -1,0 +1,94 @@
+"""The convergence report against the real API server (issue 30 item 4, the contract in
+docs/reference.md §11): the injector's Lease `<lease>-convergence` carries, per anchor,
+how many annotated objects select it, hold it and are blocked, per kind the counts of
+stale, empty, invalid and conflicting objects, and the bundles it saw; it is renewed on
+every change."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from injector.controller import ReportLease
+from injector.convergence import ANNOTATION, fingerprints
+from kube.client import Client, is_not_found
+from tests.integration.injector_harness import (
+    VWC_PATH,
+    Issuer,
+    RunningInjector,
+    delete_quietly,
+    validating_webhook,
+)
+from tests.integration.signer_harness import eventually
+from trust.bundle import normalize_bundle
+
+pytestmark = pytest.mark.integration
+
+KIND = "ValidatingWebhookConfiguration"
+
+
+@pytest.fixture
+def issuer(client: Client) -> Iterator[Issuer]:
+    with Issuer(client) as running:
+        yield running
+
+
+def lease(client: Client, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = client.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        )
+    except Exception as err:
+        if is_not_found(err):
+            return None
+        raise
+    return found
+
+
+def report_of(obj: dict[str, Any] | None) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    value = (obj["metadata"].get("annotations") or {}).get(ANNOTATION)
+    parsed: dict[str, Any] = json.loads(value) if value else {}
+    return parsed
+
+
+def test_the_report_lease_says_who_holds_the_anchor_and_is_renewed_on_change(
+    client: Client, namespace: str, issuer: Issuer
+) -> None:
+    [anchor] = fingerprints(normalize_bundle(issuer.bundle()))
+    name = f"convergence-{uuid.uuid4().hex[:8]}"
+    hooks = [f"{name}-a", f"{name}-b"]
+    report = ReportLease(namespace, "injector-convergence", "injector-test-identity")
+    try:
+        client.create(
+            VWC_PATH, validating_webhook(hooks[0], namespace, "absent", issuer.selector())
+        )
+        with RunningInjector(client, report=report):
+
+            def holding(n: int) -> bool:
+                row = report_of(lease(client, namespace, report.name)).get("anchors", {})
+                return bool(row.get(anchor) == {"selecting": n, "holding": n, "blocked": 0})
+
+            eventually(lambda: holding(1), timeout=30, what="the report: 1 holder")
+            first = lease(client, namespace, report.name)
+            assert first is not None
+            assert first["spec"]["holderIdentity"] == "injector-test-identity"
+            kinds = report_of(first)["kinds"][KIND]
+            assert kinds["managed"] >= 1 and kinds["stale"] == 0
+            assert any(b.split("@")[1] for b in report_of(first)["observedBundles"])
+            # A change is reported at once, with a new renewTime.
+            client.create(
+                VWC_PATH, validating_webhook(hooks[1], namespace, "absent", issuer.selector())
+            )
+            eventually(lambda: holding(2), timeout=30, what="the report: 2 holders")
+            second = lease(client, namespace, report.name)
+            assert second is not None
+            assert second["spec"]["renewTime"] != first["spec"]["renewTime"]
+    finally:
+        for hook in hooks:
+            delete_quietly(client, VWC_PATH, hook)

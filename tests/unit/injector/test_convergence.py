@@ -1,0 +1,155 @@
+"""Consumer convergence as a signal (issue 30 item 4), without a server: per-object
+states and per-kind counts, what a restarted injector still knows (from the annotation it
+wrote beside its output, never by parsing), and the convergence report Lease of the
+contract (docs/reference.md §11)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+from typing import Any, cast
+
+from prometheus_client import CollectorRegistry
+
+from injector import convergence
+from injector.controller import Caches, InjectorController, ReportLease
+from injector.targets import (
+    INJECTED_ANNOTATION,
+    VALIDATING_WEBHOOK,
+    Slot,
+    injected_note,
+    to_target,
+    value_digest,
+)
+from kube.client import ApiError, Client
+from tests.unit import pki
+from tests.unit.fakes import FakeCache
+from tests.unit.injector.test_sync import (
+    Events,
+    FakeClient,
+    b64,
+    controller,
+    ctb,
+    pem,
+    webhook_config,
+)
+from trust.bundle import normalize_bundle
+
+KIND = "ValidatingWebhookConfiguration"
+
+
+def fp(name: str) -> str:
+    return next(iter(convergence.fingerprints(normalize_bundle(pem(name)))))
+
+
+def written_for(roots: list[str], *, selector: str | None = None) -> Any:
+    """A configuration as our write of `roots` left it (value and annotation)."""
+    bundle = normalize_bundle("".join(pem(r) for r in roots))
+    value = b64(bundle)
+    raw = webhook_config(ca_bundles=(value, value))
+    expiry = min(pki.ca(r).cert.not_valid_after_utc.timestamp() for r in roots)
+    raw["metadata"]["annotations"][INJECTED_ANNOTATION] = injected_note(
+        value, convergence.fingerprints(bundle), expiry
+    )
+    if selector is not None:
+        raw["metadata"]["annotations"]["service-serving-signer/ca-bundle-from"] = selector
+    return to_target(VALIDATING_WEBHOOK, raw)
+
+
+def test_after_a_restart_an_empty_selection_keeps_its_expiry_and_is_counted() -> None:
+    target = written_for(["a"], selector=json.dumps({"name": "gone"}))
+    ctrl, client, _, _ = controller([target], [ctb("b1", ["a"])])  # a fresh process
+    ctrl.sync(target.key)
+    assert client.patches == []
+    expiry = ctrl.metrics.registry.get_sample_value("cabundle_injector_anchor_expiry_seconds")
+    assert expiry == int(pki.ca("a").cert.not_valid_after_utc.timestamp())
+    assert ctrl.metrics.objects(KIND, "empty") == 1
+    assert ctrl.metrics.objects(KIND, "managed") == 1
+
+
+def test_content_changed_since_our_write_is_not_known_to_hold_anything() -> None:
+    target = written_for(["a"], selector=json.dumps({"name": "gone"}))
+    edited = dataclasses.replace(target, slots=(Slot("w0.example.com", value_digest("edited")),))
+    ctrl, _, _, _ = controller([edited], [])
+    ctrl.sync(edited.key)
+    [status] = ctrl.statuses()
+    assert status.state == "empty" and status.holding == frozenset()
+    expiry = ctrl.metrics.registry.get_sample_value("cabundle_injector_anchor_expiry_seconds")
+    assert expiry is not None and math.isnan(expiry)
+
+
+def test_the_report_counts_selecting_holding_and_blocked_per_anchor() -> None:
+    first = written_for(["a"])
+    stale = dataclasses.replace(written_for(["a"]), name="stale")
+    conflicting = dataclasses.replace(written_for(["a"]), name="conflicting", others=("argo",))
+    bundles = [ctb("b1", ["a", "b"])]
+    ctrl, _, _, _ = controller([first, stale, conflicting], bundles, FakeClient(ApiError(500, "x")))
+    for target in (first, stale, conflicting):
+        with contextlib.suppress(ApiError):  # the writes fail: those two stay stale
+            ctrl.sync(target.key)
+    report = json.loads(ctrl.report_value())
+    # Everyone selects a and b; all hold a (our last write); none holds b; the
+    # conflicting one is blocked (its owner's to fix), the stale one is not.
+    assert report["anchors"][fp("a")] == {"selecting": 3, "holding": 3, "blocked": 0}
+    assert report["anchors"][fp("b")] == {"selecting": 3, "holding": 0, "blocked": 1}
+    assert report["kinds"][KIND] == {
+        "managed": 3,
+        "stale": 2,
+        "empty": 0,
+        "invalid": 0,
+        "conflicting": 1,
+    }
+    assert report["observedBundles"] == ["b1@"]
+    assert ctrl.metrics.objects(KIND, "conflicting") == 1
+    assert ctrl.metrics.objects("ConfigMap", "managed") == 0  # every kind starts at 0
+
+
+class LeaseClient:
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.writes: list[str] = []
+
+    def get(self, path: str, *_: Any, **__: Any) -> Any:
+        if self.lease is None:
+            raise ApiError(404, "NotFound")
+        return json.loads(json.dumps(self.lease))
+
+    def create(self, path: str, body: Any, **_: Any) -> Any:
+        self.writes.append(f"POST {path}")
+        self.lease = body
+        return body
+
+    def replace(self, path: str, body: Any, **_: Any) -> Any:
+        self.writes.append(f"PUT {path}")
+        self.lease = body
+        return body
+
+
+def test_the_report_lease_is_created_then_renewed_by_our_identity() -> None:
+    client = LeaseClient()
+    target = written_for(["a"])
+    ctrl = InjectorController(
+        cast(Client, client),
+        Caches(
+            {KIND: FakeCache([target], key=lambda t: t.name)},
+            FakeCache([ctb("b1", ["a"])], key=lambda b: b["metadata"]["name"]),
+        ),
+        Events(),
+        registry=CollectorRegistry(),
+        report=ReportLease("ns", "service-serving-signer-injector-convergence", "pod-1"),
+    )
+    ctrl.sync(target.key)
+    ctrl.write_report()
+    ctrl.write_report()
+    path = "/apis/coordination.k8s.io/v1/namespaces/ns/leases"
+    assert client.writes == [
+        f"POST {path}",
+        f"PUT {path}/service-serving-signer-injector-convergence",
+    ]
+    assert client.lease is not None
+    assert client.lease["spec"]["holderIdentity"] == "pod-1"
+    assert client.lease["spec"]["renewTime"].endswith("Z")
+    report = json.loads(client.lease["metadata"]["annotations"][convergence.ANNOTATION])
+    assert report["anchors"][fp("a")] == {"selecting": 1, "holding": 1, "blocked": 0}
