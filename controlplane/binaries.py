@@ -15,6 +15,9 @@ passes them). Each version has its own cache directory; one etcd (3.7, built int
 main version's directory) serves them all. `TEST_ASSET_*` and `KUBEBUILDER_ASSETS` name
 binaries of the main version only: an older kube-apiserver comes from its cache directory.
 
+Traefik (`traefik()`, the Gateway tests' data plane) is cached in its own directory,
+`.../service-serving-signer/traefik/<version>/`, or named by `TEST_ASSET_TRAEFIK`.
+
 The node-capable cluster (`controlplane.cluster`) also needs `kube-controller-manager`
 (cmd/kube-controller-manager) and `hollow-node` (kubemark's hollow kubelet from
 `hollownode/main.go`, see there why not `cmd/kubemark` itself): `NODE_BINARIES`, found the
@@ -41,6 +44,10 @@ KUSTOMIZE_VERSION = "v5.8.2"
 
 BUILD_SCRIPT = Path(__file__).with_name("build-binaries.sh")
 NODE_BINARIES = ("kube-controller-manager", "hollow-node")
+# The Gateway tests' data plane (controlplane/traefik.py): the newest Traefik the Go module
+# proxy can build here. v3.7.11-13 cannot: 8 of their dependencies' versions are refused by
+# the proxy (lego DNS-provider SDKs, containous/go-http-auth). About 5 min cold on 2 cores.
+TRAEFIK_VERSION = "v3.6.12"
 
 
 class BinaryError(RuntimeError):
@@ -153,6 +160,53 @@ def tool(name: str, version: str = KUBERNETES_VERSION) -> Path:
     return found
 
 
+def traefik_dir(version: str = TRAEFIK_VERSION) -> Path:
+    """Traefik's own cache directory (it is not a Kubernetes version's tool)."""
+    return cache_dir(version).parent.parent / "traefik" / version
+
+
+def traefik(version: str = TRAEFIK_VERSION) -> Path:
+    """Traefik (`TEST_ASSET_TRAEFIK`, else the cache), built there from its module source
+    when absent — inside a copy of the module directory, as its `replace` directives need."""
+    explicit = os.environ.get(_env_name("traefik"))
+    if explicit:
+        return Path(explicit)
+    binary = traefik_dir(version) / "traefik"
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        if shutil.which("go") is None:
+            raise BinaryError(
+                "cannot build traefik: `go` is not on PATH (or set TEST_ASSET_TRAEFIK)"
+            )
+        print(
+            f"[controlplane] building traefik {version} from its Go module into "
+            f"{binary.parent}; about 5 minutes cold on 2 cores",
+            file=sys.stderr,
+            flush=True,
+        )
+        started = time.monotonic()
+        result = subprocess.run(
+            [
+                "bash",
+                str(BUILD_SCRIPT),
+                str(binary.parent),
+                KUBERNETES_VERSION,
+                ETCD_VERSION,
+                KUSTOMIZE_VERSION,
+                "traefik",
+            ],
+            env={**os.environ, "TRAEFIK_VERSION": version},
+            check=False,
+        )
+        if result.returncode != 0:
+            raise BinaryError(f"building traefik {version} failed (exit {result.returncode})")
+        print(
+            f"[controlplane] built traefik in {time.monotonic() - started:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return binary
+
+
 def main() -> None:
     """`python -m controlplane.binaries`: find or build everything (the node-capable
     cluster's binaries and the older kube-apiservers too, so `make test` builds them once
@@ -160,6 +214,7 @@ def main() -> None:
     bins = ensure(extra=("kustomize", *NODE_BINARIES))
     for version in OLDER_VERSIONS:
         ensure(version)
+    traefik()
     print(bins.kube_apiserver.parent)
 
 

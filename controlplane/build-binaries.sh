@@ -3,7 +3,7 @@
 # Go programs) from Go modules into OUT (a cache directory).
 # Usage: build-binaries.sh OUT K8S_VERSION ETCD_VERSION KUSTOMIZE_VERSION [what...]
 # what: any of kube-apiserver etcd kustomize helm kube-controller-manager hollow-node kubemark
-# peer-signer ceiling-signer bench-populate (default: the first three; helm is for the chart tests; hollow-node is
+# peer-signer ceiling-signer bench-populate traefik (default: the first three; helm is for the chart tests; hollow-node is
 # kubemark's hollow kubelet with loopback-only ports, hollownode/main.go; the last three
 # are the benchmarks' Go programs under bench/)
 # The replace list for the staging modules is generated from the upstream go.mod, so a
@@ -11,6 +11,8 @@
 set -euo pipefail
 OUT=$1 KV=$2 EV=$3 ZV=$4
 HV=${HELM_VERSION:-v4.3.2}  # helm (chart tests): built like kustomize
+# traefik (the Gateway tests' data plane) needs TRAEFIK_VERSION; OUT is then its own cache
+# directory (.../service-serving-signer/traefik/<version>), not a Kubernetes version's
 shift 4
 WHAT=${*:-kube-apiserver etcd kustomize}
 SV="v0.${KV#v1.}"
@@ -78,6 +80,21 @@ build_k8s_main() {  # $1 source dir with main.go, $2 output name: a main in the 
   log "built $OUT/$2"
 }
 
+build_module_dir() {  # $1 module@version, $2 package in it, $3 output name: built inside a
+  # copy of the module's own directory, so its go.mod's replace directives apply (`go install
+  # module@version` ignores them, and Traefik's build needs them)
+  local W DIR
+  W=$(mktemp -d); trap 'chmod -R u+w "$W"; rm -rf "$W"' RETURN
+  log "downloading $1 source from the Go module proxy"
+  DIR=$(cd "$W" && go mod download -json "$1" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  cp -r "$DIR" "$W/src" && chmod -R u+w "$W/src"
+  log "compiling $3 ($1; about 5 min cold on 2 cores)"
+  (cd "$W/src" && go build -trimpath -ldflags "-s -w" -o "$OUT/$3.tmp" "$2")
+  mv "$OUT/$3.tmp" "$OUT/$3"
+  log "built $OUT/$3"
+}
+
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 for w in $WHAT; do
@@ -91,6 +108,7 @@ for w in $WHAT; do
     peer-signer) [ -x "$OUT/peer-signer" ] || build_k8s_main "$HERE/../bench/peer" peer-signer ;;
     ceiling-signer) [ -x "$OUT/ceiling-signer" ] || build_k8s_main "$HERE/../bench/ceiling" ceiling-signer ;;
     bench-populate) [ -x "$OUT/bench-populate" ] || build_k8s_main "$HERE/../bench/populate" bench-populate ;;
+    traefik) [ -x "$OUT/traefik" ] || build_module_dir "github.com/traefik/traefik/v3@${TRAEFIK_VERSION:?}" ./cmd/traefik traefik ;;
     hollow-node) [ -x "$OUT/hollow-node" ] || build_k8s_main "$HERE/hollownode" hollow-node ;;
     *) log "unknown target $w"; exit 2 ;;
   esac

@@ -34,9 +34,15 @@ class ChildProcess(ABC):
     @abstractmethod
     def ready(self, client: Any) -> bool: ...
 
+    def env(self) -> dict[str, str] | None:
+        """The child's environment; None inherits ours."""
+        return None
+
     def _launch(self) -> None:
         self._log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(self.args(), stdout=self._log, stderr=subprocess.STDOUT)
+        self._proc = subprocess.Popen(
+            self.args(), stdout=self._log, stderr=subprocess.STDOUT, env=self.env()
+        )
         client = self.plane.client()
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:

@@ -5,24 +5,48 @@ certificate: 0 failed. The server Pod keeps running across the rotation: the kub
 refreshes its certificate (from the new CA after the swap) before the old root is retired
 at swap + 1 h + 5 min, and the old root then leaves the client's projection.
 
+A real Gateway in the same loop (issue 30): Traefik (tests/integration/traefik_harness.py)
+routes 2 requests per second to a backend on Service `gw-web`'s ClusterIP that serves
+web-0's files as the kubelet refreshes them, trusting them through a BackendTLSPolicy on
+the ConfigMap the injector keeps equal to the signer's bundles: 0 failed requests.
+
 About 75 minutes."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 from cryptography import x509
 
+from controlplane import gateway_api
 from controlplane.cluster import Cluster
-from controlplane.workload import CHAIN_FILE
+from controlplane.traefik import Traefik
+from controlplane.workload import CHAIN_FILE, VolumeFiles
+from injector.configmaps import LABEL
+from injector.targets import ANNOTATION
 from kube.client import Client
+from tests.integration.injector_harness import RunningInjector
 from tests.integration.managed_ca_harness import Prober, ca_cli, phase, roots
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import create_service, running_files, serving_pod
 from tests.integration.signer_harness import unique_signer_name
+from tests.integration.traefik_harness import (
+    GW,
+    Requests,
+    answer,
+    backend_service,
+    delete_quietly,
+    following_backend,
+    gateway_class,
+    route_host,
+    route_through,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +73,7 @@ def test_a_real_time_managed_rotation_fails_no_handshake(
         "--managed-ca-retire-margin=5m",
         signer_name=SIGNER,
     )
+    stack = ExitStack()
     try:
         assert eventually(lambda: phase(client, SECRET_PATH) == "Stable", 60)
         create_service(client, ns, "web", {"app": "web"})
@@ -57,6 +82,8 @@ def test_a_real_time_managed_rotation_fails_no_handshake(
         _, server = running_files(cluster, client, ns, "web-0")
         _, trusting = running_files(cluster, client, ns, "client")
         old_root = roots(trusting)
+        gateway = stack.enter_context(_gateway(cluster, client, ns, server))
+        requests = stack.enter_context(Requests(gateway.url("/ok"), route_host(ns), rate=2))
 
         with Prober(trusting, f"web.{ns}.svc", period=2.0) as prober:
             prober.servers["web-0"] = server
@@ -79,14 +106,50 @@ def test_a_real_time_managed_rotation_fails_no_handshake(
             retired = time.monotonic()
             assert eventually(lambda: roots(trusting) == new_root, 120, interval=2)
             time.sleep(10)
+        stack.close()
 
         leaf = x509.load_pem_x509_certificates(server.read(CHAIN_FILE))[0]
         print(
             f"managed soak: stage→swap {swapped - started:.0f}s, swap→retire "
             f"{retired - swapped:.0f}s; handshakes {prober.ok} ok, {len(prober.failed)} failed; "
-            f"web-0's leaf now {leaf.issuer.rfc4514_string()}"
+            f"web-0's leaf now {leaf.issuer.rfc4514_string()}; through Traefik "
+            f"{requests.ok} ok, {len(requests.failed)} failed {dict(requests.codes)}"
         )
         assert prober.failed == [], prober.failed[:5]
         assert prober.ok > 1000
+        assert requests.failed == [], requests.failed[:5]
+        assert requests.ok > 5000
     finally:
+        stack.close()
         signer.stop()
+
+
+@contextmanager
+def _gateway(cluster: Cluster, client: Client, ns: str, server: VolumeFiles) -> Iterator[Traefik]:
+    """Traefik → Service `gw-web` (ClusterIP) → web-0's files, trusting the injected
+    ConfigMap `web-ca` (the signer's bundles) and verifying `web.<ns>.svc`."""
+    gateway_api.install(client, gateway_api.EXPERIMENTAL_VERSION, channel="experimental")
+    with ExitStack() as stack:
+        stack.enter_context(RunningInjector(client))
+        client.create(
+            f"/api/v1/namespaces/{ns}/configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": "web-ca",
+                    "labels": {LABEL: "true"},
+                    "annotations": {
+                        ANNOTATION: json.dumps({"signerName": SIGNER, "labelSelector": {}})
+                    },
+                },
+            },
+        )
+        traefik = stack.enter_context(Traefik(cluster.plane))
+        class_name = gateway_class(client)
+        stack.callback(delete_quietly, client, f"{GW}/gatewayclasses/{class_name}")
+        cluster_ip = backend_service(client, ns, "gw-web", "web")
+        route_through(client, ns, traefik, class_name, "gw-web", "web-ca", f"web.{ns}.svc")
+        stack.enter_context(following_backend(cluster_ip, server))
+        assert eventually(lambda: answer(traefik, ns) == 200, 60), traefik.tail()
+        yield traefik

@@ -142,7 +142,9 @@ def _handler(server: WebhookServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             parts = self.path.split("?")[0].strip("/").split("/")
-            if len(parts) == 3 and parts[0] == "apis":
+            if parts == ["ok"]:  # a plain backend's answer (the Gateway tests)
+                self._send(200, {"ok": True})
+            elif len(parts) == 3 and parts[0] == "apis":
                 server.count("discovery_calls")
                 self._send(200, resource_list(parts[1], parts[2]))
             else:

@@ -80,3 +80,14 @@ def test_the_demo_mentions_a_build_only_when_something_is_built() -> None:
     note = build_note(["kube-apiserver", "hollow-node"])
     assert note is not None
     assert "kube-apiserver, hollow-node" in note and "minutes" in note
+
+
+def test_traefik_has_its_own_cache_directory_and_test_asset_traefik_wins(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TEST_ASSET_TRAEFIK", raising=False)
+    directory = cache.parent / "traefik" / binaries.TRAEFIK_VERSION
+    install(directory, "traefik")
+    assert binaries.traefik() == directory / "traefik"
+    monkeypatch.setenv("TEST_ASSET_TRAEFIK", str(tmp_path / "mine"))
+    assert binaries.traefik() == tmp_path / "mine"
