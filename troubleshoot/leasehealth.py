@@ -11,9 +11,10 @@ What it decides, for `explain` and `status` (read-only, from the API server):
   is missing is said, and nothing is concluded. The clocks compared are the signer's
   (`renewTime`) and ours: a clock more than a Lease duration (15 s) ahead of the signer's
   would report `expired` wrongly; the age is shown so a reader can tell.
-* **Bundle.** The publisher (the same process) keeps one ClusterTrustBundle for the
-  signer. None published means clients that trust through a `clusterTrustBundle`
-  projection cannot verify what is issued; it does not stop issuance. The CA expiry shown
+* **Bundle.** The publisher (the same process) keeps the signer's ClusterTrustBundles (a
+  hash-named one and the stable `<prefix>:trust-anchors`). None published means clients
+  that trust through a `clusterTrustBundle` projection cannot verify what is issued; it
+  does not stop issuance. The CA expiry shown
   is the earliest `notAfter` among the published anchors.
 * **Material in use.** The signing certificate is not visible through the API except in
   what it signed: `status` passes the chain of the newest issued request it saw.
