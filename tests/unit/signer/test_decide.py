@@ -1,5 +1,8 @@
 """`signer.decide.Decider` on its own: built over plain stores (as `explain` builds it),
-its steps in order, and the live reads it makes only where a cache may lag."""
+its steps in order, the live reads it makes only where a cache may lag, and every rule
+of docs/reference.md §5.2 as one table (`RULES`). The controller's harness
+(test_signer_sync.py) keeps only what needs the controller: writes, Events, the waiting
+index, metrics, races."""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ import dataclasses
 import uuid
 from typing import Any
 
-from controlplane.kubelet import pcr_manifest
+import pytest
+
+from controlplane.kubelet import pcr_manifest, stub_csr
 from signer.decide import Decider, Sign, Terminal, Wait
 from signer.records import PCRRecord, PodRecord, ServiceRecord, pcr_record, pod_record
 from tests.unit import pki
@@ -182,3 +187,165 @@ def test_cluster_ip_sans_are_the_named_services_cluster_ips_and_a_headless_has_n
     assert with_ips.ip_addresses == ("10.96.0.10", "10.96.0.11", "fd00::11")
     assert without.ip_addresses == ()
     assert with_ips.dns_names == without.dns_names
+
+
+# the rules, as a table (docs/reference.md §5.2) --------------------------------------------
+#
+# Each row: the request's annotations, the Pod and Services the stores hold, what is
+# changed on the request, and the outcome. A live read finds the Pod unless the row says
+# otherwise, and no Service: a Service absent from the store is absent.
+
+WEB = ServiceRecord(NS, "web", {"app": "web"}, "ClusterIP", "10.96.0.10")
+API = ServiceRecord(NS, "api", {"app": "web"}, "ClusterIP", "10.96.0.11")
+PEERS = ServiceRecord(NS, "peers", {"app": "web"}, "ClusterIP", "None")
+NAMES = "kubernetes.io/service-names"
+FQDN = "kubernetes.io/add-pod-fqdn"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    annotations: dict[str, str]
+    outcome: str  # "Sign", "Wait", "Denied" or "Failed"
+    reason: str = ""  # a Terminal's reason, or the Wait's blocker reasons joined by "+"
+    in_message: str = ""  # a piece of the Terminal's message, or the Sign's DNS names
+    services: tuple[ServiceRecord, ...] = (WEB,)
+    pod: dict[str, Any] = dataclasses.field(default_factory=dict)  # Pod spec fields
+    labels: dict[str, str] = dataclasses.field(default_factory=lambda: {"app": "web"})
+    deleting: bool = False
+    cached_pod: bool = True
+    live_pod: bool = True  # a live read of the Pod finds it
+    change: dict[str, Any] = dataclasses.field(default_factory=dict)  # PCRRecord fields
+    key: str = "ECDSAP256"
+    stub_subject: str | None = None
+
+
+def stub_with_subject(key_type: str, subject: str | None) -> bytes:
+    return stub_csr(pki.leaf_key(key_type), subject_cn=subject)
+
+
+RULES: dict[str, Rule] = {
+    # step 1: annotations
+    "other-annotation": Rule(
+        {"example.com/x": "1"}, "Denied", "InvalidUnverifiedUserAnnotations", "example.com/x"
+    ),
+    "no-annotation": Rule({}, "Denied", "InvalidUnverifiedUserAnnotations", "at least one"),
+    "fqdn-not-true": Rule({FQDN: "yes"}, "Denied", "InvalidUnverifiedUserAnnotations", "'yes'"),
+    "empty-name": Rule({NAMES: "web,,api"}, "Denied", "InvalidUnverifiedUserAnnotations", "empty"),
+    "dotted-name": Rule({NAMES: "web.team-a"}, "Denied", "InvalidUnverifiedUserAnnotations", "dot"),
+    "namespaced-name": Rule(
+        {NAMES: "team-a/web"}, "Denied", "InvalidUnverifiedUserAnnotations", "web"
+    ),
+    "uppercase-name": Rule(
+        {NAMES: "Web"}, "Denied", "InvalidUnverifiedUserAnnotations", "uppercase"
+    ),
+    # step 2: public key
+    "stub-with-a-subject": Rule(
+        {NAMES: "web"}, "Denied", "InvalidStubPKCS10Request", stub_subject="evil"
+    ),
+    "rsa-2048": Rule({NAMES: "web"}, "Denied", "UnsupportedKeyType", "ECDSAP256", key="RSA2048"),
+    "no-key": Rule(
+        {NAMES: "web"},
+        "Denied",
+        "InvalidStubPKCS10Request",
+        change={"stub_pkcs10": None, "pkix_public_key": None},
+    ),
+    # step 3: the Pod
+    "pod-missing": Rule({NAMES: "web"}, "Failed", "PodNotFound", cached_pod=False, live_pod=False),
+    "pod-other-uid": Rule({NAMES: "web"}, "Failed", "PodNotFound", change={"pod_uid": "u-2"}),
+    "other-node": Rule(
+        {NAMES: "web"}, "Denied", "PodMismatch", "node-2", change={"node_name": "node-2"}
+    ),
+    "other-service-account": Rule(
+        {NAMES: "web"},
+        "Denied",
+        "PodMismatch",
+        "intruder",
+        change={"service_account_name": "intruder"},
+    ),
+    "pod-terminating": Rule({NAMES: "web"}, "Failed", "PodTerminating", deleting=True),
+    "fqdn-without-hostname": Rule(
+        {FQDN: "true"}, "Denied", "PodHostnameRequired", "spec.hostname", services=(PEERS,)
+    ),
+    # steps 4 and 5, waiting (step 6)
+    "service-missing": Rule({NAMES: "web"}, "Wait", "ServiceNotFound", services=()),
+    "selector-other-value": Rule(
+        {NAMES: "web"}, "Wait", "ServiceSelectorMismatch", labels={"app": "api"}
+    ),
+    "selector-empty": Rule(
+        {NAMES: "web"},
+        "Wait",
+        "ServiceSelectorMismatch",
+        services=(dataclasses.replace(WEB, selector={}),),
+    ),
+    "selector-superset": Rule(
+        {NAMES: "web"},
+        "Wait",
+        "ServiceSelectorMismatch",
+        services=(dataclasses.replace(WEB, selector={"app": "web", "tier": "front"}),),
+    ),
+    "external-name": Rule(
+        {NAMES: "web"},
+        "Wait",
+        "ServiceSelectorMismatch",
+        services=(dataclasses.replace(WEB, type="ExternalName"),),
+    ),
+    "only-the-failing-services": Rule(
+        {NAMES: "web,api,metrics"}, "Wait", "ServiceNotFound+ServiceNotFound", services=(WEB,)
+    ),
+    "subdomain-not-headless": Rule(
+        {FQDN: "true"},
+        "Wait",
+        "ServiceNotHeadless",
+        services=(dataclasses.replace(PEERS, cluster_ip="10.0.0.7"),),
+        pod={"hostname": "web-0", "subdomain": "peers"},
+    ),
+    # sign
+    "one-service": Rule(
+        {NAMES: "web"}, "Sign", in_message=f"web.{NS}.svc.cluster.local,web.{NS}.svc"
+    ),
+    "services-in-order-deduplicated-then-the-fqdn": Rule(
+        {NAMES: "api,web,api", FQDN: "true"},
+        "Sign",
+        in_message=(
+            f"api.{NS}.svc.cluster.local,api.{NS}.svc,web.{NS}.svc.cluster.local,web.{NS}.svc,"
+            f"web-0.peers.{NS}.svc.cluster.local,web-0.peers.{NS}.svc"
+        ),
+        services=(WEB, API, PEERS),
+        pod={"hostname": "web-0", "subdomain": "peers"},
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", RULES.values(), ids=RULES.keys())
+def test_each_rule_of_reference_section_5_2(rule: Rule) -> None:
+    obj = pod_object(**rule.pod)
+    obj["metadata"]["labels"] = rule.labels
+    if rule.deleting:
+        obj["metadata"]["deletionTimestamp"] = "2026-12-04T00:00:00Z"
+    pod = pod_record(obj)
+    body = pcr_manifest(
+        obj,
+        pki.leaf_key(rule.key),
+        signer_name=SIGNER,
+        annotations=rule.annotations,
+        stub=stub_with_subject(rule.key, rule.stub_subject) if rule.stub_subject else None,
+    )
+    body["metadata"].update(name="req-1", uid="u-1", resourceVersion="1")
+    pcr = dataclasses.replace(pcr_record(body), **rule.change)
+    pods = {pod.key: pod} if rule.cached_pod else {}
+    lookups = RecordingLookups()
+    if rule.live_pod:
+        lookups.pods[pod.key] = pod
+
+    decision = decider(pods, {s.key: s for s in rule.services}, lookups).decide(pcr)
+
+    match decision:
+        case Terminal():
+            got = (decision.condition, decision.reason)
+            assert rule.in_message in decision.message
+        case Wait():
+            got = ("Wait", "+".join(b.reason for b in decision.blockers))
+        case Sign():
+            got = ("Sign", "")
+            assert ",".join(decision.dns_names) == rule.in_message
+    assert got == (rule.outcome, rule.reason)

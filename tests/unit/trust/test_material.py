@@ -69,7 +69,13 @@ def test_accepts_pkcs8_pkcs1_and_sec1_keys(
     files.key.write_bytes(
         authority.key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption())
     )
-    load_material(*paths(tmp_path))
+    material = load_material(*paths(tmp_path))
+    assert material.signing_cert == authority.cert
+    assert material.key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ) == authority.cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
 def test_loads_intermediate_chaining_to_root_in_bundle(tmp_path: Path) -> None:
