@@ -2,12 +2,14 @@
 CA, `ca status` and `ca rotate`: the operator's view of it and its one lever
 (docs/managed-ca.md).
 
-`status` reads the CA Secret, the published ClusterTrustBundles and the replicas'
-reports with the caller's kubeconfig, and prints the phase, the current / next /
-previous CAs (fingerprint, subject, validity; never a key), the recorded times, and what
-the rotation waits for and until when (the same `managedca.decide` the leader runs, with
-the flags given here, which default to the product's). `-o json` prints the same as one
-JSON object.
+`status` reads the replicas' report Leases (the leader's carries its last decision),
+the leader-election Lease and the published ClusterTrustBundles with the caller's
+kubeconfig — never the CA Secret, so `get` on Leases and `list` on ClusterTrustBundles
+suffice — and prints the leader, the phase, the current / next / previous CAs
+(fingerprint, validity; never a key), the times of the rotation under way, each
+replica's report, and what the rotation waits for, since and until when (relative
+times beside the absolute ones). It shows what the leader decided, not a second
+decision of its own. `-o json` prints the same as one JSON object.
 
 `rotate` asks for a rotation now: it records `ca-rotate-requested-at` on the Secret with
 a resourceVersion precondition; the leader stages the next CA within seconds and goes
@@ -18,7 +20,7 @@ way (a staged next CA) — the gates are what make a rotation safe, so nothing s
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +34,7 @@ from manager.options import DEFAULT_MANAGED_CA_SECRET, DEFAULT_SIGNER_NAME
 if TYPE_CHECKING:
     from kube.client import Client
     from kube.types import JSON
-    from managedca import decide as d
+    from managedca.report import ReportLease
 
 DEFAULT_NAMESPACE = "service-serving-signer"
 
@@ -72,39 +74,11 @@ def _t(t: datetime | None) -> str | None:
 
 @click.command("status")
 @_options
-# `run`'s timing flags, with the same names and defaults (under short parameter names), so
-# that status computes the times `run` would.
 @click.option(
-    "--managed-ca-rotate-at",
-    "rotate_at",
-    type=float,
-    default=0.5,
+    "--lease-name",
+    default="service-serving-signer",
     show_default=True,
-    help="As given to `run` (when the next rotation is due).",
-)
-@click.option(
-    "--max-certificate-lifetime",
-    "max_leaf",
-    type=Duration(),
-    default="24h",
-    show_default=True,
-    help="As given to `run` (retire times of a swap not yet made).",
-)
-@click.option(
-    "--managed-ca-retire-margin",
-    "margin",
-    type=Duration(),
-    default="1h",
-    show_default=True,
-    help="As given to `run`.",
-)
-@click.option(
-    "--managed-ca-propagation-delay",
-    "delay",
-    type=Duration(),
-    default="10m",
-    show_default=True,
-    help="As given to `run` (for a rotation not yet published).",
+    help="The leader-election Lease (run's --leader-elect-resource-name).",
 )
 @output_option("text, or one JSON object.")
 def ca_status(
@@ -112,52 +86,63 @@ def ca_status(
     namespace: str,
     secret_name: str,
     signer_name: str,
-    rotate_at: float,
-    max_leaf: float,
-    margin: float,
-    delay: float,
+    lease_name: str,
     output: str,
 ) -> None:
-    """Show the managed CA: phase, CAs, and what the rotation waits for."""
+    """Show the managed CA: leader, phase, CAs, and what the rotation waits for."""
     from kube.client import ApiError
-    from managedca import decide as d
-    from managedca.controller import ManagedCAController
+    from managedca.report import list_reports, parse_report
     from trust.bundle import stable_bundle_name
 
     client = cli_client(kubeconfig)
-    config = d.Config(
-        rotate_at=rotate_at,
-        max_leaf_lifetime=timedelta(seconds=max_leaf),
-        retire_margin=timedelta(seconds=margin),
-        propagation_delay=timedelta(seconds=delay),
-    )
-    reader = ManagedCAController(
-        client,
-        namespace=namespace,
-        secret_name=secret_name,
-        signer_name=signer_name,
-        ctb_version=_ctb_version(client),
-        config=config,
-        make_ca=_no_ca,
-    )
     try:
-        seen = reader.observe(collect=False)
+        leases = [
+            parsed
+            for lease in list_reports(client, namespace, secret_name)
+            if (parsed := parse_report(lease)) is not None
+        ]
+        leader = _leader(client, namespace, lease_name)
+        published = _published(client, signer_name)
     except ApiError as err:
-        raise StartupError(f"ca status: {err}") from None
+        raise StartupError(f"ca status: {' '.join(str(err).split())}") from None
     now = datetime.now(UTC)
-    state = seen.stored.state if seen.stored is not None else None
-    action = d.decide(state, seen.observations, now, config)
-    report = _report(state, seen.observations, action, now, config, f"{namespace}/{secret_name}")
+    report = status_report(leases, leader, published, now, f"{namespace}/{secret_name}")
     report["stableBundle"] = stable_bundle_name(signer_name)
     if output == "json":
         click.echo(json.dumps(report, indent=2))
         return
-    for line in _text(report):
+    for line in _text(report, now):
         click.echo(line)
 
 
-def _no_ca(_now: datetime) -> tuple[bytes, bytes]:
-    raise RuntimeError("ca status makes no CA")
+def _leader(client: Client, namespace: str, name: str) -> JSON | None:
+    from kube.client import ApiError, is_not_found, path_segment
+
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(namespace)}/leases/"
+    try:
+        lease = client.get(path + path_segment(name))
+    except ApiError as err:
+        if is_not_found(err):
+            return None
+        raise
+    spec = lease.get("spec") or {}
+    return {
+        "lease": name,
+        "identity": spec.get("holderIdentity"),
+        "renewTime": spec.get("renewTime"),
+        "leaseDurationSeconds": spec.get("leaseDurationSeconds"),
+    }
+
+
+def _published(client: Client, signer_name: str) -> list[str]:
+    from managedca.material import anchors_of
+
+    path = f"/apis/certificates.k8s.io/{_ctb_version(client)}/clustertrustbundles"
+    listed = client.get(path, {"fieldSelector": f"spec.signerName={signer_name}"})
+    found: set[str] = set()
+    for item in listed.get("items") or []:
+        found |= anchors_of(str((item.get("spec") or {}).get("trustBundle", "")))
+    return sorted(found)
 
 
 def _ctb_version(client: Client) -> str:
@@ -169,93 +154,117 @@ def _ctb_version(client: Client) -> str:
     return version
 
 
-def _report(
-    state: d.State | None,
-    obs: d.Observations,
-    action: d.Action,
+def status_report(
+    leases: list[ReportLease],
+    leader: JSON | None,
+    published: list[str],
     now: datetime,
-    config: d.Config,
     where: str,
 ) -> JSON:
-    from managedca import decide as d
+    """What `ca status` shows, from the replicas' report Leases (the leader's carries its
+    decision: `managedca.controller.decision_record`), the leader-election Lease and the
+    published bundles: no access to the CA Secret (the key) is needed."""
+    from kube.times import parse_time
 
-    def ca(info: d.CaInfo, role: str, **extra: str | None) -> JSON:
-        return {
-            "role": role,
-            "fingerprint": info.fingerprint,
-            "notBefore": _t(info.not_before),
-            "notAfter": _t(info.not_after),
-            "published": info.fingerprint in obs.published,
-            **extra,
+    holder = (leader or {}).get("identity")
+    with_decision = [p for p in leases if p.decision]
+    by_leader = [p for p in with_decision if p.replica == holder]
+    chosen = (by_leader or sorted(with_decision, key=lambda p: p.renewed_at))[-1:]
+    decision = dict(chosen[0].decision or {}) if chosen else {}
+    out: JSON = {
+        "secret": where,
+        "leader": None,
+        "phase": decision.get("phase"),
+        "cas": [
+            {**c, "published": c.get("fingerprint") in published} for c in decision.get("cas") or []
+        ],
+        "times": decision.get("times") or {},
+        "replicas": decision.get("replicas") or [],
+        "published": published,
+    }
+    if leader is not None:
+        renewed = parse_time(leader.get("renewTime"))
+        duration = float(leader.get("leaseDurationSeconds") or 0)
+        age = (now - renewed).total_seconds() if renewed else None
+        out["leader"] = {
+            **leader,
+            "held": age is not None and age < duration,
+            "renewedSecondsAgo": round(age, 1) if age is not None else None,
         }
-
-    out: JSON = {"secret": where, "phase": None, "cas": [], "replicas": []}
-    if state is not None:
-        out["phase"] = state.phase
-        out["cas"].append(ca(state.current, "current"))
-        if state.next is not None:
-            out["cas"].append(ca(state.next, "next"))
-        for prev in state.previous:
-            out["cas"].append(
-                ca(prev.ca, "previous", swappedAt=_t(prev.swapped_at), retireAt=_t(prev.retire_at))
-            )
-        out["times"] = {
-            "confirmedAt": _t(state.confirmed_at),
-            "stagedAt": _t(state.staged_at),
-            "publishedAt": _t(state.published_at),
-            "swapNotBefore": _t(state.swap_not_before),
-            "swappedAt": _t(state.swapped_at),
-            "rotateRequestedAt": _t(state.rotate_requested_at),
-            "rotationDue": _t(d.rotation_due(state.current, config)),
-        }
-    for r in obs.reports:
-        loaded_next = (
-            state is not None and state.next is not None and (state.next.fingerprint in r.anchors)
-        )
-        out["replicas"].append(
-            {
-                "replica": r.replica,
-                "live": r.live,
-                "loadedNext": loaded_next,
-                "signingCA": r.signing,
-                "readyToSign": r.ready,
-            }
-        )
-    if isinstance(action, d.Wait):
-        out["waitingFor"] = action.why
-        out["until"] = _t(action.until)
-    else:
-        out["next"] = type(action).__name__
+    if chosen:
+        out["decidedBy"] = chosen[0].replica
+        out["decidedAt"] = decision.get("at")
+        out["decidedByLeader"] = bool(by_leader)
+    if decision.get("step") == "Wait" or decision.get("reason"):
+        out["waitingFor"] = decision.get("why") or decision.get("reason")
+        out["reason"] = decision.get("reason")
+        out["until"] = decision.get("until")
+        out["since"] = decision.get("since")
+    elif decision:
+        out["next"] = decision.get("step")
     return out
 
 
-def _text(report: JSON) -> list[str]:
-    lines = [f"Secret:  {report['secret']}", f"Phase:   {report['phase'] or 'no CA yet'}"]
+def _ago(text: str | None, now: datetime) -> str:
+    """`text` (RFC 3339) with how long ago or how soon, e.g. `… (in 4m)`, `… (2h ago)`."""
+    from kube.times import parse_time
+
+    t = parse_time(text)
+    if t is None:
+        return str(text)
+    seconds = (t - now).total_seconds()
+    span = _span(abs(seconds))
+    return f"{text} ({'in ' + span if seconds > 0 else span + ' ago'})"
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _text(report: JSON, now: datetime) -> list[str]:
+    leader = report.get("leader")
+    if leader is None:
+        who = "none (no leader-election Lease; is the signer running?)"
+    else:
+        state = "holding" if leader["held"] else "EXPIRED: no leader right now"
+        who = (
+            f"{leader['identity']} (Lease {leader['lease']}, renewed "
+            f"{_span(leader['renewedSecondsAgo'] or 0)} ago, {state})"
+        )
+    lines = [f"Secret:  {report['secret']}", f"Leader:  {who}"]
+    lines.append(f"Phase:   {report['phase'] or 'unknown (no leader has published a decision)'}")
+    if report.get("decidedAt"):
+        by = "" if report.get("decidedByLeader") else " (not the current leader)"
+        lines.append(f"  decided by {report['decidedBy']}{by} at {_ago(report['decidedAt'], now)}")
     if report.get("stableBundle"):
         # The name to reference (Gateway caCertificateRefs, the injector's name selector).
         lines.append(f"Bundle:  ClusterTrustBundle {report['stableBundle']} (stable name)")
     for ca in report["cas"]:
-        extra = f", retire at {ca['retireAt']}" if ca.get("retireAt") else ""
+        extra = f", retire at {_ago(ca['retireAt'], now)}" if ca.get("retireAt") else ""
         if ca["role"] == "previous" and not ca.get("retireAt"):
-            extra = ", retire time set once the swap is read back"
+            extra = ", retire time set once every replica signs with the current CA"
         lines.append(
             f"  {ca['role']:<9} {ca['fingerprint'][:16]}…  valid {ca['notBefore']} → "
-            f"{ca['notAfter']}  {'published' if ca['published'] else 'NOT published'}{extra}"
+            f"{_ago(ca['notAfter'], now)}  "
+            f"{'published' if ca['published'] else 'NOT published'}{extra}"
         )
     for name, value in (report.get("times") or {}).items():
-        if value:
-            lines.append(f"  {name}: {value}")
+        lines.append(f"  {name}: {_ago(value, now)}")
     for r in report["replicas"]:
         lines.append(
-            f"  replica {r['replica']}: {'live' if r['live'] else 'expired'}"
-            + (", has loaded the next CA" if r["loadedNext"] else "")
-            + (f", signs with {r['signingCA'][:16]}…" if r["signingCA"] else "")
-            + (f", ready to sign with {r['readyToSign'][:16]}…" if r["readyToSign"] else "")
+            f"  replica {r['replica']}: {'live' if r['live'] else 'not renewing'}"
+            + (", has loaded the next CA" if r.get("loadedNext") else "")
+            + (f", signs with {r['signingCA'][:16]}…" if r.get("signingCA") else "")
+            + (f", ready to sign with {r['readyToSign'][:16]}…" if r.get("readyToSign") else "")
         )
     if "waitingFor" in report:
-        until = f" until {report['until']}" if report["until"] else ""
-        lines.append(f"Waiting: {report['waitingFor']}{until}")
-    else:
+        until = f" until {_ago(report['until'], now)}" if report.get("until") else ""
+        since = f", since {_ago(report['since'], now)}" if report.get("since") else ""
+        lines.append(f"Waiting: [{report['reason']}] {report['waitingFor']}{until}{since}")
+    elif report.get("next"):
         lines.append(f"Next step: {report['next']} (the leader acts within seconds)")
     return lines
 

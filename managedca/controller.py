@@ -31,11 +31,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found, path_segment
 from kube.controller import Loop, Requeue
@@ -65,11 +65,39 @@ class Recorder(Protocol):
         self, regarding: ObjectRef, reason: str, note: str, action: str, related: Any = None
     ) -> None: ...
 
+    def warning(
+        self, regarding: ObjectRef, reason: str, note: str, action: str, related: Any = None
+    ) -> None: ...
+
+
+SYNC_FAILING = "sync-failing"
+"""The waiting reason while the leader's steps fail (an API error, an unreadable Secret)."""
+
 
 class ManagedCAMetrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
         registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry
         prefix = "service_serving_ca_controller_managed_ca"
+        self.waiting = Gauge(
+            f"{prefix}_waiting",
+            "1 for what the managed CA waits for now, by reason (docs/managed-ca.md); "
+            "sync-failing while its steps fail.",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in (*d.WAIT_REASONS, SYNC_FAILING):
+            self.waiting.labels(reason)
+        self.waiting_since = Gauge(
+            f"{prefix}_waiting_since_timestamp_seconds",
+            "Since when the managed CA waits for its current reason (0: not waiting).",
+            registry=registry,
+        )
+        self.sync_errors = Counter(
+            f"{prefix}_sync_errors_total",
+            "Managed-CA steps that failed (API errors, an unreadable Secret).",
+            registry=registry,
+        )
         self.phase = Gauge(
             f"{prefix}_phase",
             "1 for the managed CA's current phase (on the leader).",
@@ -102,6 +130,11 @@ class ManagedCAMetrics:
             registry=registry,
         )
 
+    def wait(self, reason: str | None, since: datetime | None) -> None:
+        for known in (*d.WAIT_REASONS, SYNC_FAILING):
+            self.waiting.labels(known).set(1 if known == reason else 0)
+        self.waiting_since.set(since.timestamp() if reason and since else 0)
+
     def show(self, state: d.State | None, config: d.Config) -> None:
         for phase in d.PHASES:
             self.phase.labels(phase).set(1 if state is not None and state.phase == phase else 0)
@@ -122,7 +155,7 @@ class ManagedCAMetrics:
 @dataclass(frozen=True)
 class Observed:
     stored: Stored | None
-    secret: Mapping[str, Any] | None
+    secret: Mapping[str, Any] | None = field(repr=False)  # holds the key
     observations: d.Observations
     published_pems: Mapping[str, bytes]  # fingerprint -> PEM of each published root
 
@@ -148,6 +181,7 @@ class ManagedCAController:
         resync_period: float = 60.0,
         on_written: Callable[[Mapping[str, Any]], object] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        on_decision: Callable[[Mapping[str, Any] | None], object] | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -173,6 +207,10 @@ class ManagedCAController:
             resync_keys=lambda: (KEY,),
         )
         self.last_action: d.Action | None = None
+        self.last_state: d.State | None = None  # as last read: metrics survive failures
+        self.decision: dict[str, Any] | None = None  # what `ca status` reads
+        self.on_decision = on_decision
+        self._waiting: tuple[str, datetime] | None = None  # (reason, since)
         self.monotonic = monotonic
         self.liveness = Liveness(monotonic)
         self._published_since: tuple[frozenset[str], float] | None = None
@@ -185,6 +223,8 @@ class ManagedCAController:
     def run(self, stop: threading.Event) -> None:
         self.queue.add(KEY)
         self.loop.run(stop)
+        if self.on_decision is not None:
+            self.on_decision(None)  # not leading: the next leader publishes its own
 
     def trigger(self, *_: object) -> None:
         self.queue.add(KEY)
@@ -201,6 +241,7 @@ class ManagedCAController:
                 raise
             secret = None
         stored = decode(secret) if secret is not None else None
+        self.last_state = stored.state if stored is not None else None
         listed = self.client.get(
             self.ctb_path, {"fieldSelector": f"spec.signerName={self.signer_name}"}
         )
@@ -266,6 +307,7 @@ class ManagedCAController:
         state = seen.stored.state if seen.stored is not None else None
         action = d.decide(state, seen.observations, now, self.config)
         self.last_action = action
+        self._decided(state, seen.observations, action, now)
         if isinstance(action, d.Wait):
             self.metrics.show(state, self.config)
             return action
@@ -284,7 +326,13 @@ class ManagedCAController:
             if is_conflict(err) or is_already_exists(err) or is_not_found(err):
                 log.info("managed CA: the Secret changed under us; deciding again")
                 return Requeue(after=0.1)
+            self._failed(str(err))
             raise
+        except StoreError as err:
+            # A Secret edited into something we cannot read: nothing is written over it.
+            # Said once per distinct problem (Event, log); looked at again each resync.
+            self._failed(str(err), event=True)
+            return Requeue(after=self.resync_period)
         if isinstance(action, d.Wait):
             if action.until is None:
                 # Waiting for the publisher or a replica: look again soon (three small
@@ -293,6 +341,43 @@ class ManagedCAController:
             wait = (action.until - self.clock()).total_seconds()
             return Requeue(after=min(max(wait, 0.05), self.resync_period))
         return Requeue(after=0.0)
+
+    # what operators see -------------------------------------------------------------------
+
+    def _decided(
+        self, state: d.State | None, obs: d.Observations, action: d.Action, now: datetime
+    ) -> None:
+        reason = action.reason if isinstance(action, d.Wait) else None
+        if reason is None:
+            self._waiting = None
+        elif self._waiting is None or self._waiting[0] != reason:
+            self._waiting = (reason, now)
+        since = self._waiting[1] if self._waiting else None
+        self.metrics.wait(reason, since)
+        decision = decision_record(state, obs, action, now, since, self.config)
+        self._publish(decision)
+
+    def _failed(self, why: str, *, event: bool = False) -> None:
+        self.metrics.sync_errors.inc()
+        self.metrics.show(self.last_state, self.config)
+        now = self.clock()
+        if self._waiting is None or self._waiting[0] != SYNC_FAILING:
+            self._waiting = (SYNC_FAILING, now)
+            if event and self.recorder is not None:
+                ref = ObjectRef("Secret", self.namespace, self.secret_name, "")
+                self.recorder.warning(ref, "ManagedCASecretUnreadable", why[:1000], "Rotate")
+            log.error("managed CA: sync failed", extra={"err": why})
+        self.metrics.wait(SYNC_FAILING, self._waiting[1])
+        empty = d.Observations(frozenset())
+        record = decision_record(self.last_state, empty, None, now, None, self.config)
+        record.update(reason=SYNC_FAILING, why=why, since=format_time(self._waiting[1]))
+        self._publish(record)
+
+    def _publish(self, decision: dict[str, Any]) -> None:
+        changed = _without_at(decision) != _without_at(self.decision)
+        self.decision = decision
+        if changed and self.on_decision is not None:
+            self.on_decision(decision)
 
     # acting -------------------------------------------------------------------------------
 
@@ -455,3 +540,78 @@ class ManagedCAController:
                     "managed CA: could not delete a stale report",
                     extra={"lease": name, "err": str(err)},
                 )
+
+
+def _without_at(decision: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (decision or {}).items() if k != "at"}
+
+
+def decision_record(
+    state: d.State | None,
+    obs: d.Observations,
+    action: d.Action | None,
+    now: datetime,
+    since: datetime | None,
+    config: d.Config,
+) -> dict[str, Any]:
+    """The leader's decision as `ca status` shows it (published on the leader's report
+    Lease): phase, the next step or what it waits for and since when, the CAs
+    (fingerprints and validity, never a key), the times of the rotation under way only,
+    and each replica's report. JSON-ready."""
+
+    def ca(info: d.CaInfo, role: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "role": role,
+            "fingerprint": info.fingerprint,
+            "notBefore": format_time(info.not_before),
+            "notAfter": format_time(info.not_after),
+            "published": info.fingerprint in obs.published,
+            **extra,
+        }
+
+    out: dict[str, Any] = {"at": format_time(now), "phase": None, "cas": [], "times": {}}
+    if state is not None:
+        out["phase"] = state.phase
+        out["cas"].append(ca(state.current, "current"))
+        if state.next is not None:
+            out["cas"].append(ca(state.next, "next"))
+        for prev in state.previous:
+            retire = format_time(prev.retire_at) if prev.retire_at else None
+            out["cas"].append(ca(prev.ca, "previous", retireAt=retire))
+        times: dict[str, datetime | None] = {}
+        if state.confirmed_at is None:
+            times = {"publishedAt": state.published_at, "signNotBefore": state.swap_not_before}
+        elif state.next is not None:  # only the rotation under way
+            times = {
+                "stagedAt": state.staged_at,
+                "publishedAt": state.published_at,
+                "swapNotBefore": state.swap_not_before,
+            }
+        elif state.previous:
+            times = {"swappedAt": state.swapped_at}
+        else:
+            times = {"rotationDue": d.rotation_due(state.current, config)}
+        times["rotateRequestedAt"] = state.rotate_requested_at
+        out["times"] = {k: format_time(v) for k, v in times.items() if v is not None}
+    nxt = state.next if state is not None else None
+    out["replicas"] = [
+        {
+            "replica": r.replica,
+            "live": r.live,
+            "loadedNext": nxt is not None and nxt.fingerprint in r.anchors,
+            "signingCA": r.signing,
+            "readyToSign": r.ready,
+        }
+        for r in obs.reports
+    ]
+    if isinstance(action, d.Wait):
+        out.update(
+            step="Wait",
+            reason=action.reason,
+            why=action.why,
+            until=format_time(action.until) if action.until else None,
+            since=format_time(since) if since else None,
+        )
+    elif action is not None:
+        out.update(step=type(action).__name__, reason=None, why=None, until=None, since=None)
+    return out

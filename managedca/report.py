@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -51,6 +52,9 @@ REPORT_LABEL = ANNOTATION_PREFIX + "managed-ca-report"
 LOADED_ANCHORS = ANNOTATION_PREFIX + "loaded-anchors"
 SIGNING_CA = ANNOTATION_PREFIX + "signing-ca"
 READY_TO_SIGN = ANNOTATION_PREFIX + "ready-to-sign"
+DECISION = ANNOTATION_PREFIX + "managed-ca-decision"
+"""On the leader's report only: its last decision, JSON (`managedca.controller.
+decision_record`), so `ca status` needs no access to the CA Secret."""
 DEFAULT_PERIOD = 10.0
 DEFAULT_DURATION = 30
 
@@ -78,6 +82,7 @@ class ReportLease:
     renewed_at: datetime  # the replica's clock: shown, and bounds collection
     duration: timedelta
     resource_version: str
+    decision: Mapping[str, Any] | None = None
 
 
 def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
@@ -97,6 +102,10 @@ def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
         str(annotations.get(READY_TO_SIGN) or "") or None,
     )
     name = str(meta.get("name", "?"))
+    try:
+        decision = json.loads(annotations[DECISION]) if annotations.get(DECISION) else None
+    except ValueError:
+        decision = None
     return ReportLease(
         name,
         str(spec.get("holderIdentity") or name),
@@ -105,6 +114,7 @@ def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
         renewed,
         duration,
         str(meta.get("resourceVersion", "")),
+        decision if isinstance(decision, dict) else None,
     )
 
 
@@ -170,9 +180,16 @@ class LoadedReporter:
         self._loaded = loaded
         self._clock = clock
         self._wake = threading.Event()
+        self._decision: str | None = None
 
     def trigger(self, *_: object) -> None:
         """Report now (the material changed)."""
+        self._wake.set()
+
+    def set_decision(self, decision: Mapping[str, Any] | None) -> None:
+        """Carry the leader's decision (None: not leading any more) from the next report
+        on, which is now."""
+        self._decision = json.dumps(decision, sort_keys=True) if decision is not None else None
         self._wake.set()
 
     def run(self, stop: threading.Event) -> None:
@@ -197,6 +214,8 @@ class LoadedReporter:
             SIGNING_CA: loaded.signing or "",
             READY_TO_SIGN: loaded.ready or "",
         }
+        if self._decision is not None:
+            annotations[DECISION] = self._decision
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self.duration,

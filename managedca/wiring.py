@@ -115,6 +115,7 @@ def wire(
         source.loaded,
     )
     source.add_change_listener(reporter.trigger)
+    controller.on_decision = reporter.set_decision
     # Any change of the Secret (`ca rotate`'s annotation, a write by another replica) is
     # looked at now, not at the next resync.
     source.informer.add_handler(controller.trigger, controller.trigger, controller.trigger)

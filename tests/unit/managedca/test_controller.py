@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import pytest
+
 from kube.client import ApiError, Client
 from kube.controller import Requeue
 from managedca import decide as d
@@ -92,3 +94,55 @@ def test_a_stable_leader_does_not_poll_the_api_every_few_seconds() -> None:
     assert client.reads == 3, "the Secret, the ClusterTrustBundles, the reports"
     assert isinstance(outcome, Requeue) and outcome.after is not None and outcome.after >= 60
     assert controller.loop.resync_period is None or controller.loop.resync_period >= 60
+
+
+class ReadsTheSecretButNotTheBundles:
+    """The Secret reads; listing ClusterTrustBundles is forbidden (a broken Role)."""
+
+    def __init__(self) -> None:
+        self.stable = StableForMonths()
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        if "clustertrustbundles" in path:
+            raise ApiError(403, "Forbidden", {"message": "clustertrustbundles is forbidden"})
+        return self.stable.get(path, params)
+
+
+def _metric(controller: ManagedCAController, name: str, **labels: str) -> float | None:
+    value = controller.metrics.registry.get_sample_value(
+        f"service_serving_ca_controller_managed_ca_{name}", labels
+    )
+    return value
+
+
+def test_a_failing_sync_still_exports_the_phase_expiry_and_what_it_waits_for() -> None:
+    """Alerts must not go blind: the gauges come from what was read, and the failure is a
+    waiting reason of its own and a counted error."""
+    controller = _controller(ReadsTheSecretButNotTheBundles())
+    with pytest.raises(ApiError):
+        controller.sync()
+    assert _metric(controller, "phase", phase="Stable") == 1
+    assert (_metric(controller, "expiry_timestamp_seconds", role="current") or 0) > NOW.timestamp()
+    assert _metric(controller, "waiting", reason="sync-failing") == 1
+    assert _metric(controller, "sync_errors_total") == 1
+    decision = controller.decision
+    assert decision is not None and decision["reason"] == "sync-failing"
+    assert "forbidden" in str(decision["why"])
+
+
+def test_the_decision_says_what_it_waits_for_and_since_when() -> None:
+    clock = [NOW]
+    client = StableForMonths()
+    controller = _controller(client)
+    controller.clock = lambda: clock[0]
+    controller.sync()
+    first = controller.decision
+    assert first is not None and first["phase"] == "Stable"
+    assert first["reason"] == "rotation-point" and first["step"] == "Wait"
+    assert _metric(controller, "waiting", reason="rotation-point") == 1
+    assert _metric(controller, "waiting", reason="replica-not-ready") == 0
+    clock[0] = NOW + timedelta(minutes=5)
+    controller.sync()
+    again = controller.decision
+    assert again is not None and again["since"] == first["since"], "the same wait, same since"
+    assert "PRIVATE" not in repr(again) and "PRIVATE" not in repr(controller.observe())
