@@ -144,15 +144,13 @@ class SignerController:
         self._clock = clock
 
         self.index = WaitingIndex(clock)
-        self.metrics = SignerMetrics(registry, clock)
+        self.metrics = SignerMetrics(registry, clock, self.index.pod_waits)
         self.metrics.bind(
             pending=self.index.pending,
             oldest_pending=self.index.oldest_age,
             signer_not_after=self._signer_not_after,
         )
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
-        self._blocked_on_material: set[str] = set()
-        self._blocked_lock = threading.Lock()
 
         self.caches = caches
         self.pcrs = caches.pcrs
@@ -205,8 +203,6 @@ class SignerController:
 
     def _on_pcr_delete(self, pcr: PCRRecord) -> None:
         self._forget(pcr.key, gone=True)
-        with self._blocked_lock:
-            self._blocked_on_material.discard(pcr.key)
 
     def _on_service(self, service: ServiceRecord) -> None:
         for key in self.index.waiting_on_service(service.key):
@@ -235,7 +231,7 @@ class SignerController:
     def _on_pod_delete(self, pod: PodRecord) -> None:
         # Its requests are deleted after it (garbage collection) or decided Failed; its
         # wait for a certificate ends now (signer.podwaits).
-        self.metrics.pod_waits.pod_deleted(pod.uid)
+        self.index.pod_deleted(pod.uid)
 
     def _waiting_keys_to_resync(self) -> list[str]:
         """The periodic resync re-drives the waiting requests only — O(waiting), not
@@ -248,9 +244,7 @@ class SignerController:
     def _on_material_change(self, _material: SigningMaterial) -> None:
         """New signing material: retry at once what was blocked on the old one's expiry
         instead of waiting out a backoff that may have grown to minutes."""
-        with self._blocked_lock:
-            keys, self._blocked_on_material = self._blocked_on_material, set()
-        for key in keys:
+        for key in self.index.material_changed():
             self.queue.add(key)
 
     # sync ------------------------------------------------------------------------------------
@@ -316,9 +310,9 @@ class SignerController:
             pcr.pod_key,
             (b.service_key for b in decision.blockers),
             since=pcr.created.timestamp() if pcr.created else None,
+            pod_uid=pcr.pod_uid,
+            namespace=pcr.namespace,
         )
-        since = pcr.created.timestamp() if pcr.created else self._clock()
-        self.metrics.pod_waits.waiting(pcr.pod_uid, pcr.namespace, pcr.key, since)
         # The request may have been deleted (the cleaner deletes exactly the waiting ones)
         # or finished by another replica after `sync` read it: its handler ran before our
         # entry existed and removed nothing. The informer updates the cache before it runs
@@ -368,8 +362,7 @@ class SignerController:
                 ),
             )
         except authority.LifetimeTooShort as err:
-            with self._blocked_lock:
-                self._blocked_on_material.add(pcr.key)
+            self.index.wait_for_material(pcr.key)
             # The note must not change between retries (no "time left"), or every retry
             # would start a new Event instead of bumping one series.
             expires = format_time(material.signing_cert.not_valid_after_utc)
@@ -451,14 +444,8 @@ class SignerController:
         return False
 
     def _forget(self, key: str, *, gone: bool = False) -> None:
-        """The request no longer waits: answered (by us or another replica), or `gone`
-        (deleted, usually by the cleaner). Its Pod's wait ends with an answer; after a
-        deletion the Pod still waits for kubelet's next request (signer.podwaits)."""
-        self.index.forget(key)
-        if gone:
-            self.metrics.pod_waits.released(key)
-        else:
-            self.metrics.pod_waits.resolved(key)
+        """The request no longer waits, on anything (`WaitingIndex.forget`)."""
+        self.index.forget(key, gone=gone)
 
     def _signer_not_after(self) -> float:
         try:

@@ -1,4 +1,9 @@
-"""The waiting index: which PodCertificateRequests wait on which Service or Pod.
+"""The waiting index: every way a PodCertificateRequest waits, in one place.
+
+A request waits on a Service or its Pod (below), or on new signing material (its
+signing certificate expires too soon to issue: `wait_for_material`, re-driven by
+`material_changed`); and while it waits its Pod's wait is timed across the requests
+kubelet makes for it (`signer.podwaits`, fed from here). `forget` ends all of them.
 
 A request whose Services are missing or do not select its Pod is neither issued nor
 refused (docs/reference.md §5.2 step 6): it *waits*, and is re-driven only when something
@@ -26,6 +31,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from signer.podwaits import PodWaits
+
 
 @dataclass(frozen=True)
 class _Entry:
@@ -43,6 +50,8 @@ class WaitingIndex:
         self._entries: dict[str, _Entry] = {}
         self._by_service: dict[str, set[str]] = {}
         self._by_pod: dict[str, set[str]] = {}
+        self._on_material: set[str] = set()
+        self.pod_waits = PodWaits(clock)
 
     def wait(
         self,
@@ -50,11 +59,19 @@ class WaitingIndex:
         pod_key: str,
         service_keys: Iterable[str],
         since: float | None = None,
+        *,
+        pod_uid: str | None = None,
+        namespace: str = "",
     ) -> None:
         """Record that `pcr_key` waits on `service_keys` and on its Pod, replacing what
         it waited on before. `since` (unix seconds; default now) is kept from the first
-        call so the age does not restart on every re-drive."""
+        call so the age does not restart on every re-drive. With `pod_uid`, the Pod's
+        wait is timed from `since` too (`signer.podwaits`)."""
         services = frozenset(service_keys)
+        if pod_uid is not None:
+            self.pod_waits.waiting(
+                pod_uid, namespace, pcr_key, since if since is not None else self._clock()
+            )
         with self._lock:
             previous = self._entries.get(pcr_key)
             if previous is not None:
@@ -68,14 +85,38 @@ class WaitingIndex:
             for service in services:
                 self._by_service.setdefault(service, set()).add(pcr_key)
 
-    def forget(self, pcr_key: str) -> bool:
-        """Drop every entry of `pcr_key`; True if it was waiting."""
+    def forget(self, pcr_key: str, *, gone: bool = False) -> bool:
+        """`pcr_key` waits no more, on anything: answered (by us or another replica), or
+        `gone` (deleted, usually by the cleaner). Its Pod's wait ends with an answer;
+        after a deletion the Pod still waits for kubelet's next request
+        (`PodWaits.released`). True if it waited on a Service or Pod."""
+        if gone:
+            self.pod_waits.released(pcr_key)
+        else:
+            self.pod_waits.resolved(pcr_key)
         with self._lock:
+            self._on_material.discard(pcr_key)
             entry = self._entries.pop(pcr_key, None)
             if entry is None:
                 return False
             self._unlink(pcr_key, entry)
             return True
+
+    def wait_for_material(self, pcr_key: str) -> None:
+        """`pcr_key` cannot be issued with the signing material in use (it expires too
+        soon); `material_changed` hands it back."""
+        with self._lock:
+            self._on_material.add(pcr_key)
+
+    def material_changed(self) -> list[str]:
+        """The requests that waited on new signing material; they wait on it no more."""
+        with self._lock:
+            keys, self._on_material = list(self._on_material), set()
+        return keys
+
+    def pod_deleted(self, pod_uid: str) -> None:
+        """The Pod is gone: its wait ends now (`PodWaits.pod_deleted`)."""
+        self.pod_waits.pod_deleted(pod_uid)
 
     def waiting_on_service(self, service_key: str) -> set[str]:
         with self._lock:

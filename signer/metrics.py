@@ -69,9 +69,14 @@ ISSUANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 
 
 
 class SignerMetrics:
-    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.time,
+        pod_waits: PodWaits | None = None,
+    ) -> None:
         self.registry = registry
-        self.pod_waits = PodWaits(clock)
+        self.pod_waits = pod_waits if pod_waits is not None else PodWaits(clock)
         registry.register(_PodWaitCollector(self.pod_waits))
         self.requests = Counter(
             f"{PREFIX}_requests",

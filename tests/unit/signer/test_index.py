@@ -131,3 +131,31 @@ def test_concurrent_waits_and_forgets_stay_consistent() -> None:
     for key in list(waiting):
         index.forget(key)
     assert index.sizes() == (0, 0, 0)
+
+
+def test_a_request_waiting_on_signing_material_is_handed_back_once_when_it_changes() -> None:
+    index = WaitingIndex()
+    index.wait_for_material("ns/a")
+    index.wait_for_material("ns/b")
+    index.forget("ns/b")
+
+    assert index.material_changed() == ["ns/a"]
+    assert index.material_changed() == []
+
+
+def test_forgetting_a_request_ends_its_pods_wait_unless_it_was_deleted() -> None:
+    now = [1000.0]
+    index = WaitingIndex(clock=lambda: now[0])
+    index.wait("ns/answered", "ns/p1", ["ns/web"], since=900.0, pod_uid="u1", namespace="ns")
+    index.wait("ns/deleted", "ns/p2", ["ns/web"], since=950.0, pod_uid="u2", namespace="ns")
+    assert index.pod_waits.oldest_by_namespace() == {"ns": 100.0}
+
+    index.forget("ns/answered")
+    index.forget("ns/deleted", gone=True)
+
+    assert index.sizes() == (0, 0, 0)
+    # The answered Pod's wait ended; the deleted request's Pod still waits for kubelet's
+    # next request.
+    assert index.pod_waits.oldest_by_namespace() == {"ns": 50.0}
+    index.pod_deleted("u2")
+    assert index.pod_waits.oldest_by_namespace() == {}
