@@ -25,7 +25,11 @@ What it decides:
 * **When nothing can be written**: an immutable ConfigMap, a truststore key that is not a
   valid ConfigMap key or collides with `ca.crt`, or a password over `MAX_PASSWORD`.
 * **Release.** The informer sees a ConfigMap whose label is removed as deleted; the
-  controller then reads it once and releases our fields (`targets.release_body`).
+  controller then reads it once and releases our fields (`targets.release_ops`). A label
+  removed while no injector ran is never seen that way, so our first write also puts
+  our own label `MARK_LABEL=true` on the ConfigMap: a periodic sweep lists ConfigMaps
+  with the mark and without the opt-in label (`DEPARTED_SELECTOR`) and releases them
+  (the release removes the mark too).
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ from injector.targets import (
     pointer,
     value_digest,
 )
+from injector.targets import (
+    MARK_LABEL as MARK_LABEL,
+)
 from trust.consumers import ANNOTATION as ANNOTATION
 from trust.consumers import CA_KEY as CA_KEY
 from trust.consumers import DIGEST_ANNOTATION as DIGEST_ANNOTATION
@@ -59,6 +66,8 @@ from trust.consumers import is_selected as is_selected
 from trust.consumers import outputs
 
 MAX_PASSWORD = 1024
+
+DEPARTED_SELECTOR = f"{MARK_LABEL}=true,{LABEL}!=true"
 
 _CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
@@ -109,6 +118,7 @@ def to_target(raw: Mapping[str, Any]) -> Target:
         truststore=truststore,
         others=other_appliers(meta, leaves),
         injected=injected_of(meta),
+        marked=(meta.get("labels") or {}).get(MARK_LABEL) == "true",
         resource_version=str(meta.get("resourceVersion", "")),
         maps=frozenset(
             name
@@ -153,9 +163,11 @@ def patch_ops(target: Target, bundle: str, note: str) -> list[dict[str, Any]]:
     guarded = False
     out = written(target, bundle)
     out.setdefault("annotations", {})[INJECTED_ANNOTATION] = note
+    if not target.marked:
+        out["labels"] = {MARK_LABEL: "true"}
     for name, values in out.items():
-        where = "/metadata/annotations" if name == "annotations" else f"/{name}"
-        if name in target.maps:
+        where = f"/metadata/{name}" if name in ("annotations", "labels") else f"/{name}"
+        if name in target.maps or name == "labels":  # a target is labelled: it has labels
             ops.extend(
                 {"op": "add", "path": f"{where}/{pointer(k)}", "value": v}
                 for k, v in values.items()

@@ -267,6 +267,10 @@ class InjectorController:
         """Sync every annotated object once (the informers' adds), then on every event and
         resync, until `stop`. API errors raise from `sync`; the loop retries them. With a
         `report`, a thread writes the convergence report Lease meanwhile."""
+        sweeper = threading.Thread(
+            target=self._sweep_loop, args=(stop,), name="injector-sweep", daemon=True
+        )
+        sweeper.start()
         reporter = None
         if self.report is not None:
             reporter = threading.Thread(
@@ -276,8 +280,31 @@ class InjectorController:
         try:
             self.loop.run(stop)
         finally:
+            sweeper.join(5)
             if reporter is not None:
                 reporter.join(5)
+
+    def _sweep_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set() and not self.loop.wait_for_sync(stop, timeout=1.0):
+            pass
+        while not stop.is_set():
+            try:
+                self.sweep_departed()
+            except ApiError as err:
+                log.warning("departed ConfigMaps not swept", extra={"error": str(err)})
+            stop.wait(self.resync_period)
+
+    def sweep_departed(self) -> None:
+        """Release every ConfigMap bearing our mark label but no longer the opt-in label:
+        one whose label was removed while no injector ran (the informer never saw it go).
+        One LIST of those only, at start and every resync period."""
+        listed = self.client.get(
+            CONFIG_MAP.path, params={"labelSelector": configmaps.DEPARTED_SELECTOR}
+        )
+        for raw in listed.get("items") or []:
+            target = configmaps.to_target(raw)
+            if target.managed or target.marked:
+                self._release(CONFIG_MAP, target)
 
     # convergence ---------------------------------------------------------------------
 

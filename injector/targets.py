@@ -102,6 +102,10 @@ a restarted injector knows what the object holds without parsing it
 
 MAX_INJECTED = 8192
 
+MARK_LABEL = "service-serving-signer/ca-injected"
+"""On a ConfigMap we wrote (see `injector.configmaps`): how a sweep finds one whose
+opt-in label was removed while no injector ran."""
+
 MAX_ANNOTATION = 4096
 """The longest selector annotation kept in a record; a longer one is cached cut to one
 character more and decided `Invalid` (a selector is a few hundred bytes; the API allows
@@ -158,6 +162,8 @@ class Target:
     """Which of `data`, `binaryData` and `metadata.annotations` exist (ConfigMaps)."""
     injected: str = ""
     """`INJECTED_ANNOTATION` as found ("" when absent or longer than `MAX_INJECTED`)."""
+    marked: bool = False
+    """A ConfigMap bearing `injector.configmaps.MARK_LABEL` (released with it)."""
 
     @property
     def managed(self) -> bool:
@@ -344,6 +350,9 @@ def release_ops(target: Target, operation: str | None = None) -> list[dict[str, 
             continue
         ops.append(_test(f"/metadata/managedFields/{index}/manager", FIELD_MANAGER))
         ops.append({"op": "remove", "path": f"/metadata/managedFields/{index}"})
+    if target.marked and operation is None:
+        mark = f"/metadata/labels/{pointer(MARK_LABEL)}"
+        ops += [_test(mark, "true"), {"op": "remove", "path": mark}]
     return ops
 
 

@@ -185,6 +185,9 @@ def parse_controllers(items: Iterable[str]) -> frozenset[str]:
     result -= disabled
     if not result:
         raise OptionsError("--controllers", f"no controller enabled by {','.join(tokens)!r}")
+    if "trust-distributor" in result and "injector" not in result:
+        # The injector's ConfigMap target keeps the copies current after they are created.
+        raise OptionsError("--controllers", "trust-distributor needs injector in the same process")
     return frozenset(result)
 
 

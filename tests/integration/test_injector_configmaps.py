@@ -22,8 +22,8 @@ from injector.configmaps import (
     TRUSTSTORE_ANNOTATION,
     TRUSTSTORE_PASSWORD_ANNOTATION,
 )
-from injector.decide import REASON_EMPTY
-from injector.targets import ANNOTATION, FIELD_MANAGER
+from injector.decide import REASON_EMPTY, REASON_REFUSED
+from injector.targets import ANNOTATION, FIELD_MANAGER, MARK_LABEL
 from kube.client import Client, is_not_found
 from tests.integration.injector_harness import RunningInjector
 from tests.integration.signer_harness import eventually
@@ -151,7 +151,10 @@ def test_labelled_config_map_gets_ca_crt_and_drift_is_restored(
     assert ours and ours[0]["operation"] == "Update"
     assert ours[0]["fieldsV1"] == {
         "f:data": {"f:ca.crt": {}},
-        "f:metadata": {"f:annotations": {"f:service-serving-signer/injected": {}}},
+        "f:metadata": {
+            "f:annotations": {"f:service-serving-signer/injected": {}},
+            "f:labels": {"f:service-serving-signer/ca-injected": {}},
+        },
     }
 
     # kubectl edit: an Update by another manager rewrites ca.crt; it is restored.
@@ -287,3 +290,48 @@ def test_a_config_map_deleted_under_the_injector_is_not_re_created(
     with pytest.raises(Exception) as gone:
         missing()
     assert is_not_found(gone.value)
+
+
+def test_a_label_removed_while_no_injector_ran_is_released_at_the_next_start(
+    client: Client, namespace: str, roots: Roots
+) -> None:
+    with RunningInjector(client):
+        injected_config_map(client, namespace, roots)
+    # The injector is down; the owner removes the opt-in label.
+    client.patch(config_map_path(namespace, "trust"), {"metadata": {"labels": {LABEL: None}}})
+    with RunningInjector(client) as restarted:
+        released = eventually(
+            lambda: (
+                (o := client.get(config_map_path(namespace, "trust")))
+                and FIELD_MANAGER not in managers(o)
+                and MARK_LABEL not in (o["metadata"].get("labels") or {})
+                and o
+            ),
+            timeout=30,
+            what="the sweep to release the departed ConfigMap",
+        )
+        assert released["data"][CA_KEY] == roots.bundle()  # the value stays
+        eventually(lambda: restarted.controller.metrics.count("ConfigMap", "released") >= 1)
+
+
+def test_a_write_the_api_refuses_is_an_event_not_a_retry(
+    client: Client, namespace: str, roots: Roots, injector: RunningInjector
+) -> None:
+    """`..data` passes our key check but not the API's: 422 with causes. The owner's to
+    fix: a Warning Event on the ConfigMap, `refused`, and no loop error."""
+    roots.add("a")
+    annotations = {ANNOTATION: roots.selector(), TRUSTSTORE_ANNOTATION: "..data"}
+    create_config_map(client, namespace, "trust", annotations)
+
+    def refused() -> list[Any]:
+        events = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
+        return [e for e in events if e.get("reason") == REASON_REFUSED]
+
+    events = eventually(refused, timeout=30)
+    assert "..data" in events[0]["note"]
+    assert injector.controller.metrics.count("ConfigMap", "refused") >= 1
+    errors = injector.registry.get_sample_value(
+        "controller_sync_total", {"controller": "injector", "result": "error"}
+    )
+    assert not errors
+    assert ca_crt(client, namespace, "trust") == ""

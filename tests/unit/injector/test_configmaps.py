@@ -14,6 +14,7 @@ from injector import decide as decisions
 from injector.configmaps import (
     CA_KEY,
     LABEL,
+    MARK_LABEL,
     TRUSTSTORE_ANNOTATION,
     TRUSTSTORE_PASSWORD_ANNOTATION,
     patch_ops,
@@ -117,6 +118,11 @@ def test_ca_crt_gets_the_normalised_pem_itself() -> None:
             "op": "add",
             "path": "/metadata/annotations/service-serving-signer~1injected",
             "value": "n",
+        },
+        {
+            "op": "add",
+            "path": "/metadata/labels/service-serving-signer~1ca-injected",
+            "value": "true",
         },
     ]
 
@@ -347,3 +353,44 @@ def test_a_config_map_really_deleted_is_not_released() -> None:
     leaves_the_watch(caches, target)
     ctrl.sync(target.key)
     assert client.gets == [target.path] and client.patches == []
+
+
+def test_a_label_removed_while_the_injector_was_down_is_released_by_the_sweep() -> None:
+    """The label-selected informer never sees a ConfigMap that lost its label while no
+    injector ran; our own mark label finds it (issue 30 minor finding)."""
+    departed = config_map(managers=[OURS])
+    departed["metadata"]["labels"] = {MARK_LABEL: "true"}  # opt-in label gone, our mark kept
+
+    class Listing(RecordingClient):
+        def get(self, path: str, *_: Any, **kw: Any) -> Any:
+            self.gets.append(path)
+            assert kw["params"]["labelSelector"] == f"{MARK_LABEL}=true,{LABEL}!=true"
+            return {"items": [departed], "metadata": {}}
+
+    client = Listing()
+    ctrl, _ = injector(client)
+    ctrl.sweep_departed()
+    [(path, body, _)] = client.patches
+    assert path == "/api/v1/namespaces/apps/configmaps/trust"
+    assert body[-2:] == [
+        {
+            "op": "test",
+            "path": "/metadata/labels/service-serving-signer~1ca-injected",
+            "value": "true",
+        },
+        {"op": "remove", "path": "/metadata/labels/service-serving-signer~1ca-injected"},
+    ]
+    assert {"op": "remove", "path": "/metadata/managedFields/0"} in body
+
+
+def test_our_write_marks_a_config_map_once() -> None:
+    target = to_target(config_map(data={"app.conf": "x"}))
+    mark = {
+        "op": "add",
+        "path": "/metadata/labels/service-serving-signer~1ca-injected",
+        "value": "true",
+    }
+    assert mark in patch_ops(target, normalize_bundle(pem("a")), "n")
+    raw = config_map(data={"app.conf": "x"})
+    raw["metadata"]["labels"][MARK_LABEL] = "true"
+    assert mark not in patch_ops(to_target(raw), normalize_bundle(pem("a")), "n")

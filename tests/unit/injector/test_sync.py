@@ -244,6 +244,9 @@ class FakeClient:
             raise self.error
         return {}
 
+    def get(self, path: str, *_: Any, **__: Any) -> Any:
+        return {"items": []}  # the departed-ConfigMap sweep's LIST: none
+
 
 class Events:
     def __init__(self) -> None:
