@@ -50,7 +50,8 @@ def test_promtool_check_rules_accepts_the_prometheus_rule(promtool: str, rules_d
 
 
 def test_promtool_alert_unit_tests_pass(promtool: str, rules_dir: Path) -> None:
-    run_promtool(promtool, rules_dir, "test", "rules", "alerts_test.yaml", timeout=120)
+    result = run_promtool(promtool, rules_dir, "test", "rules", "alerts_test.yaml", timeout=120)
+    assert "SUCCESS" in result
 
 
 def test_every_alert_has_a_unit_test() -> None:

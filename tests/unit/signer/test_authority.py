@@ -57,12 +57,15 @@ def leaf_of(pem: str) -> x509.Certificate:
     return x509.load_pem_x509_certificates(pem.encode())[0]
 
 
-def verify_server(chain_pem: str, anchor: x509.Certificate, name: str, at: datetime) -> None:
+def verify_server(
+    chain_pem: str, anchor: x509.Certificate, name: str, at: datetime
+) -> list[x509.Certificate]:
+    """The verified path, leaf first and `anchor` last (raises when it does not verify)."""
     certs = x509.load_pem_x509_certificates(chain_pem.encode())
     verifier = (
         PolicyBuilder().store(Store([anchor])).time(at).build_server_verifier(x509.DNSName(name))
     )
-    verifier.verify(certs[0], certs[1:])
+    return verifier.verify(certs[0], certs[1:])
 
 
 # extensions, per leaf key type -------------------------------------------------------
@@ -74,7 +77,7 @@ def test_issued_leaf_verifies_as_tls_server_for_each_leaf_key_type(
 ) -> None:
     issued = issue(material(root), public(key_type), NAMES, DAY, DAY, NOW)
     for name in NAMES:
-        verify_server(issued.chain_pem, root.cert, name, NOW)
+        assert verify_server(issued.chain_pem, root.cert, name, NOW)[-1] == root.cert
 
 
 @pytest.mark.parametrize("key_type", LEAF_TYPES)

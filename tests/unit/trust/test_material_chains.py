@@ -19,7 +19,7 @@ from signer.authority import issue_probe
 from trust.ca import cert_pem, key_pem
 from trust.files import FileMaterialSource
 from trust.keys import KeyType, PrivateKey, generate_key, signature_hash
-from trust.material import MaterialError, MaterialFiles, validate_material
+from trust.material import MaterialError, MaterialFiles, SigningMaterial, validate_material
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -169,8 +169,10 @@ BAD_CHAINS: dict[str, tuple[Callable[[], Chain], str]] = {
 }
 
 
-def validate(chain: Chain) -> None:
-    validate_material(chain.files(), "ca.key", "ca.crt", "bundle.pem", NOW, issuer=issue_probe)
+def validate(chain: Chain) -> SigningMaterial:
+    return validate_material(
+        chain.files(), "ca.key", "ca.crt", "bundle.pem", NOW, issuer=issue_probe
+    )
 
 
 @pytest.mark.parametrize(("build", "reason"), BAD_CHAINS.values(), ids=BAD_CHAINS.keys())
@@ -212,7 +214,9 @@ def test_sound_chains_of_every_key_type_and_depth_are_accepted(
     for i in range(levels - 1):
         certs.append(make_ca(f"level {i}", key_type, certs[-1]))
     chain = Chain(certs[-1], tuple(c.cert for c in reversed(certs[1:-1])), (root.cert,))
-    validate(chain)
+    material = validate(chain)
+    assert material.signing_cert == certs[-1].cert
+    assert material.anchors == (root.cert,)
 
 
 def test_name_constraints_permitting_svc_and_the_domain_are_accepted() -> None:
@@ -220,7 +224,8 @@ def test_name_constraints_permitting_svc_and_the_domain_are_accepted() -> None:
         permitted_subtrees=[x509.DNSName("svc"), x509.DNSName("svc.cluster.local")],
         excluded_subtrees=None,
     )
-    validate(two_level(constraints=permitted))
+    chain = two_level(constraints=permitted)
+    assert validate(chain).signing_cert == chain.signing.cert
 
 
 def test_custom_cluster_domain_is_what_the_probe_checks() -> None:
