@@ -302,6 +302,27 @@ class KlogVerbosity(click.IntRange):
     help="Previous roots kept in the bundle after their retire time, until they expire.",
 )
 @flag(
+    "--managed-ca-allow-short-propagation-delay",
+    type=click.BOOL,
+    default=False,
+    is_flag=False,
+    flag_value=True,
+    help="Accept a --managed-ca-propagation-delay below kubelet's worst case (6m30s); "
+    "clients may then get leaves their projected bundle cannot verify yet.",
+)
+@flag(
+    "--managed-ca-wait-for-injector",
+    type=click.Choice(("auto", "true", "false")),
+    default="auto",
+    help="Hold a swap until the caBundle injector's convergence report says every object it "
+    "manages holds the next CA: auto (when the report exists), true (absent blocks), false.",
+)
+@flag(
+    "--managed-ca-injector-report",
+    default="service-serving-signer-injector-convergence",
+    help="The injector's convergence report Lease, in --leader-elect-resource-namespace.",
+)
+@flag(
     "--logging-format",
     "--log-format",
     "log_format",

@@ -45,7 +45,14 @@ from kube.workqueue import RateLimitingQueue
 from managedca import decide as d
 from managedca.codec import Stored, StoreError, ca_info, decode, encode, split_pem
 from managedca.material import anchors_of
-from managedca.report import Liveness, ReportLease, leases_path, list_reports, parse_report
+from managedca.report import (
+    Liveness,
+    ReportLease,
+    injector_view,
+    leases_path,
+    list_reports,
+    parse_report,
+)
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +189,7 @@ class ManagedCAController:
         on_written: Callable[[Mapping[str, Any]], object] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         on_decision: Callable[[Mapping[str, Any] | None], object] | None = None,
+        injector_report: str | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -210,6 +218,7 @@ class ManagedCAController:
         self.last_state: d.State | None = None  # as last read: metrics survive failures
         self.decision: dict[str, Any] | None = None  # what `ca status` reads
         self.on_decision = on_decision
+        self.injector_report = injector_report  # the convergence Lease's name, or None
         self._waiting: tuple[str, datetime] | None = None  # (reason, since)
         self.monotonic = monotonic
         self.liveness = Liveness(monotonic)
@@ -269,8 +278,23 @@ class ManagedCAController:
             tuple(reports),
             published_cas=tuple(sorted(ca_info(p) for p in ca_pems.values())),
             published_for=self._published_for(stored.state if stored else None, published),
+            injector=self._injector(),
         )
         return Observed(stored, secret, observations, ca_pems)
+
+    def _injector(self) -> d.InjectorView | None:
+        """The injector's convergence report (None: no such Lease, or not configured)."""
+        if self.injector_report is None:
+            return None
+        try:
+            lease = self.client.get(
+                f"{leases_path(self.namespace)}/{path_segment(self.injector_report)}"
+            )
+        except ApiError as err:
+            if is_not_found(err):
+                return None
+            raise
+        return injector_view(lease, self.liveness)
 
     @staticmethod
     def _published_roots(pems: tuple[str, ...]) -> dict[str, bytes]:

@@ -134,6 +134,17 @@ class Report:
 
 
 @dataclass(frozen=True)
+class InjectorView:
+    """The injector's convergence report (docs/reference.md §11/§12), as the leader
+    judged it: `live` (its renewTime seen changing on the leader's monotonic clock) and
+    the anchors every managed object selecting them holds (selecting - holding - blocked
+    == 0; objects blocked by their owner never hold a rotation)."""
+
+    live: bool
+    converged: frozenset[str]
+
+
+@dataclass(frozen=True)
 class Observations:
     published: frozenset[str]  # fingerprints of the anchors in the bundle read back
     reports: tuple[Report, ...] = ()
@@ -142,6 +153,7 @@ class Observations:
     # on its own monotonic clock (None: not tracked, e.g. `ca status`). The propagation
     # delay is also measured so: a successor whose clock runs ahead cannot cut it short.
     published_for: timedelta | None = None
+    injector: InjectorView | None = None  # None: no convergence report exists
 
 
 @dataclass(frozen=True)
@@ -152,6 +164,9 @@ class Config:
     max_leaf_lifetime: timedelta = timedelta(hours=24)
     retire_margin: timedelta = timedelta(hours=1)
     keep_previous: int = 0
+    # Gate on the injector's convergence report: "auto" when it exists, "true" always
+    # (absent blocks), "false" never.
+    wait_for_injector: str = "auto"
 
     def retire_at(self, swapped_at: datetime) -> datetime:
         return swapped_at + self.max_leaf_lifetime + self.retire_margin
@@ -214,6 +229,9 @@ WAIT_REASONS = (
     "replica-not-loaded",
     "replica-not-ready",
     "replica-not-signing",
+    "injector-report-missing",
+    "injector-report-stale",
+    "injector-not-converged",
     "propagation-delay",
     "next-not-valid-yet",
     "next-ca-expired",
@@ -323,6 +341,9 @@ def _gated(
             f"replicas not ready to sign with the new CA (they rejected it as a signing "
             f"set; see their material_invalid and logs): {', '.join(unready)}",
         )
+    consumers = _injector_gate(new, obs, config)
+    if consumers is not None:
+        return consumers
     if now < state.swap_not_before:
         return Wait(
             state.swap_not_before,
@@ -344,6 +365,36 @@ def _gated(
             "next-ca-expired",
             f"the new CA expires at {new.not_after:%Y-%m-%dT%H:%M:%SZ}, within the longest "
             "leaf lifetime: it is never signed with (`ca rotate --emergency` replaces it)",
+        )
+    return None
+
+
+def _injector_gate(new: CaInfo, obs: Observations, config: Config) -> Wait | None:
+    """The injected consumers (webhook caBundles, ConfigMap ca.crt, distributed copies)
+    hold `new`, as the injector's convergence report says; an absent or stale report
+    blocks visibly, never silently."""
+    view = obs.injector
+    if config.wait_for_injector == "false":
+        return None
+    if view is None:
+        if config.wait_for_injector == "true":
+            return Wait(
+                None,
+                "injector-report-missing",
+                "no injector convergence report (--managed-ca-wait-for-injector=true)",
+            )
+        return None
+    if not view.live:
+        return Wait(
+            None,
+            "injector-report-stale",
+            "the injector's convergence report is not being renewed (injector down or stalled?)",
+        )
+    if new.fingerprint not in view.converged:
+        return Wait(
+            None,
+            "injector-not-converged",
+            "objects the injector manages do not hold the new CA yet",
         )
     return None
 

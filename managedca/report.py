@@ -42,7 +42,7 @@ from typing import Any
 
 from kube.client import ApiError, Client, is_conflict, is_not_found, path_segment
 from kube.times import micro_time
-from managedca.decide import Report
+from managedca.decide import InjectorView, Report
 from managedca.layout import ANNOTATION_PREFIX
 from managedca.material import Loaded
 
@@ -130,10 +130,14 @@ class Liveness:
 
     def unchanged_for(self, lease: ReportLease) -> float:
         """Seconds (our clock) since `lease`'s renewTime was last seen to change."""
+        return self.unchanged(lease.name, lease.renew_time)
+
+    def unchanged(self, key: str, renew_time: str) -> float:
+        """Seconds (our clock) since the renewTime known as `key` was last seen to change."""
         now = self._monotonic()
-        last = self._seen.get(lease.name)
-        if last is None or last[0] != lease.renew_time:
-            self._seen[lease.name] = (lease.renew_time, now)
+        last = self._seen.get(key)
+        if last is None or last[0] != renew_time:
+            self._seen[key] = (renew_time, now)
             return 0.0
         return now - last[1]
 
@@ -143,7 +147,7 @@ class Liveness:
         return Report(lease.replica, frozenset(got.anchors), got.signing, got.ready, live)
 
     def forget_all_but(self, names: Iterable[str]) -> None:
-        keep = set(names)
+        keep = {*names, *(n for n in self._seen if n.startswith("injector/"))}
         for name in [n for n in self._seen if n not in keep]:
             del self._seen[name]
 
@@ -246,3 +250,36 @@ class LoadedReporter:
                 if not is_conflict(err):
                     raise
                 return  # someone else wrote it (never expected); the next period retries
+
+
+CONVERGENCE = ANNOTATION_PREFIX + "convergence"
+"""The injector's convergence report (docs/reference.md §11): JSON with `anchors` ->
+{selecting, holding, blocked} per anchor fingerprint."""
+DEFAULT_INJECTOR_REPORT = "service-serving-signer-injector-convergence"
+INJECTOR_REPORT_DURATION = 45.0
+"""How long the injector's report counts as live after its renewTime last changed, when
+it gives no leaseDurationSeconds (it renews at least every 15 s)."""
+
+
+def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:
+    """The injector's convergence report Lease as the swap gate reads it: live while its
+    renewTime keeps changing (our clock), and the anchors every selecting object holds
+    (selecting - holding - blocked <= 0). An unreadable annotation converges nothing."""
+    spec = lease.get("spec") or {}
+    meta = lease.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    try:
+        duration = float(spec.get("leaseDurationSeconds") or INJECTOR_REPORT_DURATION)
+    except (TypeError, ValueError):
+        duration = INJECTOR_REPORT_DURATION
+    live = liveness.unchanged(f"injector/{name}", str(spec.get("renewTime"))) < duration
+    converged: set[str] = set()
+    try:
+        report = json.loads((meta.get("annotations") or {}).get(CONVERGENCE) or "{}")
+        for fp, counts in (report.get("anchors") or {}).items():
+            left = int(counts["selecting"]) - int(counts["holding"]) - int(counts["blocked"])
+            if left <= 0:
+                converged.add(str(fp).lower())
+    except (ValueError, TypeError, KeyError, AttributeError):
+        converged = set()
+    return InjectorView(live, frozenset(converged))

@@ -41,6 +41,7 @@ class Settings:
     key_type: str
     domain: str
     config: Config
+    injector_report: str | None = None  # the injector's convergence Lease
 
 
 def make_ca_of(settings: Settings) -> Callable[[datetime], tuple[bytes, bytes]]:
@@ -106,6 +107,7 @@ def wire(
         recorder=recorder,
         registry=registry,
         on_written=source.apply,
+        injector_report=settings.injector_report,
     )
     reporter = LoadedReporter(
         client,

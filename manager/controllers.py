@@ -265,7 +265,9 @@ def managed_ca_settings(opts: Options) -> ManagedSettings:
             max_leaf_lifetime=timedelta(seconds=opts.max_certificate_lifetime),
             retire_margin=timedelta(seconds=opts.managed_ca_retire_margin),
             keep_previous=opts.managed_ca_keep_previous,
+            wait_for_injector=opts.managed_ca_wait_for_injector,
         ),
+        injector_report=opts.managed_ca_injector_report,
     )
 
 

@@ -41,6 +41,9 @@ LOG_FORMATS = ("text", "json")
 CA_MODES = ("file", "managed")
 MANAGED_CA_KEY_TYPES = ("ECDSAP256", "ECDSAP384", "ECDSAP521", "RSA2048", "RSA3072", "RSA4096")
 DEFAULT_MANAGED_CA_SECRET = "service-serving-signer-managed-ca"
+KUBELET_PROJECTION_WORST_CASE = 390.0
+"""kubelet's clusterTrustBundle projection: a 5 min cache plus a 1 min Pod resync jittered
+by up to 0.5 (docs/managed-ca.md "Defaults"): the least --managed-ca-propagation-delay."""
 MIN_RETIRE_MARGIN = 300.0
 """Above the managed material source's re-read period (60 s) with room for clock steps:
 the margin must cover a replica signing with the old CA a moment after the swap."""
@@ -313,6 +316,9 @@ class Options:
     managed_ca_propagation_delay: float = 600.0
     managed_ca_retire_margin: float = 3600.0
     managed_ca_keep_previous: int = 0
+    managed_ca_allow_short_propagation_delay: bool = False
+    managed_ca_wait_for_injector: str = "auto"
+    managed_ca_injector_report: str = "service-serving-signer-injector-convergence"
 
     @property
     def managed_ca(self) -> bool:
@@ -413,6 +419,16 @@ class Options:
             )
         if self.managed_ca_propagation_delay < 0:
             raise OptionsError("--managed-ca-propagation-delay", "must not be negative")
+        short = self.managed_ca_propagation_delay < KUBELET_PROJECTION_WORST_CASE
+        if short and not self.managed_ca_allow_short_propagation_delay:
+            raise OptionsError(
+                "--managed-ca-propagation-delay",
+                f"must be at least {format_duration(KUBELET_PROJECTION_WORST_CASE)} (kubelet's "
+                "clusterTrustBundle projection refresh, worst case); "
+                "--managed-ca-allow-short-propagation-delay accepts less",
+            )
+        if self.managed_ca_wait_for_injector not in ("auto", "true", "false"):
+            raise OptionsError("--managed-ca-wait-for-injector", "must be auto, true or false")
         if self.managed_ca_keep_previous < 0:
             raise OptionsError("--managed-ca-keep-previous", "must not be negative")
         # A rotation started at the rotation point must finish (propagation delay) and

@@ -69,6 +69,7 @@ def test_a_real_time_managed_rotation_fails_no_handshake(
         "--leader-elect-resource-namespace=kube-system",
         f"--leader-elect-resource-name=sss-{SECRET}",
         "--managed-ca-propagation-delay=30s",  # hollow kubelet syncFrequency: 10 s
+        "--managed-ca-allow-short-propagation-delay",
         "--max-certificate-lifetime=1h",
         "--managed-ca-retire-margin=5m",
         signer_name=SIGNER,

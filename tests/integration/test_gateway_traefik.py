@@ -74,6 +74,7 @@ def managed_signer(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -
         "--leader-elect-resource-namespace=kube-system",
         f"--leader-elect-resource-name=sss-{SECRET}",
         "--managed-ca-propagation-delay=10s",
+        "--managed-ca-allow-short-propagation-delay",
         "--max-certificate-lifetime=1h",
         "--managed-ca-retire-margin=5m",
         signer_name=SIGNER,

@@ -50,6 +50,7 @@ def managed_signer(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -
         "--leader-elect-resource-namespace=kube-system",
         f"--leader-elect-resource-name=sss-{SECRET}",
         "--managed-ca-propagation-delay=30s",
+        "--managed-ca-allow-short-propagation-delay",
         "--max-certificate-lifetime=1h",
         "--managed-ca-retire-margin=5m",
         signer_name=SIGNER,

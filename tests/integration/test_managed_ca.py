@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -61,6 +62,7 @@ class Managed:
             f"--leader-elect-resource-namespace={self.namespace}",
             f"--leader-elect-resource-name={self.lease}",
             f"--managed-ca-propagation-delay={int(DELAY)}s",
+            "--managed-ca-allow-short-propagation-delay",
             "--max-certificate-lifetime=1h",
             "--managed-ca-retire-margin=5m",
             *LEASE,
@@ -401,3 +403,105 @@ def test_a_deleted_secret_signs_with_no_root_before_it_was_published_for_the_del
         f"secret deleted: new root published {first_seen[new] - deleted:.1f}s later, first "
         f"leaf under it {min(by_new) - first_seen[new]:.1f}s after that ({len(issued)} leaves)"
     )
+
+
+class ConvergenceReport:
+    """The injector's convergence report Lease (docs/reference.md §11), written by the test
+    as the injector would: renewed every second while `renewing`, with the anchors held."""
+
+    NAME = "service-serving-signer-injector-convergence"
+
+    def __init__(self, client: Client, namespace: str) -> None:
+        self.client = client
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self.namespace = namespace
+        self.anchors: dict[str, dict[str, int]] = {}
+        self.renewing = True
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def hold(self, *fingerprints: str, missing: int = 0) -> None:
+        self.anchors = {
+            fp: {"selecting": 2, "holding": 2 - missing, "blocked": 0} for fp in fingerprints
+        }
+
+    def __enter__(self) -> ConvergenceReport:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1):
+            if self.renewing:
+                self._write()
+
+    def _write(self) -> None:
+        body: dict[str, Any] = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.NAME,
+                "namespace": self.namespace,
+                "annotations": {
+                    "service-serving-signer/convergence": json.dumps(
+                        {"anchors": self.anchors, "kinds": {}, "observedBundles": []}
+                    )
+                },
+            },
+            "spec": {
+                "holderIdentity": "test-injector",
+                "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            },
+        }
+        try:
+            current = self.client.get(f"{self.path}/{self.NAME}")
+        except ApiError as err:
+            if not is_not_found(err):
+                raise
+            self.client.create(self.path, body)
+            return
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        self.client.replace(f"{self.path}/{self.NAME}", body)
+
+
+def _status(managed: Managed) -> dict[str, Any]:
+    out = managed.ca_cli("status", "-o", "json", f"--lease-name={managed.lease}")
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+def test_the_swap_waits_for_the_injector_and_ca_status_says_so(
+    managed: Managed, kubelet: Kubelet
+) -> None:
+    """Injected consumers are a gate: a report without the next CA holds the swap
+    (injector-not-converged), a report no longer renewed holds it (injector-report-stale:
+    the injector stopped), and once it renews holding the next CA the swap happens."""
+    kubelet.create_service("web", managed.namespace, selector={"app": "web"})
+    with ConvergenceReport(managed.client, managed.namespace) as injector:
+        managed.start("a")
+        managed.start("b")
+        assert eventually(lambda: managed.phase() == "Stable", 30)
+        old = managed.ca()
+        injector.hold(old)
+        assert managed.ca_cli("rotate").returncode == 0
+        assert eventually(lambda: managed.phase() == "Staged", 15)
+        new = managed.ca("next")
+        injector.hold(old, new, missing=1)  # one webhook still holds only the old root
+        assert eventually(lambda: _status(managed).get("reason") == "injector-not-converged", 30)
+        time.sleep(DELAY + 2)
+        assert managed.phase() == "Staged", "held past the propagation delay"
+        assert managed.issue(kubelet, "held") == old
+
+        injector.hold(old, new)  # converged, but the injector stops renewing
+        injector.renewing = False
+        assert eventually(lambda: _status(managed).get("reason") == "injector-report-stale", 70)
+        text = managed.ca_cli("status", f"--lease-name={managed.lease}")
+        assert "Waiting: [injector-report-stale]" in text.stdout, text.stdout
+        assert managed.phase() == "Staged"
+
+        injector.renewing = True
+        assert eventually(lambda: managed.phase() == "Retiring", 40), _status(managed)
+        assert managed.issue(kubelet, "after") == new

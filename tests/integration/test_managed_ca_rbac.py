@@ -68,6 +68,7 @@ def test_bootstraps_issues_and_rotates_as_its_service_account(
         f"--leader-elect-resource-namespace={NS}",
         "--leader-elect-resource-name=managed-rbac-test",
         "--managed-ca-propagation-delay=2s",
+        "--managed-ca-allow-short-propagation-delay",
     ) as signer:
         assert eventually(lambda: _phase(client) == "Stable", 30), signer.log_lines()[-20:]
         kubelet.create_service("web", namespace, selector={"app": "web"})

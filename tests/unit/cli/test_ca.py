@@ -19,13 +19,12 @@ from kube.client import ApiError
 from kube.times import format_time, micro_time
 from managedca.report import DECISION, LOADED_ANCHORS, REPORT_LABEL
 
-NOW = datetime.now(UTC).replace(microsecond=0)
 NS = "service-serving-signer"
 
 
-def _decision(**extra: Any) -> dict[str, Any]:
+def _decision(now: datetime) -> dict[str, Any]:
     return {
-        "at": format_time(NOW - timedelta(seconds=3)),
+        "at": format_time(now - timedelta(seconds=3)),
         "phase": "Staged",
         "cas": [
             {
@@ -41,7 +40,7 @@ def _decision(**extra: Any) -> dict[str, Any]:
                 "notAfter": "2027-06-01T00:00:00Z",
             },
         ],
-        "times": {"stagedAt": format_time(NOW - timedelta(minutes=4))},
+        "times": {"stagedAt": format_time(now - timedelta(minutes=4))},
         "replicas": [
             {
                 "replica": "pod-a",
@@ -55,8 +54,7 @@ def _decision(**extra: Any) -> dict[str, Any]:
         "reason": "replica-not-ready",
         "why": "replicas not ready to sign with the new CA: pod-a",
         "until": None,
-        "since": format_time(NOW - timedelta(minutes=2)),
-        **extra,
+        "since": format_time(now - timedelta(minutes=2)),
     }
 
 
@@ -64,6 +62,7 @@ class ViewOnly:
     """Leases and ClusterTrustBundles read; Secrets forbidden."""
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        now = datetime.now(UTC)
         if "/secrets" in path:
             raise ApiError(403, "Forbidden", {"message": "secrets is forbidden"})
         if path.endswith("/leases/service-serving-signer"):
@@ -71,7 +70,7 @@ class ViewOnly:
                 "spec": {
                     "holderIdentity": "pod-a",
                     "leaseDurationSeconds": 15,
-                    "renewTime": micro_time(NOW - timedelta(seconds=2)),
+                    "renewTime": micro_time(now - timedelta(seconds=2)),
                 }
             }
         if path.endswith("/leases"):
@@ -83,13 +82,13 @@ class ViewOnly:
                             "name": "r-a",
                             "annotations": {
                                 LOADED_ANCHORS: f"{'a' * 64},{'b' * 64}",
-                                DECISION: json.dumps(_decision()),
+                                DECISION: json.dumps(_decision(now)),
                             },
                         },
                         "spec": {
                             "holderIdentity": "pod-a",
                             "leaseDurationSeconds": 30,
-                            "renewTime": micro_time(NOW - timedelta(seconds=1)),
+                            "renewTime": micro_time(now - timedelta(seconds=1)),
                         },
                     }
                 ]

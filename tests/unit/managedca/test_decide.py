@@ -11,6 +11,7 @@ from managedca.decide import (
     CaInfo,
     Config,
     Confirm,
+    InjectorView,
     MarkPublished,
     Observations,
     Previous,
@@ -295,6 +296,56 @@ def test_keeps_the_newest_unexpired_previous_root_as_history() -> None:
     assert decide(kept, obs("aa", "bb"), T0 + 3 * DAY, keep) == Wait(
         T0 + 50 * DAY + DAY, "rotation-point"
     )
+
+
+READY = obs("aa", "bb", reports=(report("aa", "bb"),))
+SWAP_TIME = T0 + 3 * DAY
+
+
+def _with_injector(view: InjectorView | None) -> Observations:
+    return Observations(READY.published, READY.reports, injector=view)
+
+
+INJECTOR_CASES = [
+    ("auto, no report: not gated", "auto", None, Swap(SWAP_TIME)),
+    ("true, no report: held", "true", None, Wait(None, "injector-report-missing")),
+    (
+        "a report not renewing holds the swap",
+        "auto",
+        InjectorView(False, frozenset({"bb"})),
+        Wait(None, "injector-report-stale"),
+    ),
+    (
+        "a live report without the next CA converged holds it",
+        "auto",
+        InjectorView(True, frozenset({"aa"})),
+        Wait(None, "injector-not-converged"),
+    ),
+    (
+        "a live report with every object holding the next CA lets it go",
+        "auto",
+        InjectorView(True, frozenset({"aa", "bb"})),
+        Swap(SWAP_TIME),
+    ),
+    (
+        "false: a stale report is not looked at",
+        "false",
+        InjectorView(False, frozenset()),
+        Swap(SWAP_TIME),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "view", "expected"),
+    [c[1:] for c in INJECTOR_CASES],
+    ids=[c[0] for c in INJECTOR_CASES],
+)
+def test_the_swap_waits_for_the_injectors_convergence_report(
+    mode: str, view: InjectorView | None, expected: object
+) -> None:
+    config = Config(**{**CFG.__dict__, "wait_for_injector": mode})
+    assert decide(PUBLISHED, _with_injector(view), SWAP_TIME, config) == expected
 
 
 def test_the_recorded_end_of_the_propagation_delay_is_never_earlier_than_the_delay() -> None:

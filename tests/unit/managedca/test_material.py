@@ -5,6 +5,7 @@ set is accepted."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -14,7 +15,7 @@ from kube.client import Client
 from managedca import decide as d
 from managedca.codec import ca_info, encode
 from managedca.material import NEXT_KEY, ApiMaterialSource, Loaded
-from managedca.report import Liveness, parse_report
+from managedca.report import CONVERGENCE, Liveness, injector_view, parse_report
 from signer.authority import issue_probe
 from trust.ca import cert_pem, generate_ca, key_pem
 
@@ -177,3 +178,27 @@ def test_an_unconfirmed_ca_is_validated_as_ready_but_not_signed_with() -> None:
     source.apply(body)
     assert source.loaded() == Loaded(tuple(sorted((A_FP, B_FP))), None, B_FP)
     assert not source.has_signing_set()
+
+
+def test_the_injectors_report_converges_an_anchor_every_selecting_object_holds() -> None:
+    """Objects blocked by their owner (a Warning Event each) never hold a rotation."""
+    mono = [0.0]
+    liveness = Liveness(lambda: mono[0])
+    counts = {
+        B_FP: {"selecting": 3, "holding": 2, "blocked": 1},
+        F_FP: {"selecting": 3, "holding": 1, "blocked": 1},
+    }
+    lease: dict[str, Any] = {
+        "metadata": {
+            "name": "service-serving-signer-injector-convergence",
+            "annotations": {CONVERGENCE: json.dumps({"anchors": counts, "kinds": {}})},
+        },
+        "spec": {"holderIdentity": "inj", "renewTime": "2026-01-01T00:00:00.000000Z"},
+    }
+    view = injector_view(lease, liveness)
+    assert view.live and view.converged == frozenset({B_FP})
+    mono[0] += 46
+    assert not injector_view(lease, liveness).live, "not renewed for 45 s: stale"
+    lease["metadata"]["annotations"][CONVERGENCE] = "{not json"
+    lease["spec"]["renewTime"] = "2026-01-01T00:01:00.000000Z"
+    assert injector_view(lease, liveness) == d.InjectorView(True, frozenset())

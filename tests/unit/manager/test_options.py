@@ -307,6 +307,11 @@ def test_a_managed_ca_needs_no_files_and_keeps_the_documented_defaults() -> None
     assert not make().managed_ca, "file mode is the default"
 
 
+def test_a_short_propagation_delay_only_when_forced() -> None:
+    opts = managed(managed_ca_propagation_delay=8.0, managed_ca_allow_short_propagation_delay=True)
+    assert opts.managed_ca_propagation_delay == 8.0
+
+
 @pytest.mark.parametrize(
     ("overrides", "problem"),
     [
@@ -317,6 +322,11 @@ def test_a_managed_ca_needs_no_files_and_keeps_the_documented_defaults() -> None
         ({"managed_ca_key_type": "DSA"}, "--managed-ca-key-type: 'DSA' is not one of"),
         ({"managed_ca_secret_name": "Bad_Name"}, "--managed-ca-secret-name"),
         ({"managed_ca_keep_previous": -1}, "--managed-ca-keep-previous"),
+        (
+            {"managed_ca_propagation_delay": 0.0},
+            "--managed-ca-propagation-delay: must be at least 6m30s",
+        ),
+        ({"managed_ca_wait_for_injector": "maybe"}, "--managed-ca-wait-for-injector"),
         # 48h of life, rotated at half: 24h left, less than 10m + the 24h longest leaf.
         ({"managed_ca_lifetime": 48 * 3600.0}, "--managed-ca-lifetime: 48h0m0s leaves 24h0m0s"),
     ],
