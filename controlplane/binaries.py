@@ -3,30 +3,38 @@
 Search order (controller-runtime envtest's, so existing setup-envtest users just point at
 their binaries): `TEST_ASSET_<NAME>`, `$KUBEBUILDER_ASSETS/<name>`, the project cache
 `${XDG_CACHE_HOME:-~/.cache}/service-serving-signer/controlplane/<k8s-version>/`. When a
-binary is absent it is built there by `build-binaries.sh` from Go modules (the machine's
-`go`, `GOTOOLCHAIN=local`, `CGO_ENABLED=0`); the first build takes many minutes, later
-runs none. If the etcd build fails, Debian's `etcd-server` package is unpacked instead;
-kube-apiserver has no fallback and fails loudly.
+binary is absent it is built there by `build-binaries.sh` from Go modules (`CGO_ENABLED=0`,
+Go toolchain `GO_TOOLCHAIN` unless `GOTOOLCHAIN` is set: Kubernetes 1.38's go.mod says
+`go 1.27.0`, so the go command fetches go1.27.3 from the module proxy once, ~76 MB, and
+builds every version with it); the first build takes many minutes, later runs none. If
+the etcd build fails, Debian's `etcd-server` package is unpacked instead; kube-apiserver
+has no fallback and fails loudly.
 
-Versions: `KUBERNETES_VERSION` (1.37) is the plane every test uses; `OLDER_VERSIONS` are
-kube-apiservers the API-version-sensitive tests also run against (1.36: PodCertificateRequest
-and ClusterTrustBundle are v1beta1 there, behind feature gates — `controlplane.server`
-passes them). Each version has its own cache directory; one etcd (3.7, built into the
-main version's directory) serves them all. `TEST_ASSET_*` and `KUBEBUILDER_ASSETS` name
-binaries of the main version only: an older kube-apiserver comes from its cache directory.
+Versions: `KUBERNETES_VERSION` (1.37) is the plane every test uses. `NEXT_VERSION` (the
+newest 1.38 build the Go module proxy serves; v1.38.0 GA is not served yet) and
+`OLDER_VERSIONS` (1.36) are kube-apiservers the API-version-sensitive tests also run
+against (`TESTED_VERSIONS`). 1.38 serves what 1.37 does plus ML-DSA key types behind
+`PodCertificateMLDSA`, which `controlplane.server` turns on; 1.36 serves
+PodCertificateRequest and ClusterTrustBundle as v1beta1, behind feature gates
+`controlplane.server` passes. Each version has its own cache directory; one etcd
+(3.7, built into the main version's directory) serves them all. `TEST_ASSET_*` and
+`KUBEBUILDER_ASSETS` name binaries of the main version only: another version's binaries
+come from its cache directory.
 
 Traefik (`traefik()`, the Gateway tests' data plane) is cached in its own directory,
 `.../service-serving-signer/traefik/<version>/`, or named by `TEST_ASSET_TRAEFIK`.
 
 The node-capable cluster (`controlplane.cluster`) also needs `kube-controller-manager`
-(cmd/kube-controller-manager) and `hollow-node` (kubemark's hollow kubelet from
-`hollownode/main.go`, see there why not `cmd/kubemark` itself): `NODE_BINARIES`, found the
-same way (`TEST_ASSET_KUBE_CONTROLLER_MANAGER`, `TEST_ASSET_HOLLOW_NODE`, ...). They share
-most packages with kube-apiserver, so once it is built they take a few minutes more.
+(cmd/kube-controller-manager) and `hollow-node` (a hollow kubelet built on the release's
+own kubelet packages from `hollownode/`, see there): `NODE_BINARIES`, found the same way
+(`TEST_ASSET_KUBE_CONTROLLER_MANAGER`, `TEST_ASSET_HOLLOW_NODE`, ...), for the main version
+and for `NEXT_VERSION`. They share most packages with kube-apiserver, so once it is built
+they take a few minutes more.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -37,8 +45,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KUBERNETES_VERSION = "v1.37.2"
+# The newest 1.38 build the Go module proxy serves (v1.38.0, -rc.0 and -beta.1 answer 403
+# "not available" on 2026-12-04; GA is planned for 2026-12-16).
+NEXT_VERSION = "v1.38.0-beta.0"
 # The newest 1.36 patch the Go module proxy serves (v1.36.6 answers 403 "not available").
 OLDER_VERSIONS = ("v1.36.5",)
+# The kube-apiservers the version-sensitive tests run on, the main version first.
+TESTED_VERSIONS = (KUBERNETES_VERSION, NEXT_VERSION, *OLDER_VERSIONS)
+# The Go toolchain builds use unless GOTOOLCHAIN is set: Kubernetes 1.38 needs Go 1.27.
+GO_TOOLCHAIN = "go1.27.3"
 ETCD_VERSION = "v3.7.3"
 KUSTOMIZE_VERSION = "v5.8.2"
 
@@ -48,6 +63,9 @@ NODE_BINARIES = ("kube-controller-manager", "hollow-node")
 # proxy can build here. v3.7.11-13 cannot: 8 of their dependencies' versions are refused by
 # the proxy (lego DNS-provider SDKs, containous/go-http-auth). About 5 min cold on 2 cores.
 TRAEFIK_VERSION = "v3.6.12"
+# Binaries built from this repository's Go source: a cached one counts only while the
+# `<name>.sha256` stamp beside it matches its source (otherwise it is rebuilt).
+PROJECT_SOURCES = {"hollow-node": Path(__file__).with_name("hollownode")}
 
 
 class BinaryError(RuntimeError):
@@ -78,9 +96,33 @@ def find(name: str, version: str = KUBERNETES_VERSION) -> Path | None:
         if assets and (Path(assets) / name).is_file():
             return Path(assets) / name
     cached = cache_dir(version) / name
-    if cached.is_file() and os.access(cached, os.X_OK):
+    if cached.is_file() and os.access(cached, os.X_OK) and _up_to_date(name, version):
         return cached
     return None
+
+
+def source_digest(name: str) -> str | None:
+    """SHA-256 over the paths and contents of a project-built binary's source directory
+    (None for upstream binaries)."""
+    source = PROJECT_SOURCES.get(name)
+    if source is None:
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(source)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _stamp(name: str, version: str) -> Path:
+    return cache_dir(version) / f"{name}.sha256"
+
+
+def _up_to_date(name: str, version: str) -> bool:
+    digest = source_digest(name)
+    if digest is None:
+        return True
+    stamp = _stamp(name, version)
+    return stamp.is_file() and stamp.read_text().strip() == digest
 
 
 def missing(names: tuple[str, ...], version: str = KUBERNETES_VERSION) -> list[str]:
@@ -93,7 +135,8 @@ def build(names: list[str], version: str = KUBERNETES_VERSION) -> None:
     """Build the named binaries into the cache, printing progress to stderr."""
     if shutil.which("go") is None:
         raise BinaryError(
-            f"cannot build {', '.join(names)}: `go` is not on PATH; install Go >= 1.26 or set "
+            f"cannot build {', '.join(names)}: `go` is not on PATH; install Go >= 1.21 (it "
+            f"fetches {GO_TOOLCHAIN} itself) or set "
             "KUBEBUILDER_ASSETS to a directory with kube-apiserver and etcd"
         )
     out = cache_dir(version)
@@ -107,14 +150,29 @@ def build(names: list[str], version: str = KUBERNETES_VERSION) -> None:
     result = subprocess.run(
         ["bash", str(BUILD_SCRIPT), str(out), version, ETCD_VERSION, KUSTOMIZE_VERSION, *names],
         check=False,
+        env=build_env(stale=[n for n in names if not _up_to_date(n, version)]),
     )
     if result.returncode != 0:
         raise BinaryError(f"building {', '.join(names)} failed (exit {result.returncode})")
+    for name in names:
+        digest = source_digest(name)
+        if digest is not None:
+            _stamp(name, version).write_text(digest + "\n")
     print(
         f"[controlplane] built {', '.join(names)} in {time.monotonic() - started:.0f}s",
         file=sys.stderr,
         flush=True,
     )
+
+
+def build_env(stale: list[str] | None = None) -> dict[str, str]:
+    """The build's environment: the caller's, with `GOTOOLCHAIN` defaulting to
+    `GO_TOOLCHAIN`, and `REBUILD` naming the `stale` binaries (built from older source:
+    build-binaries.sh replaces them instead of keeping them)."""
+    env = dict(os.environ)
+    env.setdefault("GOTOOLCHAIN", GO_TOOLCHAIN)
+    env["REBUILD"] = " ".join(stale or ())
+    return env
 
 
 def _debian_etcd(version: str) -> Path:
@@ -194,7 +252,7 @@ def traefik(version: str = TRAEFIK_VERSION) -> Path:
                 KUSTOMIZE_VERSION,
                 "traefik",
             ],
-            env={**os.environ, "TRAEFIK_VERSION": version},
+            env={**build_env(), "TRAEFIK_VERSION": version},
             check=False,
         )
         if result.returncode != 0:
@@ -209,9 +267,10 @@ def traefik(version: str = TRAEFIK_VERSION) -> Path:
 
 def main() -> None:
     """`python -m controlplane.binaries`: find or build everything (the node-capable
-    cluster's binaries and the older kube-apiservers too, so `make test` builds them once
-    up front), print the main version's directory."""
+    cluster's binaries of the main and the next version, and the other kube-apiservers, so
+    `make test` builds them once up front), print the main version's directory."""
     bins = ensure(extra=("kustomize", *NODE_BINARIES))
+    ensure(NEXT_VERSION, extra=NODE_BINARIES)
     for version in OLDER_VERSIONS:
         ensure(version)
     traefik()

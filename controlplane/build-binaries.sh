@@ -4,8 +4,10 @@
 # Usage: build-binaries.sh OUT K8S_VERSION ETCD_VERSION KUSTOMIZE_VERSION [what...]
 # what: any of kube-apiserver etcd kustomize helm kube-controller-manager hollow-node kubemark
 # peer-signer ceiling-signer bench-populate traefik (default: the first three; helm is for the chart tests; hollow-node is
-# kubemark's hollow kubelet with loopback-only ports, hollownode/main.go; the last three
+# kubemark's hollow kubelet, ported, with loopback-only ports: hollownode/; the last three
 # are the benchmarks' Go programs under bench/)
+# A binary already in OUT is kept, unless REBUILD (space-separated names) lists it: then it
+# is built beside it and moved over it, so a running test never finds it missing.
 # The replace list for the staging modules is generated from the upstream go.mod, so a
 # staging repository added in a later release does not break the build.
 set -euo pipefail
@@ -16,7 +18,10 @@ HV=${HELM_VERSION:-v4.3.2}  # helm (chart tests): built like kustomize
 shift 4
 WHAT=${*:-kube-apiserver etcd kustomize}
 SV="v0.${KV#v1.}"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+# The Go toolchain: the caller's GOTOOLCHAIN (controlplane/binaries.py passes go1.27.3, which
+# Kubernetes 1.38's go.mod needs; the go command fetches it from the module proxy once), else
+# the machine's own go.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local} CGO_ENABLED=0 GOFLAGS=-mod=mod
 mkdir -p "$OUT"
 log() { printf '[controlplane build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -29,6 +34,11 @@ k8s_module() {  # $1: dir; writes a wrapper module requiring k8s.io/kubernetes w
   for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/.*#\1#p' "$GOMOD"); do
     (cd "$W" && go mod edit -replace="$m=$m@$SV")
   done
+  # 1.38's kubelet imports sigs.k8s.io/iptables-wrappers, which the module proxy does not
+  # serve (403): a stand-in declaring what the kubelet uses (hollownode/iptables-wrappers).
+  if grep -q '^[[:space:]]*sigs\.k8s\.io/iptables-wrappers ' "$GOMOD"; then
+    (cd "$W" && go mod edit -replace="sigs.k8s.io/iptables-wrappers=$HERE/hollownode/iptables-wrappers")
+  fi
   (cd "$W" && go mod edit -require="k8s.io/kubernetes@$KV")
 }
 
@@ -67,11 +77,11 @@ build_module_main() {  # $1 module@version, $2 package, $3 output name
   log "built $OUT/$3"
 }
 
-build_k8s_main() {  # $1 source dir with main.go, $2 output name: a main in the wrapper module
+build_k8s_main() {  # $1 source dir of a main package (its *.go), $2 output name: a main in the wrapper module
   local W SRC=$1
   W=$(mktemp -d); trap 'rm -rf "$W"' RETURN
   k8s_module "$W"
-  mkdir -p "$W/main" && cp "$SRC/main.go" "$W/main/main.go"
+  mkdir -p "$W/main" && cp "$SRC"/*.go "$W/main/"
   log "resolving modules for $2 (k8s.io/kubernetes $KV)"
   (cd "$W" && go mod tidy)
   log "compiling $2 (a few minutes cold; seconds when kube-apiserver's packages are cached)"
@@ -96,20 +106,21 @@ build_module_dir() {  # $1 module@version, $2 package in it, $3 output name: bui
 }
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+have() { [ -x "$OUT/$1" ] && [[ " ${REBUILD:-} " != *" $1 "* ]]; }
 
 for w in $WHAT; do
   case $w in
-    kube-apiserver) [ -x "$OUT/kube-apiserver" ] || build_k8s cmd/kube-apiserver kube-apiserver ;;
-    kube-controller-manager) [ -x "$OUT/kube-controller-manager" ] || build_k8s cmd/kube-controller-manager kube-controller-manager ;;
-    kubemark) [ -x "$OUT/kubemark" ] || build_k8s cmd/kubemark kubemark ;;
-    etcd) [ -x "$OUT/etcd" ] || build_module_main "go.etcd.io/etcd/server/v3@$EV" go.etcd.io/etcd/server/v3 etcd ;;
-    kustomize) [ -x "$OUT/kustomize" ] || build_module_main "sigs.k8s.io/kustomize/kustomize/v5@$ZV" sigs.k8s.io/kustomize/kustomize/v5 kustomize ;;
-    helm) [ -x "$OUT/helm" ] || build_module_main "helm.sh/helm/v4@$HV" helm.sh/helm/v4/cmd/helm helm ;;
-    peer-signer) [ -x "$OUT/peer-signer" ] || build_k8s_main "$HERE/../bench/peer" peer-signer ;;
-    ceiling-signer) [ -x "$OUT/ceiling-signer" ] || build_k8s_main "$HERE/../bench/ceiling" ceiling-signer ;;
-    bench-populate) [ -x "$OUT/bench-populate" ] || build_k8s_main "$HERE/../bench/populate" bench-populate ;;
-    traefik) [ -x "$OUT/traefik" ] || build_module_dir "github.com/traefik/traefik/v3@${TRAEFIK_VERSION:?}" ./cmd/traefik traefik ;;
-    hollow-node) [ -x "$OUT/hollow-node" ] || build_k8s_main "$HERE/hollownode" hollow-node ;;
+    kube-apiserver) have kube-apiserver || build_k8s cmd/kube-apiserver kube-apiserver ;;
+    kube-controller-manager) have kube-controller-manager || build_k8s cmd/kube-controller-manager kube-controller-manager ;;
+    kubemark) have kubemark || build_k8s cmd/kubemark kubemark ;;
+    etcd) have etcd || build_module_main "go.etcd.io/etcd/server/v3@$EV" go.etcd.io/etcd/server/v3 etcd ;;
+    kustomize) have kustomize || build_module_main "sigs.k8s.io/kustomize/kustomize/v5@$ZV" sigs.k8s.io/kustomize/kustomize/v5 kustomize ;;
+    helm) have helm || build_module_main "helm.sh/helm/v4@$HV" helm.sh/helm/v4/cmd/helm helm ;;
+    peer-signer) have peer-signer || build_k8s_main "$HERE/../bench/peer" peer-signer ;;
+    ceiling-signer) have ceiling-signer || build_k8s_main "$HERE/../bench/ceiling" ceiling-signer ;;
+    bench-populate) have bench-populate || build_k8s_main "$HERE/../bench/populate" bench-populate ;;
+    traefik) have traefik || build_module_dir "github.com/traefik/traefik/v3@${TRAEFIK_VERSION:?}" ./cmd/traefik traefik ;;
+    hollow-node) have hollow-node || build_k8s_main "$HERE/hollownode" hollow-node ;;
     *) log "unknown target $w"; exit 2 ;;
   esac
 done

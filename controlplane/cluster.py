@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from controlplane import binaries
 from controlplane.controller_manager import ControllerManager
 from controlplane.hollow_node import HollowNode
 from controlplane.server import ControlPlane
@@ -87,8 +88,16 @@ class Cluster:
         self.binder = Binder(plane.client(), [n.name for n in nodes])
 
     @classmethod
-    def start(cls, nodes: int = 2, workdir: Path | None = None) -> Cluster:
-        plane = ControlPlane.start(workdir, controllers=True)
+    def start(
+        cls,
+        nodes: int = 2,
+        workdir: Path | None = None,
+        *,
+        version: str = binaries.KUBERNETES_VERSION,
+    ) -> Cluster:
+        """`version`: the Kubernetes release of every component (kube-apiserver, KCM and the
+        hollow kubelets)."""
+        plane = ControlPlane.start(workdir, controllers=True, version=version)
         cluster = cls(plane, [HollowNode(plane, f"hollow-node-{i}") for i in range(nodes)])
         try:
             cluster.controller_manager.start()

@@ -1,14 +1,14 @@
 """The real kube-controller-manager beside a local control plane.
 
-Decides how KCM runs here: its default controller set (`--controllers=*`: ServiceAccount
-and token controllers, the garbage collector, namespace deletion, the root-CA publisher
-that writes `kube-root-ca.crt`, the PodCertificateRequest cleaner, the Deployment /
-ReplicaSet / StatefulSet controllers, node lifecycle, ...), leader election off (one
-instance), no serving port (`--secure-port=0`: nothing listens, so nothing to secure), the
-admin identity from the plane's kubeconfig with one client for all controllers (as
-`--use-service-account-credentials=false`, KCM's default), the plane's service-account
-key for the legacy token controller and the plane's serving CA as the root CA that Pods
-get in `kube-root-ca.crt`.
+Decides how KCM runs here: the plane's own release (`plane.kube_version`), its default
+controller set (`--controllers=*`: ServiceAccount and token controllers, the garbage
+collector, namespace deletion, the root-CA publisher that writes `kube-root-ca.crt`, the
+PodCertificateRequest cleaner, the Deployment / ReplicaSet / StatefulSet controllers, node
+lifecycle, ...), leader election off (one instance), no serving port (`--secure-port=0`:
+nothing listens, so nothing to secure), the admin identity from the plane's kubeconfig
+with one client for all controllers (as `--use-service-account-credentials=false`, KCM's
+default), the plane's service-account key for the legacy token controller and the plane's
+serving CA as the root CA that Pods get in `kube-root-ca.crt`.
 
 Ready means: the namespace `default` has its `default` ServiceAccount and its
 `kube-root-ca.crt` ConfigMap (the two things a Pod with a ServiceAccount volume needs).
@@ -30,7 +30,7 @@ class ControllerManager(ChildProcess):
 
     def __init__(self, plane: ControlPlane, *, extra_args: tuple[str, ...] = ()) -> None:
         super().__init__(plane, plane.workdir / "kube-controller-manager.log")
-        self.binary = binaries.tool("kube-controller-manager")
+        self.binary = binaries.tool("kube-controller-manager", plane.kube_version)
         self.extra_args = extra_args
 
     def args(self) -> list[str]:

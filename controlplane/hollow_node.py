@@ -1,8 +1,12 @@
-"""Hollow nodes: the real kubelet (kubemark's hollow kubelet, built as `hollow-node` from
-`controlplane/hollownode/main.go`) with a fake container runtime, registered as a Node of
-a local control plane.
+"""Hollow nodes: the real kubelet (kubemark's hollow kubelet, ported into
+`controlplane/hollownode/` because 1.38 removed pkg/kubemark, built as `hollow-node` on
+the plane's own Kubernetes release) with a fake container runtime and mounter, registered
+as a Node of a local control plane.
 
 Decides how a node runs here:
+- its kubelet is the plane's release (`plane.kube_version`: 1.37, or 1.38 for the ML-DSA
+  projection), so kubelet and kube-apiserver never skew, with the feature gates the plane
+  turns on that a kubelet has too (`server.node_feature_gates`: 1.38's PodCertificateMLDSA);
 - each node has its own identity, a client certificate `CN=system:node:<name>,
   O=system:nodes` from the plane's client CA, so the Node authorizer and `NodeRestriction`
   check its requests exactly as on a real cluster;
@@ -26,7 +30,7 @@ from typing import Any
 
 from controlplane import binaries
 from controlplane.child import ChildProcess
-from controlplane.server import ControlPlane, free_port
+from controlplane.server import ControlPlane, free_port, node_feature_gates
 
 VOLUME_PLUGINS = {
     "projected": "kubernetes.io~projected",
@@ -45,18 +49,21 @@ class HollowNode(ChildProcess):
         super().__init__(plane, self.dir / "kubelet.log")
         self.what = f"hollow node {name}"
         self.name = name
-        self.binary = binaries.tool("hollow-node")
+        self.binary = binaries.tool("hollow-node", plane.kube_version)
         self.root = self.dir / "root"
         self.port = free_port()
         self.identity = plane.pki.client_cert(f"system:node:{name}", ("system:nodes",))
+        self.feature_gates = node_feature_gates(plane.kube_version)
 
     def args(self) -> list[str]:
+        gates = [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []
         return [
             str(self.binary),
             f"--kubeconfig={self.dir / 'kubeconfig'}",
             f"--name={self.name}",
             f"--root-dir={self.root}",
             f"--kubelet-port={self.port}",
+            *gates,
             "--v=2",
         ]
 

@@ -5,7 +5,10 @@ cluster (so permission tests are real, and a kubelet's requests pass the same ch
 `certificates.k8s.io/v1beta1` is enabled next to the GA v1 so both PodCertificateRequest
 paths run against one server. An older kube-apiserver (`binaries.OLDER_VERSIONS`: 1.36)
 serves the two APIs only as v1beta1 behind feature gates, which `version_args` turns on as
-a cluster operator would.
+a cluster operator would; so it does `PodCertificateMLDSA` (ML-DSA key types, beta and off
+by default) on 1.38 (`binaries.NEXT_VERSION`). A test that wants 1.38 without it passes
+`--feature-gates=PodCertificateMLDSA=false` in `extra_args` (a later `--feature-gates`
+flag adds to the earlier ones; the last value of a gate wins).
 
 This light plane has no kubelet and no controller-manager: Pods stay Pending, namespaces
 never finish terminating, nobody garbage-collects, and the `ServiceAccount` admission
@@ -69,14 +72,29 @@ def kubernetes_service_ip(service_cidr: str) -> str:
     return str(ipaddress.ip_network(service_cidr)[1])
 
 
+def minor_of(version: str) -> int:
+    """37 for "v1.37.2"."""
+    return int(version.lstrip("v").split(".")[1])
+
+
+def node_feature_gates(version: str) -> tuple[str, ...]:
+    """The gates a kubelet of `version` needs to match the plane's: 1.38's kubelet declares
+    the `PodCertificateMLDSA` node feature only with its gate on (and refuses a Pod that
+    asks for an ML-DSA key otherwise, `PodFeatureUnsupported`)."""
+    return ("PodCertificateMLDSA=true",) if minor_of(version) >= 38 else ()
+
+
 def version_args(version: str) -> tuple[str, ...]:
     """The flags that make kube-apiserver `version` serve PodCertificateRequests and
     ClusterTrustBundles: 1.37 serves v1 (GA) and v1beta1 on request; before 1.37 both
     are v1beta1 behind the `PodCertificateRequest`, `ClusterTrustBundle` and
-    `ClusterTrustBundleProjection` gates."""
-    minor = int(version.lstrip("v").split(".")[1])
+    `ClusterTrustBundleProjection` gates. 1.38 serves what 1.37 does, and ML-DSA key types
+    (`MLDSA44`, `MLDSA65`, `MLDSA87`) in PodCertificateRequests and `podCertificate`
+    projections behind the `PodCertificateMLDSA` gate (beta, off by default), turned on."""
+    minor = minor_of(version)
     if minor >= 37:
         return (
+            *(f"--feature-gates={gate}" for gate in node_feature_gates(version)),
             "--runtime-config=certificates.k8s.io/v1beta1/podcertificaterequests=true,"
             "certificates.k8s.io/v1beta1/clustertrustbundles=true",
         )

@@ -3,8 +3,8 @@
 
 The API-version-sensitive tests take `plane` (with `plane_client`, `plane_namespace` and
 `plane_pcr_version`) instead: parametrised over every tested kube-apiserver version
-(`binaries.KUBERNETES_VERSION` and `binaries.OLDER_VERSIONS`, ids `kube-1.37`,
-`kube-1.36`), the 1.37 case being the session's `control_plane` and each older one a
+(`binaries.TESTED_VERSIONS`: 1.37, 1.38 and 1.36, ids `kube-1.37`, `kube-1.38`,
+`kube-1.36`), the 1.37 case being the session's `control_plane` and each other one a
 second light plane started on first use and shared by the session."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from controlplane.kubelet import Kubelet
 from kube.client import Client
 from kube.discovery import served_version
 
-TESTED_VERSIONS = (binaries.KUBERNETES_VERSION, *binaries.OLDER_VERSIONS)
+TESTED_VERSIONS = binaries.TESTED_VERSIONS
 
 
 @pytest.fixture(scope="session")
@@ -56,8 +56,8 @@ def _minor(version: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def older_planes() -> Iterator[dict[str, tuple[ControlPlane, Client]]]:
-    """Older kube-apiservers by version, started by `plane` on first use."""
+def other_planes() -> Iterator[dict[str, tuple[ControlPlane, Client]]]:
+    """The other versions' kube-apiservers by version, started by `plane` on first use."""
     planes: dict[str, tuple[ControlPlane, Client]] = {}
     try:
         yield planes
@@ -68,28 +68,28 @@ def older_planes() -> Iterator[dict[str, tuple[ControlPlane, Client]]]:
 
 @pytest.fixture(params=TESTED_VERSIONS, ids=_minor)
 def plane(
-    request: pytest.FixtureRequest, older_planes: dict[str, tuple[ControlPlane, Client]]
+    request: pytest.FixtureRequest, other_planes: dict[str, tuple[ControlPlane, Client]]
 ) -> ControlPlane:
     version: str = request.param
     if version == binaries.KUBERNETES_VERSION:
         main: ControlPlane = request.getfixturevalue("control_plane")
         return main
-    if version not in older_planes:
+    if version not in other_planes:
         started = ControlPlane.start(version=version)
-        older_planes[version] = (started, started.client())
-    return older_planes[version][0]
+        other_planes[version] = (started, started.client())
+    return other_planes[version][0]
 
 
 @pytest.fixture
 def plane_client(
     plane: ControlPlane,
     request: pytest.FixtureRequest,
-    older_planes: dict[str, tuple[ControlPlane, Client]],
+    other_planes: dict[str, tuple[ControlPlane, Client]],
 ) -> Client:
     if plane.kube_version == binaries.KUBERNETES_VERSION:
         main: Client = request.getfixturevalue("client")
         return main
-    return older_planes[plane.kube_version][1]
+    return other_planes[plane.kube_version][1]
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-// hollow-node: kubemark's hollow kubelet (k8s.io/kubernetes/pkg/kubemark, the real kubelet
-// with a fake container runtime), started the way `kubemark --morph=kubelet
-// --use-host-image-service=false` starts it, with the changes a shared test machine needs:
+// hollow-node: a hollow kubelet (the real kubelet with a fake container runtime), started
+// the way `kubemark --morph=kubelet --use-host-image-service=false` started it, built on
+// the Kubernetes release's own kubelet packages. kubelet.go holds kubemark's hollow kubelet
+// (pkg/kubemark, removed in 1.38), ported; this file adds what a shared test machine needs:
 //
 //   - the kubelet API listens on 127.0.0.1 only (kubemark hard-codes 0.0.0.0), the
 //     read-only port and the healthz port are off (kubemark: 10255 and 10248 on every
@@ -8,7 +9,10 @@
 //   - the root directory and the fake runtime's socket are the ones given on the command
 //     line (kubemark: a fresh /tmp/hollow-kubelet.* and /tmp/kubelet_remote_*.sock that
 //     nobody removes);
-//   - SIGTERM/SIGINT stop it (kubemark's Run blocks forever).
+//   - SIGTERM/SIGINT stop it (kubemark's Run blocks forever);
+//   - --feature-gates sets the kubelet's gates, as cmd/kubelet's run() does before
+//     RunKubelet (1.38's kubelet declares the PodCertificateMLDSA node feature only with
+//     its gate on, and without it refuses a Pod that asks for an ML-DSA key).
 //
 // Everything else -- the kubelet configuration, the volume plugins, the fake runtime,
 // image service, cAdvisor and container manager, the discarded Events -- is kubemark's.
@@ -21,18 +25,19 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	fakeremote "k8s.io/cri-client/pkg/fake"
 	remote "k8s.io/cri-client/pkg"
+	fakeremote "k8s.io/cri-client/pkg/fake"
 	"k8s.io/klog/v2"
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
-	"k8s.io/kubernetes/pkg/kubemark"
 )
 
 func main() {
@@ -43,14 +48,15 @@ func main() {
 	port := flag.Int("kubelet-port", 0, "kubelet API port on 127.0.0.1")
 	maxPods := flag.Int("max-pods", 110, "pods this node accepts")
 	labels := flag.String("node-labels", "", "extra node labels k=v,k=v")
+	gates := flag.String("feature-gates", "", "kubelet feature gates Name=true|false,...")
 	flag.Parse()
-	if err := run(*kubeconfig, *name, *rootDir, *port, *maxPods, *labels); err != nil {
+	if err := run(*kubeconfig, *name, *rootDir, *port, *maxPods, *labels, *gates); err != nil {
 		fmt.Fprintf(os.Stderr, "hollow-node: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, name, rootDir string, port, maxPods int, labels string) error {
+func run(kubeconfig, name, rootDir string, port, maxPods int, labels, gates string) error {
 	if kubeconfig == "" || rootDir == "" || port == 0 {
 		return fmt.Errorf("--kubeconfig, --root-dir and --kubelet-port are required")
 	}
@@ -75,27 +81,30 @@ func run(kubeconfig, name, rootDir string, port, maxPods int, labels string) err
 			nodeLabels[k] = v
 		}
 	}
-	f, c := kubemark.GetHollowKubeletConfig(&kubemark.HollowKubeletOptions{
-		NodeName:            name,
-		KubeletPort:         port,
-		KubeletReadOnlyPort: 0,
-		MaxPods:             maxPods,
-		PodsPerCore:         0,
-		NodeLabels:          nodeLabels,
-	})
-	// GetHollowKubeletConfig made /tmp/hollow-kubelet.*; use the given root instead.
-	_ = os.RemoveAll(f.RootDirectory)
-	f.RootDirectory = rootDir
-	c.StaticPodPath = filepath.Join(rootDir, "static-pods")
-	c.PodLogsDir = filepath.Join(rootDir, "pod-logs")
+	f, c, err := hollowKubeletConfig(name, rootDir, port, maxPods, nodeLabels)
+	if err != nil {
+		return fmt.Errorf("kubelet configuration: %w", err)
+	}
+	if c.FeatureGates == nil {
+		c.FeatureGates = map[string]bool{}
+	}
+	for _, kv := range strings.Split(gates, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			on, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("--feature-gates %s: %w", kv, err)
+			}
+			c.FeatureGates[k] = on
+		}
+	}
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(c.FeatureGates); err != nil {
+		return fmt.Errorf("--feature-gates: %w", err)
+	}
 	for _, d := range []string{c.StaticPodPath, c.PodLogsDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	c.Address = "127.0.0.1"
-	c.HealthzPort = 0
-	c.HealthzBindAddress = "127.0.0.1"
 
 	heartbeatConfig := *config
 	heartbeatConfig.Timeout = c.NodeStatusUpdateFrequency.Duration
@@ -122,7 +131,7 @@ func run(kubeconfig, name, rootDir string, port, maxPods int, labels string) err
 		return fmt.Errorf("runtime service: %w", err)
 	}
 
-	hollow := kubemark.NewHollowKubelet(
+	hollow := newHollowKubelet(
 		f, c, client, heartbeatClient,
 		&cadvisortest.Fake{NodeName: name},
 		fakeRuntime.ImageService, // --use-host-image-service=false
@@ -130,7 +139,9 @@ func run(kubeconfig, name, rootDir string, port, maxPods int, labels string) err
 		cm.NewStubContainerManager(),
 	)
 	klog.Infof("hollow-node %s: root %s, kubelet API 127.0.0.1:%d", name, rootDir, port)
-	go hollow.Run(ctx)
+	if err := hollow.run(ctx); err != nil {
+		return fmt.Errorf("kubelet: %w", err)
+	}
 	<-ctx.Done()
 	klog.Infof("hollow-node %s: stopping", name)
 	return nil

@@ -1,9 +1,11 @@
 """What each tested kube-apiserver serves, and the real `run` finding it on its own
 (`--pcr-api-version=auto`, the default; the publisher always picks the newest served):
-1.37 serves PodCertificateRequest and ClusterTrustBundle as v1 (GA) and, on request,
-v1beta1; 1.36 serves them only as v1beta1, behind the `PodCertificateRequest`,
-`ClusterTrustBundle` and `ClusterTrustBundleProjection` gates. The other version-sensitive
-tests take the same `plane` fixture (tests/conftest.py)."""
+1.37 and 1.38 serve PodCertificateRequest and ClusterTrustBundle as v1 (GA) and, on
+request, v1beta1; 1.36 serves them only as v1beta1, behind the `PodCertificateRequest`,
+`ClusterTrustBundle` and `ClusterTrustBundleProjection` gates. 1.38 with its
+`PodCertificateMLDSA` gate on (as the test plane starts it) also takes the ML-DSA key
+types in a Pod's `podCertificate` projection; older releases refuse them. The other
+version-sensitive tests take the same `plane` fixture (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import pytest
 
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
-from kube.client import Client
+from controlplane.workload import cert_pod
+from kube.client import ApiError, Client
 from kube.discovery import served_version
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.signer_harness import condition, unique_signer_name, wait_terminal
@@ -43,6 +46,25 @@ def test_serves_the_certificates_apis_of_its_release(
     newest = "v1" if minor(plane.kube_version) >= 37 else "v1beta1"
     for resource in ("podcertificaterequests", "clustertrustbundles"):
         assert served_version(plane_client, GROUP, resource, ["v1", "v1beta1"]) == newest
+
+
+@pytest.mark.parametrize("key_type", ["MLDSA44", "MLDSA65", "MLDSA87"])
+def test_a_pod_may_ask_for_an_ml_dsa_key_from_1_38_on(
+    plane: ControlPlane, plane_client: Client, plane_namespace: str, key_type: str
+) -> None:
+    pod = cert_pod(
+        "pq-0", plane_namespace, node=None, key_type=key_type, signer_name="example.com/pq"
+    )
+    path = f"/api/v1/namespaces/{plane_namespace}/pods"
+    if minor(plane.kube_version) >= 38:
+        created = plane_client.create(path, pod, {"dryRun": "All"})
+        source = created["spec"]["volumes"][0]["projected"]["sources"][0]["podCertificate"]
+        assert source["keyType"] == key_type
+    else:
+        with pytest.raises(ApiError) as refused:
+            plane_client.create(path, pod, {"dryRun": "All"})
+        assert refused.value.status == 422
+        assert "keyType" in str(refused.value)
 
 
 def test_run_finds_the_served_versions_then_publishes_and_issues(

@@ -1,7 +1,8 @@
 """The node-capable cluster is what it claims (issue 11): each hollow node has its own
 node identity, checked by the Node authorizer and NodeRestriction like a real kubelet;
 its only network listener is on loopback; it leaves no /tmp/hollow-kubelet.* directory or
-/tmp/kubelet_remote_*.sock behind, and its root directory goes on stop."""
+/tmp/kubelet_remote_*.sock behind, and its root directory goes on stop; it never writes
+the host's iptables (kubemark's kubelet created KUBE-FIREWALL and canary chains)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,15 @@ def test_hollow_node_listens_on_loopback_only_and_cleans_up(cluster: Cluster) ->
     after = set(glob.glob("/tmp/hollow-kubelet.*")) | set(glob.glob("/tmp/kubelet_remote_*"))
     assert after <= before
     assert not node.root.exists()
+
+
+def test_hollow_node_leaves_the_hosts_iptables_alone(cluster: Cluster) -> None:
+    # The kubelet sets up its iptables chains before its Node turns Ready, logging
+    # "Initialized iptables rules." per IP family when it did (kubelet_network_linux.go).
+    for node in cluster.nodes:
+        log = node.log_path.read_text(errors="replace")
+        assert "kubelet_network_linux.go" not in log
+        assert "Initialized iptables rules" not in log
 
 
 def node_client(cluster: Cluster, index: int, tmp_path: Path) -> Client:
