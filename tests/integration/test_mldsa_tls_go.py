@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from controlplane import binaries
 from signer import authority
 from trust.ca import cert_pem, generate_ca, key_pem
 from trust.keys import MLDSA_KEY_TYPES, MLDSAKeyType, generate_leaf_key
@@ -20,7 +21,6 @@ from trust.material import MaterialFiles, validate_material
 pytestmark = pytest.mark.integration
 
 PROGRAM = Path(__file__).with_name("go") / "mldsatls"
-GO_TOOLCHAIN = "go1.27.3"
 
 
 @pytest.mark.parametrize("key_type", MLDSA_KEY_TYPES)
@@ -41,7 +41,7 @@ def test_go_127_serves_tls_13_with_an_issued_mldsa_leaf(
     result = subprocess.run(
         ["go", "run", ".", *paths, "web.shop.svc"],
         cwd=PROGRAM,
-        env={**os.environ, "GOTOOLCHAIN": GO_TOOLCHAIN, "GOFLAGS": "-mod=mod"},
+        env={**os.environ, "GOTOOLCHAIN": binaries.GO_TOOLCHAIN, "GOFLAGS": "-mod=mod"},
         capture_output=True,
         text=True,
         timeout=600,
