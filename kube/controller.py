@@ -77,8 +77,12 @@ def _make_syncs(registry: CollectorRegistry | None) -> Counter:
 
 class SyncFailed(Exception):
     """A sync that cannot succeed yet, for a reason its controller has already told (an
-    Event): the loop counts it as an error and retries it with the key's backoff, logging
-    one warning line, without a traceback."""
+    Event): the loop counts it as an error and retries it with the key's backoff — and not
+    before `after` seconds when given — logging one warning line, without a traceback."""
+
+    def __init__(self, message: str, *, after: float | None = None) -> None:
+        super().__init__(message)
+        self.after = after
 
 
 @dataclass(frozen=True)
@@ -235,10 +239,16 @@ class Loop:
                 # The server said when (429/503 with Retry-After): not before then, and
                 # not before the key's backoff either, so a server (or proxy) repeating
                 # a short Retry-After does not get every key at a fixed pace forever.
-                backoff = self.queue.rate_limiter.when(key)
-                self.queue.add_after(key, max(err.retry_after, backoff))
+                self._retry_not_before(key, err.retry_after)
             else:
                 # Retry with this key's exponential backoff.
+                self.queue.add_rate_limited(key)
+        except SyncFailed as err:
+            self._failed(key, err)
+            if err.after is not None:
+                # The controller said when it is worth looking again; the backoff still grows.
+                self._retry_not_before(key, err.after)
+            else:
                 self.queue.add_rate_limited(key)
         except Exception as err:
             self._failed(key, err)
@@ -259,6 +269,10 @@ class Loop:
             # Let the queue hand this key to a worker again.
             self.queue.done(key)
         return True
+
+    def _retry_not_before(self, key: str, seconds: float) -> None:
+        """Retry after `seconds` or the key's backoff, whichever is later (a backoff step)."""
+        self.queue.add_after(key, max(seconds, self.queue.rate_limiter.when(key)))
 
     def _failed(self, key: str, err: Exception) -> None:
         self._counted["error"].inc()

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found, path_segment
-from kube.controller import Loop, Requeue
+from kube.controller import Loop, Requeue, SyncFailed
 from kube.events import ObjectRef
 from kube.times import format_time
 from kube.workqueue import RateLimitingQueue
@@ -98,11 +98,6 @@ class ManagedCAMetrics:
         self.waiting_since = Gauge(
             f"{prefix}_waiting_since_timestamp_seconds",
             "Since when the managed CA waits for its current reason (0: not waiting).",
-            registry=registry,
-        )
-        self.sync_errors = Counter(
-            f"{prefix}_sync_errors_total",
-            "Managed-CA steps that failed (API errors, an unreadable Secret).",
             registry=registry,
         )
         self.phase = Gauge(
@@ -354,9 +349,10 @@ class ManagedCAController:
             raise
         except StoreError as err:
             # A Secret edited into something we cannot read: nothing is written over it.
-            # Said once per distinct problem (Event, log); looked at again each resync.
+            # Said once per distinct problem (Event, log); looked at again at the next
+            # resync (or at once when the Secret changes); the loop counts the error.
             self._failed(str(err), event=True)
-            return Requeue(after=self.resync_period)
+            raise SyncFailed(str(err), after=self.resync_period) from None
         if isinstance(action, d.Wait):
             if action.until is None:
                 # Waiting for the publisher or a replica: look again soon (three small
@@ -382,7 +378,6 @@ class ManagedCAController:
         self._publish(decision)
 
     def _failed(self, why: str, *, event: bool = False) -> None:
-        self.metrics.sync_errors.inc()
         self.metrics.show(self.last_state, self.config)
         now = self.clock()
         if self._waiting is None or self._waiting[0] != SYNC_FAILING:

@@ -91,6 +91,21 @@ def test_a_failure_the_controller_explained_is_an_error_retried_without_a_traceb
     c.queue.shut_down()
 
 
+def test_a_failure_that_says_when_to_look_again_is_not_retried_before() -> None:
+    registry = CollectorRegistry()
+
+    def sync(_key: str) -> Requeue | None:
+        raise SyncFailed("the Secret cannot be read", after=30.0)
+
+    c = controller(sync, registry=registry)
+    c.queue.add("a")
+    assert c.process_next_work_item()
+    assert c.queue.num_requeues("a") == 1  # a backoff step still
+    assert c.queue.get(timeout=0.2) == (None, False)  # parked for the 30 s
+    assert syncs(registry, "test", "error") == 1
+    c.queue.shut_down()
+
+
 def test_every_sync_is_counted_once_by_outcome_under_its_controller_name() -> None:
     """The one error policy is counted in one place: the loop, for every controller, by
     `controller` and `result` (success, requeue, error). Every series starts at 0."""

@@ -4,17 +4,20 @@ write."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client
 from kube.controller import Requeue
 from managedca import decide as d
 from managedca.codec import ca_info, encode
-from managedca.controller import ManagedCAController
+from managedca.controller import KEY, ManagedCAController
+from managedca.layout import CURRENT_CERT
 from trust.ca import cert_pem, generate_ca, key_pem
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -30,6 +33,7 @@ def _controller(client: object) -> ManagedCAController:
         config=d.Config(),
         make_ca=lambda now: (b"", b""),
         clock=lambda: NOW,
+        registry=CollectorRegistry(),
     )
 
 
@@ -124,7 +128,6 @@ def test_a_failing_sync_still_exports_the_phase_expiry_and_what_it_waits_for() -
     assert _metric(controller, "phase", phase="Stable") == 1
     assert (_metric(controller, "expiry_timestamp_seconds", role="current") or 0) > NOW.timestamp()
     assert _metric(controller, "waiting", reason="sync-failing") == 1
-    assert _metric(controller, "sync_errors_total") == 1
     decision = controller.decision
     assert decision is not None and decision["reason"] == "sync-failing"
     assert "forbidden" in str(decision["why"])
@@ -146,3 +149,30 @@ def test_the_decision_says_what_it_waits_for_and_since_when() -> None:
     again = controller.decision
     assert again is not None and again["since"] == first["since"], "the same wait, same since"
     assert "PRIVATE" not in repr(again) and "PRIVATE" not in repr(controller.observe())
+
+
+class UnreadableSecret(StableForMonths):
+    """The CA Secret edited by hand into something that is no managed CA."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secret["data"][CURRENT_CERT] = base64.b64encode(b"not a certificate").decode()
+
+
+def test_an_unreadable_secret_is_one_counted_error_looked_at_again_not_before_the_resync() -> None:
+    """Counted once, by the loop, as every controller's failed sync is; nothing is written
+    over the Secret; the next look is not before the resync period (a change of the
+    Secret triggers one at once)."""
+    controller = _controller(UnreadableSecret())
+    controller.queue.add(KEY)
+
+    assert controller.loop.process_next_work_item()
+
+    errors = controller.metrics.registry.get_sample_value(
+        "controller_sync_total", {"controller": "managed-ca", "result": "error"}
+    )
+    assert errors == 1
+    assert controller.queue.num_requeues(KEY) == 1
+    assert controller.queue.get(timeout=0.2) == (None, False)  # parked for the resync
+    assert _metric(controller, "waiting", reason="sync-failing") == 1
+    controller.queue.shut_down()
