@@ -229,7 +229,6 @@ class DistributionController:
                     )
                 case distribute.Update(distribution=d, copy=copy):
                     self._patch(copy.namespace, copy.name, distribute.annotations_patch(d, copy))
-                    self.metrics.observe("updated")
                 case distribute.Delete(copy=copy):
                     self._delete(copy)
                 case distribute.Clash(distribution=d, winner=winner):
@@ -335,6 +334,8 @@ class DistributionController:
         except ApiError as err:
             if not (is_not_found(err) or is_conflict(err) or err.status == 422):
                 raise
+            return
+        self.metrics.observe("updated")
 
     def _delete(self, copy: distribute.Copy) -> None:
         try:
