@@ -323,9 +323,20 @@ class InjectorController:
             self._status_changed.set()
 
     def report_value(self) -> str:
-        """The convergence report annotation's value now (`injector.convergence.report`)."""
+        """The convergence report annotation's value now (`injector.convergence.report`);
+        `observedBundles` lists the bundles some annotated object may select (not every
+        signer's: the annotation must stay small in a cluster with many)."""
         kinds = [kind.kind for kind in (*KINDS, CONFIG_MAP)]
-        return convergence.report(self.statuses(), kinds, self.bundles.list())
+        observed = [
+            bundle
+            for bundle in self.bundles.list()
+            if any(
+                cache.by_index(SELECTION_INDEX, value)
+                for value in decisions.bundle_keys(bundle)
+                for cache in self.caches.values()
+            )
+        ]
+        return convergence.report(self.statuses(), kinds, observed)
 
     def _report_loop(self, stop: threading.Event) -> None:
         """Write the report once the caches synced, then on every change and at least
@@ -339,7 +350,7 @@ class InjectorController:
             except ApiError as err:
                 log.warning("convergence report not written", extra={"error": str(err)})
             self._status_changed.wait(REPORT_RENEW)
-            stop.wait(0.2)  # coalesce a burst of changes into one write
+            stop.wait(1.0)  # a burst of changes (a rotation) costs one write a second
 
     def write_report(self) -> None:
         """Create or update the report Lease (holder: our identity, renewTime: now)."""

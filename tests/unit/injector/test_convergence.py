@@ -33,6 +33,7 @@ from tests.unit.injector.test_sync import (
     controller,
     ctb,
     pem,
+    target_cache,
     webhook_config,
 )
 from trust.bundle import normalize_bundle
@@ -130,11 +131,16 @@ class LeaseClient:
 def test_the_report_lease_is_created_then_renewed_by_our_identity() -> None:
     client = LeaseClient()
     target = written_for(["a"])
+    targets = target_cache()
+    targets.put(target)
     ctrl = InjectorController(
         cast(Client, client),
         Caches(
-            {KIND: FakeCache([target], key=lambda t: t.name)},
-            FakeCache([ctb("b1", ["a"])], key=lambda b: b["metadata"]["name"]),
+            {KIND: targets},
+            FakeCache(
+                [ctb("b1", ["a"]), ctb("elsewhere", ["b"], signer="example.com/other")],
+                key=lambda b: b["metadata"]["name"],
+            ),
         ),
         Events(),
         registry=CollectorRegistry(),
@@ -153,3 +159,4 @@ def test_the_report_lease_is_created_then_renewed_by_our_identity() -> None:
     assert client.lease["spec"]["renewTime"].endswith("Z")
     report = json.loads(client.lease["metadata"]["annotations"][convergence.ANNOTATION])
     assert report["anchors"][fp("a")] == {"selecting": 1, "holding": 1, "blocked": 0}
+    assert report["observedBundles"] == ["b1@"]  # what some object may select, no more
