@@ -12,7 +12,7 @@ What it decides:
   kube-root-ca.crt and trust-manager use). With the annotation `TRUSTSTORE_ANNOTATION:
   <key>` the same anchors also go into `binaryData[<key>]` as a PKCS#12 truststore for
   JVMs (`trust.truststore`), password `TRUSTSTORE_PASSWORD_ANNOTATION` or empty.
-  Other keys are the user's: the apply body names only ours.
+  Other keys are the user's: the patch names only ours.
 * **Up to date by digests, never by parsing.** The record (`to_target`, the informer
   transform) keeps the SHA-256 of `ca.crt` and of the truststore's base64 text, and our
   `DIGEST_ANNOTATION`, written beside the truststore in the same write (trust-manager's

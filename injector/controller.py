@@ -25,7 +25,7 @@ Wiring, in kube-controller-manager's shape:
   resync re-drives every annotated object (the safety net against a missed event, and
   the repair of a hand-edited caBundle whose watch event was lost).
 
-`sync(key)` reads only the caches and writes at most one apply patch, only when a slot
+`sync(key)` reads only the caches and writes at most one JSON patch, only when a slot
 differs (`injector.decide`). Nothing is written for an object without the annotation,
 for a bad annotation, or for a selection that matches nothing (Warning Events say why).
 """
@@ -391,7 +391,7 @@ class InjectorController:
     # the sync ------------------------------------------------------------------------
 
     def sync(self, key: str) -> Requeue | None:
-        """Decide from the caches for one `<Kind>/<name>` key and write at most one apply
+        """Decide from the caches for one `<Kind>/<name>` key and write at most one JSON
         patch. Raises `ApiError` (the loop retries)."""
         kind, name = split_key(key)
         target = self.caches[kind.kind].get(name)

@@ -5,8 +5,8 @@ Outcomes, in the order they are checked:
 
 1. `Ignore` — no annotation and no field of ours: the object is not ours to touch.
    `Release` — no annotation, but our field manager still owns fields (we injected
-   before the owner removed the annotation): give them up, with a server-side apply
-   that sets nothing, so the owner can change or remove them (`targets.release_body`).
+   before the owner removed the annotation): give them up by removing our managedFields
+   entries, values kept, so the owner can change or remove them (`targets.release_ops`).
 2. `Invalid` — the annotation is not a valid `ClusterTrustBundleSelector`, or the object
    cannot carry a caBundle (`targets.Target.not_applicable`). Nothing is written; a
    Warning Event says why. Re-decided when the object changes.

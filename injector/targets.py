@@ -45,7 +45,7 @@ from trust.consumers import text_digest
 
 @dataclass(frozen=True)
 class Kind:
-    """One of the four kinds: how to list it and how to write its apply body."""
+    """One of the four kinds: how to list it and where its caBundle fields are."""
 
     kind: str
     group: str

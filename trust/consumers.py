@@ -30,8 +30,9 @@ TRUSTSTORE_PASSWORD_ANNOTATION = "service-serving-signer/truststore-password"
 """The truststore's password; empty when absent (see `trust.truststore`)."""
 
 FIELD_MANAGER = "service-serving-signer-injector"
-"""The server-side apply field manager of the injector's writes, and of the distributor's
-copies (which the injector then fills): what they own, and what a release gives up."""
+"""The field manager of the injector's writes (guarded JSON patches), and of the distributor's
+copies (created filled; the injector keeps them current): what they own, and what a
+release gives up."""
 
 
 def is_selected(raw: Mapping[str, Any]) -> bool:
