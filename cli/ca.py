@@ -11,6 +11,11 @@ replica's report, and what the rotation waits for, since and until when (relativ
 times beside the absolute ones). It shows what the leader decided, not a second
 decision of its own. `-o json` prints the same as one JSON object.
 
+`rotate --emergency` answers a compromised key: it records
+`ca-emergency-requested-at` and `ca-revoke` (the current CA unless `--revoke` names
+roots); the leader makes a new CA at once, every replica stops signing with a revoked
+root as soon as it reads that, and the new CA signs once the bundle read back holds it.
+
 `rotate` asks for a rotation now: it records `ca-rotate-requested-at` on the Secret with
 a resourceVersion precondition; the leader stages the next CA within seconds and goes
 through the same gated steps as a scheduled rotation. Refused while a rotation is under
@@ -271,11 +276,36 @@ def _text(report: JSON, now: datetime) -> list[str]:
 
 @click.command("rotate")
 @_options
-def ca_rotate(kubeconfig: str | None, namespace: str, secret_name: str, signer_name: str) -> None:
-    """Ask the leader to rotate the managed CA now (stage → swap → retire, gated)."""
+@click.option(
+    "--emergency",
+    is_flag=True,
+    default=False,
+    help="The CA key is compromised: stop signing with it now and remove it from the "
+    "bundle as soon as a new CA is published (docs/managed-ca.md: what breaks).",
+)
+@click.option(
+    "--revoke",
+    "revoke",
+    multiple=True,
+    metavar="FINGERPRINT",
+    help="With --emergency: the root(s) to revoke (sha256, as `ca status` shows it); "
+    "default the current CA.",
+)
+def ca_rotate(
+    kubeconfig: str | None,
+    namespace: str,
+    secret_name: str,
+    signer_name: str,
+    emergency: bool,
+    revoke: tuple[str, ...],
+) -> None:
+    """Ask the leader to rotate the managed CA now (stage → swap → retire, gated), or
+    with --emergency at once."""
     from kube.client import ApiError, is_conflict, is_not_found, path_segment
-    from managedca.codec import ROTATE_REQUESTED_AT, decode
+    from managedca.codec import EMERGENCY_REQUESTED_AT, REVOKE, ROTATE_REQUESTED_AT, decode
 
+    if revoke and not emergency:
+        raise StartupError("ca rotate: --revoke goes with --emergency")
     client = cli_client(kubeconfig)
     path = f"/api/v1/namespaces/{path_segment(namespace)}/secrets/{path_segment(secret_name)}"
     for _ in range(5):
@@ -289,20 +319,33 @@ def ca_rotate(kubeconfig: str | None, namespace: str, secret_name: str, signer_n
                 ) from None
             raise StartupError(f"ca rotate: {err}") from None
         state = decode(secret).state
-        if state.next is not None:
+        annotations: dict[str, str]
+        if emergency:
+            known = {a.fingerprint for a in state.anchors()}
+            wanted = {r.lower() for r in revoke} or {state.current.fingerprint}
+            unknown = sorted(wanted - known)
+            if unknown:
+                raise StartupError(
+                    f"ca rotate: {', '.join(unknown)} is not a root of this managed CA "
+                    "(see `ca status`)"
+                )
+            annotations = {
+                EMERGENCY_REQUESTED_AT: format_time(datetime.now(UTC)),
+                REVOKE: ",".join(sorted(wanted)),
+            }
+        elif state.next is not None:
             raise StartupError(
                 f"ca rotate: a rotation is already under way (next CA "
                 f"{state.next.fingerprint[:16]}…); see `ca status`"
             )
-        if state.rotate_requested_at is not None:
+        elif state.rotate_requested_at is not None:
             click.echo(f"a rotation was already requested at {_t(state.rotate_requested_at)}")
             return
+        else:
+            annotations = {ROTATE_REQUESTED_AT: format_time(datetime.now(UTC))}
         meta = secret["metadata"]
         patch = {
-            "metadata": {
-                "resourceVersion": meta["resourceVersion"],
-                "annotations": {ROTATE_REQUESTED_AT: format_time(datetime.now(UTC))},
-            }
+            "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": annotations}
         }
         try:
             client.patch(path, patch)
@@ -310,10 +353,17 @@ def ca_rotate(kubeconfig: str | None, namespace: str, secret_name: str, signer_n
             if is_conflict(err):
                 continue
             raise StartupError(f"ca rotate: {err}") from None
-        click.echo(
-            f"rotation requested for {namespace}/{secret_name}; the leader stages the next "
-            "CA within seconds; follow it with `service-serving-signer ca status`"
-        )
+        if emergency:
+            click.echo(
+                f"emergency rotation requested for {namespace}/{secret_name}: revoking "
+                f"{annotations[REVOKE]}; the leader stops signing with it within seconds and "
+                "signs with a new CA once it is published; follow it with `ca status`"
+            )
+        else:
+            click.echo(
+                f"rotation requested for {namespace}/{secret_name}; the leader stages the "
+                "next CA within seconds; follow it with `service-serving-signer ca status`"
+            )
         return
     raise StartupError("ca rotate: the Secret kept changing; try again")
 

@@ -32,6 +32,10 @@ GATES = {
         "unready = sorted(r.replica for r in live if r.ready != new.fingerprint)",
         "unready: list[str] = []",
     ),
+    "injected targets hold the new CA (injector report)": (
+        "    consumers = _injector_gate(new, obs, config)\n",
+        "    consumers = None\n",
+    ),
     "propagation delay (recorded end)": (
         "    if now < state.swap_not_before:\n",
         "    if False:\n",
@@ -49,8 +53,8 @@ GATES = {
         "    if False:\n",
     ),
     "adopting bootstrap is a stage": (
-        "        if not state.previous:  # a first CA",
-        "        if True:  # a first CA",
+        "        if not state.previous or state.emergency:",
+        "        if True:",
     ),
     "retire clock waits for every replica to sign with the new CA": (
         "behind = sorted(r.replica for r in live if r.signing != state.current.fingerprint)",

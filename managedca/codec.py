@@ -31,8 +31,10 @@ from managedca.layout import (
     NEXT_CERT,
     NEXT_KEY,
     PREVIOUS_CERTS,
+    REVOKED,
     fingerprint,
     secret_data,
+    split_pem,
 )
 
 PHASE = ANNOTATION_PREFIX + "ca-phase"
@@ -42,7 +44,11 @@ SWAP_NOT_BEFORE = ANNOTATION_PREFIX + "ca-swap-not-before"
 SWAPPED_AT = ANNOTATION_PREFIX + "ca-swapped-at"
 ROTATE_REQUESTED_AT = ANNOTATION_PREFIX + "ca-rotate-requested-at"
 PREVIOUS = ANNOTATION_PREFIX + "ca-previous"
+EMERGENCY_REQUESTED_AT = ANNOTATION_PREFIX + "ca-emergency-requested-at"
+REVOKE = ANNOTATION_PREFIX + "ca-revoke"  # fingerprints, comma-separated (ca rotate --emergency)
+EMERGENCY = ANNOTATION_PREFIX + "ca-emergency"  # "true": the current CA signs without gates
 _TIMES = {
+    "emergency_requested_at": EMERGENCY_REQUESTED_AT,
     "confirmed_at": CONFIRMED_AT,
     "staged_at": STAGED_AT,
     "published_at": PUBLISHED_AT,
@@ -84,11 +90,6 @@ def _time_or_none(text: str | None) -> datetime | None:
     return parse_time(text) if text else None
 
 
-def split_pem(pem: bytes) -> list[bytes]:
-    end = b"-----END CERTIFICATE-----"
-    return [part.strip() + b"\n" + end + b"\n" for part in pem.split(end) if part.strip()]
-
-
 def decode(secret: Mapping[str, Any]) -> Stored:
     meta = secret.get("metadata") or {}
     annotations = meta.get("annotations") or {}
@@ -106,17 +107,19 @@ def decode(secret: Mapping[str, Any]) -> Stored:
             info = ca_info(pem)
             by_fp[info.fingerprint] = info
             certs[info.fingerprint] = pem
-        previous = tuple(
-            Previous(
-                by_fp[p["fingerprint"]],
-                parse_time(p["swappedAt"]),
-                parse_time(p["retireAt"]) if p.get("retireAt") else None,
-            )
-            for p in json.loads(annotations.get(PREVIOUS, "[]"))
-            if p["fingerprint"] in by_fp
-        )
+        previous = _previous(by_fp, annotations.get(PREVIOUS))
         times = {f: _time_or_none(annotations.get(a)) for f, a in _TIMES.items()}
-        state = State(current=current, next=nxt, previous=previous, **times)
+        state = State(
+            current=current,
+            next=nxt,
+            previous=previous,
+            revoke=_fingerprints(annotations.get(REVOKE)),
+            revoked=_fingerprints(annotations.get(REVOKED)),
+            emergency=annotations.get(EMERGENCY) == "true",
+            **times,
+        )
+        if CURRENT_KEY not in data:
+            raise KeyError(f"{CURRENT_KEY} is missing")
         return Stored(
             state,
             str(meta.get("resourceVersion", "")),
@@ -129,6 +132,27 @@ def decode(secret: Mapping[str, Any]) -> Stored:
             f"secret {meta.get('namespace')}/{meta.get('name')}: cannot be read as a managed "
             f"CA ({type(err).__name__}: {str(err)[:80]})"
         ) from None
+
+
+def _previous(by_fp: Mapping[str, CaInfo], annotation: str | None) -> tuple[Previous, ...]:
+    """The previous roots in `previous.crt`, with their times from `ca-previous`. Fails
+    safe: a root without an entry (a hand edit) is kept with no retire time (scheduled
+    again like a swapped-out root) and its notBefore as its swap time; an entry without
+    a root is dropped (nothing to publish)."""
+    entries = {str(p["fingerprint"]): p for p in json.loads(annotation or "[]")}
+    out = []
+    for fp, info in by_fp.items():
+        entry = entries.get(fp)
+        if entry is None:
+            out.append(Previous(info, info.not_before, None))
+            continue
+        retire = parse_time(entry["retireAt"]) if entry.get("retireAt") else None
+        out.append(Previous(info, parse_time(entry["swappedAt"]), retire))
+    return tuple(out)
+
+
+def _fingerprints(text: str | None) -> frozenset[str]:
+    return frozenset(f for f in (text or "").split(",") if f)
 
 
 def encode(
@@ -159,6 +183,11 @@ def encode(
         value = getattr(state, attr)
         if value is not None:
             annotations[key] = format_time(value)
+    for key, fps in ((REVOKE, state.revoke), (REVOKED, state.revoked)):
+        if fps:
+            annotations[key] = ",".join(sorted(fps))
+    if state.emergency:
+        annotations[EMERGENCY] = "true"
     if state.previous:
         annotations[PREVIOUS] = json.dumps(
             [

@@ -43,7 +43,8 @@ from kube.events import ObjectRef
 from kube.times import format_time
 from kube.workqueue import RateLimitingQueue
 from managedca import decide as d
-from managedca.codec import Stored, StoreError, ca_info, decode, encode, split_pem
+from managedca.codec import Stored, StoreError, ca_info, decode, encode
+from managedca.layout import split_pem
 from managedca.material import anchors_of
 from managedca.report import (
     Liveness,
@@ -185,6 +186,7 @@ class ManagedCAController:
         monotonic: Callable[[], float] = time.monotonic,
         on_decision: Callable[[Mapping[str, Any] | None], object] | None = None,
         injector_report: str | None = None,
+        revoked: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -214,6 +216,7 @@ class ManagedCAController:
         self.decision: dict[str, Any] | None = None  # what `ca status` reads
         self.on_decision = on_decision
         self.injector_report = injector_report  # the convergence Lease's name, or None
+        self.revoked = revoked  # what this process has seen revoked (its material source)
         self._waiting: tuple[str, datetime] | None = None  # (reason, since)
         self.monotonic = monotonic
         self.liveness = Liveness(monotonic)
@@ -274,6 +277,7 @@ class ManagedCAController:
             published_cas=tuple(sorted(ca_info(p) for p in ca_pems.values())),
             published_for=self._published_for(stored.state if stored else None, published),
             injector=self._injector(),
+            revoked=self.revoked() | (stored.state.revoked if stored else frozenset()),
         )
         return Observed(stored, secret, observations, ca_pems)
 
@@ -438,10 +442,14 @@ class ManagedCAController:
         certs = dict(stored.certs)
         current_key, next_key = stored.current_key, stored.next_key
         made = None
-        if isinstance(action, d.Stage):
-            next_key, cert = self.make_ca(action.at)
+        if isinstance(action, d.Stage | d.Emergency):
+            key, cert = self.make_ca(action.at)
             made = ca_info(cert)
             certs[made.fingerprint] = cert
+            if isinstance(action, d.Emergency):
+                current_key, next_key = key, None
+            else:
+                next_key = key
         new = d.apply(state, action, made)
         assert new is not None
         if isinstance(action, d.Swap):
@@ -481,6 +489,13 @@ class ManagedCAController:
                 "ManagedCAStaged",
                 f"staged the next CA {new.next.fingerprint} (expires "
                 f"{format_time(new.next.not_after)}) {why}; publishing old + new",
+            )
+        if isinstance(action, d.Emergency):
+            return (
+                "ManagedCAEmergencyRotation",
+                f"revoked {', '.join(sorted(action.revoke))}: no longer signed with nor "
+                f"published; signing with the new CA {new.current.fingerprint} as soon as "
+                "the ClusterTrustBundle holds it",
             )
         if isinstance(action, d.MarkPublished):
             return (

@@ -101,6 +101,11 @@ class State:
     previous: tuple[Previous, ...] = ()  # newest first
     rotate_requested_at: datetime | None = None  # `ca rotate`, not yet acted on
     swapped_at: datetime | None = None  # the last swap
+    # `ca rotate --emergency`: roots to revoke, not yet acted on
+    emergency_requested_at: datetime | None = None
+    revoke: frozenset[str] = frozenset()
+    revoked: frozenset[str] = frozenset()  # never adopted or published again
+    emergency: bool = False  # the current CA was made in an emergency: no gates to sign
 
     @property
     def phase(self) -> str:
@@ -154,6 +159,7 @@ class Observations:
     # delay is also measured so: a successor whose clock runs ahead cannot cut it short.
     published_for: timedelta | None = None
     injector: InjectorView | None = None  # None: no convergence report exists
+    revoked: frozenset[str] = frozenset()  # what this replica has seen revoked
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,7 @@ class Bootstrap:
 
     at: datetime
     adopt: tuple[CaInfo, ...] = ()
+    revoked: frozenset[str] = frozenset()  # remembered by a replica: kept revoked
 
 
 @dataclass(frozen=True)
@@ -195,6 +202,16 @@ class Confirm:
 class Stage:
     at: datetime
     requested: bool  # by `ca rotate` (else the point of the CA's life was reached)
+
+
+@dataclass(frozen=True)
+class Emergency:
+    """`ca rotate --emergency`: sign with a new CA as soon as the bundle read back holds
+    it (no delay: the compromised root must stop at once), and drop `revoke` from the
+    state now, remembered as revoked."""
+
+    at: datetime
+    revoke: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -254,7 +271,9 @@ class Wait:
     why: str = field(default="", compare=False)
 
 
-Action = Bootstrap | Confirm | Stage | MarkPublished | Swap | ScheduleRetire | Retire | Wait
+Action = (
+    Bootstrap | Confirm | Emergency | Stage | MarkPublished | Swap | ScheduleRetire | Retire | Wait
+)
 
 
 def rotation_due(current: CaInfo, config: Config) -> datetime:
@@ -268,9 +287,12 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
         # anything was published means consumers hold a bundle without the new CA, so
         # it must be staged like a swap (the property model found a re-bootstrap after
         # the old root expired signing at once).
-        return Bootstrap(now, tuple(sorted(obs.published_cas)))
+        adopt = tuple(sorted(c for c in obs.published_cas if c.fingerprint not in obs.revoked))
+        return Bootstrap(now, adopt, obs.revoked)
+    if state.emergency_requested_at is not None:
+        return Emergency(now, state.revoke or frozenset({state.current.fingerprint}))
     if state.confirmed_at is None:
-        if not state.previous:  # a first CA: no consumer trusts anything yet
+        if not state.previous or state.emergency:  # a first CA, or a compromised one
             if state.current.fingerprint in obs.published:
                 return Confirm(now)
             return Wait(
@@ -461,11 +483,15 @@ def apply(state: State | None, action: Action, made: CaInfo | None = None) -> St
             for ca in action.adopt
             if ca.fingerprint != made.fingerprint
         )
-        return State(current=made, previous=previous)
+        return State(current=made, previous=previous, revoked=action.revoked)
     if isinstance(action, Wait):
         return state
     if state is None:
         raise ValueError(f"{type(action).__name__} needs a state")
+    if isinstance(action, Emergency):
+        if made is None:
+            raise ValueError("an emergency rotation needs the CA made for it")
+        return emergency(state, made, action)
     if isinstance(action, Confirm):
         return confirmed(state, action.at)
     if isinstance(action, Stage):
@@ -536,6 +562,24 @@ def retire_scheduled(state: State, retire_at: datetime) -> State:
 def retired(state: State, fingerprints: frozenset[str]) -> State:
     return replace(
         state, previous=tuple(p for p in state.previous if p.ca.fingerprint not in fingerprints)
+    )
+
+
+def emergency(state: State, made: CaInfo, action: Emergency) -> State:
+    """`made` signs from its confirmation on, with no gate but the read-back; the revoked
+    roots (and a staged CA, whose key sat beside the compromised one) leave the state;
+    the other roots stay until their leaves expire."""
+    kept = (
+        [Previous(state.current, action.at, None)]
+        if state.current.fingerprint not in (action.revoke)
+        else []
+    )
+    kept += [p for p in state.previous if p.ca.fingerprint not in action.revoke]
+    return State(
+        current=made,
+        previous=tuple(kept),
+        revoked=state.revoked | action.revoke,
+        emergency=True,
     )
 
 

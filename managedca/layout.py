@@ -23,6 +23,13 @@ NEXT_CERT = "next.crt"
 PREVIOUS_CERTS = "previous.crt"
 ANNOTATION_PREFIX = "service-serving-signer/"
 CONFIRMED_AT = ANNOTATION_PREFIX + "ca-confirmed-at"
+REVOKED = ANNOTATION_PREFIX + "ca-revoked"  # fingerprints, comma-separated
+
+
+def split_pem(pem: bytes) -> list[bytes]:
+    """Each certificate of a PEM bundle, as its own PEM."""
+    end = b"-----END CERTIFICATE-----"
+    return [part.strip() + b"\n" + end + b"\n" for part in pem.split(end) if part.strip()]
 
 
 def secret_data(secret: Mapping[str, Any]) -> dict[str, bytes]:

@@ -77,6 +77,9 @@ from managedca.layout import (
     PREVIOUS_CERTS as PREVIOUS_CERTS,
 )
 from managedca.layout import (
+    REVOKED as REVOKED,
+)
+from managedca.layout import (
     bundle_pem as bundle_pem,
 )
 from managedca.layout import (
@@ -84,6 +87,9 @@ from managedca.layout import (
 )
 from managedca.layout import (
     secret_data as secret_data,
+)
+from managedca.layout import (
+    split_pem,
 )
 from trust.bundle import BundleError, TrustBundle
 from trust.material import (
@@ -167,6 +173,7 @@ class ApiMaterialSource:
         self._digests: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         self._ready: tuple[str, tuple[str, ...]] | None = None  # (fingerprint, digest)
         self._rejected: dict[str, str] = {}  # unit -> why, while rejected
+        self._revoked: set[str] = set()  # every root any Secret seen revoked
         self._change_listeners: list[Callable[[], object]] = []
         self._has_bundle = threading.Event()
         self._has_signing_set = threading.Event()
@@ -239,6 +246,11 @@ class ApiMaterialSource:
             pass
         return self._has_signing_set.is_set()
 
+    def revoked(self) -> frozenset[str]:
+        """Roots revoked by `ca rotate --emergency` in any Secret this process has seen:
+        never published or signed with again, and never adopted by a bootstrap here."""
+        return frozenset(self._revoked)
+
     def loaded(self) -> Loaded:
         """What this replica has loaded: the fingerprints of the bundle's anchors, the
         signing certificate's (None before a CA is confirmed), and the staged CA's once it
@@ -278,7 +290,10 @@ class ApiMaterialSource:
         data = secret_data(secret)
         annotations = (secret.get("metadata") or {}).get("annotations") or {}
         confirmed = CONFIRMED_AT in annotations
-        raw_bundle = bundle_pem(data)
+        self._revoked |= {f for f in str(annotations.get(REVOKED, "")).split(",") if f}
+        raw_bundle = b"".join(
+            pem for pem in split_pem(bundle_pem(data)) if fingerprint(pem)[0] not in self._revoked
+        )
         files = MaterialFiles(data.get(CURRENT_KEY, b""), data.get(CURRENT_CERT, b""), raw_bundle)
         bundle_digest = (files.digest[2],)
         signing_digest = files.digest if confirmed and self.signing else ()
@@ -308,6 +323,18 @@ class ApiMaterialSource:
                 self._digests = (self._digests[0], signing_digest)
                 self._has_signing_set.set()
                 swapped_set = True
+        if self._material is not None and self._material.signing_fingerprint in self._revoked:
+            # `ca rotate --emergency`: nothing more is signed with it, from this instant.
+            with self._lock:
+                self._material = None
+            self._digests = (self._digests[0], ())
+            self._has_signing_set.clear()
+            log.warning(
+                "managed CA: the signing CA was revoked; signing stops until the new CA is "
+                "published",
+                extra={"secret": f"{self.namespace}/{self.name}"},
+            )
+            swapped_set = True
         ready = self._validate_next(data, raw_bundle, rejected, confirmed)
         changed_ready = ready != self._ready
         if changed_ready:

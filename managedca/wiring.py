@@ -46,7 +46,8 @@ class Settings:
 
 def make_ca_of(settings: Settings) -> Callable[[datetime], tuple[bytes, bytes]]:
     """A new root for the managed CA with a subject of its own (`trust.ca`'s unique name:
-    old and new are told apart by name as well during a rotation)."""
+    old and new are told apart by name as well during a rotation), `pathLenConstraint:
+    0`: a leaf it signs cannot sign."""
     from trust.ca import cert_pem, generate_ca, key_pem, unique_common_name
 
     def make(now: datetime) -> tuple[bytes, bytes]:
@@ -55,6 +56,7 @@ def make_ca_of(settings: Settings) -> Callable[[datetime], tuple[bytes, bytes]]:
             key_type=settings.key_type,  # type: ignore[arg-type]
             not_before=now - timedelta(minutes=5),
             validity=settings.config.ca_lifetime,
+            path_length=0,  # it signs leaves only: no CA can be made under it
         )
         return key_pem(ca.key), cert_pem(ca.cert)
 
@@ -108,6 +110,7 @@ def wire(
         registry=registry,
         on_written=source.apply,
         injector_report=settings.injector_report,
+        revoked=source.revoked,
     )
     reporter = LoadedReporter(
         client,

@@ -290,6 +290,16 @@ def _managed_ca(ctx: BuildContext) -> Controller:
     )
     ctx.warmers.append(reporter.run)
     log.info("managed CA configured", extra={"secret": ctx.opts.managed_ca_secret_name})
+    if "publisher" not in ctx.opts.controllers:
+        # Allowed (a split Deployment may run the publisher elsewhere, on the same Lease
+        # or not), but on its own it can never confirm or rotate a CA: say so loudly.
+        log.warning(
+            "managed CA without the publisher in this process: nothing publishes the CA, so "
+            "no CA is confirmed and no rotation can complete unless a process running the "
+            "publisher (the default --controllers) shares this CA Secret; note that "
+            f"--controllers also chose the leader Lease {ctx.opts.leader_elect_resource_name!r}",
+            extra={"controllers": ",".join(sorted(ctx.opts.controllers))},
+        )
     return controller
 
 

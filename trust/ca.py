@@ -59,9 +59,11 @@ def generate_ca(
     validity: dt.timedelta = DEFAULT_VALIDITY,
     key: PrivateKey | None = None,
     organization: str | None = None,
+    path_length: int | None = None,
 ) -> CertificateAuthority:
     """A self-signed root CA, or (with `parent`) an intermediate CA issued by `parent`.
-    The subject is `CN=common_name`, with `O=organization` when given."""
+    The subject is `CN=common_name`, with `O=organization` when given; `path_length`
+    is basicConstraints' pathLenConstraint (0: it signs leaves only)."""
     key = key if key is not None else generate_key(key_type)
     start = (not_before or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)).replace(microsecond=0)
     attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
@@ -78,7 +80,7 @@ def generate_ca(
         .serial_number(secrets.randbits(127) | 1)
         .not_valid_before(start)
         .not_valid_after(start + validity)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,

@@ -5,6 +5,7 @@ resuming there, and retire driven by the persisted timestamps."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import threading
@@ -132,7 +133,7 @@ class Managed:
 
 
 def _all_ca_pems(secret: dict[str, Any]) -> list[bytes]:
-    from managedca.codec import split_pem
+    from managedca.layout import split_pem
     from managedca.material import bundle_pem, secret_data
 
     return split_pem(bundle_pem(secret_data(secret)))
@@ -308,6 +309,9 @@ def test_a_leader_killed_in_each_phase_is_resumed_there_by_its_successor(
     a = managed.start("a", "--controllers=signer")
     assert eventually(lambda: managed.phase() == "Bootstrapping", 30)
     first = managed.ca()
+    assert any("managed CA without the publisher" in line for line in a.log_lines()), (
+        "a process that can never confirm a CA says so"
+    )
     time.sleep(1)
     a.kill()
     b = managed.start("b")
@@ -505,3 +509,55 @@ def test_the_swap_waits_for_the_injector_and_ca_status_says_so(
         injector.renewing = True
         assert eventually(lambda: managed.phase() == "Retiring", 40), _status(managed)
         assert managed.issue(kubelet, "after") == new
+
+
+def test_an_emergency_rotation_removes_the_compromised_root_everywhere_at_once(
+    managed: Managed, kubelet: Kubelet
+) -> None:
+    """`ca rotate --emergency`: the compromised root leaves the bundle and the injected
+    webhook caBundle as soon as the new CA is published, no leaf issued after the request
+    chains to it, and a deleted Secret does not bring it back (the replicas remember)."""
+    from tests.integration.injector_harness import (
+        VWC_PATH,
+        RunningInjector,
+        ca_bundles,
+        delete_quietly,
+        validating_webhook,
+    )
+
+    kubelet.create_service("web", managed.namespace, selector={"app": "web"})
+    managed.start("a", "--managed-ca-wait-for-injector=false")
+    managed.start("b", "--managed-ca-wait-for-injector=false")
+    assert eventually(lambda: managed.phase() == "Stable", 30)
+    compromised = managed.ca()
+    assert managed.issue(kubelet, "before") == compromised
+    selector = json.dumps({"signerName": managed.signer_name, "labelSelector": {}})
+    name = f"vwc-{uuid.uuid4().hex[:8]}"
+    managed.client.create(VWC_PATH, validating_webhook(name, managed.namespace, "hook", selector))
+
+    def injected() -> set[str]:
+        vwc = managed.client.get(f"{VWC_PATH}/{name}")
+        return {fp for b in ca_bundles(vwc) for fp in anchors_of(base64.b64decode(b).decode())}
+
+    try:
+        with RunningInjector(managed.client):
+            assert eventually(lambda: injected() == {compromised}, 30)
+            asked = managed.ca_cli("rotate", "--emergency")
+            assert asked.returncode == 0, asked.stderr
+            assert eventually(lambda: compromised not in managed.published(), 30)
+            new = managed.ca()
+            assert new != compromised and managed.published() == {new}
+            assert eventually(lambda: injected() == {new}, 30), injected()
+            leaves = [managed.issue(kubelet, f"after-{i}") for i in range(3)]
+            assert leaves == [new] * 3, "no new leaf chains to the compromised root"
+
+            managed.client.delete(managed.secret_path)  # start over: it stays revoked
+            assert eventually(lambda: managed.ca() != new if managed.secret() else False, 30)
+            assert eventually(lambda: managed.phase() in ("Retiring", "Stable"), 30)
+            assert compromised not in managed.published()
+            assert compromised not in (managed.annotations().get(PREVIOUS) or "")
+            assert compromised in managed.annotations()["service-serving-signer/ca-revoked"]
+    finally:
+        delete_quietly(managed.client, VWC_PATH, name)
+    events = managed.client.get(f"/apis/events.k8s.io/v1/namespaces/{managed.namespace}/events")
+    assert "ManagedCAEmergencyRotation" in {e["reason"] for e in events["items"]}

@@ -94,3 +94,55 @@ def test_an_older_secret_does_not_undo_a_newer_one() -> None:
     source.apply(_secret(staged, B_KEY, rv="10"))
     source.apply(_secret(d.State(current=ca_info(A), confirmed_at=NOW), rv="9"))
     assert sorted(source.loaded().anchors) == sorted(fingerprint(A + B))
+
+
+def test_a_previous_root_without_its_annotation_entry_is_kept_not_dropped() -> None:
+    """A human edit of `ca-previous`: the root stays (retire time unset: scheduled again
+    once every replica signs with the current CA), so the next write cannot delete it."""
+    state = d.State(
+        current=ca_info(A),
+        confirmed_at=NOW,
+        previous=(d.Previous(ca_info(C), NOW - timedelta(days=1), NOW + timedelta(hours=2)),),
+    )
+    secret = _secret(state)
+    del secret["metadata"]["annotations"]["service-serving-signer/ca-previous"]
+    stored = decode(secret)
+    assert [p.ca for p in stored.state.previous] == [ca_info(C)]
+    assert stored.state.previous[0].retire_at is None
+
+
+def test_a_secret_without_ca_key_is_a_store_error_not_an_assert() -> None:
+    secret = _secret(d.State(current=ca_info(A), confirmed_at=NOW))
+    del secret["data"]["ca.key"]
+    with pytest.raises(StoreError, match=r"ca\.key"):
+        decode(secret)
+
+
+def test_an_emergency_and_the_revoked_roots_round_trip() -> None:
+    state = d.State(
+        current=ca_info(B),
+        previous=(d.Previous(ca_info(C), NOW, None),),
+        revoked=frozenset({ca_info(A).fingerprint}),
+        emergency=True,
+    )
+    assert decode(_secret(state)).state == state
+    asked = d.State(
+        current=ca_info(A),
+        confirmed_at=NOW,
+        emergency_requested_at=NOW,
+        revoke=frozenset({ca_info(A).fingerprint}),
+    )
+    assert decode(_secret(asked)).state == asked
+
+
+def test_a_managed_root_signs_leaves_only() -> None:
+    from cryptography import x509
+
+    from managedca.wiring import Settings, make_ca_of
+
+    settings = Settings("ns", "ca", "example.com/x", "ECDSAP256", "cluster.local", d.Config())
+    _key, cert = make_ca_of(settings)(NOW)
+    constraints = x509.load_pem_x509_certificate(cert).extensions.get_extension_for_class(
+        x509.BasicConstraints
+    )
+    assert constraints.value.ca and constraints.value.path_length == 0

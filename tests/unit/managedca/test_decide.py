@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,6 +12,7 @@ from managedca.decide import (
     CaInfo,
     Config,
     Confirm,
+    Emergency,
     InjectorView,
     MarkPublished,
     Observations,
@@ -22,6 +24,7 @@ from managedca.decide import (
     State,
     Swap,
     Wait,
+    apply,
     decide,
     marked_published,
     retire_scheduled,
@@ -370,3 +373,39 @@ def test_swap_makes_the_old_current_a_previous_root_until_retire_time() -> None:
     assert SWAPPED.previous == (Previous(A, T0 + 3 * DAY, T0 + 4 * DAY + H),)
     assert SWAPPED.phase == "Retiring"
     assert [a.fingerprint for a in SWAPPED.anchors()] == ["bb", "aa"]
+
+
+EMERGENCY = replace(SWAPPED, emergency_requested_at=T0 + 5 * DAY, revoke=frozenset({"bb"}))
+
+
+def test_an_emergency_rotation_stops_signing_with_the_compromised_root_at_once() -> None:
+    """`ca rotate --emergency`: a new CA is made at once (before any other step), the
+    compromised root leaves the state and is remembered as revoked."""
+    now = T0 + 5 * DAY
+    action = decide(EMERGENCY, obs("aa", "bb"), now, CFG)
+    assert action == Emergency(now, frozenset({"bb"}))
+    new = apply(EMERGENCY, action, CaInfo("dd", now, now + 100 * DAY))
+    assert new is not None
+    assert new.current.fingerprint == "dd" and new.confirmed_at is None and new.emergency
+    assert "bb" not in {a.fingerprint for a in new.anchors()}
+    assert [p.ca.fingerprint for p in new.previous] == ["aa"], "other roots stay"
+    assert new.revoked == frozenset({"bb"}) and new.emergency_requested_at is None
+
+
+def test_after_an_emergency_the_new_ca_signs_as_soon_as_it_is_published() -> None:
+    now = T0 + 5 * DAY
+    new = apply(EMERGENCY, Emergency(now, frozenset({"bb"})), CaInfo("dd", now, now + 100 * DAY))
+    assert new is not None
+    assert decide(new, obs("aa"), now, CFG) == Wait(None, "bundle-not-published")
+    assert decide(new, obs("aa", "dd"), now, CFG) == Confirm(now)
+
+
+def test_a_bootstrap_never_adopts_a_revoked_root() -> None:
+    """A deleted Secret after an emergency: a replica still publishing the compromised
+    root from memory must not get it adopted."""
+    published = (A, B)
+    seen = Observations(frozenset({"aa", "bb"}), published_cas=published, revoked=frozenset({"bb"}))
+    action = decide(None, seen, T0, CFG)
+    assert action == Bootstrap(T0, (A,), frozenset({"bb"}))
+    state = apply(None, action, CaInfo("dd", T0, T0 + DAY))
+    assert state is not None and state.revoked == frozenset({"bb"})

@@ -202,3 +202,28 @@ def test_the_injectors_report_converges_an_anchor_every_selecting_object_holds()
     lease["metadata"]["annotations"][CONVERGENCE] = "{not json"
     lease["spec"]["renewTime"] = "2026-01-01T00:01:00.000000Z"
     assert injector_view(lease, liveness) == d.InjectorView(True, frozenset())
+
+
+def _body(state: d.State, key: bytes, rv: str) -> dict[str, Any]:
+    body = encode("ns", "ca", state, CERTS, key, None)
+    body["metadata"]["resourceVersion"] = rv
+    return body
+
+
+def test_an_emergency_stops_signing_with_the_revoked_root_at_once_and_remembers_it() -> None:
+    source, _ = _source(Clock(NOW))
+    source.apply(_body(d.State(current=ca_info(A), confirmed_at=NOW), A_KEY, "1"))
+    assert source.loaded().signing == A_FP
+    revoked = d.State(current=ca_info(B), revoked=frozenset({A_FP}), emergency=True)
+    source.apply(_body(revoked, B_KEY, "2"))
+    assert source.loaded().signing is None and not source.has_signing_set()
+    assert A_FP not in source.loaded().anchors
+    # The Secret deleted and made again by a leader that never saw the revocation: this
+    # replica still never publishes or signs with the revoked root.
+    again = d.State(
+        current=ca_info(B), confirmed_at=NOW, previous=(d.Previous(ca_info(A), NOW, None),)
+    )
+    source.apply(_body(again, B_KEY, "3"))
+    assert A_FP not in source.loaded().anchors
+    assert source.loaded().signing == B_FP
+    assert source.revoked() == frozenset({A_FP})

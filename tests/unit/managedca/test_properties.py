@@ -15,6 +15,8 @@ The model:
   swaps in a CA it cannot validate leaves it signing with the CA it had (and, like the
   product, it retries on every later delivery). It reports what it has loaded, signs
   with, and is ready to sign with; the leader judges liveness itself.
+- The injector copies the published bundle into its targets when it runs (it can stop
+  for as long as it likes) and reports what they hold.
 - The leader publishes its replica's bundle; kubelet projections hold what was published
   up to `KUBELET_LAG` (6.5 min) ago: a root counts as held by every consumer once it
   has been published continuously for that long, or if it was published before any
@@ -26,8 +28,8 @@ The model:
 
 Invariants checked after every step:
 
-- a leaf is signed only by a root every consumer holds (published, and for the
-  projection lag unless it was in the first bundle);
+- a leaf is signed only by a root every consumer holds (published for the projection
+  lag, and in the injected targets; unless published before any leaf existed);
 - every leaf still valid (by its notAfter, which the signing replica's clock wrote)
   chains to a published root;
 - the persisted next CA never changes to another one (only a swap consumes it);
@@ -49,6 +51,7 @@ from managedca.decide import (
     Bootstrap,
     CaInfo,
     Config,
+    InjectorView,
     Observations,
     Report,
     Stage,
@@ -100,6 +103,10 @@ class World:
     published_since: dict[str, datetime] = field(default_factory=dict)
     setup: set[str] = field(default_factory=set)  # published before any leaf was signed
     leader_seen: tuple[frozenset[str], datetime] | None = None  # leader's monotonic clock
+    # The injector: its targets hold the bundle it last saw (it may stop, and lag); its
+    # report says what they hold, and is live while it runs.
+    injector_alive: bool = True
+    injected: frozenset[str] = frozenset()
     corrupt: set[str] = field(default_factory=set)  # CAs whose key in the Secret is bad
     leaves: list[tuple[str, datetime]] = field(default_factory=list)
     stashed: list[tuple[int, object, CaInfo | None]] = field(default_factory=list)
@@ -156,7 +163,8 @@ class World:
                 self.leader_seen = None
                 published_for = timedelta(0)
         cas = tuple(sorted(self.cas[fp] for fp in self.published))
-        obs = Observations(self.published, reports, cas, published_for)
+        injector = InjectorView(self.injector_alive, self.injected)
+        obs = Observations(self.published, reports, cas, published_for, injector)
         action = decide(state, obs, now, CFG)
         made = self.new_ca(now) if isinstance(action, Bootstrap | Stage) else None
         return (-1 if isinstance(action, Bootstrap) else self.rv), action, made
@@ -214,8 +222,14 @@ class World:
             self.published_since.pop(fp, None)
         self.published = anchors
 
+    def inject(self) -> None:
+        if self.injector_alive:
+            self.injected = self.published
+
     def held_by_consumers(self, fp: str) -> bool:
         if fp not in self.published:
+            return False
+        if fp not in self.injected and fp not in self.setup:
             return False
         if fp in self.setup:
             return True
@@ -261,11 +275,19 @@ STEPS = st.one_of(
     st.tuples(st.just("delete"), st.just(0)),
     st.tuples(st.just("corrupt"), st.just(0)),
     st.tuples(st.just("mend"), st.just(0)),
+    st.tuples(st.just("inject"), st.just(0)),
+    st.tuples(st.just("injector"), st.integers(0, 1)),  # 0: stops, 1: starts
     # A healthy stretch (act, publish, every view delivered), so that random runs reach
     # the late phases and the faults land in them.
     st.tuples(st.just("round"), st.integers(1, 4)),
 )
-ROUND = [("act", 0), ("publish", 0), *(("deliver", i) for i in range(REPLICAS)), ("sign", 0)]
+ROUND = [
+    ("act", 0),
+    ("publish", 0),
+    ("inject", 0),
+    *(("deliver", i) for i in range(REPLICAS)),
+    ("sign", 0),
+]
 
 
 Step = tuple[str, int] | tuple[str, int, int]
@@ -330,6 +352,10 @@ def run(steps: list[Step]) -> World:
             w.corrupt.add(w.state.next.fingerprint)
         elif op == "mend":
             w.corrupt.clear()
+        elif op == "inject":
+            w.inject()
+        elif op == "injector":
+            w.injector_alive = bool(arg)
         w.catch_up()
         w.check()
     return w
@@ -460,6 +486,16 @@ SCENARIOS: dict[str, list[Step]] = {
         ("sign", 1),
         ("tick", 3300),
         ("round", 2),
+    ],
+    # Without the injector gate, the swap happens while the injector is stopped and its
+    # targets (webhook caBundles, ConfigMaps) hold only the old root.
+    "swap waits for the injected targets": [
+        *ROTATE_STAGED,
+        ("injector", 0),
+        ("round", 1),
+        ("tick", 480),
+        ("round", 2),
+        ("sign", 0),
     ],
     # Without the adopting bootstrap's stage, the CA made after the Secret was deleted
     # signs before kubelet projections hold it.
