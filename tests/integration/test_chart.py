@@ -41,6 +41,7 @@ ALL_OPTIONS = [
     "bundleReaders.enabled=true",
     "injector.enabled=true",
     "injector.distribution.enabled=true",
+    "injector.admissionPolicy.enabled=true",
 ]
 
 # What the chart renders with every option on: each kind the tests apply (their API paths
@@ -168,6 +169,7 @@ def test_helm_template_with_every_option_equals_config_with_every_component(
             "bundle-readers",
             "injector",
             "injector-distribution",
+            "injector-admission-policy",
         )
     )
     assert {o["kind"] for o in config} >= {"NetworkPolicy", "ConfigMap", "PrometheusRule"}
