@@ -145,6 +145,7 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "service_serving_ca_controller_material_info",
         "cabundle_injector_sync_total",
         "cabundle_injector_anchor_expiry_seconds",
+        "cabundle_injector_objects",
     ]:
         assert metric in named, metric
     assert CHART_COPY.read_text() == DASHBOARD.read_text()
