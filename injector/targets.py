@@ -235,6 +235,7 @@ CRD_LEAF = ("f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle
 
 
 def injected_of(meta: Mapping[str, Any]) -> str:
+    """`INJECTED_ANNOTATION` as a record keeps it ("" when absent or too long)."""
     value = (meta.get("annotations") or {}).get(INJECTED_ANNOTATION)
     return value if isinstance(value, str) and len(value) <= MAX_INJECTED else ""
 
