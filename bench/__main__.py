@@ -28,11 +28,11 @@ from typing import Any
 
 from bench.drains import drains
 from bench.harness import KeyPool, parallel, pcr_bodies, populate
-from bench.keytypes import keytypes
+from bench.keytypes import keytypes, keytypes_e2e
 from bench.scale import CHURN_RATE as CHURN_OFFERED
 from bench.scale import THROUGHPUT_ROUNDS, scale
 from bench.scenarios import OWN_CONTROL_PLANE, SCENARIOS, Context, Result
-from controlplane import ControlPlane
+from controlplane import ControlPlane, binaries
 from kube.client import Client
 
 ORDER = ("keytypes", "burst", "peer", "ceiling", "steady", "wakeup", "memory")
@@ -57,6 +57,14 @@ def _warm_up(client: Client, keys: KeyPool) -> None:
     bodies = pcr_bodies(pop, keys, 300, signer_name="bench.example.com/warm-up")
     path = f"/apis/certificates.k8s.io/v1/namespaces/{pop.namespace}/podcertificaterequests"
     parallel(lambda i: client.create(path, bodies[i]), len(bodies))
+
+
+def _emit(result: Result, json_file: Path | None) -> None:
+    line = json.dumps(result, sort_keys=False)
+    print(line, flush=True)
+    if json_file:
+        with json_file.open("a") as f:
+            f.write(line + "\n")
 
 
 def _fmt(value: Any, spec: str = "") -> str:
@@ -121,6 +129,16 @@ def table(results: list[Result]) -> str:
                 f"status patch {e['status_patch_bytes']} B"
             )
         lines.append(f"  CPU ML-DSA-65/P-256: {k['mldsa65_over_p256']}")
+    if "keytypes_e2e" in by:
+        e = by["keytypes_e2e"]
+        lines.append(f"key types end to end on {e['version']} (drains of {e['n']}, median):")
+        for key_type in ("ECDSAP256", "MLDSA65"):
+            r = e[key_type]
+            lines.append(
+                f"  {key_type:10} {r['cpu_s_per_1000']:>6} CPU s/1k  {r['per_second']:>7}/s  "
+                f"issued {r['issued']}"
+            )
+        lines.append(f"  CPU ML-DSA-65/P-256: {e['mldsa65_over_p256']}")
     if "drains" in by:
         d = by["drains"]
         lines.append(f"drains of {d['n']} (median of {len(d['runs']) // 4} rounds):")
@@ -211,11 +229,30 @@ def main(argv: list[str] | None = None) -> int:
                 rounds = args.rounds or DEFAULT_ROUNDS[name]
                 result = keytypes(args.n, rounds)
                 results.append(result)
-                line = json.dumps(result, sort_keys=False)
-                print(line, flush=True)
-                if args.json:
-                    with args.json.open("a") as f:
-                        f.write(line + "\n")
+                _emit(result, args.json)
+                # End to end on 1.38 (1.37 refuses ML-DSA requests): its own plane.
+                next_plane = ControlPlane.start(version=binaries.NEXT_VERSION)
+                try:
+                    ctx = Context(
+                        next_plane,
+                        next_plane.client(qps=0),
+                        keys,
+                        workdir,
+                        args.n,
+                        args.workers,
+                        quick,
+                        rounds=rounds,
+                    )
+                    _log(f"scenario keytypes_e2e on {binaries.NEXT_VERSION} (n={args.n})")
+                    e2e = keytypes_e2e(ctx)
+                except Exception:
+                    failed = True
+                    traceback.print_exc()
+                    e2e = {"scenario": "keytypes_e2e", "error": traceback.format_exc(limit=1)}
+                finally:
+                    next_plane.stop()
+                results.append(e2e)
+                _emit(e2e, args.json)
                 continue
             own = name in OWN
             if own:
