@@ -36,8 +36,8 @@ from controlplane import ControlPlane, binaries
 from kube.client import Client
 
 ORDER = ("keytypes", "burst", "peer", "ceiling", "steady", "wakeup", "memory")
-# In process, no control plane: the signer's own CPU per request by key type (1.37, the
-# plane the others use, refuses ML-DSA requests).
+# Not on the shared 1.37 plane, which refuses ML-DSA requests: the signer's CPU per
+# request by key type in process, then end to end on a 1.38 plane of its own.
 NO_PLANE = {"keytypes"}
 # Asked for by name only: `scale` builds a 150,000-Pod cluster; `drains` repeats backlog
 # drains of every signer to compare CPU per certificate.
