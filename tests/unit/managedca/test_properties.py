@@ -106,6 +106,7 @@ class World:
     # The injector: its targets hold the bundle it last saw (it may stop, and lag); its
     # report says what they hold, and is live while it runs.
     injector_alive: bool = True
+    blind: bool = False  # the leader reads no report (the reports cannot be written)
     injected: frozenset[str] = frozenset()
     corrupt: set[str] = field(default_factory=set)  # CAs whose key in the Secret is bad
     leaves: list[tuple[str, datetime]] = field(default_factory=list)
@@ -149,7 +150,7 @@ class World:
                 ready=r.ready,
             )
             for i, r in enumerate(self.replicas)
-            if r.alive
+            if r.alive and not self.blind
         )
         state = self.state
         published_for = None
@@ -276,6 +277,7 @@ STEPS = st.one_of(
     st.tuples(st.just("corrupt"), st.just(0)),
     st.tuples(st.just("mend"), st.just(0)),
     st.tuples(st.just("inject"), st.just(0)),
+    st.tuples(st.just("blind"), st.integers(0, 1)),
     st.tuples(st.just("injector"), st.integers(0, 1)),  # 0: stops, 1: starts
     # A healthy stretch (act, publish, every view delivered), so that random runs reach
     # the late phases and the faults land in them.
@@ -348,12 +350,15 @@ def run(steps: list[Step]) -> World:
             w.write(w.rv, rotate_requested(w.state, w.clock(0)))
         elif op == "delete" and w.state is not None:
             w.write(w.rv, None)
-        elif op == "corrupt" and w.state is not None and w.state.next is not None:
-            w.corrupt.add(w.state.next.fingerprint)
+        elif op == "corrupt" and w.state is not None:
+            # next.key while staged, else ca.key (after a swap, before a replica read it)
+            w.corrupt.add((w.state.next or w.state.current).fingerprint)
         elif op == "mend":
             w.corrupt.clear()
         elif op == "inject":
             w.inject()
+        elif op == "blind":
+            w.blind = bool(arg)
         elif op == "injector":
             w.injector_alive = bool(arg)
         w.catch_up()
@@ -385,117 +390,80 @@ ROTATE_STAGED: list[Step] = [("round", 3), ("rotate", 0), ("act", 0)]  # ca rota
 
 
 SCENARIOS: dict[str, list[Step]] = {
-    # Without the replica gate, the swap happens while r1 still holds the state from
-    # before the stage; r1 then leads and publishes a bundle without the new CA.
-    "swap waits for a replica behind": [
-        *ROTATE_STAGED,
-        ("deliver", 0),
-        ("publish", 0),
-        ("act", 0),
-        ("tick", 480),
-        ("act", 0),
-        ("act", 0),
-        ("elect", 1),
-        ("publish", 0),
-        ("deliver", 0),
-        ("sign", 0),
-    ],
-    # Without the read-back gate, the swap happens though nothing published the next CA.
-    "swap waits for the bundle read back": [
-        *ROTATE_STAGED,
-        ("deliver", 0),
-        ("deliver", 1),
-        ("deliver", 2),
-        ("act", 0),
-        ("tick", 480),
-        ("act", 0),
-        ("deliver", 0),
-        ("sign", 0),
-    ],
-    # Without the propagation delay, the new CA signs while kubelet projections still
-    # hold the bundle from before it was published.
-    "swap waits for the propagation delay": [
-        *ROTATE_STAGED,
-        ("round", 1),
-        ("tick", 60),
-        ("round", 1),
-        ("sign", 0),
-    ],
-    # Without the monotonic measure of the delay, a successor whose clock runs 15 min
+    # Without the propagation delay (read back + waited, on either clock), the new CA
+    # signs while kubelet projections still hold the bundle from before it.
+    "swap waits for the propagation delay": [*ROTATE_STAGED, ("round", 5)],
+    # Without the leader's own monotonic measure, a successor whose clock runs 15 min
     # ahead reads the recorded end as passed and swaps at once.
     "a successor with a fast clock waits the delay again": [
         *ROTATE_STAGED,
-        ("round", 1),
+        ("round", 3),
         ("skew", 1, 900),
         ("elect", 1),
-        ("tick", 60),
-        ("round", 1),
-        ("sign", 0),
+        ("round", 3),
     ],
-    # Without the ready gate, the swap happens while r2 (clock 15 min behind) cannot
-    # validate the next CA (made by a leader 15 min ahead): r2 is stranded on the old root.
+    # Without the ready gate, the swap happens while r1 and r2 (clocks behind) cannot
+    # validate the next CA made by a leader 15 min ahead: they are stranded.
     "swap waits for every replica to be ready to sign": [
         ("skew", 0, 900),
         ("skew", 2, -900),
         *ROTATE_STAGED,
-        ("round", 1),
+        ("round", 4),
         ("tick", 480),
         ("round", 2),
         ("tick", 540),
-        ("deliver", 2),
-    ],
-    # Without the ready gate, the swap happens with a corrupted next key: every replica
-    # keeps the old root.
-    "swap waits for a next key that validates": [
-        *ROTATE_STAGED,
-        ("corrupt", 0),
         ("round", 1),
-        ("tick", 480),
-        ("round", 2),
-        ("mend", 0),
-        ("tick", 540),
-        ("deliver", 2),
     ],
-    # Without the signing gate, the retire clock starts while r2 still signs with the old
-    # root (its clock is behind the new CA's notBefore), and the old root is retired
-    # under its fresh leaves.
-    "the retire clock waits for every replica to sign with the new CA": [
-        ("skew", 0, 900),
+    # Without the no-report gate, a leader that reads no report swaps while r1 has not
+    # loaded the next CA; r1 then leads and publishes a bundle without it.
+    "swap waits for at least one report": [
         *ROTATE_STAGED,
-        ("round", 1),
-        ("tick", 480),
-        ("round", 2),
-        ("skew", 2, -900),
-        ("round", 2),
-        ("tick", 3000),
-        ("round", 1),
-        ("sign", 2),
-        ("skew", 2, 0),
-        ("tick", 3000),
-        ("round", 2),
-    ],
-    # Without the margin, the old root is retired while r1, whose watch was behind,
-    # signed with it a few minutes after the swap.
-    "retire waits for the margin": [
-        *ROTATE_STAGED,
-        ("round", 3),
-        ("tick", 480),
+        ("blind", 1),
+        ("deliver", 0),
+        ("publish", 0),
+        ("inject", 0),
+        ("act", 0),
+        ("tick", 420),
         ("act", 0),
         ("deliver", 0),
-        ("tick", 300),
-        ("sign", 1),
-        ("tick", 3300),
-        ("round", 2),
+        ("sign", 0),
+        ("elect", 1),
+        ("publish", 0),
     ],
     # Without the injector gate, the swap happens while the injector is stopped and its
     # targets (webhook caBundles, ConfigMaps) hold only the old root.
     "swap waits for the injected targets": [
         *ROTATE_STAGED,
         ("injector", 0),
-        ("round", 1),
+        ("round", 2),
         ("tick", 480),
         ("round", 2),
-        ("sign", 0),
+        ("tick", 480),
+        ("round", 3),
+    ],
+    # Without the signing gate, the retire clock starts while r2 still signs with the old
+    # root (ca.key was corrupted right after the swap, before r2 read it).
+    "the retire clock waits for every replica to sign with the new CA": [
+        *ROTATE_STAGED,
+        ("round", 4),
+        ("tick", 480),
+        ("act", 0),
+        ("deliver", 0),
+        ("deliver", 1),
+        ("corrupt", 0),
+        ("deliver", 2),
+        ("round", 2),
+        ("tick", 7200),
+        ("sign", 2),
+        ("round", 2),
+    ],
+    # Without the retire time, the old root leaves as soon as the swap is taken up,
+    # under the leaves it signed minutes before.
+    "retire waits for the longest leaf and the margin": [
+        *ROTATE_STAGED,
+        ("round", 4),
+        ("tick", 480),
+        ("round", 4),
     ],
     # Without the adopting bootstrap's stage, the CA made after the Secret was deleted
     # signs before kubelet projections hold it.
