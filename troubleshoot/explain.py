@@ -128,6 +128,7 @@ class RequestReport:
     message: str | None = None
     fix: str | None = None
     dns_names: tuple[str, ...] = ()
+    ip_addresses: tuple[str, ...] = ()  # an issued leaf's IP SANs (--cluster-ip-sans)
     key_type: str | None = None  # kubelet's keyType spelling, from the request's key
     blocking: tuple[Blocking, ...] = ()
     already: str | None = None  # the terminal condition written, if any
@@ -377,6 +378,7 @@ class Explainer:
                 outcome=Outcome.ISSUE,
                 summary="Issued",
                 dns_names=chain_dns_names(status.get("certificateChain")),
+                ip_addresses=chain_ip_addresses(status.get("certificateChain")),
                 not_after=parse_time(status.get("notAfter")),
                 begin_refresh_at=parse_time(status.get("beginRefreshAt")),
                 already=terminal,
@@ -593,6 +595,18 @@ def request_key_type(raw: JSON) -> str | None:
     spec = raw.get("spec") or {}
     key = policy.public_key_from_request(spec.get("stubPKCS10Request"), spec.get("pkixPublicKey"))
     return None if isinstance(key, policy.Denial) else policy.key_type_of(key)
+
+
+def chain_ip_addresses(chain: Any) -> tuple[str, ...]:
+    """The IP SANs of an issued chain's leaf (none unless `--cluster-ip-sans`)."""
+    if not chain:
+        return ()
+    try:
+        leaf = x509.load_pem_x509_certificates(str(chain).encode())[0]
+        sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, IndexError, x509.ExtensionNotFound):
+        return ()
+    return tuple(str(ip) for ip in sans.get_values_for_type(x509.IPAddress))
 
 
 def chain_dns_names(chain: Any) -> tuple[str, ...]:

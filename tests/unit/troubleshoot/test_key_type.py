@@ -1,5 +1,6 @@
 """`explain` names the key type of each request (kubelet's spelling, ML-DSA included), in
-text beside its creation time and as `keyType` in `-o json`."""
+text beside its creation time and as `keyType` in `-o json`; and an issued leaf's IP
+SANs (`--cluster-ip-sans`) beside its DNS names."""
 
 from __future__ import annotations
 
@@ -50,3 +51,17 @@ def test_the_key_type_is_printed_beside_the_creation_time_and_in_json() -> None:
         "would be issued now"
     )
     assert request_json(report)["keyType"] == "MLDSA65"
+
+
+def test_an_issued_leafs_ip_sans_are_listed_after_its_dns_names() -> None:
+    created = datetime(2026, 12, 4, 16, 0, tzinfo=UTC)
+    report = RequestReport(
+        name="req-1",
+        created=created,
+        outcome=Outcome.ISSUE,
+        summary="Issued",
+        dns_names=("web.shop.svc",),
+        ip_addresses=("10.96.0.10",),
+    )
+    assert "    names: web.shop.svc, 10.96.0.10" in request_lines(report, created)
+    assert request_json(report)["ipAddresses"] == ["10.96.0.10"]
