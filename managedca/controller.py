@@ -78,6 +78,15 @@ class Recorder(Protocol):
     ) -> None: ...
 
 
+HELD = frozenset(d.WAIT_REASONS) - {
+    "rotation-point",
+    "retire-time",
+    "propagation-delay",
+    "bundle-not-published",
+}
+"""Waits that last until something is mended (a replica, the injector): each start is a
+Warning Event `ManagedCAWaiting`. The calendar, the delay and the publisher's second
+are not."""
 SYNC_FAILING = "sync-failing"
 """The waiting reason while the leader's steps fail (an API error, an unreadable Secret)."""
 
@@ -376,6 +385,10 @@ class ManagedCAController:
             self._waiting = None
         elif self._waiting is None or self._waiting[0] != reason:
             self._waiting = (reason, now)
+            if reason in HELD and self.recorder is not None and isinstance(action, d.Wait):
+                # A gate that holds a rotation until something is mended: said once.
+                ref = ObjectRef("Secret", self.namespace, self.secret_name, "")
+                self.recorder.warning(ref, "ManagedCAWaiting", f"[{reason}] {action.why}", "Rotate")
         since = self._waiting[1] if self._waiting else None
         self.metrics.wait(reason, since)
         decision = decision_record(state, obs, action, now, since, self.config)

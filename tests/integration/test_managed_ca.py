@@ -561,3 +561,47 @@ def test_an_emergency_rotation_removes_the_compromised_root_everywhere_at_once(
         delete_quietly(managed.client, VWC_PATH, name)
     events = managed.client.get(f"/apis/events.k8s.io/v1/namespaces/{managed.namespace}/events")
     assert "ManagedCAEmergencyRotation" in {e["reason"] for e in events["items"]}
+
+
+def test_a_corrupted_next_key_holds_the_swap_until_it_is_mended(
+    managed: Managed, kubelet: Kubelet
+) -> None:
+    """next.key replaced while staged: every replica rejects the next signing set, so the
+    swap is held — a Warning Event, material_invalid 1 on the replicas,
+    managed_ca_waiting{reason="replica-not-ready"} on the leader (the alert
+    ServiceServingSignerManagedCAWaiting fires on it after an hour). The key put back, the
+    rotation completes."""
+    from trust.ca import generate_ca, key_pem
+
+    kubelet.create_service("web", managed.namespace, selector={"app": "web"})
+    a = managed.start("a")
+    b = managed.start("b")
+    assert eventually(lambda: managed.phase() == "Stable", 30)
+    old = managed.ca()
+    assert managed.ca_cli("rotate").returncode == 0
+    assert eventually(lambda: managed.phase() == "Staged", 15)
+    secret = managed.secret() or {}
+    good = secret["data"]["next.key"]
+    secret["data"]["next.key"] = base64.b64encode(key_pem(generate_ca("x").key)).decode()
+    managed.client.replace(managed.secret_path, secret)
+
+    waiting = 'reason="replica-not-ready"'
+    metric = "service_serving_ca_controller_managed_ca_waiting"
+    assert eventually(lambda: max(p.metric(metric, waiting) or 0 for p in (a, b)) == 1, 30)
+    invalid = "service_serving_ca_controller_material_invalid"
+    assert eventually(lambda: all(p.metric(invalid) == 1 for p in (a, b)), 15)
+    time.sleep(DELAY + 2)
+    assert managed.phase() == "Staged", "held past the propagation delay"
+    assert managed.issue(kubelet, "held") == old
+    events = managed.client.get(f"/apis/events.k8s.io/v1/namespaces/{managed.namespace}/events")
+    held = [e for e in events["items"] if e["reason"] == "ManagedCAWaiting"]
+    assert held and held[0]["type"] == "Warning" and "replica-not-ready" in held[0]["note"]
+    text = managed.ca_cli("status", f"--lease-name={managed.lease}")
+    assert "Waiting: [replica-not-ready]" in text.stdout, text.stdout
+
+    mended = managed.secret() or {}
+    mended["data"]["next.key"] = good
+    managed.client.replace(managed.secret_path, mended)
+    assert eventually(lambda: managed.phase() == "Retiring", 40), _status(managed)
+    assert all(p.metric(invalid) == 0 for p in (a, b))
+    assert managed.issue(kubelet, "after") == managed.ca() != old

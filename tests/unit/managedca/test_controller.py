@@ -176,3 +176,25 @@ def test_an_unreadable_secret_is_one_counted_error_looked_at_again_not_before_th
     assert controller.queue.get(timeout=0.2) == (None, False)  # parked for the resync
     assert _metric(controller, "waiting", reason="sync-failing") == 1
     controller.queue.shut_down()
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.warnings: list[tuple[str, str]] = []
+
+    def normal(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def warning(self, _ref: Any, reason: str, note: str, _action: str, _r: Any = None) -> None:
+        self.warnings.append((reason, note))
+
+
+def test_a_gate_that_holds_the_rotation_is_a_warning_event_once() -> None:
+    controller = _controller(StableForMonths())
+    recorder = Recorded()
+    controller.recorder = recorder
+    staged = d.Wait(None, "replica-not-ready", "replicas not ready: r2")
+    for _ in range(3):
+        controller._decided(None, d.Observations(frozenset()), staged, NOW)
+    controller._decided(None, d.Observations(frozenset()), d.Wait(None, "rotation-point"), NOW)
+    assert recorder.warnings == [("ManagedCAWaiting", "[replica-not-ready] replicas not ready: r2")]
