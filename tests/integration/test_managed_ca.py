@@ -605,3 +605,96 @@ def test_a_corrupted_next_key_holds_the_swap_until_it_is_mended(
     assert eventually(lambda: managed.phase() == "Retiring", 40), _status(managed)
     assert all(p.metric(invalid) == 0 for p in (a, b))
     assert managed.issue(kubelet, "after") == managed.ca() != old
+
+
+def test_ca_status_works_for_a_user_who_cannot_read_the_secret(
+    managed: Managed, tmp_path: Path
+) -> None:
+    """`ca status` reads the report Leases and the ClusterTrustBundles only: a user with
+    get/list on Leases in the namespace and list on ClusterTrustBundles — and no access
+    to Secrets — sees the leader, the phase and the CAs."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    user = f"viewer-{uuid.uuid4().hex[:6]}"
+    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    managed.client.create(
+        f"{rbac}/namespaces/{managed.namespace}/roles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": user},
+            "rules": [
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["get", "list"],
+                }
+            ],
+        },
+    )
+    managed.client.create(
+        f"{rbac}/namespaces/{managed.namespace}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user},
+            "subjects": subject,
+        },
+    )
+    managed.client.create(
+        f"{rbac}/clusterroles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": user},
+            "rules": [
+                {
+                    "apiGroups": ["certificates.k8s.io"],
+                    "resources": ["clustertrustbundles"],
+                    "verbs": ["list"],
+                }
+            ],
+        },
+    )
+    managed.client.create(
+        f"{rbac}/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": user},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": user,
+            },
+            "subjects": subject,
+        },
+    )
+    plane = managed.control_plane
+    kubeconfig = plane.write_kubeconfig(tmp_path / "viewer", user=plane.pki.client_cert(user))
+    managed.start("a")
+    managed.start("b")
+    assert eventually(lambda: managed.phase() == "Stable", 30)
+
+    def status() -> subprocess.CompletedProcess[str]:
+        return ca_cli(
+            kubeconfig,
+            "status",
+            f"--namespace={managed.namespace}",
+            f"--signer-name={managed.signer_name}",
+            f"--lease-name={managed.lease}",
+        )
+
+    assert eventually(lambda: "Phase:   Stable" in status().stdout, 20), status()
+    out = status()
+    assert out.returncode == 0, out.stderr
+    assert "Leader:  " in out.stdout and "holding" in out.stdout, out.stdout
+    assert managed.ca()[:16] in out.stdout and "published" in out.stdout
+    rotate = ca_cli(kubeconfig, "rotate", f"--namespace={managed.namespace}")
+    assert rotate.returncode != 0 and "forbidden" in rotate.stderr, "no access to the Secret"
+    print("\n".join(out.stdout.splitlines()))
+    try:
+        managed.client.delete(f"{rbac}/clusterrolebindings/{user}")
+        managed.client.delete(f"{rbac}/clusterroles/{user}")
+    except ApiError:
+        pass
