@@ -1,0 +1,3 @@
+module podsubject
+
+go 1.22
