@@ -1,25 +1,33 @@
 """A hostile tenant against the injector (issue 30, item 1): one labelled ConfigMap whose
-PKCS#12 truststore claims 2^31-1 KDF iterations, and N labelled 1 MB ConfigMaps, all
-selecting a ClusterTrustBundle.
+PKCS#12 truststore claims 2^31-1 KDF iterations (selecting a ClusterTrustBundle), and N
+labelled 1 MB ConfigMaps whose selection matches nothing (so their 1 MB `ca.crt` stays).
 
-Run: `.venv/bin/python -m bench.injector_tenant [--configmaps 300] [--size 1048576]`.
+Run: `.venv/bin/python -m bench.injector_tenant [--configmaps 300] [--size 1048576]
+[--source DIR] [--timeout SECONDS] [--no-kdf-bomb]` (`--source`: a checkout whose code
+runs, e.g. an older tree from `git archive <commit> | tar -x -C DIR`; `--timeout`: how
+long to wait for the injector to sync them; `--no-kdf-bomb`: the big ConfigMaps only).
 On the local control plane it runs `service-serving-signer run --controllers=injector`
 with leader election on, settles, and records its RSS (`baseline`); then creates the
 ConfigMaps while polling `/readyz` every 0.5 s and the leader Lease's `renewTime`. It
-reports the RSS after the injector wrote every ConfigMap and settled, how many `/readyz`
-polls failed, the longest gap between two observed Lease renewals, and whether every
-ConfigMap holds the bundle. Prints one JSON line.
+reports the RSS once the injector has synced every big ConfigMap (its
+`cabundle_injector_sync_total{kind="ConfigMap",result="empty"}`) and filled the hostile
+one, settled; how many `/readyz` polls failed; and the longest time the Lease went
+unrenewed. Prints one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import json
+import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -69,28 +77,54 @@ def hostile_pkcs12(bundle: str) -> bytes:
     return _der(0x30, version + auth_safe + _der(0x30, digest + salt + count))
 
 
-def injector(plane: ControlPlane, workdir: Path, namespace: str) -> tuple[Any, int]:
-    health = free_port()
+LAUNCH = "import sys; from cli.main import main; sys.argv[0] = 'service-serving-signer'; main()"
+
+
+def injector(
+    plane: ControlPlane, workdir: Path, namespace: str, source: Path | None
+) -> tuple[Any, int, int]:
+    health, metrics = free_port(), free_port()
     log = open(workdir / "injector.log", "ab")  # noqa: SIM115 - lives with the process
+    command = [cli_path()] if source is None else [sys.executable, "-c", LAUNCH]
+    env = {**os.environ, "PYTHONPATH": str(source)} if source is not None else None
     proc = subprocess.Popen(
         [
-            cli_path(),
+            *command,
             "run",
             "--controllers=injector",
             f"--kubeconfig={plane.kubeconfig}",
             f"--leader-elect-resource-namespace={namespace}",
-            f"--metrics-bind-address=127.0.0.1:{free_port()}",
+            f"--metrics-bind-address=127.0.0.1:{metrics}",
             f"--health-probe-bind-address=127.0.0.1:{health}",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        cwd=source,
+        env=env,
     )
     deadline = time.monotonic() + 120
     while not http_ok(f"http://127.0.0.1:{health}/readyz"):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"injector not ready; see {log.name}")
         time.sleep(0.2)
-    return proc, health
+    return proc, health, metrics
+
+
+def empty_syncs(metrics: int) -> float:
+    """cabundle_injector_sync_total{kind="ConfigMap",result="empty"} (0 when unreadable)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0.0
+    for line in text.splitlines():
+        if (
+            line.startswith("cabundle_injector_sync_total{")
+            and 'kind="ConfigMap"' in line
+            and 'result="empty"' in line
+        ):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 class Watch(threading.Thread):
@@ -102,6 +136,7 @@ class Watch(threading.Thread):
         self.stop = threading.Event()
         self.polls = self.failed = 0
         self.renewals: list[float] = []
+        self.ended = 0.0
 
     def run(self) -> None:
         last = ""
@@ -116,9 +151,12 @@ class Watch(threading.Thread):
             if renew != last:
                 last = renew
                 self.renewals.append(datetime.fromisoformat(renew).timestamp())
+        self.ended = time.time()
 
     def longest_gap(self) -> float:
-        gaps = [b - a for a, b in zip(self.renewals, self.renewals[1:], strict=False)]
+        """The longest time the Lease went unrenewed, up to the end of the watch."""
+        times = [*self.renewals, self.ended]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         return round(max(gaps, default=0.0), 1)
 
 
@@ -126,6 +164,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configmaps", type=int, default=300)
     parser.add_argument("--size", type=int, default=1 << 20)
+    parser.add_argument("--source", type=Path, default=None)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument(
+        "--no-kdf-bomb", dest="kdf_bomb", action="store_false", help="only the big ConfigMaps"
+    )
     args = parser.parse_args(argv)
     plane = ControlPlane.start()
     result: dict[str, Any] = {"configmaps": args.configmaps, "bytes_each": args.size}
@@ -142,7 +185,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         selector = json.dumps({"signerName": SIGNER, "labelSelector": {}})
         with tempfile.TemporaryDirectory(prefix="injector-tenant-") as tmp:
-            proc, health = injector(plane, Path(tmp), home)
+            proc, health, metrics = injector(plane, Path(tmp), home, args.source)
             watch = Watch(client, health, home)
             try:
                 time.sleep(SETTLE)
@@ -150,22 +193,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 watch.start()
                 tenant = create_namespace(client, "tenant")
                 store = base64.b64encode(hostile_pkcs12(bundle)).decode()
-                client.create(
-                    f"/api/v1/namespaces/{tenant}/configmaps",
-                    {
-                        "metadata": {
-                            "name": "kdf-bomb",
-                            "labels": {LABEL: "true"},
-                            "annotations": {
-                                ANNOTATION: selector,
-                                TRUSTSTORE_ANNOTATION: "truststore.p12",
-                                TRUSTSTORE_PASSWORD_ANNOTATION: "changeit",
+                bombs = 1 if args.kdf_bomb else 0
+                for _ in range(bombs):
+                    client.create(
+                        f"/api/v1/namespaces/{tenant}/configmaps",
+                        {
+                            "metadata": {
+                                "name": "kdf-bomb",
+                                "labels": {LABEL: "true"},
+                                "annotations": {
+                                    ANNOTATION: selector,
+                                    TRUSTSTORE_ANNOTATION: "truststore.p12",
+                                    TRUSTSTORE_PASSWORD_ANNOTATION: "changeit",
+                                },
                             },
+                            "binaryData": {"truststore.p12": store},
                         },
-                        "binaryData": {"truststore.p12": store},
-                    },
-                )
+                    )
                 payload = "x" * (args.size - 4096)
+                # Selecting nothing: the injector keeps their 1 MB ca.crt (an empty
+                # selection never drops a value), the worst case for a cache of content.
+                nothing = json.dumps({"name": "no-such-bundle"})
                 started = time.monotonic()
 
                 def create(i: int) -> None:
@@ -175,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             "metadata": {
                                 "name": f"big-{i}",
                                 "labels": {LABEL: "true"},
-                                "annotations": {ANNOTATION: selector},
+                                "annotations": {ANNOTATION: nothing},
                             },
                             "data": {"ca.crt": payload},
                         },
@@ -184,15 +232,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 parallel(create, args.configmaps, threads=4)
                 result["create_seconds"] = round(time.monotonic() - started, 1)
 
-                def done() -> int:
-                    items = client.get(f"/api/v1/namespaces/{tenant}/configmaps")["items"]
-                    return sum((i.get("data") or {}).get("ca.crt") == bundle for i in items)
+                def bomb_holds_bundle() -> bool:
+                    path = f"/api/v1/namespaces/{tenant}/configmaps/kdf-bomb"
+                    return bool((client.get(path).get("data") or {}).get("ca.crt") == bundle)
 
-                deadline = time.monotonic() + 600
-                while (held := done()) < args.configmaps + 1 and time.monotonic() < deadline:
+                deadline = time.monotonic() + args.timeout
+                while time.monotonic() < deadline:
+                    synced = empty_syncs(metrics) >= args.configmaps
+                    if synced and (not bombs or bomb_holds_bundle()):
+                        break
                     time.sleep(2)
-                result["converged_seconds"] = round(time.monotonic() - started, 1)
-                result["holding_bundle"] = held
+                result["synced_seconds"] = round(time.monotonic() - started, 1)
+                result["big_synced"] = int(empty_syncs(metrics))
+                result["bomb_holds_bundle"] = bool(bombs) and bomb_holds_bundle()
                 time.sleep(SETTLE)
                 result["after_rss_mib"] = rss_bytes(proc.pid) / 2**20
                 result["rss_delta_mib"] = result["after_rss_mib"] - result["baseline_rss_mib"]
