@@ -16,7 +16,7 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cryptography import x509
@@ -46,7 +46,10 @@ ROTATE_REQUESTED_AT = ANNOTATION_PREFIX + "ca-rotate-requested-at"
 PREVIOUS = ANNOTATION_PREFIX + "ca-previous"
 EMERGENCY_REQUESTED_AT = ANNOTATION_PREFIX + "ca-emergency-requested-at"
 REVOKE = ANNOTATION_PREFIX + "ca-revoke"  # fingerprints, comma-separated (ca rotate --emergency)
-EMERGENCY = ANNOTATION_PREFIX + "ca-emergency"  # "true": the current CA signs without gates
+EMERGENCY = ANNOTATION_PREFIX + "ca-emergency"
+ISSUED_LIFETIME = (
+    ANNOTATION_PREFIX + "ca-issued-lifetime"
+)  # seconds, for the current CA  # "true": the current CA signs without gates
 _TIMES = {
     "emergency_requested_at": EMERGENCY_REQUESTED_AT,
     "confirmed_at": CONFIRMED_AT,
@@ -116,6 +119,7 @@ def decode(secret: Mapping[str, Any]) -> Stored:
             revoke=_fingerprints(annotations.get(REVOKE)),
             revoked=_fingerprints(annotations.get(REVOKED)),
             emergency=annotations.get(EMERGENCY) == "true",
+            issued_lifetime=_seconds(annotations.get(ISSUED_LIFETIME)),
             **times,
         )
         if CURRENT_KEY not in data:
@@ -147,8 +151,13 @@ def _previous(by_fp: Mapping[str, CaInfo], annotation: str | None) -> tuple[Prev
             out.append(Previous(info, info.not_before, None))
             continue
         retire = parse_time(entry["retireAt"]) if entry.get("retireAt") else None
-        out.append(Previous(info, parse_time(entry["swappedAt"]), retire))
+        lifetime = _seconds(entry.get("lifetimeSeconds"))
+        out.append(Previous(info, parse_time(entry["swappedAt"]), retire, lifetime))
     return tuple(out)
+
+
+def _seconds(value: object) -> timedelta | None:
+    return timedelta(seconds=int(str(value))) if value not in (None, "") else None
 
 
 def _fingerprints(text: str | None) -> frozenset[str]:
@@ -188,6 +197,8 @@ def encode(
             annotations[key] = ",".join(sorted(fps))
     if state.emergency:
         annotations[EMERGENCY] = "true"
+    if state.issued_lifetime is not None:
+        annotations[ISSUED_LIFETIME] = str(int(state.issued_lifetime.total_seconds()))
     if state.previous:
         annotations[PREVIOUS] = json.dumps(
             [
@@ -195,6 +206,7 @@ def encode(
                     "fingerprint": p.ca.fingerprint,
                     "swappedAt": format_time(p.swapped_at),
                     "retireAt": format_time(p.retire_at) if p.retire_at else None,
+                    "lifetimeSeconds": int(p.lifetime.total_seconds()) if p.lifetime else None,
                 }
                 for p in state.previous
             ]

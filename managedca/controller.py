@@ -510,6 +510,13 @@ class ManagedCAController:
                 f"published; signing with the new CA {new.current.fingerprint} as soon as "
                 "the ClusterTrustBundle holds it",
             )
+        if isinstance(action, d.RecordLifetime):
+            return (
+                "ManagedCALifetimeRecorded",
+                f"leaves of up to {action.lifetime} may be signed with CA "
+                f"{state.current.fingerprint}: it stays published that long after it is "
+                "swapped out, whatever --max-certificate-lifetime is then",
+            )
         if isinstance(action, d.MarkPublished):
             return (
                 "ManagedCAPublished",

@@ -86,6 +86,7 @@ class Previous:
     ca: CaInfo
     swapped_at: datetime
     retire_at: datetime | None
+    lifetime: timedelta | None = None  # the longest leaf lifetime it signed with
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,9 @@ class State:
     revoke: frozenset[str] = frozenset()
     revoked: frozenset[str] = frozenset()  # never adopted or published again
     emergency: bool = False  # the current CA was made in an emergency: no gates to sign
+    # The longest leaf lifetime any replica was configured with while signing with the
+    # current CA (`RecordLifetime`): its retire time counts this, not the leader's flag.
+    issued_lifetime: timedelta | None = None
 
     @property
     def phase(self) -> str:
@@ -136,6 +140,7 @@ class Report:
     signing: str | None = None
     ready: str | None = None
     live: bool = True
+    max_lifetime: timedelta | None = None  # its --max-certificate-lifetime
 
 
 @dataclass(frozen=True)
@@ -221,6 +226,14 @@ class MarkPublished:
 
 
 @dataclass(frozen=True)
+class RecordLifetime:
+    """A replica signs (or may sign) with the current CA for longer leaves than recorded:
+    record it, so the retire time of this CA counts what was issued."""
+
+    lifetime: timedelta
+
+
+@dataclass(frozen=True)
 class Swap:
     at: datetime
 
@@ -272,7 +285,16 @@ class Wait:
 
 
 Action = (
-    Bootstrap | Confirm | Emergency | Stage | MarkPublished | Swap | ScheduleRetire | Retire | Wait
+    Bootstrap
+    | Confirm
+    | Emergency
+    | RecordLifetime
+    | Stage
+    | MarkPublished
+    | Swap
+    | ScheduleRetire
+    | Retire
+    | Wait
 )
 
 
@@ -305,6 +327,12 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
         # stage like any other: published, read back, the propagation delay, every
         # replica ready, and only then signing.
         return _gated(state, state.current, obs, now, config) or Confirm(now)
+    longest = max(
+        [config.max_leaf_lifetime]
+        + [r.max_lifetime for r in obs.reports if r.live and r.max_lifetime is not None]
+    )
+    if state.issued_lifetime is None or state.issued_lifetime < longest:
+        return RecordLifetime(longest)
     if state.next is not None:
         return _staged(state, state.next, obs, now, config)
     if any(p.retire_at is None for p in state.previous):
@@ -435,7 +463,11 @@ def _schedule_retire(state: State, obs: Observations, now: datetime, config: Con
             "replica-not-signing",
             f"replicas not signing with the current CA yet: {', '.join(behind)}",
         )
-    return ScheduleRetire(now, config.retire_at(now))
+    lifetimes = [
+        p.lifetime for p in state.previous if p.retire_at is None and p.lifetime is not None
+    ]
+    longest = max([config.max_leaf_lifetime, *lifetimes])
+    return ScheduleRetire(now, now + longest + config.retire_margin)
 
 
 def _whole_second_up(t: datetime) -> datetime:
@@ -498,6 +530,8 @@ def apply(state: State | None, action: Action, made: CaInfo | None = None) -> St
         if made is None:
             raise ValueError("a stage needs the CA made for it")
         return staged(state, made, action.at)
+    if isinstance(action, RecordLifetime):
+        return replace(state, issued_lifetime=action.lifetime)
     if isinstance(action, MarkPublished):
         return marked_published(state, action.at, action.swap_not_before)
     if isinstance(action, Swap):
@@ -537,7 +571,7 @@ def swapped(state: State, at: datetime) -> State:
         raise ValueError("no next CA to swap in")
     # The last rotation's stage and publish times stay, for `ca status` and the record.
     # The retire time is set once the swap is read back (`retire_scheduled`).
-    prev = Previous(state.current, at, None)
+    prev = Previous(state.current, at, None, state.issued_lifetime)
     return replace(
         state,
         current=state.next,
@@ -545,6 +579,7 @@ def swapped(state: State, at: datetime) -> State:
         previous=(prev, *state.previous),
         swapped_at=at,
         rotate_requested_at=None,
+        issued_lifetime=None,  # recorded again for the new current CA
     )
 
 
@@ -570,8 +605,8 @@ def emergency(state: State, made: CaInfo, action: Emergency) -> State:
     roots (and a staged CA, whose key sat beside the compromised one) leave the state;
     the other roots stay until their leaves expire."""
     kept = (
-        [Previous(state.current, action.at, None)]
-        if state.current.fingerprint not in (action.revoke)
+        [Previous(state.current, action.at, None, state.issued_lifetime)]
+        if state.current.fingerprint not in action.revoke
         else []
     )
     kept += [p for p in state.previous if p.ca.fingerprint not in action.revoke]

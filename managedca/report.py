@@ -52,6 +52,7 @@ REPORT_LABEL = ANNOTATION_PREFIX + "managed-ca-report"
 LOADED_ANCHORS = ANNOTATION_PREFIX + "loaded-anchors"
 SIGNING_CA = ANNOTATION_PREFIX + "signing-ca"
 READY_TO_SIGN = ANNOTATION_PREFIX + "ready-to-sign"
+MAX_LIFETIME = ANNOTATION_PREFIX + "max-certificate-lifetime"  # seconds: what it may issue
 DECISION = ANNOTATION_PREFIX + "managed-ca-decision"
 """On the leader's report only: its last decision, JSON (`managedca.controller.
 decision_record`), so `ca status` needs no access to the CA Secret."""
@@ -83,6 +84,7 @@ class ReportLease:
     duration: timedelta
     resource_version: str
     decision: Mapping[str, Any] | None = None
+    max_lifetime: timedelta | None = None
 
 
 def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
@@ -115,7 +117,15 @@ def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
         duration,
         str(meta.get("resourceVersion", "")),
         decision if isinstance(decision, dict) else None,
+        _lifetime(annotations.get(MAX_LIFETIME)),
     )
+
+
+def _lifetime(value: object) -> timedelta | None:
+    try:
+        return timedelta(seconds=int(str(value))) if value else None
+    except ValueError:
+        return None
 
 
 class Liveness:
@@ -144,7 +154,9 @@ class Liveness:
     def report(self, lease: ReportLease) -> Report:
         live = self.unchanged_for(lease) < lease.duration.total_seconds()
         got = lease.loaded
-        return Report(lease.replica, frozenset(got.anchors), got.signing, got.ready, live)
+        return Report(
+            lease.replica, frozenset(got.anchors), got.signing, got.ready, live, lease.max_lifetime
+        )
 
     def forget_all_but(self, names: Iterable[str]) -> None:
         keep = {*names, *(n for n in self._seen if n.startswith("injector/"))}
@@ -172,6 +184,7 @@ class LoadedReporter:
         period: float = DEFAULT_PERIOD,
         duration: int = DEFAULT_DURATION,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        max_lifetime: timedelta | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -185,6 +198,7 @@ class LoadedReporter:
         self._clock = clock
         self._wake = threading.Event()
         self._decision: str | None = None
+        self.max_lifetime = max_lifetime  # its --max-certificate-lifetime, reported
 
     def trigger(self, *_: object) -> None:
         """Report now (the material changed)."""
@@ -220,6 +234,8 @@ class LoadedReporter:
         }
         if self._decision is not None:
             annotations[DECISION] = self._decision
+        if self.max_lifetime is not None:
+            annotations[MAX_LIFETIME] = str(int(self.max_lifetime.total_seconds()))
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self.duration,

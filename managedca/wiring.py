@@ -118,6 +118,7 @@ def wire(
         settings.secret_name,
         identity,
         source.loaded,
+        max_lifetime=settings.config.max_leaf_lifetime,
     )
     source.add_change_listener(reporter.trigger)
     controller.on_decision = reporter.set_decision

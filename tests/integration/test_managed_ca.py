@@ -240,6 +240,8 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
     assert eventually(lambda: managed.phase() == "Staged", 15)
     staged = time.monotonic()
     new = managed.ca("next")
+    again = managed.ca_cli("rotate")  # at once: the swap is at least the delay away
+    assert again.returncode != 0 and "already under way" in again.stderr
     assert eventually(lambda: managed.published() == {old, new}, 15), "old + new published"
     published = time.monotonic()
     assert managed.issue(kubelet, "during") == old, "still signing with the old CA"
@@ -255,8 +257,6 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
     text = managed.ca_cli("status")
     assert text.returncode == 0 and "Phase:   Staged" in text.stdout, text.stdout
     assert "Waiting:" in text.stdout or "Next step:" in text.stdout
-    again = managed.ca_cli("rotate")
-    assert again.returncode != 0 and "already under way" in again.stderr
 
     assert eventually(lambda: managed.phase() == "Retiring", 30), managed.annotations()
     swapped_seen = time.monotonic()
@@ -277,7 +277,12 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
     assert managed.published() == {old, new}, "the old root stays until its retire time"
     assert managed.issue(kubelet, "after") == new
 
-    # Retire is driven by the persisted retire time (swap + 1h + 5m): move it into the past.
+    # Retire is driven by the persisted retire time (every replica signing with the new
+    # CA + 1h + 5m): once it is set, move it into the past.
+    def retire_scheduled() -> bool:
+        return bool(json.loads(managed.annotations()[PREVIOUS])[0].get("retireAt"))
+
+    assert eventually(retire_scheduled, 15), managed.annotations()
     move_retire_time_to_the_past(managed.client, managed.secret_path)
     moved = time.monotonic()
     assert eventually(lambda: managed.phase() == "Stable", 20), managed.annotations()

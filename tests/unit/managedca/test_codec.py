@@ -146,3 +146,13 @@ def test_a_managed_root_signs_leaves_only() -> None:
         x509.BasicConstraints
     )
     assert constraints.value.ca and constraints.value.path_length == 0
+
+
+def test_the_recorded_lifetimes_round_trip() -> None:
+    state = d.State(
+        current=ca_info(A),
+        confirmed_at=NOW,
+        issued_lifetime=timedelta(hours=48),
+        previous=(d.Previous(ca_info(C), NOW, None, timedelta(hours=24)),),
+    )
+    assert decode(_secret(state)).state == state

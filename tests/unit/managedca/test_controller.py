@@ -78,7 +78,9 @@ class StableForMonths:
         ca = generate_ca("b", validity=timedelta(days=365))
         cert = cert_pem(ca.cert)
         info = ca_info(cert)
-        state = d.State(current=info, confirmed_at=NOW)
+        state = d.State(
+            current=info, confirmed_at=NOW, issued_lifetime=d.Config().max_leaf_lifetime
+        )
         self.secret = encode("ns", "ca", state, {info.fingerprint: cert}, key_pem(ca.key), None)
         self.secret["metadata"]["resourceVersion"] = "9"
         self.reads = 0

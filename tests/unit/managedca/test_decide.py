@@ -17,6 +17,7 @@ from managedca.decide import (
     MarkPublished,
     Observations,
     Previous,
+    RecordLifetime,
     Report,
     Retire,
     ScheduleRetire,
@@ -35,6 +36,7 @@ from managedca.decide import (
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 H = timedelta(hours=1)
 DAY = timedelta(days=1)
+LIFE = 24 * H  # the longest leaf lifetime recorded for the current CA
 CFG = Config(
     ca_lifetime=timedelta(days=100),
     rotate_at=0.5,
@@ -59,10 +61,10 @@ def report(
     return Report(name, frozenset(fps), signing=signing, ready=ready, live=live)
 
 
-STABLE = State(current=A, confirmed_at=T0)
+STABLE = State(current=A, confirmed_at=T0, issued_lifetime=LIFE)
 STAGED = staged(STABLE, B, T0 + 2 * DAY)
 PUBLISHED = marked_published(STAGED, T0 + 2 * DAY, T0 + 2 * DAY + timedelta(minutes=10))
-JUST_SWAPPED = swapped(PUBLISHED, T0 + 3 * DAY)
+JUST_SWAPPED = replace(swapped(PUBLISHED, T0 + 3 * DAY), issued_lifetime=LIFE)
 SWAPPED = retire_scheduled(JUST_SWAPPED, CFG.retire_at(T0 + 3 * DAY))
 
 
@@ -133,7 +135,7 @@ CASES = [
     ),
     (
         "ca rotate stages early",
-        State(current=A, confirmed_at=T0, rotate_requested_at=T0 + DAY),
+        State(current=A, confirmed_at=T0, issued_lifetime=LIFE, rotate_requested_at=T0 + DAY),
         obs("aa"),
         T0 + DAY,
         Stage(T0 + DAY, requested=True),
@@ -201,7 +203,13 @@ CASES = [
     (
         "swap waits for a next CA that is not valid yet (clock stepped back)",
         State(
-            current=A, confirmed_at=T0, next=B, staged_at=T0, published_at=T0, swap_not_before=T0
+            current=A,
+            confirmed_at=T0,
+            issued_lifetime=LIFE,
+            next=B,
+            staged_at=T0,
+            published_at=T0,
+            swap_not_before=T0,
         ),
         obs("aa", "bb", reports=(report("aa", "bb"),)),
         T0 + 12 * H,
@@ -244,7 +252,12 @@ CASES = [
     ),
     (
         "roots adopted at bootstrap get their retire time once the new CA signs everywhere",
-        State(current=B, confirmed_at=T0 + 6 * H, previous=(Previous(A, T0, None),)),
+        State(
+            current=B,
+            confirmed_at=T0 + 6 * H,
+            issued_lifetime=LIFE,
+            previous=(Previous(A, T0, None),),
+        ),
         obs("aa", "bb", reports=LIVE_SWAPPED),
         T0 + 6 * H,
         ScheduleRetire(T0 + 6 * H, CFG.retire_at(T0 + 6 * H)),
@@ -265,7 +278,12 @@ CASES = [
     ),
     (
         "an expired previous root is retired even when history is kept",
-        State(current=B, confirmed_at=T0, previous=(Previous(C, T0 - 2 * DAY, T0 - DAY),)),
+        State(
+            current=B,
+            confirmed_at=T0,
+            issued_lifetime=LIFE,
+            previous=(Previous(C, T0 - 2 * DAY, T0 - DAY),),
+        ),
         obs("bb", "cc"),
         T0 + 2 * DAY,
         Retire(frozenset({"cc"})),
@@ -289,13 +307,14 @@ def test_keeps_the_newest_unexpired_previous_root_as_history() -> None:
     state = State(
         current=B,
         confirmed_at=T0,
+        issued_lifetime=LIFE,
         previous=(
             Previous(A, T0 + DAY, T0 + 2 * DAY),
             Previous(CaInfo("old", T0, T0 + 30 * DAY), T0, T0 + DAY),
         ),
     )
     assert decide(state, obs("aa", "bb", "old"), T0 + 3 * DAY, keep) == Retire(frozenset({"old"}))
-    kept = State(current=B, confirmed_at=T0, previous=state.previous[:1])
+    kept = State(current=B, confirmed_at=T0, issued_lifetime=LIFE, previous=state.previous[:1])
     assert decide(kept, obs("aa", "bb"), T0 + 3 * DAY, keep) == Wait(
         T0 + 50 * DAY + DAY, "rotation-point"
     )
@@ -367,10 +386,10 @@ def test_staging_twice_is_refused() -> None:
 
 
 def test_swap_makes_the_old_current_a_previous_root_until_retire_time() -> None:
-    assert JUST_SWAPPED.previous == (Previous(A, T0 + 3 * DAY, None),)
+    assert JUST_SWAPPED.previous == (Previous(A, T0 + 3 * DAY, None, LIFE),)
     assert SWAPPED.current == B
     assert SWAPPED.next is None
-    assert SWAPPED.previous == (Previous(A, T0 + 3 * DAY, T0 + 4 * DAY + H),)
+    assert SWAPPED.previous == (Previous(A, T0 + 3 * DAY, T0 + 4 * DAY + H, LIFE),)
     assert SWAPPED.phase == "Retiring"
     assert [a.fingerprint for a in SWAPPED.anchors()] == ["bb", "aa"]
 
@@ -409,3 +428,27 @@ def test_a_bootstrap_never_adopts_a_revoked_root() -> None:
     assert action == Bootstrap(T0, (A,), frozenset({"bb"}))
     state = apply(None, action, CaInfo("dd", T0, T0 + DAY))
     assert state is not None and state.revoked == frozenset({"bb"})
+
+
+def test_the_longest_lifetime_any_replica_signs_with_is_recorded_for_the_current_ca() -> None:
+    """Retire by what was issued: a replica configured for 48 h leaves (a rollout in
+    progress) raises the recorded lifetime of the CA it signs with."""
+    long_report = replace(report("aa", signing="aa", ready=None), max_lifetime=48 * H)
+    action = decide(STABLE, obs("aa", reports=(long_report,)), T0 + DAY, CFG)
+    assert action == RecordLifetime(48 * H)
+    recorded = apply(STABLE, action)
+    assert recorded is not None and recorded.issued_lifetime == 48 * H
+    assert decide(recorded, obs("aa", reports=(long_report,)), T0 + DAY, CFG) == Wait(
+        T0 + 50 * DAY, "rotation-point"
+    )
+
+
+def test_lowering_the_flag_after_a_swap_does_not_retire_the_old_root_early() -> None:
+    """The old root signed 24 h leaves; the leader now runs with 1 h: its retire time
+    still counts 24 h (+ margin) from the instant every replica signs with the new CA."""
+    signed_long = replace(PUBLISHED, issued_lifetime=24 * H)
+    just_swapped = replace(swapped(signed_long, T0 + 3 * DAY), issued_lifetime=H)
+    short = Config(**{**CFG.__dict__, "max_leaf_lifetime": H})
+    now = T0 + 3 * DAY + H
+    action = decide(just_swapped, obs("aa", "bb", reports=LIVE_SWAPPED), now, short)
+    assert action == ScheduleRetire(now, now + 24 * H + CFG.retire_margin)
