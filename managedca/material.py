@@ -33,6 +33,9 @@ Decisions:
   `lead_time`, a probe leaf verifies against the bundle), without signing with it; once
   it passes, `loaded().ready` names it and the replica's report says so. The swap waits
   for that word from every live replica (`managedca.decide`).
+- **One reading of the Secret**: `managedca.codec.decode`, as the controller reads it; a
+  Secret it cannot read is a rejection (the last good material stays, `material_invalid`
+  1), never a crash.
 - The same validation as the files (`validate_material`, `validate_trust_bundle`, the
   probe leaf), errors naming `secret <ns>/<name>`; the same metrics (`MaterialMetrics`).
   The key is never logged.
@@ -52,6 +55,7 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.informer import Informer
+from managedca.codec import StoreError, decode
 from managedca.layout import (  # re-exported: the source's public names
     ANNOTATION_PREFIX as ANNOTATION_PREFIX,
 )
@@ -87,9 +91,6 @@ from managedca.layout import (
 )
 from managedca.layout import (
     secret_data as secret_data,
-)
-from managedca.layout import (
-    split_pem,
 )
 from trust.bundle import BundleError, TrustBundle
 from trust.material import (
@@ -287,13 +288,27 @@ class ApiMaterialSource:
             self._apply(secret)
 
     def _apply(self, secret: Mapping[str, Any]) -> None:
-        data = secret_data(secret)
-        annotations = (secret.get("metadata") or {}).get("annotations") or {}
-        confirmed = CONFIRMED_AT in annotations
-        self._revoked |= {f for f in str(annotations.get(REVOKED, "")).split(",") if f}
+        try:
+            stored = decode(secret)  # the one reading of the Secret (the controller's too)
+        except StoreError as err:
+            self._note_rejections({"secret": str(err)})
+            return
+        state = stored.state
+        confirmed = state.confirmed_at is not None
+        self._revoked |= state.revoked
         raw_bundle = b"".join(
-            pem for pem in split_pem(bundle_pem(data)) if fingerprint(pem)[0] not in self._revoked
+            stored.certs[a.fingerprint]
+            for a in state.anchors()
+            if a.fingerprint not in self._revoked
         )
+        data = {
+            CURRENT_KEY: stored.current_key,
+            CURRENT_CERT: stored.certs[state.current.fingerprint],
+        }
+        if state.next is not None:
+            data[NEXT_CERT] = stored.certs[state.next.fingerprint]
+            if stored.next_key is not None:
+                data[NEXT_KEY] = stored.next_key
         files = MaterialFiles(data.get(CURRENT_KEY, b""), data.get(CURRENT_CERT, b""), raw_bundle)
         bundle_digest = (files.digest[2],)
         signing_digest = files.digest if confirmed and self.signing else ()

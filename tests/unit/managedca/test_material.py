@@ -227,3 +227,16 @@ def test_an_emergency_stops_signing_with_the_revoked_root_at_once_and_remembers_
     assert A_FP not in source.loaded().anchors
     assert source.loaded().signing == B_FP
     assert source.revoked() == frozenset({A_FP})
+
+
+def test_a_secret_the_codec_cannot_read_keeps_the_last_good_material() -> None:
+    """The source reads the Secret through the same codec as the controller: a Secret
+    without ca.key is a rejection (material_invalid 1), never a crash, and the material
+    loaded before keeps signing."""
+    source, registry = _source(Clock(NOW))
+    source.apply(_body(d.State(current=ca_info(A), confirmed_at=NOW), A_KEY, "1"))
+    broken = _body(d.State(current=ca_info(A), confirmed_at=NOW), A_KEY, "2")
+    del broken["data"]["ca.key"]
+    source.apply(broken)
+    assert source.loaded().signing == A_FP
+    assert _invalid(registry) == 1
