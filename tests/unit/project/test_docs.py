@@ -93,6 +93,7 @@ def test_signer_decide_numbers_its_steps_as_reference_section_5_2_does() -> None
 
 
 def test_comments_speak_to_readers_not_to_a_duplicate_finder() -> None:
+    note = "Intentional" + " repeat"  # spelled in two parts, so this file is no hit itself
     tracked = subprocess.run(
         ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
@@ -101,6 +102,6 @@ def test_comments_speak_to_readers_not_to_a_duplicate_finder() -> None:
         for path in tracked
         if (ROOT / path).is_file()
         for number, line in enumerate((ROOT / path).read_text().splitlines(), 1)
-        if "Intentional repeat" in line and path != "tests/unit/project/test_docs.py"
+        if note in line
     ]
     assert marked == []
