@@ -41,8 +41,18 @@ SECRET_PATH = f"/api/v1/namespaces/{NS}/secrets/{DEFAULT_SECRET_NAME}"
 
 @pytest.fixture
 def empty_namespace(cluster_client: Client) -> Iterator[None]:
+    """No installation and no bundle published for the signer: from nothing. Bundles an
+    earlier install left (cluster-scoped, they outlive an uninstall) would make the first
+    CA an adopting bootstrap, which waits the propagation delay (10 min) before signing."""
     undeploy(cluster_client)
     wait_namespace_gone(cluster_client)
+    ctbs = "/apis/certificates.k8s.io/v1/clustertrustbundles"
+    for bundle in cluster_client.get(ctbs, {"fieldSelector": f"spec.signerName={SIGNER}"})["items"]:
+        try:
+            cluster_client.delete(f"{ctbs}/{bundle['metadata']['name']}")
+        except ApiError as err:
+            if not is_not_found(err):
+                raise
     yield
     undeploy(cluster_client)
 
