@@ -235,3 +235,20 @@ def test_helm_install_creates_the_objects(
         "uninstall", "sss", "--namespace", namespace, "--kubeconfig", str(control_plane.kubeconfig)
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "complaint"),
+    [
+        ("managedCA.retireMargin=1m", "managedCA.retireMargin: must be at least 5m0s"),
+        ("managedCA.propagationDelay=1m", "managedCA.propagationDelay: must be at least 6m30s"),
+        ("managedCA.retireMargin=1.5h", "is not a duration of h, m and s"),
+    ],
+)
+def test_the_chart_refuses_managed_ca_values_the_binary_refuses(value: str, complaint: str) -> None:
+    """Issue 29: a value `run` refuses must not install (a crash loop on a real cluster)."""
+    result = helm(
+        "template", RELEASE, str(CHART), "--set", "managedCA.enabled=true", "--set", value
+    )
+    assert result.returncode != 0
+    assert complaint in result.stderr
