@@ -175,14 +175,15 @@ def test_status_shows_health_then_what_is_not_issued_by_namespace_and_reason(
             "Namespace DATA",
             "  Failed PodNotFound: 1 request(s)",
             "    Pod gone-0",
-            "      PodCertificateRequest <gone-0> (created <time>): Failed",
+            "      PodCertificateRequest <gone-0> (created <time>; key ECDSAP256): Failed",
             "        reason: PodNotFound",
             "        message: Pod DATA/gone-0 with uid <uid> does not exist",
             "        fix: the Pod is gone or was re-created; kubelet makes a new request for the "
             "new Pod",
             "  waiting ServiceSelectorMismatch: 1 request(s)",
             "    Pod db-0",
-            "      PodCertificateRequest <db-0> (created <time>): waits on 1 Service(s)",
+            "      PodCertificateRequest <db-0> (created <time>; key ECDSAP256): "
+            "waits on 1 Service(s)",
             "        Service DATA/db: ServiceSelectorMismatch",
             "          Service 'db' selector {app=db} does not select Pod 'db-0'; "
             "PodCertificateRequest DATA/<db-0> waits until it does",
@@ -196,7 +197,8 @@ def test_status_shows_health_then_what_is_not_issued_by_namespace_and_reason(
             "Namespace SHOP",
             "  waiting ServiceNotFound: 2 request(s)",
             "    Pod api-0",
-            "      PodCertificateRequest <api-0> (created <time>): waits on 1 Service(s)",
+            "      PodCertificateRequest <api-0> (created <time>; key ECDSAP256): "
+            "waits on 1 Service(s)",
             "        Service SHOP/api: ServiceNotFound",
             "          Service 'api' does not exist in namespace 'SHOP'; PodCertificateRequest "
             "SHOP/<api-0> waits until it does",
@@ -205,7 +207,8 @@ def test_status_shows_health_then_what_is_not_issued_by_namespace_and_reason(
             ".userAnnotations",
             "  " + cleanup,
             "    Pod api-1",
-            "      PodCertificateRequest <api-1> (created <time>): waits on 1 Service(s)",
+            "      PodCertificateRequest <api-1> (created <time>; key ECDSAP256): "
+            "waits on 1 Service(s)",
             "        Service SHOP/api: ServiceNotFound",
             "          Service 'api' does not exist in namespace 'SHOP'; PodCertificateRequest "
             "SHOP/<api-1> waits until it does",
@@ -215,7 +218,7 @@ def test_status_shows_health_then_what_is_not_issued_by_namespace_and_reason(
             "  " + cleanup,
             "  Denied InvalidUnverifiedUserAnnotations: 1 request(s)",
             "    Pod bad-0",
-            "      PodCertificateRequest <bad-0> (created <time>): Denied",
+            "      PodCertificateRequest <bad-0> (created <time>; key ECDSAP256): Denied",
             "        reason: InvalidUnverifiedUserAnnotations",
             "        message: entry 1 of kubernetes.io/service-names 'Shop/Web' names a namespace; "
             "only Services in the Pod's own namespace can be used, so write just the Service "
@@ -275,7 +278,7 @@ def test_explain_of_an_issued_request_shows_names_not_after_and_refresh(
     lines = normalise(out, cluster_state)
     assert lines[0] == "Pod SHOP/web-0 (signer <signer>): issue"
     assert lines[2:] == [
-        "  PodCertificateRequest <web-0> (created <time>): Issued",
+        "  PodCertificateRequest <web-0> (created <time>; key ECDSAP256): Issued",
         "    names: web.SHOP.svc.cluster.local, web.SHOP.svc",
         "    notAfter: <time>",
         "    beginRefreshAt: <time>",
