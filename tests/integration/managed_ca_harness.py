@@ -11,7 +11,9 @@ import ssl
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from controlplane.workload import BUNDLE_FILE, CHAIN_FILE, KEY_FILE, VolumeFiles
 from kube.client import ApiError, Client, is_conflict, is_not_found
@@ -40,20 +42,30 @@ def phase(client: Client, secret_path: str) -> str | None:
     return (secret["metadata"].get("annotations") or {}).get(PHASE)
 
 
-def move_retire_time_to_the_past(client: Client, secret_path: str) -> None:
+def edit(client: Client, path: str, change: Callable[[dict[str, Any]], None]) -> None:
+    """Read, change and replace the object at `path`, again on a conflict: the
+    controllers write the same object (a renewed report, a moved phase) between our read
+    and our write."""
     for _ in range(10):
-        secret = client.get(secret_path)
-        previous = json.loads(secret["metadata"]["annotations"][PREVIOUS])
-        for p in previous:
-            p["retireAt"] = format_time(datetime.now(UTC) - timedelta(seconds=1))
-        secret["metadata"]["annotations"][PREVIOUS] = json.dumps(previous)
+        obj = client.get(path)
+        change(obj)
         try:
-            client.replace(secret_path, secret)
+            client.replace(path, obj)
             return
         except ApiError as err:
             if not is_conflict(err):
                 raise
-    raise AssertionError("could not move the retire time: the Secret kept changing")
+    raise AssertionError(f"could not change {path}: it kept changing")
+
+
+def move_retire_time_to_the_past(client: Client, secret_path: str) -> None:
+    def change(secret: dict[str, Any]) -> None:
+        previous = json.loads(secret["metadata"]["annotations"][PREVIOUS])
+        for p in previous:
+            p["retireAt"] = format_time(datetime.now(UTC) - timedelta(seconds=1))
+        secret["metadata"]["annotations"][PREVIOUS] = json.dumps(previous)
+
+    edit(client, secret_path, change)
 
 
 def roots(files: VolumeFiles) -> set[str]:

@@ -23,7 +23,12 @@ from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client, is_not_found
 from managedca.codec import PREVIOUS, decode
 from managedca.material import DEFAULT_SECRET_NAME, anchors_of, fingerprint
-from tests.integration.managed_ca_harness import ca_cli, move_retire_time_to_the_past, phase
+from tests.integration.managed_ca_harness import (
+    ca_cli,
+    edit,
+    move_retire_time_to_the_past,
+    phase,
+)
 from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
 
 pytestmark = pytest.mark.integration
@@ -585,10 +590,9 @@ def test_a_corrupted_next_key_holds_the_swap_until_it_is_mended(
     old = managed.ca()
     assert managed.ca_cli("rotate").returncode == 0
     assert eventually(lambda: managed.phase() == "Staged", 15)
-    secret = managed.secret() or {}
-    good = secret["data"]["next.key"]
-    secret["data"]["next.key"] = base64.b64encode(key_pem(generate_ca("x").key)).decode()
-    managed.client.replace(managed.secret_path, secret)
+    good = (managed.secret() or {})["data"]["next.key"]
+    corrupt = base64.b64encode(key_pem(generate_ca("x").key)).decode()
+    edit(managed.client, managed.secret_path, lambda s: s["data"].update({"next.key": corrupt}))
 
     waiting = 'reason="replica-not-ready"'
     metric = "service_serving_ca_controller_managed_ca_waiting"
@@ -604,9 +608,7 @@ def test_a_corrupted_next_key_holds_the_swap_until_it_is_mended(
     text = managed.ca_cli("status", f"--lease-name={managed.lease}")
     assert "Waiting: [replica-not-ready]" in text.stdout, text.stdout
 
-    mended = managed.secret() or {}
-    mended["data"]["next.key"] = good
-    managed.client.replace(managed.secret_path, mended)
+    edit(managed.client, managed.secret_path, lambda s: s["data"].update({"next.key": good}))
     assert eventually(lambda: managed.phase() == "Retiring", 40), _status(managed)
     assert all(p.metric(invalid) == 0 for p in (a, b))
     assert managed.issue(kubelet, "after") == managed.ca() != old
