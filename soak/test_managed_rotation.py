@@ -10,11 +10,17 @@ routes 2 requests per second to a backend on Service `gw-web`'s ClusterIP that s
 web-0's files as the kubelet refreshes them, trusting them through a BackendTLSPolicy on
 the ConfigMap the injector keeps equal to the signer's bundles: 0 failed requests.
 
+An injected webhook in the same loop (issue 29): a ValidatingWebhookConfiguration whose
+caBundle the injector keeps equal to the signer's bundles, served from web-0's files on
+Service `web`'s ClusterIP, and kube-apiserver as its TLS client: a dry-run ConfigMap
+create every 2 s, each one a webhook call — 0 failed.
+
 About 75 minutes."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,8 +36,13 @@ from controlplane.traefik import Traefik
 from controlplane.workload import CHAIN_FILE, VolumeFiles
 from injector.configmaps import LABEL
 from injector.targets import ANNOTATION
-from kube.client import Client
-from tests.integration.injector_harness import RunningInjector
+from kube.client import ApiError, Client
+from tests.integration.injector_harness import (
+    VWC_PATH,
+    RunningInjector,
+    ca_bundles,
+    validating_webhook,
+)
 from tests.integration.managed_ca_harness import Prober, ca_cli, phase, roots
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import create_service, running_files, serving_pod
@@ -47,6 +58,7 @@ from tests.integration.traefik_harness import (
     route_host,
     route_through,
 )
+from tests.integration.webhook_server import WebhookServer
 
 pytestmark = pytest.mark.integration
 
@@ -85,6 +97,7 @@ def test_a_real_time_managed_rotation_fails_no_handshake(
         old_root = roots(trusting)
         gateway = stack.enter_context(_gateway(cluster, client, ns, server))
         requests = stack.enter_context(Requests(gateway.url("/ok"), route_host(ns), rate=2))
+        webhook = stack.enter_context(_webhook(client, ns, server))
 
         with Prober(trusting, f"web.{ns}.svc", period=2.0) as prober:
             prober.servers["web-0"] = server
@@ -114,12 +127,16 @@ def test_a_real_time_managed_rotation_fails_no_handshake(
             f"managed soak: stage→swap {swapped - started:.0f}s, swap→retire "
             f"{retired - swapped:.0f}s; handshakes {prober.ok} ok, {len(prober.failed)} failed; "
             f"web-0's leaf now {leaf.issuer.rfc4514_string()}; through Traefik "
-            f"{requests.ok} ok, {len(requests.failed)} failed {dict(requests.codes)}"
+            f"{requests.ok} ok, {len(requests.failed)} failed {dict(requests.codes)}; "
+            f"through the injected webhook {webhook.ok} ok, {len(webhook.failed)} failed "
+            f"({webhook.calls()} calls served)"
         )
         assert prober.failed == [], prober.failed[:5]
         assert prober.ok > 1000
         assert requests.failed == [], requests.failed[:5]
         assert requests.ok > 5000
+        assert webhook.failed == [], webhook.failed[:5]
+        assert webhook.ok > 1000
     finally:
         stack.close()
         signer.stop()
@@ -154,3 +171,66 @@ def _gateway(cluster: Cluster, client: Client, ns: str, server: VolumeFiles) -> 
         stack.enter_context(following_backend(cluster_ip, server))
         assert eventually(lambda: answer(traefik, ns) == 200, 60), traefik.tail()
         yield traefik
+
+
+class WebhookCalls:
+    """A dry-run ConfigMap create every `period` in `ns`: kube-apiserver calls the
+    webhook over TLS, verifying it against the injected caBundle (`failurePolicy: Fail`,
+    so a verification failure is a refused create)."""
+
+    def __init__(self, client: Client, ns: str, server: WebhookServer, period: float) -> None:
+        self.client, self.ns, self.server, self.period = client, ns, server, period
+        self.ok = 0
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def calls(self) -> int:
+        return self.server.admission_calls
+
+    def create(self) -> str | None:
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe"}}
+        try:
+            self.client.create(
+                f"/api/v1/namespaces/{self.ns}/configmaps", body, params={"dryRun": "All"}
+            )
+        except ApiError as err:
+            return str(err)
+        return None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            error = self.create()
+            if error is None:
+                self.ok += 1
+            else:
+                self.failed.append(f"{time.strftime('%H:%M:%S')} {error}")
+
+    def __enter__(self) -> WebhookCalls:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@contextmanager
+def _webhook(client: Client, ns: str, server: VolumeFiles) -> Iterator[WebhookCalls]:
+    """A webhook on Service `web` (port 443: its ClusterIP) serving web-0's files as the
+    kubelet refreshes them, its caBundle injected from the signer's bundles."""
+    name = f"soak-{uuid.uuid4().hex[:8]}"
+    selection = json.dumps({"signerName": SIGNER, "labelSelector": {}})
+    hook = validating_webhook(name, ns, "web", selection)
+    hook["webhooks"][0]["clientConfig"]["service"]["port"] = 443
+    service = client.get(f"/api/v1/namespaces/{ns}/services/web")
+    with ExitStack() as stack:
+        serving = stack.enter_context(
+            following_backend(service["spec"]["clusterIP"], server, port=443)
+        )
+        client.create(VWC_PATH, hook)
+        stack.callback(delete_quietly, client, f"{VWC_PATH}/{name}")
+        assert eventually(lambda: ca_bundles(client.get(f"{VWC_PATH}/{name}")) != [], 60)
+        calls = WebhookCalls(client, ns, serving, period=2.0)
+        assert eventually(lambda: calls.create() is None, 60), calls.create()
+        yield stack.enter_context(calls)

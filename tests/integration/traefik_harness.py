@@ -193,9 +193,11 @@ class Requests:
 
 
 @contextmanager
-def backend(cluster_ip: str, chain: bytes, key: bytes) -> Iterator[WebhookServer]:
+def backend(
+    cluster_ip: str, chain: bytes, key: bytes, port: int = BACKEND_PORT
+) -> Iterator[WebhookServer]:
     """The backend on the Service's ClusterIP, serving `chain` (`/ok` answers 200)."""
-    server = WebhookServer(cluster_ip, BACKEND_PORT, chain, key).start()
+    server = WebhookServer(cluster_ip, port, chain, key).start()
     try:
         yield server
     finally:
@@ -203,12 +205,14 @@ def backend(cluster_ip: str, chain: bytes, key: bytes) -> Iterator[WebhookServer
 
 
 @contextmanager
-def following_backend(cluster_ip: str, files: VolumeFiles) -> Iterator[WebhookServer]:
+def following_backend(
+    cluster_ip: str, files: VolumeFiles, port: int = BACKEND_PORT
+) -> Iterator[WebhookServer]:
     """`backend` serving what the kubelet keeps in `files`: a changed chain (the kubelet's
     refresh) is served from the next connection on, as a server re-reading its files."""
     chain, key = files.chain, files.key
     stop = threading.Event()
-    with backend(cluster_ip, chain, key) as server:
+    with backend(cluster_ip, chain, key, port) as server:
 
         def follow() -> None:
             nonlocal chain
