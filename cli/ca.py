@@ -170,12 +170,10 @@ def status_report(
     decision: `managedca.controller.decision_record`), the leader-election Lease and the
     published bundles: no access to the CA Secret (the key) is needed."""
     from kube.times import parse_time
+    from managedca.report import leading_decision
 
-    holder = (leader or {}).get("identity")
-    with_decision = [p for p in leases if p.decision]
-    by_leader = [p for p in with_decision if p.replica == holder]
-    chosen = (by_leader or sorted(with_decision, key=lambda p: p.renewed_at))[-1:]
-    decision = dict(chosen[0].decision or {}) if chosen else {}
+    chosen, by_leader = leading_decision(leases, (leader or {}).get("identity"))
+    decision = dict(chosen.decision or {}) if chosen else {}
     out: JSON = {
         "secret": where,
         "leader": None,
@@ -197,9 +195,9 @@ def status_report(
             "renewedSecondsAgo": round(age, 1) if age is not None else None,
         }
     if chosen:
-        out["decidedBy"] = chosen[0].replica
+        out["decidedBy"] = chosen.replica
         out["decidedAt"] = decision.get("at")
-        out["decidedByLeader"] = bool(by_leader)
+        out["decidedByLeader"] = by_leader
     if decision.get("step") == "Wait" or decision.get("reason"):
         out["waitingFor"] = decision.get("why") or decision.get("reason")
         out["reason"] = decision.get("reason")

@@ -121,6 +121,18 @@ def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
     )
 
 
+def leading_decision(
+    reports: Iterable[ReportLease], holder: str | None
+) -> tuple[ReportLease | None, bool]:
+    """The report whose decision to show: the leader's (`holder`, the leader-election
+    Lease's holder), else the most recently renewed one that carries a decision (a
+    leader that has just lost its Lease). The flag says whether it is the leader's."""
+    with_decision = [r for r in reports if r.decision]
+    by_leader = [r for r in with_decision if holder and r.replica == holder]
+    chosen = (by_leader or sorted(with_decision, key=lambda r: r.renewed_at))[-1:]
+    return (chosen[0] if chosen else None), bool(by_leader)
+
+
 def _lifetime(value: object) -> timedelta | None:
     try:
         return timedelta(seconds=int(str(value))) if value else None

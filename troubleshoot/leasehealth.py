@@ -16,6 +16,10 @@ What it decides, for `explain` and `status` (read-only, from the API server):
   that trust through a `clusterTrustBundle` projection cannot verify what is issued; it
   does not stop issuance. The CA expiry shown
   is the earliest `notAfter` among the published anchors.
+* **Managed CA.** In managed mode each replica keeps a report Lease beside the leader
+  Lease (`managedca.report`), and the leader's carries its last decision: the phase and
+  what the rotation does next or waits for. Shown when such reports exist and we may
+  list Leases there; a 403 on the list shows nothing (`ca status` says more, and why).
 * **Material in use.** The signing certificate is not visible through the API except in
   what it signed: `status` passes the chain of the newest issued request it saw.
 
@@ -36,6 +40,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.times import parse_time
 from kube.types import JSON
+from managedca.report import REPORT_LABEL, leading_decision, parse_report
 from troubleshoot.access import Forbidden, forbidden
 from trust.bundle import BundleError, normalize_bundle, parse_anchors
 
@@ -94,11 +99,24 @@ class BundleState:
 
 
 @dataclass(frozen=True)
+class ManagedCA:
+    """The managed CA's last decision, as the leader (or the newest report) published it."""
+
+    phase: str | None
+    step: str | None  # the next step, when not waiting
+    waiting: str | None  # the reason it waits for, when it waits
+    since: datetime | None
+    decided_by: str
+    by_leader: bool
+
+
+@dataclass(frozen=True)
 class Health:
     signer_name: str
     lease: LeaseState
     bundle: BundleState
     material: Anchor | None = None  # the signing certificate seen in an issued chain
+    managed_ca: ManagedCA | None = None
 
 
 def lease_state(namespace: str, name: str, lease: JSON | None, now: datetime) -> LeaseState:
@@ -189,7 +207,44 @@ def read_health(
             )
         else:
             bundle = bundle_state(listed.get("items") or [])
-    return Health(signer_name, lease, bundle)
+    return Health(signer_name, lease, bundle, managed_ca=_read_managed_ca(client, lease))
+
+
+def _read_managed_ca(client: Client, lease: LeaseState) -> ManagedCA | None:
+    try:
+        listed = client.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(lease.namespace)}/leases",
+            {"labelSelector": REPORT_LABEL},
+        )
+    except ApiError as err:
+        if err.status in (403, 404):
+            return None
+        raise
+    return managed_ca_state(listed.get("items") or [], lease.holder)
+
+
+def managed_ca_state(leases: Sequence[JSON], holder: str) -> ManagedCA | None:
+    """The decision to show from the report Leases (None: no managed CA reports). Pure."""
+    reports = [r for lease in leases if (r := parse_report(lease)) is not None]
+    chosen, by_leader = leading_decision(reports, holder or None)
+    if chosen is None or chosen.decision is None:
+        return None
+    decision = chosen.decision
+    waiting = decision.get("reason") or (
+        decision.get("why") if decision.get("step") == "Wait" else None
+    )
+    return ManagedCA(
+        phase=_text(decision.get("phase")),
+        step=None if waiting else _text(decision.get("step")),
+        waiting=_text(waiting),
+        since=parse_time(decision.get("since")) if waiting else None,
+        decided_by=chosen.replica,
+        by_leader=by_leader,
+    )
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value else None
 
 
 def _read_lease(client: Client, namespace: str, name: str, now: datetime) -> LeaseState:

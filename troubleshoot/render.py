@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from troubleshoot.explain import Report, RequestReport, no_leader_text, rfc3339, span
-from troubleshoot.leasehealth import Anchor, Health, Leader
+from troubleshoot.leasehealth import Anchor, Health, Leader, ManagedCA
 
 
 def _time(value: datetime | None) -> str | None:
@@ -66,11 +66,27 @@ def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
             "bundle: no ClusterTrustBundle published for the signer: clients that trust "
             "through a clusterTrustBundle projection cannot verify its certificates"
         )
+    if full and health.managed_ca is not None:
+        lines.append(managed_ca_line(health.managed_ca, now))
     if full and health.material is not None:
         lines.append(
             f"material in use: {_anchor(health.material, now)} (from the newest issued chain)"
         )
     return lines
+
+
+def managed_ca_line(ca: ManagedCA, now: datetime) -> str:
+    """`managed CA: phase Staged, waiting for replica-not-ready (since 4m ago)`."""
+    line = f"managed CA: phase {ca.phase or 'none yet'}"
+    if ca.waiting:
+        line += f", waiting for {ca.waiting}"
+        if ca.since is not None:
+            line += f" (since {_ago(ca.since, now)})"
+    elif ca.step:
+        line += f", next step {ca.step}"
+    if not ca.by_leader:
+        line += f"; decided by {ca.decided_by}, not the current leader"
+    return line + " (details: ca status)"
 
 
 def _anchor(anchor: Anchor, now: datetime) -> str:
@@ -155,6 +171,18 @@ def health_json(health: Health) -> dict[str, Any]:
             "forbidden": str(bundle.problem) if bundle.problem else None,
         },
         "material": anchor_json(health.material) if health.material else None,
+        "managedCA": managed_ca_json(health.managed_ca) if health.managed_ca else None,
+    }
+
+
+def managed_ca_json(ca: ManagedCA) -> dict[str, Any]:
+    return {
+        "phase": ca.phase,
+        "next": ca.step,
+        "waitingFor": ca.waiting,
+        "since": _time(ca.since),
+        "decidedBy": ca.decided_by,
+        "decidedByLeader": ca.by_leader,
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -607,6 +608,22 @@ def test_a_corrupted_next_key_holds_the_swap_until_it_is_mended(
     assert held and held[0]["type"] == "Warning" and "replica-not-ready" in held[0]["note"]
     text = managed.ca_cli("status", f"--lease-name={managed.lease}")
     assert "Waiting: [replica-not-ready]" in text.stdout, text.stdout
+    plain = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "status",
+            f"--kubeconfig={managed.control_plane.kubeconfig}",
+            f"--signer-name={managed.signer_name}",
+            f"--lease-namespace={managed.namespace}",
+            f"--lease-name={managed.lease}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "managed CA: phase Staged, waiting for replica-not-ready" in plain.stdout, plain
 
     edit(managed.client, managed.secret_path, lambda s: s["data"].update({"next.key": good}))
     assert eventually(lambda: managed.phase() == "Retiring", 40), _status(managed)

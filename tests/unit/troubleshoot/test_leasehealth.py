@@ -107,3 +107,68 @@ def test_an_anchor_in_several_bundles_is_listed_once() -> None:
     state = bundle_state(items)
     assert state.names == ("s:abc", "s:def", "s:trust-anchors")
     assert sorted(a.subject for a in state.anchors) == ["CN=test lh-new", "CN=test lh-old"]
+
+
+def _report(replica: str, renewed: str, decision: dict[str, Any] | None) -> dict[str, Any]:
+    import json
+
+    from managedca.report import DECISION
+
+    annotations = {DECISION: json.dumps(decision)} if decision else {}
+    return {
+        "metadata": {"name": f"r-{replica}", "annotations": annotations},
+        "spec": {
+            "holderIdentity": replica,
+            "renewTime": renewed,
+            "leaseDurationSeconds": 30,
+        },
+    }
+
+
+WAITING = {
+    "phase": "Staged",
+    "step": "Wait",
+    "reason": "replica-not-ready",
+    "since": "2026-12-04T10:00:00Z",
+}
+
+
+def test_status_shows_what_the_leaders_managed_ca_decision_waits_for() -> None:
+    from troubleshoot.leasehealth import managed_ca_state
+    from troubleshoot.render import managed_ca_line
+
+    leases = [
+        _report("a", "2026-12-04T10:05:00.000000Z", WAITING),
+        _report("b", "2026-12-04T10:06:00.000000Z", {"phase": "Stable", "step": "Stage"}),
+    ]
+    state = managed_ca_state(leases, holder="a")
+    assert state is not None and state.by_leader and state.decided_by == "a"
+    now = datetime(2026, 12, 4, 10, 4, tzinfo=UTC)
+    assert managed_ca_line(state, now) == (
+        "managed CA: phase Staged, waiting for replica-not-ready "
+        "(since 2026-12-04T10:00:00Z, 4m ago) (details: ca status)"
+    )
+
+
+def test_with_no_leader_the_newest_decision_is_shown_and_said_not_to_be_the_leaders() -> None:
+    from troubleshoot.leasehealth import managed_ca_state
+    from troubleshoot.render import managed_ca_line
+
+    leases = [
+        _report("a", "2026-12-04T10:05:00.000000Z", WAITING),
+        _report("b", "2026-12-04T10:06:00.000000Z", {"phase": "Stable", "step": "Stage"}),
+    ]
+    state = managed_ca_state(leases, holder="")
+    assert state is not None and state.decided_by == "b" and not state.by_leader
+    line = managed_ca_line(state, datetime(2026, 12, 4, 10, 7, tzinfo=UTC))
+    assert line == (
+        "managed CA: phase Stable, next step Stage; decided by b, not the current leader "
+        "(details: ca status)"
+    )
+
+
+def test_no_managed_ca_reports_means_no_managed_ca_line() -> None:
+    from troubleshoot.leasehealth import managed_ca_state
+
+    assert managed_ca_state([], holder="a") is None
+    assert managed_ca_state([_report("a", "2026-12-04T10:05:00.000000Z", None)], "a") is None
