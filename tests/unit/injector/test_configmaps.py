@@ -32,7 +32,7 @@ from injector.targets import (
 from injector.targets import to_target as to_webhook_target
 from kube.client import ApiError, Client
 from tests.unit.fakes import FakeCache
-from tests.unit.injector.test_sync import SELECT_ALL, ctb, pem
+from tests.unit.injector.builders import SELECT_ALL, ctb, pem
 from trust.bundle import anchor_ders, normalize_bundle, parse_anchors
 from trust.truststore import java_truststore, truststore_anchors
 

@@ -26,16 +26,8 @@ from injector.targets import (
 from kube.client import ApiError, Client
 from tests.unit import pki
 from tests.unit.fakes import FakeCache
-from tests.unit.injector.test_sync import (
-    Events,
-    FakeClient,
-    b64,
-    controller,
-    ctb,
-    pem,
-    target_cache,
-    webhook_config,
-)
+from tests.unit.injector.builders import b64, ctb, pem, webhook_config
+from tests.unit.injector.harness import Events, FakeClient, controller, target_cache
 from trust.bundle import normalize_bundle
 
 KIND = "ValidatingWebhookConfiguration"

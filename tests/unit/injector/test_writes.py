@@ -21,16 +21,9 @@ from injector.targets import (
     to_target,
 )
 from kube.client import ApiError
+from tests.unit.injector.builders import api_service, crd, ctb, pem, webhook_config
+from tests.unit.injector.harness import FakeClient, controller
 from tests.unit.injector.test_configmaps import config_map
-from tests.unit.injector.test_sync import (
-    FakeClient,
-    api_service,
-    controller,
-    crd,
-    ctb,
-    pem,
-    webhook_config,
-)
 from trust.bundle import normalize_bundle
 
 GITOPS = {
