@@ -39,6 +39,7 @@ from bench.signers import cli_path
 from controlplane import ControlPlane
 from controlplane.server import free_port, http_ok
 from kube.client import Client
+from tests.hostile import with_mac_iterations
 from trust.bundle import normalize_bundle
 from trust.ca import generate_ca
 from trust.consumers import ANNOTATION, LABEL, TRUSTSTORE_ANNOTATION, TRUSTSTORE_PASSWORD_ANNOTATION
@@ -47,34 +48,6 @@ from trust.truststore import java_truststore
 SETTLE = 15.0
 SIGNER = "example.com/bench-tenant"
 LEASE = "service-serving-signer-injector"
-
-
-def _der(tag: int, content: bytes) -> bytes:
-    n = len(content)
-    if n < 0x80:
-        return bytes([tag, n]) + content
-    size = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes([tag, 0x80 | len(size)]) + size + content
-
-
-def _children(der: bytes) -> list[bytes]:
-    i = 2 + (der[1] & 0x7F if der[1] & 0x80 else 0)
-    out = []
-    while i < len(der):
-        head = der[i + 1]
-        extra = head & 0x7F if head & 0x80 else 0
-        length = int.from_bytes(der[i + 2 : i + 2 + extra], "big") if extra else head
-        out.append(der[i : i + 2 + extra + length])
-        i += 2 + extra + length
-    return out
-
-
-def hostile_pkcs12(bundle: str) -> bytes:
-    """A truststore whose MacData claims 2^31-1 iterations."""
-    version, auth_safe, mac = _children(java_truststore(bundle, "changeit"))
-    digest, salt, _ = _children(mac)
-    count = _der(0x02, (2**31 - 1).to_bytes(4, "big"))
-    return _der(0x30, version + auth_safe + _der(0x30, digest + salt + count))
 
 
 LAUNCH = "import sys; from cli.main import main; sys.argv[0] = 'service-serving-signer'; main()"
@@ -192,7 +165,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 result["baseline_rss_mib"] = rss_bytes(proc.pid) / 2**20
                 watch.start()
                 tenant = create_namespace(client, "tenant")
-                store = base64.b64encode(hostile_pkcs12(bundle)).decode()
+                store = base64.b64encode(
+                    with_mac_iterations(java_truststore(bundle, "changeit"), 2**31 - 1)
+                ).decode()
                 bombs = 1 if args.kdf_bomb else 0
                 for _ in range(bombs):
                     client.create(

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from tests.hostile import with_mac_iterations
 from tests.unit import pki
 from trust.bundle import anchor_ders, normalize_bundle
 from trust.truststore import java_truststore, truststore_anchors
@@ -81,37 +82,6 @@ def test_openssl_reads_the_same_anchors_with_the_java_trust_attribute(tmp_path: 
 def test_unreadable_data_is_no_truststore() -> None:
     assert truststore_anchors(b"not pkcs12") is None
     assert truststore_anchors(b"") is None
-
-
-def _der(tag: int, content: bytes) -> bytes:
-    n = len(content)
-    if n < 0x80:
-        return bytes([tag, n]) + content
-    size = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes([tag, 0x80 | len(size)]) + size + content
-
-
-def _children(der: bytes) -> list[bytes]:
-    """The complete TLVs inside one constructed TLV (what a test needs to rebuild one)."""
-    i = 2 + (der[1] & 0x7F if der[1] & 0x80 else 0)
-    out = []
-    while i < len(der):
-        head = der[i + 1]
-        extra = head & 0x7F if head & 0x80 else 0
-        length = int.from_bytes(der[i + 2 : i + 2 + extra], "big") if extra else head
-        end = i + 2 + extra + length
-        out.append(der[i:end])
-        i = end
-    return out
-
-
-def with_mac_iterations(store: bytes, iterations: int) -> bytes:
-    """The same PKCS#12 file whose MacData claims `iterations` (the MAC no longer checks,
-    but a reader that runs the KDF first spends the whole count before it knows)."""
-    version, auth_safe, mac = _children(store)
-    digest, salt, _ = _children(mac)
-    count = _der(0x02, iterations.to_bytes((iterations.bit_length() + 8) // 8, "big"))
-    return _der(0x30, version + auth_safe + _der(0x30, digest + salt + count))
 
 
 def test_a_kdf_that_claims_2_to_the_31_iterations_is_refused_without_running_it(
