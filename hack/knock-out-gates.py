@@ -64,6 +64,22 @@ GATES: dict[str, list[tuple[str, str]]] = {
             "        if prev.retire_at is None:\n",
         ),
     ],
+    "an emergency drops the compromised root from the state": [
+        ("        if state.current.fingerprint not in action.revoke\n", "        if True\n"),
+    ],
+    "a bootstrap keeps the roots a replica remembers revoked": [
+        (
+            "        return Bootstrap(now, adopt, obs.revoked)",
+            "        return Bootstrap(now, adopt)",
+        ),
+    ],
+    "a bootstrap adopts no revoked root": [
+        (
+            "adopt = tuple(sorted(c for c in obs.published_cas if c.fingerprint not in "
+            "obs.revoked))",
+            "adopt = tuple(sorted(obs.published_cas))",
+        ),
+    ],
 }
 
 # Kept in decide as defence in depth, but implied by a gate above in the model: removing

@@ -15,6 +15,9 @@ The model:
   swaps in a CA it cannot validate leaves it signing with the CA it had (and, like the
   product, it retries on every later delivery). It reports what it has loaded, signs
   with, and is ready to sign with; the leader judges liveness itself.
+- `ca rotate --emergency` asks to revoke the current root. Replicas remember every root
+  they have seen revoked (a deleted Secret forgets nothing they hold): none signs with
+  one, the leader never publishes one, and a bootstrap never adopts one.
 - The injector copies the published bundle into its targets when it runs (it can stop
   for as long as it likes) and reports what they hold.
 - The leader publishes its replica's bundle; kubelet projections hold what was published
@@ -29,9 +32,14 @@ The model:
 Invariants checked after every step:
 
 - a leaf is signed only by a root every consumer holds (published for the projection
-  lag, and in the injected targets; unless published before any leaf existed);
+  lag, and in the injected targets; unless published before any leaf existed) — but a
+  CA made in an emergency (or by a bootstrap after one, with nothing but revoked roots
+  to adopt) signs once it is published (the read-back: it must replace the compromised
+  root at once, and consumers catch up within the projection lag);
 - every leaf still valid (by its notAfter, which the signing replica's clock wrote)
-  chains to a published root;
+  chains to a published root, unless its root was revoked (that is what revoking does);
+- no leaf is signed by, no bundle publishes and no persisted state keeps a root that
+  the signing replica, the publishing leader or the writer knows revoked;
 - the persisted next CA never changes to another one (only a swap consumes it);
 - a replica whose view holds a swap it has read signs with that view's current CA (a
   swap never strands a replica on the old root).
@@ -40,7 +48,7 @@ Invariants checked after every step:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -51,6 +59,7 @@ from managedca.decide import (
     Bootstrap,
     CaInfo,
     Config,
+    Emergency,
     InjectorView,
     Observations,
     Report,
@@ -89,6 +98,7 @@ class Replica:
     offset: timedelta = timedelta(0)  # its clock - true time
     signing: CaInfo | None = None  # the signing set it accepted
     ready: str | None = None
+    revoked: frozenset[str] = frozenset()  # every root a state it loaded revoked
 
 
 @dataclass
@@ -110,6 +120,7 @@ class World:
     injected: frozenset[str] = frozenset()
     corrupt: set[str] = field(default_factory=set)  # CAs whose key in the Secret is bad
     leaves: list[tuple[str, datetime]] = field(default_factory=list)
+    emergency_made: set[str] = field(default_factory=set)  # CAs made by an Emergency
     stashed: list[tuple[int, object, CaInfo | None]] = field(default_factory=list)
     serial: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -130,7 +141,22 @@ class World:
         if read_rv != self.rv:
             return  # a conflict
         old = self.states[self.rv]
-        if old is not None and old.next is not None and new is not None:
+        if new is not None:
+            kept = _anchors(new) & (new.revoked | (old.revoked if old is not None else frozenset()))
+            if kept:
+                raise InvariantBroken(f"a state keeps the revoked root(s) {sorted(kept)}")
+        dropped_by_emergency = (
+            new is not None
+            and new.emergency
+            and old is not None
+            and (new.current.fingerprint not in _anchors(old))
+        )
+        if (
+            old is not None
+            and old.next is not None
+            and new is not None
+            and not dropped_by_emergency
+        ):
             if new.next is not None and new.next != old.next:
                 raise InvariantBroken(f"next CA {old.next} replaced by {new.next}")
             if new.next is None and new.current != old.next:
@@ -138,6 +164,10 @@ class World:
         self.rv += 1
         self.states[self.rv] = new
         self.written_at[self.rv] = self.true_now
+
+    def revoked(self) -> frozenset[str]:
+        """Every root a persisted state has revoked so far."""
+        return frozenset().union(*(s.revoked for s in self.states.values() if s is not None))
 
     def decision(self) -> tuple[int, object, CaInfo | None]:
         assert self.leader is not None
@@ -165,9 +195,14 @@ class World:
                 published_for = timedelta(0)
         cas = tuple(sorted(self.cas[fp] for fp in self.published))
         injector = InjectorView(self.injector_alive, self.injected)
-        obs = Observations(self.published, reports, cas, published_for, injector)
+        remembered = self.replicas[self.leader].revoked | (
+            state.revoked if state is not None else frozenset()
+        )
+        obs = Observations(self.published, reports, cas, published_for, injector, remembered)
         action = decide(state, obs, now, CFG)
-        made = self.new_ca(now) if isinstance(action, Bootstrap | Stage) else None
+        if isinstance(action, Bootstrap) and remembered - action.revoked:
+            raise InvariantBroken("a bootstrap forgot a revoked root the leader remembers")
+        made = self.new_ca(now) if isinstance(action, Bootstrap | Stage | Emergency) else None
         return (-1 if isinstance(action, Bootstrap) else self.rv), action, made
 
     def commit(self, read_rv: int, action: object, made: CaInfo | None) -> None:
@@ -176,10 +211,14 @@ class World:
         if read_rv == -1:  # a create: only if nothing exists
             if self.state is None:
                 self.write(self.rv, apply(None, action, made))  # type: ignore[arg-type]
+                if _emergency(action) and made is not None:
+                    self.emergency_made.add(made.fingerprint)
             return
         if read_rv != self.rv:
             return
         self.write(read_rv, apply(self.states[read_rv], action, made))  # type: ignore[arg-type]
+        if _emergency(action) and made is not None and self.rv != read_rv:
+            self.emergency_made.add(made.fingerprint)
 
     @property
     def cas(self) -> dict[str, CaInfo]:
@@ -198,6 +237,9 @@ class World:
         view = self.states[rv]
         if view is None:
             return  # a deleted Secret: keep the material loaded before
+        r.revoked |= view.revoked
+        if r.signing is not None and r.signing.fingerprint in r.revoked:
+            r.signing = None  # the product's source stops signing with it at once
         if view.confirmed_at is not None and self._valid(i, view.current):
             r.signing = view.current
         upcoming = view.next if view.confirmed_at is not None else view.current
@@ -219,6 +261,8 @@ class World:
                 self.deliver(i, r.view)
 
     def publish(self, anchors: frozenset[str]) -> None:
+        if self.leader is not None and anchors & self.replicas[self.leader].revoked:
+            raise InvariantBroken(f"published the revoked root(s) {sorted(anchors)}")
         for fp in anchors - self.published:
             self.published_since[fp] = self.true_now
             if not self.leaves:
@@ -241,8 +285,9 @@ class World:
         return self.true_now - self.published_since[fp] >= KUBELET_LAG
 
     def check(self) -> None:
+        revoked = self.revoked()
         for ca, not_after in self.leaves:
-            if self.true_now < not_after and ca not in self.published:
+            if self.true_now < not_after and ca not in self.published and ca not in revoked:
                 raise InvariantBroken(f"{ca} left the bundle while a leaf it signed is valid")
         for i, r in enumerate(self.replicas):
             view = self.states[r.view]
@@ -255,6 +300,15 @@ class World:
             mended = view.current.fingerprint not in self.corrupt
             if settled and usable and mended and r.signing != view.current:
                 raise InvariantBroken(f"r{i} stranded on {r.signing} after a swap")
+
+
+def _emergency(action: object) -> bool:
+    """An emergency rotation, or a bootstrap after one that has nothing left to adopt (the
+    Secret deleted while only the revoked root was published): both sign with their new
+    CA once the bundle read back holds it — the compromised root must not be waited on."""
+    if isinstance(action, Emergency):
+        return True
+    return isinstance(action, Bootstrap) and bool(action.revoked) and not action.adopt
 
 
 def _anchors(state: State | None) -> frozenset[str]:
@@ -278,6 +332,7 @@ STEPS = st.one_of(
     st.tuples(st.just("elect"), st.integers(0, REPLICAS - 1)),
     st.tuples(st.just("rotate"), st.just(0)),
     st.tuples(st.just("delete"), st.just(0)),
+    st.tuples(st.just("emergency"), st.just(0)),
     st.tuples(st.just("corrupt"), st.just(0)),
     st.tuples(st.just("mend"), st.just(0)),
     st.tuples(st.just("inject"), st.just(0)),
@@ -319,11 +374,14 @@ def run(steps: list[Step]) -> World:
             leader = w.replicas[w.leader]
             state = w.states[leader.view]
             if state is not None:
-                w.publish(_anchors(state))
+                w.publish(_anchors(state) - leader.revoked)
         elif op == "sign" and w.replicas[arg].alive:
             ca = w.replicas[arg].signing
             if ca is not None and w.clock(arg) < ca.not_after:  # the signer caps notAfter
-                if not w.held_by_consumers(ca.fingerprint):
+                if ca.fingerprint in w.replicas[arg].revoked:
+                    raise InvariantBroken(f"a leaf signed by the revoked {ca}")
+                emergency = ca.fingerprint in w.emergency_made and ca.fingerprint in w.published
+                if not emergency and not w.held_by_consumers(ca.fingerprint):
                     raise InvariantBroken(f"a leaf signed by {ca}, not held by every consumer")
                 w.leaves.append((ca.fingerprint, min(w.clock(arg) + LEAF, ca.not_after)))
         elif op == "act" and w.leader is not None:
@@ -352,6 +410,9 @@ def run(steps: list[Step]) -> World:
             w.leader_seen = None  # a new process: its own monotonic clock
         elif op == "rotate" and w.state is not None and w.state.next is None:
             w.write(w.rv, rotate_requested(w.state, w.clock(0)))
+        elif op == "emergency" and w.state is not None:
+            if w.state.emergency_requested_at is None:  # `ca rotate --emergency`
+                w.write(w.rv, replace(w.state, emergency_requested_at=w.clock(0)))
         elif op == "delete" and w.state is not None:
             w.write(w.rv, None)
         elif op == "corrupt" and w.state is not None:
@@ -499,3 +560,61 @@ def test_a_swap_written_hours_after_it_was_decided_keeps_the_old_root_long_enoug
     steps += [("tick", 6 * 3600), ("sign", 0)]  # ... the replicas still sign with the old CA
     steps += [("unstash", 1), ("round", 2)]  # ... and the swap is written now
     run(steps)
+
+
+EMERGENCIES: dict[str, list[Step]] = {
+    "while stable": [("round", 4), ("emergency", 0), ("round", 4), ("tick", 600), ("round", 3)],
+    "while a rotation is staged": [
+        *ROTATE_STAGED,
+        ("round", 2),
+        ("emergency", 0),
+        ("round", 4),
+        ("tick", 600),
+        ("round", 3),
+    ],
+    "then the Secret is deleted": [
+        ("round", 4),
+        ("emergency", 0),
+        ("round", 4),
+        ("delete", 0),
+        ("round", 4),
+        ("tick", 600),
+        ("round", 3),
+    ],
+    "the Secret deleted before the new bundle is published": [
+        ("round", 4),
+        ("emergency", 0),
+        ("act", 0),
+        ("deliver", 0),
+        ("delete", 0),
+        ("act", 0),
+        ("round", 4),
+        ("tick", 600),
+        ("round", 3),
+    ],
+    "with the leader's view behind": [
+        ("round", 4),
+        ("emergency", 0),
+        ("act", 0),
+        ("publish", 0),
+        ("sign", 1),
+        ("tick", 600),
+        ("round", 4),
+    ],
+}
+
+
+@pytest.mark.parametrize("steps", EMERGENCIES.values(), ids=EMERGENCIES.keys())
+def test_an_emergency_rotation_drops_the_compromised_root_for_good(steps: list[Step]) -> None:
+    """`ca rotate --emergency`: the root that signed until then leaves the bundle at the
+    next publish and never returns (not after a deleted Secret either), no replica signs
+    with it once it has read the revocation, and leaves are signed again, by a new CA."""
+    w = run(steps)
+    first = next(s for s in w.states.values() if s is not None).current.fingerprint
+    assert first in w.revoked()
+    assert first not in w.published
+    assert w.emergency_made and w.state is not None
+    assert w.state.current.fingerprint not in w.revoked()
+    signer = w.replicas[0].signing
+    assert signer is not None and signer.fingerprint not in w.revoked()
+    assert w.leaves[-1][0] not in w.revoked()
