@@ -10,15 +10,22 @@ Go peer. Each drain gets a fresh namespace. The JSON line carries every drain an
 signer, the median rate and CPU per 1,000, and `cpu_over_peer` (ours over the peer's
 median CPU, per auth).
 
+`BENCH_BEFORE=<checkout>` adds `ours_before`: the signer of another checkout (its own
+`.venv/bin/service-serving-signer`, client-certificate auth), drained in the same
+interleaved rounds, and `before_over_now` ratios (rate and CPU per 1,000 of that
+checkout over `ours_cert`) — a refactor's "no worse", measured in one run.
+
 After the last Issued each signer is left alone for `IDLE_SECONDS` and its CPU in that
 window is reported (`idle_cpu_fraction`): work that does not scale with certificates.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench.harness import Population, cpu_seconds, populate
@@ -44,6 +51,11 @@ from kube.types import JSON
 
 IDLE_SECONDS = 3.0
 SIGNERS = ("go_ceiling_json", "ours_cert", "ours_token", "go_peer")
+
+
+def _before_cli() -> str | None:
+    before = os.environ.get("BENCH_BEFORE")
+    return str(Path(before) / ".venv" / "bin" / "service-serving-signer") if before else None
 
 
 class _Idle(BenchedProcess):
@@ -97,14 +109,17 @@ def drains(ctx: Context) -> Result:
                     ctx.dir(f"drains-{label}"),
                     workers=ctx.workers,
                     kubeconfig=kubeconfig if label == "ours_token" else None,
+                    cli=before if label == "ours_before" else None,
                 ).start()
             return _Idle(inner)
 
         return start
 
+    before = _before_cli()
+    signers = (*SIGNERS, "ours_before") if before else SIGNERS
     signer_names = {"go_ceiling_json": CEILING_SIGNER_NAME, "go_peer": PEER_SIGNER_NAME}
     for round_ in range(ctx.rounds):
-        for label in SIGNERS:
+        for label in signers:
             pop = fresh(label.replace("_", "-"))
             holder: list[_Idle] = []
             start = starter(label, pop)
@@ -122,7 +137,7 @@ def drains(ctx: Context) -> Result:
             d["idle_cpu_fraction"] = round(holder[0].idle_cpu_fraction, 4) if holder else None
             runs.append(d)
     result: Result = {"scenario": "drains", "n": ctx.n, "workers": ctx.workers, "runs": runs}
-    for label in SIGNERS:
+    for label in signers:
         mine = [r for r in runs if r["signer"] == label]
         result[f"{label}_per_second"] = round(statistics.median(r["per_second"] for r in mine), 1)
         result[f"{label}_cpu_s_per_1000"] = round(
@@ -131,4 +146,11 @@ def drains(ctx: Context) -> Result:
     peer = result.get("go_peer_cpu_s_per_1000")
     for auth in ("cert", "token") if peer and "ours_token" in SIGNERS else ():
         result[f"cpu_over_peer_{auth}"] = round(result[f"ours_{auth}_cpu_s_per_1000"] / peer, 3)
+    if before:
+        result["before"] = os.environ["BENCH_BEFORE"]
+        for figure in ("per_second", "cpu_s_per_1000"):
+            now = result[f"ours_cert_{figure}"]
+            result[f"before_over_now_{figure}"] = (
+                round(result[f"ours_before_{figure}"] / now, 3) if now else None
+            )
     return result

@@ -145,6 +145,7 @@ class OurSigner(BenchedProcess):
         kubeconfig: Path | None = None,
         qps: float = QPS,
         burst: int = BURST,
+        cli: str | None = None,
     ) -> None:
         super().__init__(workdir)
         self.workers = workers
@@ -154,7 +155,7 @@ class OurSigner(BenchedProcess):
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.args = [
-            cli_path(),
+            cli or cli_path(),
             "run",
             f"--kubeconfig={kubeconfig or plane.kubeconfig}",
             f"--service-serving-key={self.ca_dir / 'ca.key'}",
