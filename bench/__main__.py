@@ -141,8 +141,10 @@ def table(results: list[Result]) -> str:
         lines.append(f"  CPU ML-DSA-65/P-256: {e['mldsa65_over_p256']}")
     if "drains" in by:
         d = by["drains"]
-        lines.append(f"drains of {d['n']} (median of {len(d['runs']) // 4} rounds):")
-        for label in ("go_ceiling_json", "ours_cert", "ours_token", "go_peer"):
+        labels = list(dict.fromkeys(r["signer"] for r in d["runs"]))
+        rounds = len(d["runs"]) // max(1, len(labels))
+        lines.append(f"drains of {d['n']} (median of {rounds} interleaved rounds):")
+        for label in labels:
             idle = [r["idle_cpu_fraction"] for r in d["runs"] if r["signer"] == label]
             lines.append(
                 f"  {label:16} {d[f'{label}_per_second']:>7}/s  "
@@ -151,6 +153,11 @@ def table(results: list[Result]) -> str:
         lines.append(
             f"  CPU ours/peer: cert {d['cpu_over_peer_cert']}, token {d['cpu_over_peer_token']}"
         )
+        if "before" in d:
+            lines.append(
+                f"  {d['before']} over this checkout: rate {d['before_over_now_per_second']}, "
+                f"CPU per 1k {d['before_over_now_cpu_s_per_1000']}"
+            )
     if "scale" in by:
         s = by["scale"]
         lines += [
