@@ -411,53 +411,19 @@ class InjectorController:
         bundles = self.bundles.list()
         decision = decisions.decide(target, bundles)
         held, held_until = known_holding(target)
-        match decision:
-            case decisions.Ignore():
-                self.metrics.keep_expiry(key, None)
-                self._set_status(key, None)
-            case decisions.Release():
-                self.metrics.keep_expiry(key, None)
-                self._set_status(key, None)
-                self._release(kind, target)
-            case decisions.Invalid(reason=reason, message=message):
-                # What it would select, were it writable (an immutable ConfigMap): a
-                # blocked holder of those anchors, not a silent one.
-                selection = decisions.decide(
-                    dataclasses.replace(target, not_applicable=None), bundles
-                )
-                selecting = (
-                    convergence.fingerprints(selection.bundle)
-                    if isinstance(selection, decisions.Inject | decisions.UpToDate)
-                    else frozenset()
-                )
-                self.metrics.keep_expiry(key, held_until)
-                self._set_status(
-                    key,
-                    convergence.Status(kind.kind, "invalid", selecting, held, blocked=True),
-                )
-                self.recorder.warning(ref, reason, message, "InjectCABundle")
-                self.metrics.observe(kind.kind, "invalid")
-            case decisions.Empty(message=message):
-                self.metrics.keep_expiry(key, held_until)
-                self._set_status(key, convergence.Status(kind.kind, "empty", holding=held))
-                self.recorder.warning(ref, decisions.REASON_EMPTY, message, "InjectCABundle")
-                self.metrics.observe(kind.kind, "empty")
-            case decisions.UpToDate(bundle=bundle):
-                fps = convergence.fingerprints(bundle)
-                self.metrics.keep_expiry(key, earliest_expiry(bundle).timestamp())
-                self._set_status(key, convergence.Status(kind.kind, "current", fps, fps))
-                self.metrics.observe(kind.kind, "unchanged")
-            case decisions.Conflict(bundle=bundle, message=message):
-                self.metrics.keep_expiry(key, held_until)
-                status = convergence.Status(
-                    kind.kind, "conflicting", convergence.fingerprints(bundle), held, True
-                )
-                self._set_status(key, status)
-                self.recorder.warning(ref, decisions.REASON_CONFLICT, message, "InjectCABundle")
-                self.metrics.observe(kind.kind, "conflict")
-            case decisions.Inject():
-                self._warn_hash_named(ref, target)
-                self._inject(kind, target, decision, ref, held)
+        if isinstance(decision, decisions.Inject):
+            self._warn_hash_named(ref, target)
+            self._inject(kind, target, decision, ref, held)
+            return None
+        settled = settle(kind, target, decision, bundles, held, held_until)
+        self.metrics.keep_expiry(key, settled.expiry)
+        self._set_status(key, settled.status)
+        if settled.warning is not None:
+            self.recorder.warning(ref, *settled.warning, "InjectCABundle")
+        if settled.result is not None:
+            self.metrics.observe(kind.kind, settled.result)
+        if isinstance(decision, decisions.Release):
+            self._release(kind, target)
         return None
 
     def _warn_hash_named(self, ref: ObjectRef, target: Target) -> None:
@@ -560,6 +526,54 @@ class InjectorController:
             return
         self.metrics.observe(kind.kind, "released")
         log.info("released fields", extra={"object": target.key})
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a decision that writes nothing leaves behind: the object's convergence status
+    (None: not ours to report), the expiry gauge's value, the sync result to count and
+    the Warning Event to record (reason, note)."""
+
+    status: convergence.Status | None
+    expiry: float | None = None
+    result: str | None = None
+    warning: tuple[str, str] | None = None
+
+
+def settle(
+    kind: Kind,
+    target: Target,
+    decision: decisions.Decision,
+    bundles: list[JSON],
+    held: frozenset[str],
+    held_until: float | None,
+) -> Settled:
+    """The bookkeeping of every decision but `Inject` (which writes first), in one place."""
+    match decision:
+        case decisions.Invalid(reason=reason, message=message):
+            # What it would select, were it writable (an immutable ConfigMap): a blocked
+            # holder of those anchors, not a silent one.
+            selection = decisions.decide(dataclasses.replace(target, not_applicable=None), bundles)
+            selecting = (
+                convergence.fingerprints(selection.bundle)
+                if isinstance(selection, decisions.Inject | decisions.UpToDate)
+                else frozenset()
+            )
+            status = convergence.Status(kind.kind, "invalid", selecting, held, blocked=True)
+            return Settled(status, held_until, "invalid", (reason, message))
+        case decisions.Empty(message=message):
+            status = convergence.Status(kind.kind, "empty", holding=held)
+            return Settled(status, held_until, "empty", (decisions.REASON_EMPTY, message))
+        case decisions.UpToDate(bundle=bundle):
+            fps = convergence.fingerprints(bundle)
+            status = convergence.Status(kind.kind, "current", fps, fps)
+            return Settled(status, earliest_expiry(bundle).timestamp(), "unchanged")
+        case decisions.Conflict(bundle=bundle, message=message):
+            status = convergence.Status(
+                kind.kind, "conflicting", convergence.fingerprints(bundle), held, True
+            )
+            return Settled(status, held_until, "conflict", (decisions.REASON_CONFLICT, message))
+    return Settled(None)  # Ignore, Release: no longer ours to report
 
 
 def _transform_for(kind: Kind) -> Callable[[JSON], Target]:
