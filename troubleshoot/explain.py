@@ -597,27 +597,26 @@ def request_key_type(raw: JSON) -> str | None:
     return None if isinstance(key, policy.Denial) else policy.key_type_of(key)
 
 
-def chain_ip_addresses(chain: Any) -> tuple[str, ...]:
-    """The IP SANs of an issued chain's leaf (none unless `--cluster-ip-sans`)."""
+def _leaf_sans(chain: Any) -> x509.SubjectAlternativeName | None:
+    """The SubjectAlternativeName of an issued chain's leaf (None: no chain, or none)."""
     if not chain:
-        return ()
+        return None
     try:
         leaf = x509.load_pem_x509_certificates(str(chain).encode())[0]
-        sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except (ValueError, IndexError, x509.ExtensionNotFound):
-        return ()
-    return tuple(str(ip) for ip in sans.get_values_for_type(x509.IPAddress))
+        return None
+
+
+def chain_ip_addresses(chain: Any) -> tuple[str, ...]:
+    """The IP SANs of an issued chain's leaf (none unless `--cluster-ip-sans`)."""
+    sans = _leaf_sans(chain)
+    return tuple(str(ip) for ip in sans.get_values_for_type(x509.IPAddress)) if sans else ()
 
 
 def chain_dns_names(chain: Any) -> tuple[str, ...]:
-    if not chain:
-        return ()
-    try:
-        leaf = x509.load_pem_x509_certificates(str(chain).encode())[0]
-        sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (ValueError, IndexError, x509.ExtensionNotFound):
-        return ()
-    return tuple(sans.get_values_for_type(x509.DNSName))
+    sans = _leaf_sans(chain)
+    return tuple(sans.get_values_for_type(x509.DNSName)) if sans else ()
 
 
 def _controller_ref(obj: JSON | None) -> tuple[str, str] | None:
