@@ -15,7 +15,7 @@ median CPU, per auth).
 interleaved rounds, and `before_over_now` ratios (rate and CPU per 1,000 of that
 checkout over `ours_cert`) — a refactor's "no worse", measured in one run. With it, use
 `--rounds 2`: each drain's population holds 20 Services, and the bench plane's /24
-Service range fills after 12 drains (5 signers × 3 rounds would need 15).
+Service range fills after 12 drains (5 signers by 3 rounds would need 15).
 
 After the last Issued each signer is left alone for `IDLE_SECONDS` and its CPU in that
 window is reported (`idle_cpu_fraction`): work that does not scale with certificates.
