@@ -8,7 +8,8 @@ The `pkixPublicKey` refusal's wording depends on the Go that built kube-apiserve
 Kubernetes: Go ≤ 1.26's crypto/x509 cannot parse an ML-DSA key ("must be a valid
 PKIX-serialized public key"); Go 1.27's parses it and Kubernetes' own key-type check
 refuses it ("unknown public key type"). The tests build 1.37 with go1.27.3 (docs/
-development.md), a release build uses an older Go, so both wordings are the same refusal."""
+development.md); v1.37.2 is released built with Go 1.26.10 (its `.go-version`). Both
+wordings are the same refusal."""
 
 from __future__ import annotations
 
