@@ -9,7 +9,8 @@ it does not decide). Runs only on the leader.
   (the bundle and the reports change without telling us) every second. Any change of
   the Secret (`ca rotate`, a delete) triggers a step through the material source's
   watch, so a Stable leader reads the API once a minute (the same bound as the
-  source's own re-read against a stalled watch), not every few seconds.
+  source's own re-read against a stalled watch), not every few seconds; a dead replica's
+  report is looked at again when its duration has passed, so it is collected then.
 - Every read is a quorum GET (no cache): a decision is taken on the newest state, and
   every write carries the resourceVersion read (`409 Conflict`, or `404` for a Secret
   deleted between the read and the write → decide again). The
@@ -230,6 +231,7 @@ class ManagedCAController:
         self.monotonic = monotonic
         self.liveness = Liveness(monotonic)
         self._published_since: tuple[frozenset[str], float] | None = None
+        self._collect_in: float | None = None  # seconds until a dead report can be collected
 
     # lifecycle --------------------------------------------------------------------------
 
@@ -274,11 +276,16 @@ class ManagedCAController:
             if (parsed := parse_report(lease)) is not None
         ]
         self.liveness.forget_all_but(p.name for p in leases)
+        self._collect_in = None
         for parsed in leases:
             report = self.liveness.report(parsed)
             if collect and self._collectable(parsed, now):
                 self._collect(parsed.name, parsed.resource_version)
                 continue
+            if collect and self._old(parsed, now):
+                # Judged dead on our clock only after its duration unchanged: look again then.
+                left = parsed.duration.total_seconds() - self.liveness.unchanged_for(parsed)
+                self._collect_in = left if self._collect_in is None else min(left, self._collect_in)
             reports.append(report)
         observations = d.Observations(
             published,
@@ -372,6 +379,8 @@ class ManagedCAController:
                 # reads, on the leader, only while a rotation or bootstrap is under way).
                 return Requeue(after=POLL_WHILE_WAITING)
             wait = (action.until - self.clock()).total_seconds()
+            if self._collect_in is not None:  # a dead replica's report to collect
+                wait = min(wait, self._collect_in)
             return Requeue(after=min(max(wait, 0.05), self.resync_period))
         return Requeue(after=0.0)
 
@@ -575,7 +584,13 @@ class ManagedCAController:
         """A replica killed without a clean stop: its report has not changed for its
         duration on our clock, and says it was last renewed over an hour ago."""
         stale = self.liveness.unchanged_for(lease) >= lease.duration.total_seconds()
-        return stale and now > lease.renewed_at + lease.duration + REPORT_GC_AFTER
+        return stale and self._old(lease, now)
+
+    @staticmethod
+    def _old(lease: ReportLease, now: datetime) -> bool:
+        """The report says it was last renewed over `REPORT_GC_AFTER` ago (the replica's
+        clock: a bound, never the judgement of liveness)."""
+        return now > lease.renewed_at + lease.duration + REPORT_GC_AFTER
 
     def _collect(self, name: str, resource_version: str) -> None:
         """Delete a dead replica's report, only as it was judged (a precondition on its

@@ -200,3 +200,56 @@ def test_a_gate_that_holds_the_rotation_is_a_warning_event_once() -> None:
         controller._decided(None, d.Observations(frozenset()), staged, NOW)
     controller._decided(None, d.Observations(frozenset()), d.Wait(None, "rotation-point"), NOW)
     assert recorder.warnings == [("ManagedCAWaiting", "[replica-not-ready] replicas not ready: r2")]
+
+
+class StableWithADeadReplicasReport(StableForMonths):
+    """Stable, and the report of a replica killed two hours ago (never renewed since)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        renewed = (NOW - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self.report = {
+            "metadata": {"name": "ca-replica-dead", "resourceVersion": "41"},
+            "spec": {"holderIdentity": "dead", "leaseDurationSeconds": 30, "renewTime": renewed},
+        }
+        self.deleted: list[tuple[str, Mapping[str, Any] | None]] = []
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        if path.endswith("/leases") and not self.deleted:
+            self.reads += 1
+            return {"items": [self.report]}
+        return super().get(path, params)
+
+    def delete(self, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        self.deleted.append((path, body))
+        return {}
+
+
+def test_a_dead_replicas_report_is_collected_one_duration_after_first_seen_not_a_resync() -> None:
+    """Liveness is judged on the leader's clock, so the first sighting cannot collect; a
+    Stable leader then looks again when the report's duration has passed (not at the
+    minute's resync) and deletes it with the resourceVersion it judged."""
+    mono = [1000.0]
+    client = StableWithADeadReplicasReport()
+    controller = ManagedCAController(
+        cast(Client, client),
+        namespace="ns",
+        secret_name="ca",
+        signer_name="example.com/x",
+        ctb_version="v1beta1",
+        config=d.Config(),
+        make_ca=lambda now: (b"", b""),
+        clock=lambda: NOW,
+        registry=CollectorRegistry(),
+        monotonic=lambda: mono[0],
+    )
+    first = controller.sync()
+    assert client.deleted == [], "first sighting: unchanged for 0 s on our clock"
+    assert isinstance(first, Requeue) and first.after is not None
+    assert 30 <= first.after <= 31, "looked at again when its duration has passed"
+    mono[0] += first.after
+    again = controller.sync()
+    [(path, body)] = client.deleted
+    assert path == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/ca-replica-dead"
+    assert body is not None and body["preconditions"] == {"resourceVersion": "41"}
+    assert isinstance(again, Requeue) and again.after is not None and again.after >= 60
