@@ -279,12 +279,12 @@ class ManagedCAController:
         self._collect_in = None
         for parsed in leases:
             report = self.liveness.report(parsed)
-            if collect and self._collectable(parsed, now):
-                self._collect(parsed.name, parsed.resource_version)
-                continue
             if collect and self._old(parsed, now):
-                # Judged dead on our clock only after its duration unchanged: look again then.
+                # Dead once unchanged for its duration on our clock: collect it then.
                 left = parsed.duration.total_seconds() - self.liveness.unchanged_for(parsed)
+                if left <= 0:
+                    self._collect(parsed.name, parsed.resource_version)
+                    continue
                 self._collect_in = left if self._collect_in is None else min(left, self._collect_in)
             reports.append(report)
         observations = d.Observations(
@@ -580,16 +580,12 @@ class ManagedCAController:
         if self.on_written is not None:
             self.on_written(secret)
 
-    def _collectable(self, lease: ReportLease, now: datetime) -> bool:
-        """A replica killed without a clean stop: its report has not changed for its
-        duration on our clock, and says it was last renewed over an hour ago."""
-        stale = self.liveness.unchanged_for(lease) >= lease.duration.total_seconds()
-        return stale and self._old(lease, now)
-
     @staticmethod
     def _old(lease: ReportLease, now: datetime) -> bool:
-        """The report says it was last renewed over `REPORT_GC_AFTER` ago (the replica's
-        clock: a bound, never the judgement of liveness)."""
+        """A report that says it was last renewed over `REPORT_GC_AFTER` ago (the replica's
+        clock: a bound, never the judgement of liveness). It is collected (a replica
+        killed without a clean stop) once it has also not changed for its duration on our
+        clock."""
         return now > lease.renewed_at + lease.duration + REPORT_GC_AFTER
 
     def _collect(self, name: str, resource_version: str) -> None:

@@ -5,7 +5,8 @@ write."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -23,7 +24,9 @@ from trust.ca import cert_pem, generate_ca, key_pem
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 
-def _controller(client: object) -> ManagedCAController:
+def _controller(
+    client: object, monotonic: Callable[[], float] = time.monotonic
+) -> ManagedCAController:
     return ManagedCAController(
         cast(Client, client),
         namespace="ns",
@@ -34,6 +37,7 @@ def _controller(client: object) -> ManagedCAController:
         make_ca=lambda now: (b"", b""),
         clock=lambda: NOW,
         registry=CollectorRegistry(),
+        monotonic=monotonic,
     )
 
 
@@ -231,18 +235,7 @@ def test_a_dead_replicas_report_is_collected_one_duration_after_first_seen_not_a
     minute's resync) and deletes it with the resourceVersion it judged."""
     mono = [1000.0]
     client = StableWithADeadReplicasReport()
-    controller = ManagedCAController(
-        cast(Client, client),
-        namespace="ns",
-        secret_name="ca",
-        signer_name="example.com/x",
-        ctb_version="v1beta1",
-        config=d.Config(),
-        make_ca=lambda now: (b"", b""),
-        clock=lambda: NOW,
-        registry=CollectorRegistry(),
-        monotonic=lambda: mono[0],
-    )
+    controller = _controller(client, monotonic=lambda: mono[0])
     first = controller.sync()
     assert client.deleted == [], "first sighting: unchanged for 0 s on our clock"
     assert isinstance(first, Requeue) and first.after is not None
