@@ -20,7 +20,7 @@ from controlplane.kubelet import MLDSA_KEY_TYPES, generate_key, pcr_path, stub_c
 from controlplane.workload import cert_pod
 from kube.client import ApiError, Client
 from tests.conftest import create_test_namespace
-from tests.integration.signer_harness import RunningSigner, condition, wait_terminal
+from tests.integration.signer_harness import RunningSigner, condition, eventually, wait_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -66,6 +66,8 @@ def test_mldsa_requests_of_every_size_are_issued_and_verify(
         created, key = signer.kubelet.serving_request(ns_138, key_type=key_type)
         stored = wait_terminal(client_138, created)
         anchors = signer.anchors()
+        # The worker counts the issue after its status write returns: let it finish.
+        eventually(signer.controller.queue.idle, what="idle workers")
         counted = signer.registry.get_sample_value(
             "service_serving_ca_controller_issued_total", {"key_type": key_type}
         )
