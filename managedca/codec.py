@@ -131,7 +131,7 @@ def decode(secret: Mapping[str, Any]) -> Stored:
             data[CURRENT_KEY],
             data.get(NEXT_KEY),
         )
-    except (KeyError, ValueError, TypeError) as err:
+    except (KeyError, ValueError, TypeError, OverflowError) as err:
         raise StoreError(
             f"secret {meta.get('namespace')}/{meta.get('name')}: cannot be read as a managed "
             f"CA ({type(err).__name__}: {str(err)[:80]})"

@@ -49,11 +49,12 @@ from managedca.layout import split_pem
 from managedca.material import anchors_of
 from managedca.report import (
     Liveness,
+    ReportError,
     ReportLease,
     injector_view,
     leases_path,
     list_reports,
-    parse_report,
+    read_report,
 )
 
 log = logging.getLogger(__name__)
@@ -232,6 +233,7 @@ class ManagedCAController:
         self.liveness = Liveness(monotonic)
         self._published_since: tuple[frozenset[str], float] | None = None
         self._collect_in: float | None = None  # seconds until a dead report can be collected
+        self._bad_reports: dict[str, str] = {}  # report Lease -> why it is ignored
 
     # lifecycle --------------------------------------------------------------------------
 
@@ -270,11 +272,7 @@ class ManagedCAController:
         published = frozenset(ca_pems)
         now = self.clock()
         reports = []
-        leases = [
-            parsed
-            for lease in list_reports(self.client, self.namespace, self.secret_name)
-            if (parsed := parse_report(lease)) is not None
-        ]
+        leases = self._readable_reports(stored.state if stored is not None else None)
         self.liveness.forget_all_but(p.name for p in leases)
         self._collect_in = None
         for parsed in leases:
@@ -296,6 +294,44 @@ class ManagedCAController:
             revoked=self.revoked() | (stored.state.revoked if stored else frozenset()),
         )
         return Observed(stored, secret, observations, ca_pems)
+
+    def _readable_reports(self, state: d.State | None) -> list[ReportLease]:
+        """The reports that read as reports and say nothing out of bounds (a leaf
+        lifetime beyond the current CA's included); each other one is ignored, with a
+        Warning Event on its Lease once per distinct problem."""
+        out = []
+        bad: dict[str, str] = {}
+        for lease in list_reports(self.client, self.namespace, self.secret_name):
+            try:
+                parsed = read_report(lease)
+                limit = state.current.lifetime if state is not None else None
+                if parsed.max_lifetime is not None and limit and parsed.max_lifetime > limit:
+                    raise ReportError(
+                        f"max-certificate-lifetime {parsed.max_lifetime} outlives the CA ({limit})"
+                    )
+            except ReportError as err:
+                meta = lease.get("metadata") or {}
+                name = str(meta.get("name", "?"))
+                bad[name] = str(err)
+                if self._bad_reports.get(name) != bad[name]:
+                    self._ignored(
+                        ObjectRef("Lease", self.namespace, name, str(meta.get("uid", ""))),
+                        bad[name],
+                    )
+                continue
+            out.append(parsed)
+        self._bad_reports = bad
+        return out
+
+    def _ignored(self, lease: ObjectRef, why: str) -> None:
+        log.warning("managed CA: ignoring a report", extra={"lease": lease.name, "err": why})
+        if self.recorder is not None:
+            self.recorder.warning(
+                lease,
+                "ManagedCAReportIgnored",
+                f"not counted by the rotation's gates: {why}"[:1000],
+                "Rotate",
+            )
 
     def _injector(self) -> d.InjectorView | None:
         """The injector's convergence report (None: no such Lease, or not configured)."""
@@ -371,8 +407,14 @@ class ManagedCAController:
             # A Secret edited into something we cannot read: nothing is written over it.
             # Said once per distinct problem (Event, log); looked at again at the next
             # resync (or at once when the Secret changes); the loop counts the error.
-            self._failed(str(err), event=True)
+            self._failed(str(err), event="ManagedCASecretUnreadable")
             raise SyncFailed(str(err), after=self.resync_period) from None
+        except Exception as err:
+            # Anything else (a bug, a value no check foresaw): the same visibility — the
+            # waiting reason, `ca status`, the SyncFailing alert — and the loop logs the
+            # traceback and backs off.
+            self._failed(f"{type(err).__name__}: {err}", event="ManagedCASyncFailed")
+            raise
         if isinstance(action, d.Wait):
             if action.until is None:
                 # Waiting for the publisher or a replica: look again soon (three small
@@ -403,14 +445,14 @@ class ManagedCAController:
         decision = decision_record(state, obs, action, now, since, self.config)
         self._publish(decision)
 
-    def _failed(self, why: str, *, event: bool = False) -> None:
+    def _failed(self, why: str, *, event: str | None = None) -> None:
         self.metrics.show(self.last_state, self.config)
         now = self.clock()
         if self._waiting is None or self._waiting[0] != SYNC_FAILING:
             self._waiting = (SYNC_FAILING, now)
             if event and self.recorder is not None:
                 ref = ObjectRef("Secret", self.namespace, self.secret_name, "")
-                self.recorder.warning(ref, "ManagedCASecretUnreadable", why[:1000], "Rotate")
+                self.recorder.warning(ref, event, why[:1000], "Rotate")
             log.error("managed CA: sync failed", extra={"err": why})
         self.metrics.wait(SYNC_FAILING, self._waiting[1])
         empty = d.Observations(frozenset())

@@ -327,9 +327,14 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
         # stage like any other: published, read back, the propagation delay, every
         # replica ready, and only then signing.
         return _gated(state, state.current, obs, now, config) or Confirm(now)
-    longest = max(
-        [config.max_leaf_lifetime]
-        + [r.max_lifetime for r in obs.reports if r.live and r.max_lifetime is not None]
+    # No leaf outlives its CA (the signer caps notAfter at the CA's): a larger reported
+    # lifetime says nothing more, and is not recorded.
+    longest = min(
+        max(
+            [config.max_leaf_lifetime]
+            + [r.max_lifetime for r in obs.reports if r.live and r.max_lifetime is not None]
+        ),
+        max(state.current.lifetime, config.max_leaf_lifetime),
     )
     if state.issued_lifetime is None or state.issued_lifetime < longest:
         return RecordLifetime(longest)
@@ -463,8 +468,10 @@ def _schedule_retire(state: State, obs: Observations, now: datetime, config: Con
             "replica-not-signing",
             f"replicas not signing with the current CA yet: {', '.join(behind)}",
         )
-    lifetimes = [
-        p.lifetime for p in state.previous if p.retire_at is None and p.lifetime is not None
+    lifetimes = [  # bounded by the root's own life, whatever was recorded
+        min(p.lifetime, p.ca.lifetime)
+        for p in state.previous
+        if p.retire_at is None and p.lifetime is not None
     ]
     longest = max([config.max_leaf_lifetime, *lifetimes])
     return ScheduleRetire(now, now + longest + config.retire_margin)

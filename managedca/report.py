@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -87,38 +88,75 @@ class ReportLease:
     max_lifetime: timedelta | None = None
 
 
-def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
+class ReportError(ValueError):
+    """A report Lease that does not read as one, or says something out of bounds. Any
+    writer of Leases in the namespace can write one: it is ignored (the leader says so
+    in a Warning Event), never trusted and never a crash."""
+
+
+MAX_DURATION = timedelta(minutes=5)
+"""The longest `leaseDurationSeconds` a report may give (the replicas write 30 s). A
+longer one would keep a dead (or forged) report live, holding every rotation."""
+MAX_REPORTED_LIFETIME = timedelta(days=100 * 365)
+"""A bound on `max-certificate-lifetime` at parse time, so no sum with it overflows; the
+leader also ignores a report whose lifetime exceeds its CA's (no leaf outlives its CA)."""
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(3000, 1, 1, tzinfo=UTC)
+"""`renewTime` outside these is not a clock, it is a forgery (or a bug); inside them any
+replica clock is accepted: liveness never compares it with the leader's."""
+MAX_ANCHORS = 64
+_FINGERPRINT = re.compile(r"[0-9a-f]{64}")
+
+
+def read_report(lease: Mapping[str, Any]) -> ReportLease:
+    """The report `lease` says, every value bounded (`ReportError` otherwise)."""
     spec = lease.get("spec") or {}
     meta = lease.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     try:
         renew_time = str(spec["renewTime"])
         renewed = _parsemicro_time(renew_time)
-        duration = timedelta(seconds=int(spec["leaseDurationSeconds"]))
-    except (KeyError, ValueError, TypeError):
-        return None
+        seconds = int(spec["leaseDurationSeconds"])
+    except (KeyError, ValueError, TypeError, OverflowError) as err:
+        raise ReportError(f"no renewTime or leaseDurationSeconds ({type(err).__name__})") from None
+    if not EARLIEST <= renewed < LATEST:
+        raise ReportError(f"renewTime {renew_time} is not a time a clock gives")
+    if not 0 < seconds <= MAX_DURATION.total_seconds():
+        raise ReportError(
+            f"leaseDurationSeconds {seconds} is outside 1..{int(MAX_DURATION.total_seconds())}"
+        )
     anchors = tuple(a for a in str(annotations.get(LOADED_ANCHORS, "")).split(",") if a)
-    loaded = Loaded(
-        anchors,
-        str(annotations.get(SIGNING_CA) or "") or None,
-        str(annotations.get(READY_TO_SIGN) or "") or None,
-    )
+    if len(anchors) > MAX_ANCHORS:
+        raise ReportError(f"{len(anchors)} loaded anchors (at most {MAX_ANCHORS})")
+    signing = str(annotations.get(SIGNING_CA) or "") or None
+    ready = str(annotations.get(READY_TO_SIGN) or "") or None
+    for fp in (*anchors, signing, ready):
+        if fp is not None and not _FINGERPRINT.fullmatch(fp):
+            raise ReportError(f"{fp[:80]!r} is not a sha256 fingerprint")
     name = str(meta.get("name", "?"))
     try:
         decision = json.loads(annotations[DECISION]) if annotations.get(DECISION) else None
-    except ValueError:
+    except (ValueError, RecursionError):
         decision = None
     return ReportLease(
         name,
         str(spec.get("holderIdentity") or name),
-        loaded,
+        Loaded(anchors, signing, ready),
         renew_time,
         renewed,
-        duration,
+        timedelta(seconds=seconds),
         str(meta.get("resourceVersion", "")),
         decision if isinstance(decision, dict) else None,
         _lifetime(annotations.get(MAX_LIFETIME)),
     )
+
+
+def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
+    """`read_report`, or None for a Lease that is not a readable report."""
+    try:
+        return read_report(lease)
+    except ReportError:
+        return None
 
 
 def leading_decision(
@@ -134,10 +172,15 @@ def leading_decision(
 
 
 def _lifetime(value: object) -> timedelta | None:
-    try:
-        return timedelta(seconds=int(str(value))) if value else None
-    except ValueError:
+    if value in (None, ""):
         return None
+    try:
+        seconds = int(str(value))
+    except ValueError:
+        raise ReportError(f"max-certificate-lifetime {str(value)[:40]!r} is not seconds") from None
+    if not 0 < seconds <= MAX_REPORTED_LIFETIME.total_seconds():
+        raise ReportError(f"max-certificate-lifetime {str(value)[:40]} s is out of range")
+    return timedelta(seconds=seconds)
 
 
 class Liveness:
