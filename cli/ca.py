@@ -24,15 +24,24 @@ way (a staged next CA) — the gates are what make a rotation safe, so nothing s
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from cli.common import Duration, F, StartupError, output_option
-from cli.common import client as cli_client
+from cli.common import (
+    OUTPUT_FORMATS,
+    Connection,
+    Duration,
+    F,
+    StartupError,
+    connection_options,
+    emit,
+    output_option,
+    refuse_namespace,
+    signer_namespace_option,
+)
 from kube.times import format_time
 from manager.options import DEFAULT_MANAGED_CA_SECRET, DEFAULT_SIGNER_NAME
 
@@ -41,20 +50,12 @@ if TYPE_CHECKING:
     from kube.types import JSON
     from managedca.report import ReportLease
 
-DEFAULT_NAMESPACE = "service-serving-signer"
-
 
 def _options(f: F) -> F:
     for option in reversed(
         [
-            click.option("--kubeconfig", default=None, help="Kubeconfig; default $KUBECONFIG."),
-            click.option(
-                "--namespace",
-                "-n",
-                default=DEFAULT_NAMESPACE,
-                show_default=True,
-                help="The signer's namespace (where the CA Secret is).",
-            ),
+            connection_options,
+            signer_namespace_option(),
             click.option(
                 "--secret-name",
                 default=DEFAULT_MANAGED_CA_SECRET,
@@ -73,6 +74,11 @@ def _options(f: F) -> F:
     return f
 
 
+def connect(kubeconfig: str | None, context: str | None) -> Connection:
+    """The connection a `ca` command reads and writes with (kubectl's resolution)."""
+    return Connection(kubeconfig, context)
+
+
 def _t(t: datetime | None) -> str | None:
     return format_time(t) if t is not None else None
 
@@ -85,10 +91,12 @@ def _t(t: datetime | None) -> str | None:
     show_default=True,
     help="The leader-election Lease (run's --leader-elect-resource-name).",
 )
-@output_option("text, or one JSON object.")
+@output_option("text, or one object as json or yaml.", OUTPUT_FORMATS)
 def ca_status(
     kubeconfig: str | None,
-    namespace: str,
+    context: str | None,
+    namespace: str | None,
+    signer_namespace: str,
     secret_name: str,
     signer_name: str,
     lease_name: str,
@@ -99,7 +107,10 @@ def ca_status(
     from managedca.report import list_reports, parse_report
     from trust.bundle import stable_bundle_name
 
-    client = cli_client(kubeconfig)
+    refuse_namespace("ca status", namespace)
+    namespace = signer_namespace
+    conn = connect(kubeconfig, context)
+    client = conn.client
     try:
         leases = [
             parsed
@@ -109,12 +120,12 @@ def ca_status(
         leader = _leader(client, namespace, lease_name)
         published = _published(client, signer_name)
     except ApiError as err:
-        raise StartupError(f"ca status: {' '.join(str(err).split())}") from None
+        raise StartupError(f"ca status: {conn.problem(err)}") from None
     now = datetime.now(UTC)
     report = status_report(leases, leader, published, now, f"{namespace}/{secret_name}")
     report["stableBundle"] = stable_bundle_name(signer_name)
-    if output == "json":
-        click.echo(json.dumps(report, indent=2))
+    if output != "text":
+        emit(report, output)
         return
     for line in _text(report, now):
         click.echo(line)
@@ -289,13 +300,17 @@ def _text(report: JSON, now: datetime) -> list[str]:
     help="With --emergency: the root(s) to revoke (sha256, as `ca status` shows it); "
     "default the current CA.",
 )
+@output_option("text, or what was requested as json or yaml.", OUTPUT_FORMATS)
 def ca_rotate(
     kubeconfig: str | None,
-    namespace: str,
+    context: str | None,
+    namespace: str | None,
+    signer_namespace: str,
     secret_name: str,
     signer_name: str,
     emergency: bool,
     revoke: tuple[str, ...],
+    output: str,
 ) -> None:
     """Ask the leader to rotate the managed CA now (stage → swap → retire, gated), or
     with --emergency at once."""
@@ -304,7 +319,11 @@ def ca_rotate(
 
     if revoke and not emergency:
         raise StartupError("ca rotate: --revoke goes with --emergency")
-    client = cli_client(kubeconfig)
+    refuse_namespace("ca rotate", namespace)
+    namespace = signer_namespace
+    where = f"{namespace}/{secret_name}"
+    conn = connect(kubeconfig, context)
+    client = conn.client
     path = f"/api/v1/namespaces/{path_segment(namespace)}/secrets/{path_segment(secret_name)}"
     for _ in range(5):
         try:
@@ -315,7 +334,7 @@ def ca_rotate(
                     f"ca rotate: no managed CA Secret {namespace}/{secret_name} "
                     "(is the signer running with --ca-mode=managed?)"
                 ) from None
-            raise StartupError(f"ca rotate: {err}") from None
+            raise StartupError(f"ca rotate: {conn.problem(err)}") from None
         state = decode(secret).state
         annotations: dict[str, str]
         if emergency:
@@ -337,6 +356,10 @@ def ca_rotate(
                 f"{state.next.fingerprint[:16]}…); see `ca status`"
             )
         elif state.rotate_requested_at is not None:
+            if output != "text":
+                at = _t(state.rotate_requested_at)
+                emit({"secret": where, "requested": "rotate", "requestedAt": at}, output)
+                return
             click.echo(f"a rotation was already requested at {_t(state.rotate_requested_at)}")
             return
         else:
@@ -350,8 +373,17 @@ def ca_rotate(
         except ApiError as err:
             if is_conflict(err):
                 continue
-            raise StartupError(f"ca rotate: {err}") from None
-        if emergency:
+            raise StartupError(f"ca rotate: {conn.problem(err)}") from None
+        if output != "text":
+            body = {
+                "secret": where,
+                "requested": "emergency" if emergency else "rotate",
+                "requestedAt": annotations.get(EMERGENCY_REQUESTED_AT)
+                or annotations.get(ROTATE_REQUESTED_AT),
+                "revoke": annotations[REVOKE].split(",") if emergency else [],
+            }
+            emit(body, output)
+        elif emergency:
             click.echo(
                 f"emergency rotation requested for {namespace}/{secret_name}: revoking "
                 f"{annotations[REVOKE]}; the leader stops signing with it within seconds and "

@@ -2,10 +2,11 @@
 
 What it decides — the command-line surface of the read-only troubleshooting tools:
 
-* **Where to connect, as kubectl does**: `--kubeconfig`, else `$KUBECONFIG` (a
-  colon-separated list, merged), else `~/.kube/config`, else the in-cluster
-  ServiceAccount; `--context` picks the context; `-n/--namespace` defaults to the
-  context's namespace, else `default`.
+* **Where to connect, as kubectl does** (`cli.common`'s connection options):
+  `--kubeconfig`, else `$KUBECONFIG` (a colon-separated list, merged), else
+  `~/.kube/config`, else the in-cluster ServiceAccount; `--context` picks the context;
+  `-n/--namespace` (the workloads') defaults to the context's namespace, else `default`;
+  `--signer-namespace` is where the signer runs (`--lease-namespace`, its older name).
 * **What to name**: `explain pod NAME -n NS`, `explain pod NS/NAME`, `explain pod/NAME`,
   and the same for `pcr` (alias `podcertificaterequest`); `explain --all [-n NS]` is
   `status` for one namespace (every namespace without `-n`).
@@ -20,14 +21,21 @@ What it decides — the command-line surface of the read-only troubleshooting to
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.common import F, Group, StartupError, one_line, output_option
-from cli.common import client as cli_client
+from cli.common import (
+    OUTPUT_FORMATS,
+    Connection,
+    F,
+    Group,
+    StartupError,
+    connection_options,
+    one_line,
+    output_option,
+    signer_namespace_option,
+)
 from manager.options import DEFAULT_SIGNER_NAME, PCR_API_VERSIONS
 
 if TYPE_CHECKING:
@@ -41,23 +49,10 @@ KINDS = {"pod": "pod", "pods": "pod", "po": "pod"} | dict.fromkeys(
 VIEW_ROLE = "service-serving-signer-view"
 
 
-def connection_options(f: F) -> F:
+def explain_options(f: F) -> F:
     for option in reversed(
         [
-            click.option(
-                "-n",
-                "--namespace",
-                default=None,
-                help="Namespace (default: the context's, else 'default').",
-            ),
-            click.option("--context", default=None, help="The kubeconfig context to use."),
-            click.option(
-                "--kubeconfig",
-                default=None,
-                metavar="FILE",
-                help="Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then "
-                "in-cluster).",
-            ),
+            connection_options,
             click.option(
                 "--signer-name",
                 default=DEFAULT_SIGNER_NAME,
@@ -77,12 +72,7 @@ def connection_options(f: F) -> F:
                 show_default=True,
                 help="PodCertificateRequest API version to read; auto = newest served.",
             ),
-            click.option(
-                "--lease-namespace",
-                default="service-serving-signer",
-                show_default=True,
-                help="Namespace of the signer's leader Lease (where it is installed).",
-            ),
+            signer_namespace_option("--lease-namespace"),
             click.option(
                 "--lease-name",
                 default="service-serving-signer",
@@ -91,7 +81,7 @@ def connection_options(f: F) -> F:
             ),
             output_option(
                 "Output format; json and yaml keys are camelCase, as kubectl prints.",
-                ("text", "json", "yaml"),
+                OUTPUT_FORMATS,
             ),
         ]
     ):
@@ -108,51 +98,13 @@ max_requests_option = click.option(
 )
 
 
-class Connection:
-    """A client and the namespace, resolved from the flags as kubectl would."""
-
-    def __init__(self, kubeconfig: str | None, context: str | None, namespace: str | None):
-        path = kubeconfig or os.environ.get("KUBECONFIG") or None
-        if path is None and Path("~/.kube/config").expanduser().is_file():
-            path = str(Path("~/.kube/config").expanduser())
-        self.namespace_flag = namespace
-        context_namespace = None
-        if path is None and context is None:
-            self.client = cli_client(None)
-            context_namespace = _in_cluster_namespace()
-        else:
-            self.client = cli_client(path, context=context)
-            try:
-                context_namespace = _context_namespace(path, context)
-            except Exception as err:
-                raise StartupError(f"kubeconfig: {one_line(str(err))}") from None
-        self.namespace = namespace or context_namespace or "default"
-
-
-def _context_namespace(path: str | None, context: str | None) -> str | None:
-    from kubernetes.config import kube_config
-
-    loader: Any = kube_config._get_kube_config_loader(filename=path, active_context=context)
-    current: Any = loader.current_context
-    value = ((current or {}).get("context") or {}).get("namespace")
-    return str(value) if value else None
-
-
-def _in_cluster_namespace() -> str | None:
-    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
-
-
 def _setup(
     conn: Connection,
     *,
     signer_name: str,
     cluster_service_domain: str,
     pcr_api_version: str,
-    lease_namespace: str,
+    signer_namespace: str,
     lease_name: str,
 ) -> tuple[Explainer, Health]:
     from kube.discovery import bundle_version, served_version
@@ -175,7 +127,7 @@ def _setup(
         client,
         signer_name=signer_name,
         bundle_version=ctb_version,
-        lease_namespace=lease_namespace,
+        lease_namespace=signer_namespace,
         lease_name=lease_name,
     )
     explainer = Explainer(
@@ -205,12 +157,15 @@ def _target(kind: str, name: str | None, namespace: str | None) -> tuple[str, st
     return resolved, ns or None, short or name
 
 
-def _access_error(command: str, err: Exception) -> StartupError:
+def _access_error(command: str, err: Exception, conn: Connection) -> StartupError:
     from kube.client import ApiError
     from troubleshoot.access import AccessDenied, refusal
 
     if isinstance(err, ApiError):
-        err = refusal(err) or err
+        denied = refusal(err)
+        if denied is None:
+            return StartupError(f"{command}: {conn.problem(err)}")
+        err = denied
 
     if isinstance(err, AccessDenied):
         if not err.missing.namespace and err.missing.namespaced:
@@ -232,7 +187,7 @@ def _access_error(command: str, err: Exception) -> StartupError:
     help="Every request not issued, as status does (with -n: one namespace).",
 )
 @max_requests_option
-@connection_options
+@explain_options
 def explain_command(
     kind: str | None,
     name: str | None,
@@ -271,7 +226,7 @@ def explain_command(
         else:
             report = explainer.explain_pcr(ns, short)
     except (ExplainError, ApiError, AccessDenied) as err:
-        raise _access_error("explain", err) from None
+        raise _access_error("explain", err, conn) from None
     if output == "text":
         click.echo(render_text(report), nl=False)
     else:
@@ -284,7 +239,7 @@ def explain_command(
     "-A", "--all-namespaces", is_flag=True, help="Every namespace (the default without -n)."
 )
 @max_requests_option
-@connection_options
+@explain_options
 # `status` takes explain's connection options (the decorator above), hence their parameters.
 def status_command(
     all_namespaces: bool,
@@ -316,7 +271,7 @@ def _status(
         explainer, health = _setup(conn, **settings)
         status = collect(explainer, health, namespace=namespace, max_shown=max_requests)
     except (ApiError, AccessDenied) as err:
-        raise _access_error("status", err) from None
+        raise _access_error("status", err, conn) from None
     if output == "text":
         click.echo(render_status(status), nl=False)
     else:

@@ -23,14 +23,17 @@ from cli import ca as ca_cli
 from cli import explain as explain_cli
 from cli.common import (
     HELP_OPTION_NAMES,
+    OUTPUT_FORMATS,
     Address,
+    Connection,
     Duration,
     F,
     Group,
     StartupError,
+    connection_options,
+    emit,
     output_option,
 )
-from cli.common import client as cli_client
 from manager import logs
 from manager.options import (
     CA_MODES,
@@ -76,15 +79,6 @@ def _version_line() -> str:
 
     info = buildinfo.current()
     return f"{buildinfo.DISTRIBUTION} {info.version} (commit {info.commit})"
-
-
-kubeconfig_option = click.option(
-    "--kubeconfig",
-    default=None,
-    envvar=env_name("--kubeconfig"),
-    metavar="FILE",
-    help="Kubeconfig; default in-cluster config, then $KUBECONFIG.",
-)
 
 
 @click.group(
@@ -397,11 +391,23 @@ def bundle_group() -> None:
     help="Label selector (kubectl -l syntax) among the signer's bundles; "
     "omitted matches nothing, '' matches all (KEP-6283).",
 )
-@kubeconfig_option
+@connection_options
+@output_option(
+    "text: the PEM bundle; json or yaml: the selector and the bundle (trustBundle).",
+    OUTPUT_FORMATS,
+)
 def bundle_resolve(
-    name: str | None, signer_name: str | None, selector: str | None, kubeconfig: str | None
+    name: str | None,
+    signer_name: str | None,
+    selector: str | None,
+    namespace: str | None,
+    context: str | None,
+    kubeconfig: str | None,
+    output: str,
 ) -> None:
-    """Print the unified trust bundle a ClusterTrustBundleSelector picks."""
+    """Print the unified trust bundle a ClusterTrustBundleSelector picks.
+
+    ClusterTrustBundles are cluster-scoped: -n is ignored, as kubectl ignores it."""
     if (name is None) == (signer_name is None):
         raise StartupError("bundle resolve: give exactly one of --name or --signer-name")
     if name is not None and selector is not None:
@@ -418,23 +424,28 @@ def bundle_resolve(
                 spec["labelSelector"] = parse_label_selector(selector)
             except SelectorSyntaxError as err:
                 raise StartupError(f"--selector: {err}") from None
-    bundles = _list_bundles(kubeconfig, name=name, signer_name=signer_name)
+    bundles = _list_bundles(kubeconfig, context, name=name, signer_name=signer_name)
     from trust.bundle import BundleError
     from trust.selector import resolve_selector
 
     try:
-        click.echo(resolve_selector(bundles, spec), nl=False)
+        pem = resolve_selector(bundles, spec)
     except BundleError as err:
         raise StartupError(f"bundle resolve: {err}") from None
+    if output == "text":
+        click.echo(pem, nl=False)
+    else:
+        emit({"selector": spec, "trustBundle": pem}, output)
 
 
 def _list_bundles(
-    kubeconfig: str | None, *, name: str | None, signer_name: str | None
+    kubeconfig: str | None, context: str | None, *, name: str | None, signer_name: str | None
 ) -> list[dict[str, Any]]:
     from kube.client import ApiError
     from kube.discovery import bundle_version
 
-    client = cli_client(kubeconfig)
+    conn = Connection(kubeconfig, context)
+    client = conn.client
     try:
         version = bundle_version(client)
         if version is None:
@@ -452,22 +463,23 @@ def _list_bundles(
         listed = client.get(base, {"fieldSelector": f"spec.signerName={signer_name}"})
         return list(listed.get("items") or [])
     except ApiError as err:
-        raise StartupError(f"bundle resolve: {err}") from None
+        raise StartupError(f"bundle resolve: {conn.problem(err)}") from None
 
 
 @main.command("version")
-@output_option("Output format; json keys are camelCase, as kubectl prints.")
+@output_option(
+    "Output format; json and yaml keys are camelCase, as kubectl prints.", OUTPUT_FORMATS
+)
 def version_command(output: str) -> None:
     """Print the version and the commit it was built from."""
     from manager import buildinfo
 
     info = buildinfo.current()
+    body = {"name": buildinfo.DISTRIBUTION, "version": info.version, "commit": info.commit}
     if output == "json":
-        click.echo(
-            json.dumps(
-                {"name": buildinfo.DISTRIBUTION, "version": info.version, "commit": info.commit}
-            )
-        )
+        click.echo(json.dumps(body))
+    elif output == "yaml":
+        emit(body, output)
     else:
         click.echo(_version_line())
 

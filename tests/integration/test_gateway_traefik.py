@@ -278,7 +278,7 @@ def test_an_accelerated_managed_rotation_fails_no_request_through_traefik(
         with Requests(traefik.url("/ok"), route_host(ns), rate=10) as requests:
             step("rotate")
             rotated = ca_cli(
-                kubeconfig, "rotate", "--namespace=kube-system", f"--secret-name={SECRET}"
+                kubeconfig, "rotate", "--signer-namespace=kube-system", f"--secret-name={SECRET}"
             )
             assert rotated.returncode == 0, rotated.stderr
             eventually(

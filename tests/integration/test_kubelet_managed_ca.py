@@ -84,7 +84,10 @@ def test_handshakes_never_fail_through_a_managed_rotation(
         prober.servers["web-old"] = old_server
         time.sleep(3)
         rotated = ca_cli(
-            cluster.plane.kubeconfig, "rotate", "--namespace=kube-system", f"--secret-name={SECRET}"
+            cluster.plane.kubeconfig,
+            "rotate",
+            "--signer-namespace=kube-system",
+            f"--secret-name={SECRET}",
         )
         assert rotated.returncode == 0, rotated.stderr
         staged_at = time.monotonic()

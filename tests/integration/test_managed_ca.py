@@ -115,7 +115,7 @@ class Managed:
         return ca_cli(
             self.control_plane.kubeconfig,
             *args,
-            f"--namespace={self.namespace}",
+            f"--signer-namespace={self.namespace}",
             f"--signer-name={self.signer_name}",
         )
 
@@ -704,7 +704,7 @@ def test_ca_status_works_for_a_user_who_cannot_read_the_secret(
         return ca_cli(
             kubeconfig,
             "status",
-            f"--namespace={managed.namespace}",
+            f"--signer-namespace={managed.namespace}",
             f"--signer-name={managed.signer_name}",
             f"--lease-name={managed.lease}",
         )
@@ -714,7 +714,7 @@ def test_ca_status_works_for_a_user_who_cannot_read_the_secret(
     assert out.returncode == 0, out.stderr
     assert "Leader:  " in out.stdout and "holding" in out.stdout, out.stdout
     assert managed.ca()[:16] in out.stdout and "published" in out.stdout
-    rotate = ca_cli(kubeconfig, "rotate", f"--namespace={managed.namespace}")
+    rotate = ca_cli(kubeconfig, "rotate", f"--signer-namespace={managed.namespace}")
     assert rotate.returncode != 0 and "forbidden" in rotate.stderr, "no access to the Secret"
     print("\n".join(out.stdout.splitlines()))
     try:

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -100,7 +101,9 @@ class ViewOnly:
 
 @pytest.fixture
 def view_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli.ca, "cli_client", lambda _kubeconfig: ViewOnly())
+    monkeypatch.setattr(
+        cli.ca, "connect", lambda *_: SimpleNamespace(client=ViewOnly(), problem=str)
+    )
     monkeypatch.setattr(cli.ca, "_ctb_version", lambda _client: "v1")
 
 

@@ -1,0 +1,219 @@
+"""kubectl's conventions on every command that reads the cluster: credentials found as
+kubectl finds them (flag, $KUBECONFIG, ~/.kube/config, then in-cluster), `--context`,
+`-n` with one meaning, and one-line errors naming the file or the server."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+import cli.common
+from cli.main import main
+from tests.unit.fakeapi import FakeApi
+
+# Every command that reads the cluster, with the arguments it needs.
+CLUSTER_COMMANDS = [
+    ["status"],
+    ["explain", "--all"],
+    ["ca", "status"],
+    ["ca", "rotate"],
+    ["bundle", "resolve", "--signer-name=example.com/serving"],
+]
+
+
+def kubeconfig(path: Path, server: str, *, namespace: str | None = None) -> Path:
+    context: dict[str, str] = {"cluster": "c", "user": "u"}
+    if namespace:
+        context["namespace"] = namespace
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "ctx", "context": context}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    fake = FakeApi().start()
+    for version in ("v1",):
+        fake.discovery[f"/apis/certificates.k8s.io/{version}"] = {
+            "kind": "APIResourceList",
+            "resources": [{"name": "podcertificaterequests"}, {"name": "clustertrustbundles"}],
+        }
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def in_a_pod(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An in-cluster ServiceAccount whose API server address is dead, and no home
+    kubeconfig."""
+    token = tmp_path / "sa-token"
+    token.write_text("in-cluster-token")
+    monkeypatch.setattr(cli.common, "IN_CLUSTER_TOKEN", token)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(_dead_port()))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+
+
+def _dead_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def invoke(args: list[str]) -> Result:
+    return CliRunner().invoke(main, args)
+
+
+@pytest.mark.usefixtures("in_a_pod")
+@pytest.mark.parametrize("command", CLUSTER_COMMANDS, ids=" ".join)
+def test_every_command_prefers_kubeconfig_to_in_cluster_credentials(
+    command: list[str], api: FakeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kc", api.url)))
+    result = invoke(command)
+    assert api.requests, f"{command} did not use $KUBECONFIG: {result.stderr}"
+    assert "cannot reach" not in result.stderr
+
+
+@pytest.mark.usefixtures("in_a_pod")
+@pytest.mark.parametrize("command", CLUSTER_COMMANDS, ids=" ".join)
+def test_home_kubeconfig_comes_before_in_cluster(
+    command: list[str], api: FakeApi, tmp_path: Path
+) -> None:
+    home = tmp_path / "home" / ".kube"
+    home.mkdir(parents=True)
+    kubeconfig(home / "config", api.url)
+    result = invoke(command)
+    assert api.requests, f"{command} did not use ~/.kube/config: {result.stderr}"
+
+
+@pytest.mark.parametrize("command", CLUSTER_COMMANDS, ids=" ".join)
+def test_every_command_takes_kubeconfig_context_and_namespace(command: list[str]) -> None:
+    result = invoke([*command[:2], "--help"] if command[0] != "status" else ["status", "--help"])
+    assert result.exit_code == 0
+    for flag in ("--kubeconfig", "--context", "-n, --namespace", "-o, --output"):
+        assert flag in result.stdout, (command, flag)
+
+
+@pytest.mark.parametrize("command", CLUSTER_COMMANDS, ids=" ".join)
+def test_a_missing_kubeconfig_is_named(command: list[str], tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "config"
+    result = invoke([*command, f"--kubeconfig={missing}"])
+    assert result.exit_code == 1
+    assert result.stderr == f"error: kubeconfig {missing}: no such file\n"
+
+
+@pytest.mark.usefixtures("in_a_pod")
+def test_kubeconfig_files_that_do_not_exist_are_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path}/a:{tmp_path}/b")
+    result = invoke(["status"])
+    assert result.exit_code == 1
+    assert result.stderr == f"error: $KUBECONFIG={tmp_path}/a:{tmp_path}/b: no such files\n"
+
+
+def test_no_credentials_at_all_says_where_it_looked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    result = invoke(["ca", "status"])
+    assert result.exit_code == 1
+    assert f"{tmp_path}/.kube/config does not exist" in result.stderr
+    assert "not a Pod" in result.stderr
+
+
+@pytest.mark.parametrize("command", CLUSTER_COMMANDS, ids=" ".join)
+def test_an_unreachable_server_is_one_line_naming_it_without_class_names(
+    command: list[str], tmp_path: Path
+) -> None:
+    port = _dead_port()
+    config = kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}")
+    result = invoke([*command, f"--kubeconfig={config}"])
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"cannot reach the API server at 127.0.0.1:{port}: connection refused" in (result.stderr)
+    for leak in ("Error:", "HTTPConnection", "0 ", "("):
+        assert leak not in result.stderr.split("refused")[0], result.stderr
+
+
+def test_an_unknown_context_names_the_file(tmp_path: Path, api: FakeApi) -> None:
+    config = kubeconfig(tmp_path / "kc", api.url)
+    result = invoke(["status", f"--kubeconfig={config}", "--context=elsewhere"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: kubeconfig {config} (context elsewhere): ")
+    assert "elsewhere" in result.stderr.split("): ", 1)[1]
+
+
+def test_namespace_defaults_to_the_contexts(tmp_path: Path, api: FakeApi) -> None:
+    config = kubeconfig(tmp_path / "kc", api.url, namespace="shop")
+    conn = cli.common.Connection(str(config))
+    assert conn.namespace == "shop"
+    assert cli.common.Connection(str(config), namespace="other").namespace == "other"
+
+
+@pytest.mark.parametrize("command", [["ca", "status"], ["ca", "rotate"]], ids=" ".join)
+def test_ca_commands_refuse_n_rather_than_read_it_as_the_signers_namespace(
+    command: list[str], tmp_path: Path, api: FakeApi
+) -> None:
+    config = kubeconfig(tmp_path / "kc", api.url)
+    result = invoke([*command, "-n", "service-serving-signer", f"--kubeconfig={config}"])
+    assert result.exit_code == 1
+    assert "--signer-namespace" in result.stderr
+    assert not api.requests, "refused before any request"
+
+
+def test_ca_status_reads_the_signer_namespace(tmp_path: Path, api: FakeApi) -> None:
+    config = kubeconfig(tmp_path / "kc", api.url)
+    result = invoke(["ca", "status", "--signer-namespace=elsewhere", f"--kubeconfig={config}"])
+    assert result.exit_code == 0, result.stderr
+    assert any("/namespaces/elsewhere/leases" in r.path for r in api.requests)
+
+
+def test_an_api_refusal_is_the_servers_message_with_its_reason(
+    tmp_path: Path, api: FakeApi
+) -> None:
+    config = kubeconfig(tmp_path / "kc", api.url)
+    result = invoke(["ca", "rotate", f"--kubeconfig={config}"])
+    assert result.exit_code == 1
+    assert "no managed CA Secret service-serving-signer/service-serving-signer-managed-ca" in (
+        result.stderr
+    )
+    secret = "/api/v1/namespaces/service-serving-signer/secrets/service-serving-signer-managed-ca"
+    api.fail("GET", secret, 403, times=1)
+    result = invoke(["ca", "rotate", f"--kubeconfig={config}"])
+    assert result.exit_code == 1
+    # The fake's Status says reason Injected, message "injected 403".
+    assert result.stderr == "error: ca rotate: from the API server (Injected): injected 403\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["ca", "status"], ["bundle", "resolve", "--signer-name=example.com/serving"], ["version"]],
+    ids=" ".join,
+)
+def test_json_and_yaml_say_the_same(command: list[str], tmp_path: Path, api: FakeApi) -> None:
+    args = [*command] if command == ["version"] else [*command, f"--kubeconfig={tmp_path}/kc"]
+    kubeconfig(tmp_path / "kc", api.url)
+    as_json = invoke([*args, "-o", "json"])
+    as_yaml = invoke([*args, "-o", "yaml"])
+    assert as_json.exit_code == as_yaml.exit_code, (as_json.stderr, as_yaml.stderr)
+    assert yaml.safe_load(as_json.stdout) == yaml.safe_load(as_yaml.stdout)
