@@ -31,6 +31,7 @@ from managedca.layout import (
     NEXT_CERT,
     NEXT_KEY,
     PREVIOUS_CERTS,
+    RETIRED,
     REVOKED,
     fingerprint,
     secret_data,
@@ -120,6 +121,7 @@ def decode(secret: Mapping[str, Any]) -> Stored:
             revoked=_fingerprints(annotations.get(REVOKED)),
             emergency=annotations.get(EMERGENCY) == "true",
             issued_lifetime=_seconds(annotations.get(ISSUED_LIFETIME)),
+            retired=tuple(f for f in (annotations.get(RETIRED) or "").split(",") if f),
             **times,
         )
         if CURRENT_KEY not in data:
@@ -197,6 +199,8 @@ def encode(
             annotations[key] = ",".join(sorted(fps))
     if state.emergency:
         annotations[EMERGENCY] = "true"
+    if state.retired:
+        annotations[RETIRED] = ",".join(state.retired)
     if state.issued_lifetime is not None:
         annotations[ISSUED_LIFETIME] = str(int(state.issued_lifetime.total_seconds()))
     if state.previous:

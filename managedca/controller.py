@@ -44,6 +44,7 @@ from kube.events import ObjectRef
 from kube.times import format_time
 from kube.workqueue import RateLimitingQueue
 from managedca import decide as d
+from managedca import revocations
 from managedca.codec import Stored, StoreError, ca_info, decode, encode
 from managedca.layout import split_pem
 from managedca.material import anchors_of
@@ -56,6 +57,7 @@ from managedca.report import (
     list_reports,
     read_report,
 )
+from trust.bundle import stable_bundle_name
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +174,7 @@ class Observed:
     secret: Mapping[str, Any] | None = field(repr=False)  # holds the key
     observations: d.Observations
     published_pems: Mapping[str, bytes]  # fingerprint -> PEM of each published root
+    stable: Mapping[str, Any] | None = None  # the stable ClusterTrustBundle, as listed
 
 
 class ManagedCAController:
@@ -212,6 +215,7 @@ class ManagedCAController:
         self.secrets_path = f"/api/v1/namespaces/{path_segment(namespace)}/secrets"
         self.secret_path = f"{self.secrets_path}/{path_segment(secret_name)}"
         self.ctb_path = f"/apis/certificates.k8s.io/{ctb_version}/clustertrustbundles"
+        self.stable_name = stable_bundle_name(signer_name)
         self.metrics = ManagedCAMetrics(registry)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
         self.loop = Loop(
@@ -265,8 +269,11 @@ class ManagedCAController:
         listed = self.client.get(
             self.ctb_path, {"fieldSelector": f"spec.signerName={self.signer_name}"}
         )
-        pems = tuple(
-            str((i.get("spec") or {}).get("trustBundle", "")) for i in listed.get("items") or []
+        items = list(listed.get("items") or [])
+        pems = tuple(str((i.get("spec") or {}).get("trustBundle", "")) for i in items)
+        stable = next(
+            (i for i in items if (i.get("metadata") or {}).get("name") == self.stable_name),
+            None,
         )
         ca_pems = self._published_roots(pems)
         published = frozenset(ca_pems)
@@ -291,9 +298,11 @@ class ManagedCAController:
             published_cas=tuple(sorted(ca_info(p) for p in ca_pems.values())),
             published_for=self._published_for(stored.state if stored else None, published),
             injector=self._injector(),
-            revoked=self.revoked() | (stored.state.revoked if stored else frozenset()),
+            revoked=self.revoked()
+            | revocations.of(stable)
+            | (stored.state.revoked if stored else frozenset()),
         )
-        return Observed(stored, secret, observations, ca_pems)
+        return Observed(stored, secret, observations, ca_pems, stable)
 
     def _readable_reports(self, state: d.State | None) -> list[ReportLease]:
         """The reports that read as reports and say nothing out of bounds (a leaf
@@ -331,6 +340,20 @@ class ManagedCAController:
                 "ManagedCAReportIgnored",
                 f"not counted by the rotation's gates: {why}"[:1000],
                 "Rotate",
+            )
+
+    def _remember_revoked(self, seen: Observed) -> None:
+        """Every root the state revoked is on the stable bundle's annotation too, where a
+        restore of the Secret does not erase it (`managedca.revocations`)."""
+        state = seen.stored.state if seen.stored is not None else None
+        if state is None or seen.stable is None:
+            return  # nothing revoked yet, or the publisher has not created it yet
+        missing = state.revoked - revocations.of(seen.stable)
+        if missing:
+            revocations.remember(self.client, self.ctb_path, seen.stable, missing)
+            log.info(
+                "managed CA: revocation remembered on the stable ClusterTrustBundle",
+                extra={"revoked": sorted(missing), "bundle": self.stable_name},
             )
 
     def _injector(self) -> d.InjectorView | None:
@@ -378,6 +401,7 @@ class ManagedCAController:
     def sync_once(self) -> d.Action:
         """Read, decide, act once; returns the action taken (or the Wait)."""
         seen = self.observe()
+        self._remember_revoked(seen)
         now = self.clock()
         state = seen.stored.state if seen.stored is not None else None
         action = d.decide(state, seen.observations, now, self.config)
@@ -389,7 +413,7 @@ class ManagedCAController:
         if isinstance(action, d.Bootstrap):
             self._bootstrap(seen, action)
         elif seen.stored is not None and seen.secret is not None:
-            self._step(seen.stored, seen.secret, action, now)
+            self._step(seen.stored, seen.secret, action, now, seen.published_pems)
         return action
 
     def sync(self, _key: str = KEY) -> Requeue | None:
@@ -500,13 +524,23 @@ class ManagedCAController:
         )
 
     def _step(
-        self, stored: Stored, secret: Mapping[str, Any], action: d.Action, now: datetime
+        self,
+        stored: Stored,
+        secret: Mapping[str, Any],
+        action: d.Action,
+        now: datetime,
+        published: Mapping[str, bytes],
     ) -> None:
         state = stored.state
         certs = dict(stored.certs)
         current_key, next_key = stored.current_key, stored.next_key
         made = None
-        if isinstance(action, d.Stage | d.Emergency):
+        if isinstance(action, d.Adopt):
+            for ca in action.roots:
+                certs[ca.fingerprint] = published[ca.fingerprint]
+        if isinstance(action, d.Stage) or (
+            isinstance(action, d.Emergency) and action.replaces(state)
+        ):
             key, cert = self.make_ca(action.at)
             made = ca_info(cert)
             certs[made.fingerprint] = cert
@@ -553,6 +587,24 @@ class ManagedCAController:
                 "ManagedCAStaged",
                 f"staged the next CA {new.next.fingerprint} (expires "
                 f"{format_time(new.next.not_after)}) {why}; publishing old + new",
+            )
+        if isinstance(action, d.Adopt):
+            return (
+                "ManagedCARootsAdopted",
+                f"published roots the Secret lacks (restored from an older backup, or "
+                f"edited?) kept as previous roots: {', '.join(c.fingerprint for c in action.roots)}"
+                + (
+                    "; the current CA is not published: it signs again only after the "
+                    "propagation delay, like a swap"
+                    if action.unconfirm
+                    else ""
+                ),
+            )
+        if isinstance(action, d.Emergency) and not action.replaces(state):
+            return (
+                "ManagedCARevoked",
+                f"revoked {', '.join(sorted(action.revoke))}: no longer published; the "
+                f"current CA {state.current.fingerprint} signs on",
             )
         if isinstance(action, d.Emergency):
             return (

@@ -110,6 +110,9 @@ class State:
     # The longest leaf lifetime any replica was configured with while signing with the
     # current CA (`RecordLifetime`): its retire time counts this, not the leader's flag.
     issued_lifetime: timedelta | None = None
+    # The roots retired lately (newest first, `RETIRED_KEPT`): a bundle still holding
+    # one for a moment after its `Retire` is not a root to adopt back.
+    retired: tuple[str, ...] = ()
 
     @property
     def phase(self) -> str:
@@ -204,6 +207,19 @@ class Confirm:
 
 
 @dataclass(frozen=True)
+class Adopt:
+    """Published roots of this signer that the state lacks, neither retired nor revoked:
+    the Secret moved backwards (a restore, a re-applied copy, `previous.crt` edited
+    away). They may still verify leaves in use, so they are kept as previous roots and
+    retired like swapped-out ones. With `unconfirm`, the current CA is not published
+    (the backup predates its retire): it signs only once it passes the gates again."""
+
+    at: datetime
+    roots: tuple[CaInfo, ...]
+    unconfirm: bool = False
+
+
+@dataclass(frozen=True)
 class Stage:
     at: datetime
     requested: bool  # by `ca rotate` (else the point of the CA's life was reached)
@@ -211,12 +227,17 @@ class Stage:
 
 @dataclass(frozen=True)
 class Emergency:
-    """`ca rotate --emergency`: sign with a new CA as soon as the bundle read back holds
-    it (no delay: the compromised root must stop at once), and drop `revoke` from the
-    state now, remembered as revoked."""
+    """`ca rotate --emergency`, or a state holding a root known to be revoked (a Secret
+    restored from before an emergency): drop `revoke` from the state now, remembered as
+    revoked. When it names the current CA, sign with a new CA as soon as the bundle read
+    back holds it (no delay: the compromised root must stop at once); else no new CA."""
 
     at: datetime
     revoke: frozenset[str]
+
+    def replaces(self, state: State) -> bool:
+        """Whether a new CA is made (the current CA is revoked)."""
+        return state.current.fingerprint in self.revoke
 
 
 @dataclass(frozen=True)
@@ -286,6 +307,7 @@ class Wait:
 
 Action = (
     Bootstrap
+    | Adopt
     | Confirm
     | Emergency
     | RecordLifetime
@@ -313,6 +335,23 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
         return Bootstrap(now, adopt, obs.revoked)
     if state.emergency_requested_at is not None:
         return Emergency(now, state.revoke or frozenset({state.current.fingerprint}))
+    known = {a.fingerprint for a in state.anchors()}
+    if known & obs.revoked:
+        # A root revoked by an emergency this state predates (a restore): it is dropped
+        # again now, and a revoked current CA is replaced as in the emergency.
+        return Emergency(now, frozenset(known & obs.revoked))
+    lost = tuple(
+        sorted(
+            c
+            for c in obs.published_cas
+            if c.fingerprint not in known | obs.revoked | set(state.retired) and now < c.not_after
+        )
+    )
+    if lost:
+        unconfirm = (
+            state.confirmed_at is not None and state.current.fingerprint not in obs.published
+        )
+        return Adopt(now, lost, unconfirm)
     if state.confirmed_at is None:
         if not state.previous or state.emergency:  # a first CA, or a compromised one
             if state.current.fingerprint in obs.published:
@@ -528,11 +567,11 @@ def apply(state: State | None, action: Action, made: CaInfo | None = None) -> St
     if state is None:
         raise ValueError(f"{type(action).__name__} needs a state")
     if isinstance(action, Emergency):
-        if made is None:
-            raise ValueError("an emergency rotation needs the CA made for it")
         return emergency(state, made, action)
     if isinstance(action, Confirm):
         return confirmed(state, action.at)
+    if isinstance(action, Adopt):
+        return adopted(state, action)
     if isinstance(action, Stage):
         if made is None:
             raise ValueError("a stage needs the CA made for it")
@@ -601,27 +640,57 @@ def retire_scheduled(state: State, retire_at: datetime) -> State:
     )
 
 
+RETIRED_KEPT = 16
+
+
 def retired(state: State, fingerprints: frozenset[str]) -> State:
     return replace(
-        state, previous=tuple(p for p in state.previous if p.ca.fingerprint not in fingerprints)
+        state,
+        previous=tuple(p for p in state.previous if p.ca.fingerprint not in fingerprints),
+        retired=(*sorted(fingerprints), *state.retired)[:RETIRED_KEPT],
     )
 
 
-def emergency(state: State, made: CaInfo, action: Emergency) -> State:
-    """`made` signs from its confirmation on, with no gate but the read-back; the revoked
-    roots (and a staged CA, whose key sat beside the compromised one) leave the state;
-    the other roots stay until their leaves expire."""
-    kept = (
-        [Previous(state.current, action.at, None, state.issued_lifetime)]
-        if state.current.fingerprint not in action.revoke
-        else []
-    )
-    kept += [p for p in state.previous if p.ca.fingerprint not in action.revoke]
+def adopted(state: State, action: Adopt) -> State:
+    """`action.roots` become previous roots, their retire time scheduled like a swapped-out
+    root's (`ScheduleRetire`: once every replica signs with the current CA)."""
+    previous = (*state.previous, *(Previous(ca, action.at, None) for ca in action.roots))
+    if action.unconfirm:
+        return replace(
+            state,
+            previous=previous,
+            confirmed_at=None,
+            published_at=None,
+            swap_not_before=None,
+        )
+    return replace(state, previous=previous)
+
+
+def emergency(state: State, made: CaInfo | None, action: Emergency) -> State:
+    """The revoked roots leave the state, remembered as revoked. When the current CA is
+    one, `made` signs from its confirmation on, with no gate but the read-back, and a
+    staged CA (its key sat beside the compromised one) is revoked too; the other roots
+    stay until their leaves expire. Else the current CA stays, and a staged one unless
+    it is named."""
+    kept = tuple(p for p in state.previous if p.ca.fingerprint not in action.revoke)
+    revoked = state.revoked | action.revoke
+    if not action.replaces(state):
+        after = replace(state, previous=kept, revoked=revoked, emergency_requested_at=None)
+        after = replace(after, revoke=frozenset())
+        if state.next is not None and state.next.fingerprint in action.revoke:
+            after = replace(
+                after, next=None, staged_at=None, published_at=None, swap_not_before=None
+            )
+        return after
+    if made is None:
+        raise ValueError("an emergency rotation of the current CA needs the CA made for it")
+    staged = frozenset({state.next.fingerprint}) if state.next is not None else frozenset()
     return State(
         current=made,
-        previous=tuple(kept),
-        revoked=state.revoked | action.revoke,
+        previous=kept,
+        revoked=revoked | staged,
         emergency=True,
+        retired=state.retired,
     )
 
 

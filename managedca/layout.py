@@ -24,6 +24,11 @@ PREVIOUS_CERTS = "previous.crt"
 ANNOTATION_PREFIX = "service-serving-signer/"
 CONFIRMED_AT = ANNOTATION_PREFIX + "ca-confirmed-at"
 REVOKED = ANNOTATION_PREFIX + "ca-revoked"  # fingerprints, comma-separated
+RETIRED = ANNOTATION_PREFIX + "ca-retired"  # fingerprints, comma-separated, newest first
+REVOKED_ROOTS = ANNOTATION_PREFIX + "revoked-roots"
+"""On the signer's stable ClusterTrustBundle (`<signer>:trust-anchors`): every root ever
+revoked, comma-separated. Cluster-scoped and never deleted by the publisher, it outlives
+a restore of the Secret or of the namespace (docs/managed-ca.md "Revoked roots")."""
 
 
 def split_pem(pem: bytes) -> list[bytes]:

@@ -56,6 +56,7 @@ from prometheus_client import CollectorRegistry
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.informer import Informer
 from managedca.codec import StoreError, decode
+from managedca.decide import State
 from managedca.layout import (  # re-exported: the source's public names
     ANNOTATION_PREFIX as ANNOTATION_PREFIX,
 )
@@ -175,6 +176,8 @@ class ApiMaterialSource:
         self._ready: tuple[str, tuple[str, ...]] | None = None  # (fingerprint, digest)
         self._rejected: dict[str, str] = {}  # unit -> why, while rejected
         self._revoked: set[str] = set()  # every root any Secret seen revoked
+        self._remembered: Callable[[], frozenset[str]] | None = None
+        self._served: State | None = None  # the state whose bundle is served
         self._change_listeners: list[Callable[[], object]] = []
         self._has_bundle = threading.Event()
         self._has_signing_set = threading.Event()
@@ -247,6 +250,13 @@ class ApiMaterialSource:
             pass
         return self._has_signing_set.is_set()
 
+    def remember_revoked_from(self, read: Callable[[], frozenset[str]]) -> None:
+        """Where revocations are remembered beyond the Secret (`managedca.revocations`):
+        read before each Secret is applied, so a Secret restored from before an
+        emergency never signs with nor publishes the revoked root, even in a replica
+        started after the restore."""
+        self._remembered = read
+
     def revoked(self) -> frozenset[str]:
         """Roots revoked by `ca rotate --emergency` in any Secret this process has seen:
         never published or signed with again, and never adopted by a bootstrap here."""
@@ -295,7 +305,20 @@ class ApiMaterialSource:
             return
         state = stored.state
         confirmed = state.confirmed_at is not None
-        self._revoked |= state.revoked
+        self._revoked |= state.revoked | self._remembered_revoked()
+        dropped = self._dropped(state)
+        if dropped:
+            self._note_rejections(
+                {
+                    "secret": (
+                        f"{self._where}: drops the root(s) {', '.join(sorted(dropped))} "
+                        "without a Retire or an Emergency (restored from an older backup, "
+                        "or edited?); the roots in use stay until the leader adopts them "
+                        "back from the ClusterTrustBundle"
+                    )
+                }
+            )
+            return
         raw_bundle = b"".join(
             stored.certs[a.fingerprint]
             for a in state.anchors()
@@ -325,6 +348,8 @@ class ApiMaterialSource:
                 self._digests = (bundle_digest, self._digests[1])
                 self._has_bundle.set()
                 swapped_bundle = True
+        if bundle_digest == self._digests[0]:
+            self._served = state  # the state whose roots the served bundle holds
         if signing_digest and signing_digest != self._digests[1]:
             try:
                 material = self._validate(
@@ -365,6 +390,31 @@ class ApiMaterialSource:
                     listener()
                 except Exception:
                     log.exception("managed CA material change listener failed")
+
+    def _remembered_revoked(self) -> frozenset[str]:
+        if self._remembered is None:
+            return frozenset()
+        try:
+            return self._remembered()
+        except ApiError as err:
+            # What the Secret and this process know still applies; looked at again on
+            # the next Secret applied (the 60 s re-read retries a rejected one).
+            log.warning(
+                "managed CA: cannot read the remembered revocations", extra={"err": str(err)}
+            )
+            return frozenset()
+
+    def _dropped(self, state: State) -> frozenset[str]:
+        """Roots the served state publishes (not merely staged) and `state` lacks, though
+        it neither retired nor revoked them: a Secret that moved backwards. Expired roots
+        verify nothing and may go."""
+        served = self._served
+        if served is None:
+            return frozenset()
+        now = self._clock()
+        keep = {a.fingerprint for a in served.anchors() if a != served.next and now < a.not_after}
+        gone = keep - {a.fingerprint for a in state.anchors()}
+        return frozenset(gone - set(state.retired) - state.revoked - self._revoked)
 
     def _validate(
         self, files: MaterialFiles, key: str, cert: str, *, starting: bool = False

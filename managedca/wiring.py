@@ -23,7 +23,8 @@ from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
-from kube.client import Client
+from kube.client import Client, path_segment
+from managedca import revocations
 from managedca.controller import ManagedCAController, Recorder
 from managedca.decide import Config
 from managedca.material import ApiMaterialSource
@@ -121,6 +122,8 @@ def wire(
         max_lifetime=settings.config.max_leaf_lifetime,
     )
     source.add_change_listener(reporter.trigger)
+    stable = f"{controller.ctb_path}/{path_segment(controller.stable_name)}"
+    source.remember_revoked_from(lambda: revocations.read(client, stable))
     controller.on_decision = reporter.set_decision
     # Any change of the Secret (`ca rotate`'s annotation, a write by another replica) is
     # looked at now, not at the next resync.

@@ -1,0 +1,64 @@
+"""Where the revoked roots are remembered beyond the CA Secret: an annotation on the
+signer's stable ClusterTrustBundle (`<signer>:trust-anchors`, `layout.REVOKED_ROOTS`).
+
+Why there (docs/managed-ca.md "Revoked roots"): the Secret can move backwards (a Velero
+or namespace restore, a GitOps re-apply of an exported copy), and with it its
+`ca-revoked` annotation; a revoked root must still never sign nor be published again,
+after a restart of every replica too. The stable bundle is cluster-scoped (a namespace
+restore does not touch it), the publisher updates it in place keeping its annotations and
+never deletes it, every replica may already read it, and the leader may already update
+it (the publisher's Role). A separate namespaced object would be restored with the
+Secret; a Velero restore of the whole cluster skips objects that exist.
+
+Written by the leader (`remember`) whenever the state revokes a root the annotation lacks
+(right after an emergency's write, and on any later step until it lands); read by every
+replica's material source on each Secret it applies (`read`), and by the leader from the
+bundles it lists anyway (`of`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kube.client import ApiError, Client, is_not_found, path_segment
+from managedca.layout import REVOKED_ROOTS
+
+
+def of(bundle: Mapping[str, Any] | None) -> frozenset[str]:
+    """The revoked fingerprints a ClusterTrustBundle's annotation lists."""
+    annotations = ((bundle or {}).get("metadata") or {}).get("annotations") or {}
+    text = str(annotations.get(REVOKED_ROOTS) or "")
+    return frozenset(f.strip().lower() for f in text.split(",") if f.strip())
+
+
+def read(client: Client, path: str) -> frozenset[str]:
+    """What the stable bundle at `path` remembers (none when it does not exist yet)."""
+    try:
+        return of(client.get(path))
+    except ApiError as err:
+        if is_not_found(err):
+            return frozenset()
+        raise
+
+
+def remember(
+    client: Client, collection: str, bundle: Mapping[str, Any], revoked: Iterable[str]
+) -> None:
+    """Add `revoked` to `bundle`'s annotation: a conditional replace (its resourceVersion),
+    so the publisher's concurrent update of its anchors is never lost; a conflict is
+    retried by the next step."""
+    meta = dict(bundle.get("metadata") or {})
+    merged = of(bundle) | frozenset(revoked)
+    meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        REVOKED_ROOTS: ",".join(sorted(merged)),
+    }
+    version = collection.rstrip("/").split("/")[-2]  # /apis/certificates.k8s.io/<v>/...
+    body = {
+        **bundle,
+        "apiVersion": f"certificates.k8s.io/{version}",
+        "kind": "ClusterTrustBundle",
+        "metadata": meta,
+    }
+    client.replace(f"{collection}/{path_segment(str(meta['name']))}", body)

@@ -1,0 +1,297 @@
+"""A CA Secret that moves backwards — a Velero or namespace restore, a GitOps tool
+re-applying an exported copy, a hand edit deleting `previous.crt` — never takes a root
+that may still verify leaves in use out of the bundle, and never brings a revoked root
+back: the replicas keep serving what they had until the leader adopts the published
+roots back, and revocations are remembered on the stable ClusterTrustBundle, where a
+restore of the Secret (and a restart of every replica) does not erase them."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kube.client import ApiError, Client
+from managedca import decide as d
+from managedca import revocations
+from managedca.codec import ca_info, decode, encode
+from managedca.controller import ManagedCAController
+from managedca.layout import PREVIOUS_CERTS, REVOKED_ROOTS
+from managedca.material import ApiMaterialSource
+from signer.authority import issue_probe
+from trust.bundle import stable_bundle_name
+from trust.ca import cert_pem, generate_ca, key_pem
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+H = timedelta(hours=1)
+SIGNER = "example.com/x"
+INVALID = "service_serving_ca_controller_material_invalid"
+
+
+def _ca(name: str) -> tuple[bytes, bytes]:
+    ca = generate_ca(name, validity=timedelta(days=100), not_before=NOW - timedelta(days=1))
+    return key_pem(ca.key), cert_pem(ca.cert)
+
+
+A_KEY, A = _ca("a")
+B_KEY, B = _ca("b")
+C_KEY, C = _ca("c")
+AI, BI, CI = ca_info(A), ca_info(B), ca_info(C)
+CERTS = {AI.fingerprint: A, BI.fingerprint: B, CI.fingerprint: C}
+
+
+def _secret(state: d.State, key: bytes, rv: str) -> dict[str, Any]:
+    body = encode("ns", "ca", state, CERTS, key, None)
+    body["metadata"]["resourceVersion"] = rv
+    return body
+
+
+RETIRING = d.State(
+    current=BI,
+    confirmed_at=NOW - 2 * H,
+    previous=(d.Previous(AI, NOW - H, NOW + 24 * H, 24 * H),),
+    swapped_at=NOW - H,
+    issued_lifetime=24 * H,
+)
+BACKUP = d.State(current=AI, confirmed_at=NOW - 2 * H, issued_lifetime=24 * H)
+
+
+REGISTRIES: dict[int, CollectorRegistry] = {}
+
+
+def _source(remembered: frozenset[str] | None = None) -> ApiMaterialSource:
+    registry = CollectorRegistry()
+    source = ApiMaterialSource(cast(Client, object()), "ns", "ca", registry, issuer=issue_probe)
+    REGISTRIES[id(source)] = registry
+    if remembered is not None:
+        source.remember_revoked_from(lambda: remembered)
+    return source
+
+
+def _invalid(source: ApiMaterialSource) -> float | None:
+    return REGISTRIES[id(source)].get_sample_value(INVALID)
+
+
+# the replicas' material source ----------------------------------------------------------
+
+
+def test_a_secret_restored_from_an_older_backup_does_not_drop_the_current_root() -> None:
+    """B has signed for an hour (leaves valid for 24 h). The Secret is restored from a
+    backup taken before the rotation (a create: a newer resourceVersion). The source keeps
+    serving B (and signing with it) and says why, instead of publishing {A}."""
+    source = _source()
+    source.apply(_secret(RETIRING, B_KEY, "50"))
+    source.apply(_secret(BACKUP, A_KEY, "90"))
+    assert BI.fingerprint in source.loaded().anchors, "B leaves the bundle"
+    assert source.loaded().signing == BI.fingerprint
+    assert _invalid(source) == 1
+
+
+def test_a_hand_edit_deleting_previous_crt_does_not_drop_the_previous_root() -> None:
+    source = _source()
+    source.apply(_secret(RETIRING, B_KEY, "50"))
+    edited = _secret(RETIRING, B_KEY, "51")
+    del edited["data"][PREVIOUS_CERTS]
+    source.apply(edited)
+    assert AI.fingerprint in source.loaded().anchors
+
+
+def test_the_state_the_leader_adopts_back_is_taken() -> None:
+    source = _source()
+    source.apply(_secret(RETIRING, B_KEY, "50"))
+    source.apply(_secret(BACKUP, A_KEY, "90"))
+    adopted = d.apply(BACKUP, d.Adopt(NOW, (BI,)))
+    assert adopted is not None
+    source.apply(_secret(adopted, A_KEY, "91"))
+    assert set(source.loaded().anchors) == {AI.fingerprint, BI.fingerprint}
+    assert source.loaded().signing == AI.fingerprint
+    assert _invalid(source) == 0
+
+
+def test_a_retire_and_an_emergency_still_drop_roots() -> None:
+    source = _source()
+    source.apply(_secret(RETIRING, B_KEY, "50"))
+    after = d.apply(RETIRING, d.Retire(frozenset({AI.fingerprint})))
+    assert after is not None
+    source.apply(_secret(after, B_KEY, "51"))
+    assert set(source.loaded().anchors) == {BI.fingerprint}
+    emergency = d.apply(after, d.Emergency(NOW, frozenset({BI.fingerprint})), CI)
+    assert emergency is not None
+    source.apply(_secret(emergency, C_KEY, "52"))
+    assert set(source.loaded().anchors) == {CI.fingerprint}
+    assert _invalid(source) == 0
+
+
+def test_a_replica_started_after_a_restore_never_signs_with_a_revoked_root() -> None:
+    """The backup predates `ca rotate --emergency` that revoked A, and every replica
+    restarted since: the Secret no longer says A is revoked, the stable bundle does."""
+    source = _source(remembered=frozenset({AI.fingerprint}))
+    source.apply(
+        _secret(
+            d.State(current=AI, previous=(d.Previous(BI, NOW, None),), confirmed_at=NOW - H),
+            A_KEY,
+            "90",
+        )
+    )
+    assert source.loaded().signing is None
+    assert AI.fingerprint not in source.loaded().anchors
+
+
+# the decision ----------------------------------------------------------------------------
+
+
+def test_the_controller_adopts_a_published_root_the_restored_secret_lacks() -> None:
+    state: d.State | None = BACKUP
+    obs = d.Observations(
+        frozenset({AI.fingerprint, BI.fingerprint}), (), published_cas=tuple(sorted((AI, BI)))
+    )
+    action: d.Action = d.Wait(None, "")
+    for _ in range(5):
+        assert state is not None
+        action = d.decide(state, obs, NOW, d.Config())
+        if isinstance(action, d.Wait | d.Stage | d.Emergency | d.Bootstrap):
+            break
+        state = d.apply(state, action)
+    assert state is not None
+    assert BI.fingerprint in {c.fingerprint for c in state.anchors()}, action
+    adopted = next(p for p in state.previous if p.ca == BI)
+    assert adopted.retire_at is None, "retired like a swapped-out root, once scheduled"
+
+
+def test_a_restored_current_ca_that_is_not_published_signs_only_after_the_gates() -> None:
+    """A backup older than its current CA's retire: the bundle holds B and C, not A."""
+    obs = d.Observations(
+        frozenset({BI.fingerprint, CI.fingerprint}), (), published_cas=tuple(sorted((BI, CI)))
+    )
+    action = d.decide(BACKUP, obs, NOW, d.Config())
+    assert isinstance(action, d.Adopt) and action.unconfirm, action
+    after = d.apply(BACKUP, action)
+    assert after is not None and after.confirmed_at is None
+    assert isinstance(d.decide(after, obs, NOW, d.Config()), d.Wait)
+
+
+def test_a_root_just_retired_is_not_adopted_back() -> None:
+    """The bundle holds a root for a moment after its Retire is written."""
+    after = d.apply(RETIRING, d.Retire(frozenset({AI.fingerprint})))
+    assert after is not None
+    obs = d.Observations(
+        frozenset({AI.fingerprint, BI.fingerprint}), (), published_cas=tuple(sorted((AI, BI)))
+    )
+    assert not isinstance(d.decide(after, obs, NOW, d.Config()), d.Adopt)
+
+
+def test_a_restored_secret_whose_current_root_was_revoked_is_replaced_not_waited_on() -> None:
+    a = d.CaInfo("aa", NOW - H, NOW + 100 * 24 * H)
+    state = d.State(current=a, confirmed_at=NOW - H, issued_lifetime=24 * H)
+    obs = d.Observations(frozenset({"aa"}), revoked=frozenset({"aa"}))
+    action = d.decide(state, obs, NOW, d.Config())
+    assert isinstance(action, d.Emergency) and action.revoke == {"aa"}, action
+
+
+def test_a_revoked_previous_root_is_dropped_without_a_new_ca() -> None:
+    state = d.State(
+        current=BI,
+        confirmed_at=NOW - H,
+        previous=(d.Previous(AI, NOW - H, None, 24 * H),),
+        issued_lifetime=24 * H,
+    )
+    obs = d.Observations(
+        frozenset({AI.fingerprint, BI.fingerprint}), revoked=frozenset({AI.fingerprint})
+    )
+    action = d.decide(state, obs, NOW, d.Config())
+    assert isinstance(action, d.Emergency) and not action.replaces(state), action
+    after = d.apply(state, action)
+    assert after is not None and after.current == BI and not after.previous
+    assert AI.fingerprint in after.revoked
+
+
+# the controller: where revocations are remembered ------------------------------------------
+
+
+class Api:
+    """The CA Secret, the signer's bundles (the stable one among them), no reports."""
+
+    def __init__(self, secret: dict[str, Any], published: bytes, annotation: str = "") -> None:
+        self.secret = secret
+        self.stable: dict[str, Any] = {
+            "metadata": {
+                "name": stable_bundle_name(SIGNER),
+                "resourceVersion": "3",
+                "annotations": {REVOKED_ROOTS: annotation} if annotation else {},
+            },
+            "spec": {"signerName": SIGNER, "trustBundle": published.decode()},
+        }
+        self.bundle_writes: list[dict[str, Any]] = []
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        if path.endswith("/secrets/ca"):
+            return copy.deepcopy(self.secret)
+        if path.endswith("clustertrustbundles"):
+            return {"items": [copy.deepcopy(self.stable)]}
+        if path.endswith("/leases"):
+            return {"items": []}
+        raise ApiError(404, "NotFound")
+
+    def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        if "clustertrustbundles" in path:
+            assert body["metadata"]["resourceVersion"] == self.stable["metadata"]["resourceVersion"]
+            self.bundle_writes.append(copy.deepcopy(dict(body)))
+            self.stable = copy.deepcopy(dict(body))
+            return copy.deepcopy(self.stable)
+        self.secret = copy.deepcopy(dict(body))
+        self.secret["metadata"]["resourceVersion"] = "100"
+        return copy.deepcopy(self.secret)
+
+
+def _controller(api: Api) -> ManagedCAController:
+    return ManagedCAController(
+        cast(Client, api),
+        namespace="ns",
+        secret_name="ca",
+        signer_name=SIGNER,
+        ctb_version="v1beta1",
+        config=d.Config(),
+        make_ca=lambda now: (C_KEY, C),
+        clock=lambda: NOW,
+        registry=CollectorRegistry(),
+    )
+
+
+def test_the_leader_remembers_a_revocation_on_the_stable_bundle() -> None:
+    revoked = d.State(
+        current=BI,
+        confirmed_at=NOW - H,
+        revoked=frozenset({AI.fingerprint}),
+        issued_lifetime=24 * H,
+    )
+    api = Api(_secret(revoked, B_KEY, "7"), B)
+    _controller(api).sync()
+    assert revocations.of(api.stable) == {AI.fingerprint}
+    _controller(api).sync()
+    assert len(api.bundle_writes) == 1, "written once"
+
+
+def test_a_restore_from_before_the_emergency_is_an_emergency_again_after_every_restart() -> None:
+    """A fresh leader (nothing in memory), the Secret from before the emergency (A
+    current, nothing revoked), the stable bundle remembering A: A is replaced at once."""
+    api = Api(_secret(BACKUP, A_KEY, "90"), A + B, annotation=AI.fingerprint)
+    action = _controller(api).sync_once()
+    assert isinstance(action, d.Emergency) and AI.fingerprint in action.revoke, action
+    written = decode(api.secret).state
+    assert written.current == CI and AI.fingerprint in written.revoked
+
+
+@pytest.mark.parametrize("stable_exists", [True, False])
+def test_the_remembered_revocations_read(stable_exists: bool) -> None:
+    class Reader:
+        def get(self, path: str) -> dict[str, Any]:
+            if not stable_exists:
+                raise ApiError(404, "NotFound")
+            return {"metadata": {"annotations": {REVOKED_ROOTS: "AA,bb"}}}
+
+    expected = {"aa", "bb"} if stable_exists else set()
+    assert revocations.read(cast(Client, Reader()), "/x") == expected
