@@ -170,7 +170,7 @@ class SignerController:
         material_source.add_listener(self._on_material_change)
         self.loop = Loop(
             self.name,
-            lambda key: self.sync(key),
+            self._attempt,
             self.queue,
             synced=(self.pcrs.has_synced, self.pods.has_synced, self.services.has_synced),
             workers=self.workers,
@@ -248,6 +248,15 @@ class SignerController:
             self.queue.add(key)
 
     # sync ------------------------------------------------------------------------------------
+
+    def _attempt(self, key: str) -> Requeue | None:
+        """One sync as the loop runs it. A sync that raises is retried by the loop (its
+        error policy) and is the KEP's `requests_total{result="error"}` (signer.metrics)."""
+        try:
+            return self.sync(key)
+        except Exception:
+            self.metrics.sync_error()
+            raise
 
     def sync(self, key: str) -> Requeue | None:
         """Decide and act for one request. Idempotent; reads caches; at most one write."""

@@ -7,10 +7,12 @@ What counts as what is decided here, once:
   reason broken down in `denied_total{reason}`; `issued` is broken down by the leaf's
   key type in `issued_total{key_type}` (kubelet's `keyType` spelling, ML-DSA included),
   so an operator sees which Pods already use post-quantum keys;
-- a sync attempt that hit an error and will be retried (transient API errors, a signing
-  certificate too close to expiry, bugs) is counted by the controller loop, as for every
-  controller: `controller_sync_total{controller="signer", result="error"}`
-  (`kube.controller`). Losing a write race to another replica is *not* an error, and
+- `requests_total{result="error"}`: a sync attempt that hit an error and will be
+  retried (transient API errors, a signing certificate too close to expiry, bugs) — the
+  KEP's third result, which its monitoring advice alerts on (`result=~"failed|error"`).
+  The controller loop counts the same attempts as for every controller,
+  `controller_sync_total{controller="signer", result="error"}` (`kube.controller`); the
+  two are always equal. Losing a write race to another replica is *not* an error, and
   waiting on a Service is neither issued nor failed.
 - `waiting_resyncs_total`: waiting requests re-driven by the periodic resync
   (`--waiting-resync-period`) rather than by an event.
@@ -37,7 +39,8 @@ from signer.podwaits import PodWaits
 
 PREFIX = "service_serving_ca_controller"
 
-RESULTS = ("issued", "failed")
+# The KEP's results, in its words: `result="issued|failed|error"`.
+RESULTS = ("issued", "failed", "error")
 
 # Every reason the signer writes on a Denied or Failed condition.
 DENIAL_REASONS = (
@@ -81,7 +84,8 @@ class SignerMetrics:
         self.requests = Counter(
             f"{PREFIX}_requests",
             "PodCertificateRequests answered by the service-serving signer, by result "
-            "(issued, failed = Denied or Failed).",
+            "(issued; failed = Denied or Failed; error = a sync attempt failed and will be "
+            "retried).",
             ["result"],
             registry=registry,
         )
@@ -152,6 +156,10 @@ class SignerMetrics:
     def failed(self, reason: str) -> None:
         self._by_result["failed"].inc()
         self.denied.labels(reason=reason).inc()
+
+    def sync_error(self) -> None:
+        """A sync attempt raised: the controller loop retries it."""
+        self._by_result["error"].inc()
 
     def waiting_resynced(self, count: int) -> None:
         self.waiting_resyncs.inc(count)

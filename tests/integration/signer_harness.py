@@ -131,11 +131,14 @@ class RunningSigner:
         return self.controller.metrics.count(result)
 
     def errors(self) -> float:
-        """Sync errors, as the controller loop counts them for every controller."""
-        value = self.registry.get_sample_value(
+        """Sync attempts that failed and will be retried: the KEP's
+        `requests_total{result="error"}`, always equal to the controller loop's
+        `controller_sync_total{controller="signer", result="error"}`."""
+        loop = self.registry.get_sample_value(
             "controller_sync_total", {"controller": "signer", "result": "error"}
         )
-        return float(value or 0.0)
+        assert self.count("error") == float(loop or 0.0)
+        return self.count("error")
 
     def counts(self, settle: float = 5.0) -> tuple[float, float, float]:
         """(issued, failed, error) once the workers are idle: a worker counts a result only

@@ -18,8 +18,11 @@ its own. What each asserts on the API server:
    accepted exactly one successful status write per PCR.
 4. Throttling (`--max-requests-inflight=1 --max-mutating-requests-inflight=1`, APF off, the
    signer running as a non-`system:masters` user so the limit applies to it): the API
-   server answered 429s, the signer counted `error`s, and every PCR ends Issued; the 429
-   count stays bounded, which it would not if `Retry-After: 1` were ignored.
+   server answered 429s, the signer's `/metrics` counted them as the KEP's
+   `requests_total{result="error"}` (equal to `controller_sync_total`'s), every PCR ends
+   Issued (`result="issued"`) and a request with an invalid annotation ends Denied
+   (`result="failed"`); the 429 count stays bounded, which it would not if
+   `Retry-After: 1` were ignored.
 5. The signing key replaced by garbage mid-burst, then key+cert+bundle replaced by a new
    CA: every PCR Issued, each leaf verifies against exactly the CA (old or new) named by
    its issuer and authority key identifier — none was signed with mixed material.
@@ -63,7 +66,10 @@ from kube.types import JSON
 from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 
 ISSUED = 'result="issued"'
+FAILED = 'result="failed"'
+KEP_ERROR = 'result="error"'
 ERROR = 'controller="signer",result="error"'
+REQUESTS = "service_serving_ca_controller_requests_total"
 
 
 # --- fixtures and helpers -----------------------------------------------------------------
@@ -407,10 +413,17 @@ def test_throttling_429s_are_absorbed_with_backoff(
         # The last issue is counted after its status write returns: read once it is.
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            issued = signer.metric("service_serving_ca_controller_requests_total", ISSUED)
+            issued = signer.metric(REQUESTS, ISSUED)
             if issued >= len(bodies):
                 break
             time.sleep(0.05)
+        # One request the signer must deny (an invalid Service name): the KEP's `failed`.
+        bad = pcr_bodies(pop, keys, 1, signer_name=name, service=lambda _: "Not_A_Label")[0]
+        client.create(pcr_path(pop.namespace), bad)
+        wait_for(lambda: signer.metric(REQUESTS, FAILED) == 1, "the denial counted as failed")
+        failed = signer.metric(REQUESTS, FAILED)
+        issued = signer.metric(REQUESTS, ISSUED)
+        kep_errors = signer.metric(REQUESTS, KEP_ERROR)
         errors = signer.metric("controller_sync_total", ERROR)
     finally:
         signer.stop()
@@ -418,8 +431,10 @@ def test_throttling_429s_are_absorbed_with_backoff(
         apiserver_metrics(plane), "apiserver_request_total", lambda lb: lb.get("code") == "429"
     )
     assert throttled > 0, "the inflight limit never rejected anything: the test proves nothing"
-    assert errors > 0, "429s must be counted as result=error"
+    assert kep_errors is not None and kep_errors > 0, "429s must be counted as result=error"
+    assert kep_errors == errors, "the KEP's error count and the loop's must agree"
     assert issued == len(bodies)
+    assert failed == 1
     # Retry-After: 1 honoured per request: after a 429, the next status write for the same
     # PCR comes at least a second later (the API server's timestamps, from its audit log).
     attempts = status_attempts(tmp_path / "audit.log")
