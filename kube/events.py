@@ -125,6 +125,20 @@ class Recorder(Protocol):
     ) -> None: ...
 
 
+class StepRecorder(Recorder, Protocol):
+    """A `Recorder` that also records a controller's steps as Normal events (the managed
+    CA's rotation steps)."""
+
+    def normal(
+        self,
+        regarding: ObjectRef,
+        reason: str,
+        note: str,
+        action: str,
+        related: ObjectRef | None = None,
+    ) -> None: ...
+
+
 _STOP = object()
 _TICK = object()
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -27,8 +27,9 @@ The state machine (docs/managed-ca.md), one action per call, checked in this ord
    configured point of the current CA's life is reached; else `Wait` until the earliest
    of those instants.
 
-What each action writes is `apply(state, action, made)`: the one transition function,
-used by the controller and driven by the property model.
+What each action writes is `managedca.step.apply(state, action, made)`: the one
+transition function, used by the controller (through `step.take`) and driven by the
+property model.
 
 Why the invariants hold (tests/unit/managedca/test_properties.py checks them over
 crashes, leader changes, lost and stale writes, a deleted Secret, rejected signing sets,
@@ -53,7 +54,7 @@ consumer lag and clock skew; hack/knock-out-gates.py removes each gate in turn):
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 PHASE_BOOTSTRAPPING = "Bootstrapping"
@@ -543,156 +544,3 @@ def _retire_times(state: State, now: datetime) -> Iterable[datetime]:
     for prev in state.previous:
         if prev.retire_at is not None:
             yield prev.retire_at if now < prev.retire_at else prev.ca.not_after
-
-
-# transitions (what each action writes) ------------------------------------------------
-
-
-def apply(state: State | None, action: Action, made: CaInfo | None = None) -> State | None:
-    """The state after `action` (what the controller writes, and what the property model
-    runs): one transition function. `made` is the CA the controller made for a
-    `Bootstrap` or a `Stage` (making a key is the one impure part). A `Wait` returns
-    `state` unchanged."""
-    if isinstance(action, Bootstrap):
-        if made is None:
-            raise ValueError("a bootstrap needs the CA made for it")
-        previous = tuple(
-            Previous(ca, action.at, None)
-            for ca in action.adopt
-            if ca.fingerprint != made.fingerprint
-        )
-        return State(current=made, previous=previous, revoked=action.revoked)
-    if isinstance(action, Wait):
-        return state
-    if state is None:
-        raise ValueError(f"{type(action).__name__} needs a state")
-    if isinstance(action, Emergency):
-        return emergency(state, made, action)
-    if isinstance(action, Confirm):
-        return confirmed(state, action.at)
-    if isinstance(action, Adopt):
-        return adopted(state, action)
-    if isinstance(action, Stage):
-        if made is None:
-            raise ValueError("a stage needs the CA made for it")
-        return staged(state, made, action.at)
-    if isinstance(action, RecordLifetime):
-        return replace(state, issued_lifetime=action.lifetime)
-    if isinstance(action, MarkPublished):
-        return marked_published(state, action.at, action.swap_not_before)
-    if isinstance(action, Swap):
-        return swapped(state, action.at)
-    if isinstance(action, ScheduleRetire):
-        return retire_scheduled(state, action.retire_at)
-    return retired(state, action.fingerprints)
-
-
-def bootstrapped(ca: CaInfo) -> State:
-    return State(current=ca)
-
-
-def confirmed(state: State, at: datetime) -> State:
-    return replace(state, confirmed_at=at)
-
-
-def staged(state: State, nxt: CaInfo, at: datetime) -> State:
-    if state.next is not None:
-        raise ValueError("a next CA is already staged")
-    return replace(
-        state,
-        next=nxt,
-        staged_at=at,
-        published_at=None,
-        swap_not_before=None,
-        rotate_requested_at=None,
-    )
-
-
-def marked_published(state: State, at: datetime, swap_not_before: datetime) -> State:
-    return replace(state, published_at=at, swap_not_before=swap_not_before)
-
-
-def swapped(state: State, at: datetime) -> State:
-    if state.next is None:
-        raise ValueError("no next CA to swap in")
-    # The last rotation's stage and publish times stay, for `ca status` and the record.
-    # The retire time is set once the swap is read back (`retire_scheduled`).
-    prev = Previous(state.current, at, None, state.issued_lifetime)
-    return replace(
-        state,
-        current=state.next,
-        next=None,
-        previous=(prev, *state.previous),
-        swapped_at=at,
-        rotate_requested_at=None,
-        issued_lifetime=None,  # recorded again for the new current CA
-    )
-
-
-def retire_scheduled(state: State, retire_at: datetime) -> State:
-    """Every previous root without a retire time gets `retire_at`."""
-    return replace(
-        state,
-        previous=tuple(
-            p if p.retire_at is not None else replace(p, retire_at=retire_at)
-            for p in state.previous
-        ),
-    )
-
-
-RETIRED_KEPT = 16
-
-
-def retired(state: State, fingerprints: frozenset[str]) -> State:
-    return replace(
-        state,
-        previous=tuple(p for p in state.previous if p.ca.fingerprint not in fingerprints),
-        retired=(*sorted(fingerprints), *state.retired)[:RETIRED_KEPT],
-    )
-
-
-def adopted(state: State, action: Adopt) -> State:
-    """`action.roots` become previous roots, their retire time scheduled like a swapped-out
-    root's (`ScheduleRetire`: once every replica signs with the current CA)."""
-    previous = (*state.previous, *(Previous(ca, action.at, None) for ca in action.roots))
-    if action.unconfirm:
-        return replace(
-            state,
-            previous=previous,
-            confirmed_at=None,
-            published_at=None,
-            swap_not_before=None,
-        )
-    return replace(state, previous=previous)
-
-
-def emergency(state: State, made: CaInfo | None, action: Emergency) -> State:
-    """The revoked roots leave the state, remembered as revoked. When the current CA is
-    one, `made` signs from its confirmation on, with no gate but the read-back, and a
-    staged CA (its key sat beside the compromised one) is revoked too; the other roots
-    stay until their leaves expire. Else the current CA stays, and a staged one unless
-    it is named."""
-    kept = tuple(p for p in state.previous if p.ca.fingerprint not in action.revoke)
-    revoked = state.revoked | action.revoke
-    if not action.replaces(state):
-        after = replace(state, previous=kept, revoked=revoked, emergency_requested_at=None)
-        after = replace(after, revoke=frozenset())
-        if state.next is not None and state.next.fingerprint in action.revoke:
-            after = replace(
-                after, next=None, staged_at=None, published_at=None, swap_not_before=None
-            )
-        return after
-    if made is None:
-        raise ValueError("an emergency rotation of the current CA needs the CA made for it")
-    staged = frozenset({state.next.fingerprint}) if state.next is not None else frozenset()
-    return State(
-        current=made,
-        previous=kept,
-        revoked=revoked | staged,
-        emergency=True,
-        retired=state.retired,
-    )
-
-
-def rotate_requested(state: State, at: datetime) -> State:
-    return replace(state, rotate_requested_at=at)

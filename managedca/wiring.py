@@ -24,8 +24,9 @@ from datetime import datetime, timedelta
 from prometheus_client import CollectorRegistry
 
 from kube.client import Client, path_segment
+from kube.events import StepRecorder
 from managedca import revocations
-from managedca.controller import ManagedCAController, Recorder
+from managedca.controller import ManagedCAController
 from managedca.decide import Config
 from managedca.material import ApiMaterialSource
 from managedca.report import LoadedReporter
@@ -94,7 +95,7 @@ def wire(
     identity: str,
     source: ApiMaterialSource,
     ctb_version: str,
-    recorder: Recorder,
+    recorder: StepRecorder,
 ) -> tuple[ManagedCAController, LoadedReporter]:
     """The managed-CA controller and this replica's reporter, listening to `source`. The
     publisher's and the signer's workers are held back until `source` serves them
@@ -122,9 +123,10 @@ def wire(
         max_lifetime=settings.config.max_leaf_lifetime,
     )
     source.add_change_listener(reporter.trigger)
-    stable = f"{controller.ctb_path}/{path_segment(controller.stable_name)}"
+    observer = controller.observer
+    stable = f"{observer.ctb_path}/{path_segment(observer.stable_name)}"
     source.remember_revoked_from(lambda: revocations.read(client, stable))
-    controller.on_decision = reporter.set_decision
+    controller.narrator.on_decision = reporter.set_decision
     # Any change of the Secret (`ca rotate`'s annotation, a write by another replica) is
     # looked at now, not at the next resync.
     source.informer.add_handler(controller.trigger, controller.trigger, controller.trigger)

@@ -135,8 +135,8 @@ def test_a_failing_sync_still_exports_the_phase_expiry_and_what_it_waits_for() -
     assert (_metric(controller, "expiry_timestamp_seconds", role="current") or 0) > NOW.timestamp()
     assert _metric(controller, "waiting", reason="sync-failing") == 1
     decision = controller.decision
-    assert decision is not None and decision["reason"] == "sync-failing"
-    assert "forbidden" in str(decision["why"])
+    assert decision is not None and decision.reason == "sync-failing"
+    assert "forbidden" in str(decision.why)
 
 
 def test_the_decision_says_what_it_waits_for_and_since_when() -> None:
@@ -146,14 +146,14 @@ def test_the_decision_says_what_it_waits_for_and_since_when() -> None:
     controller.clock = lambda: clock[0]
     controller.sync()
     first = controller.decision
-    assert first is not None and first["phase"] == "Stable"
-    assert first["reason"] == "rotation-point" and first["step"] == "Wait"
+    assert first is not None and first.phase == "Stable"
+    assert first.reason == "rotation-point" and first.step == "Wait"
     assert _metric(controller, "waiting", reason="rotation-point") == 1
     assert _metric(controller, "waiting", reason="replica-not-ready") == 0
     clock[0] = NOW + timedelta(minutes=5)
     controller.sync()
     again = controller.decision
-    assert again is not None and again["since"] == first["since"], "the same wait, same since"
+    assert again is not None and again.since == first.since, "the same wait, same since"
     assert "PRIVATE" not in repr(again) and "PRIVATE" not in repr(controller.observe())
 
 
@@ -198,11 +198,13 @@ class Recorded:
 def test_a_gate_that_holds_the_rotation_is_a_warning_event_once() -> None:
     controller = _controller(StableForMonths())
     recorder = Recorded()
-    controller.recorder = recorder
+    controller.narrator.recorder = recorder
     staged = d.Wait(None, "replica-not-ready", "replicas not ready: r2")
     for _ in range(3):
-        controller._decided(None, d.Observations(frozenset()), staged, NOW)
-    controller._decided(None, d.Observations(frozenset()), d.Wait(None, "rotation-point"), NOW)
+        controller.narrator.decided(None, d.Observations(frozenset()), staged, NOW)
+    controller.narrator.decided(
+        None, d.Observations(frozenset()), d.Wait(None, "rotation-point"), NOW
+    )
     assert recorder.warnings == [("ManagedCAWaiting", "[replica-not-ready] replicas not ready: r2")]
 
 

@@ -25,13 +25,9 @@ from managedca.decide import (
     State,
     Swap,
     Wait,
-    apply,
     decide,
-    marked_published,
-    retire_scheduled,
-    staged,
-    swapped,
 )
+from managedca.step import apply, marked_published, retire_scheduled, staged, swapped
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 H = timedelta(hours=1)

@@ -1,7 +1,7 @@
 """The managed CA's invariants over interleavings of crashes, leader changes, lost and
 stale writes, a deleted Secret, a replica rejecting the next signing set, consumer lag
 and clock skew: a model of the cluster around `managedca.decide`, driven through the
-one transition function `decide.apply` the controller uses.
+one transition function `step.apply` the controller uses.
 
 The model:
 
@@ -66,10 +66,9 @@ from managedca.decide import (
     Stage,
     State,
     Wait,
-    apply,
     decide,
-    rotate_requested,
 )
+from managedca.step import apply, rotate_requested
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEAF = timedelta(hours=1)

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client
 from managedca import decide as d
-from managedca import revocations
+from managedca import revocations, step
 from managedca.codec import ca_info, decode, encode
 from managedca.controller import ManagedCAController
 from managedca.layout import PREVIOUS_CERTS, REVOKED_ROOTS
@@ -104,7 +104,7 @@ def test_the_state_the_leader_adopts_back_is_taken() -> None:
     source = _source()
     source.apply(_secret(RETIRING, B_KEY, "50"))
     source.apply(_secret(BACKUP, A_KEY, "90"))
-    adopted = d.apply(BACKUP, d.Adopt(NOW, (BI,)))
+    adopted = step.apply(BACKUP, d.Adopt(NOW, (BI,)))
     assert adopted is not None
     source.apply(_secret(adopted, A_KEY, "91"))
     assert set(source.loaded().anchors) == {AI.fingerprint, BI.fingerprint}
@@ -115,11 +115,11 @@ def test_the_state_the_leader_adopts_back_is_taken() -> None:
 def test_a_retire_and_an_emergency_still_drop_roots() -> None:
     source = _source()
     source.apply(_secret(RETIRING, B_KEY, "50"))
-    after = d.apply(RETIRING, d.Retire(frozenset({AI.fingerprint})))
+    after = step.apply(RETIRING, d.Retire(frozenset({AI.fingerprint})))
     assert after is not None
     source.apply(_secret(after, B_KEY, "51"))
     assert set(source.loaded().anchors) == {BI.fingerprint}
-    emergency = d.apply(after, d.Emergency(NOW, frozenset({BI.fingerprint})), CI)
+    emergency = step.apply(after, d.Emergency(NOW, frozenset({BI.fingerprint})), CI)
     assert emergency is not None
     source.apply(_secret(emergency, C_KEY, "52"))
     assert set(source.loaded().anchors) == {CI.fingerprint}
@@ -155,7 +155,7 @@ def test_the_controller_adopts_a_published_root_the_restored_secret_lacks() -> N
         action = d.decide(state, obs, NOW, d.Config())
         if isinstance(action, d.Wait | d.Stage | d.Emergency | d.Bootstrap):
             break
-        state = d.apply(state, action)
+        state = step.apply(state, action)
     assert state is not None
     assert BI.fingerprint in {c.fingerprint for c in state.anchors()}, action
     adopted = next(p for p in state.previous if p.ca == BI)
@@ -169,14 +169,14 @@ def test_a_restored_current_ca_that_is_not_published_signs_only_after_the_gates(
     )
     action = d.decide(BACKUP, obs, NOW, d.Config())
     assert isinstance(action, d.Adopt) and action.unconfirm, action
-    after = d.apply(BACKUP, action)
+    after = step.apply(BACKUP, action)
     assert after is not None and after.confirmed_at is None
     assert isinstance(d.decide(after, obs, NOW, d.Config()), d.Wait)
 
 
 def test_a_root_just_retired_is_not_adopted_back() -> None:
     """The bundle holds a root for a moment after its Retire is written."""
-    after = d.apply(RETIRING, d.Retire(frozenset({AI.fingerprint})))
+    after = step.apply(RETIRING, d.Retire(frozenset({AI.fingerprint})))
     assert after is not None
     obs = d.Observations(
         frozenset({AI.fingerprint, BI.fingerprint}), (), published_cas=tuple(sorted((AI, BI)))
@@ -204,7 +204,7 @@ def test_a_revoked_previous_root_is_dropped_without_a_new_ca() -> None:
     )
     action = d.decide(state, obs, NOW, d.Config())
     assert isinstance(action, d.Emergency) and not action.replaces(state), action
-    after = d.apply(state, action)
+    after = step.apply(state, action)
     assert after is not None and after.current == BI and not after.previous
     assert AI.fingerprint in after.revoked
 

@@ -1,0 +1,271 @@
+"""What one step of the managed CA reads (quorum reads, no cache): the CA Secret, the
+signer's published ClusterTrustBundles, the replicas' reports and the injector's
+convergence report, into `decide.Observations`.
+
+It also keeps two things the reading itself owns:
+
+- **Reports**: each is bounded (`managedca.report.read_report`); one that says something
+  out of bounds is ignored, with a Warning Event `ManagedCAReportIgnored` on its Lease once
+  per distinct problem. Liveness is judged on this process's monotonic clock
+  (`report.Liveness`); a dead replica's report is collected (deleted, with the
+  resourceVersion judged as a precondition) once it says it was renewed over
+  `REPORT_GC_AFTER` ago and has not changed for its duration on our clock.
+- **Revocations**: the roots revoked are the Secret's, this process's (its material
+  source) and those the stable ClusterTrustBundle remembers (`managedca.revocations`);
+  when the Secret revokes one the bundle does not list yet, it is written there now.
+- **The propagation delay on our clock**: how long this process has seen the read-back
+  hold every root the state is moving to.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kube.client import ApiError, Client, is_conflict, is_not_found, path_segment
+from kube.events import ObjectRef, Recorder
+from managedca import decide as d
+from managedca import revocations
+from managedca.codec import Stored, ca_info, decode
+from managedca.layout import split_pem
+from managedca.material import anchors_of
+from managedca.report import (
+    Liveness,
+    ReportError,
+    ReportLease,
+    injector_view,
+    leases_path,
+    list_reports,
+    read_report,
+)
+from trust.bundle import stable_bundle_name
+
+log = logging.getLogger(__name__)
+
+REPORT_GC_AFTER = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Observed:
+    stored: Stored | None
+    secret: Mapping[str, Any] | None = field(repr=False)  # holds the key
+    observations: d.Observations
+    published_pems: Mapping[str, bytes]  # fingerprint -> PEM of each published root
+    stable: Mapping[str, Any] | None = None  # the stable ClusterTrustBundle, as listed
+
+    @property
+    def state(self) -> d.State | None:
+        return self.stored.state if self.stored is not None else None
+
+
+class Observer:
+    """Reads what a step decides on (see the module docstring). One per leader: it keeps
+    the report liveness and the delay measured on this process's clock."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        namespace: str,
+        secret_name: str,
+        signer_name: str,
+        ctb_version: str,
+        recorder: Recorder | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
+        injector_report: str | None = None,
+        revoked: Callable[[], frozenset[str]] = frozenset,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.secret_name = secret_name
+        self.signer_name = signer_name
+        self.recorder = recorder
+        self.clock = clock
+        self.monotonic = monotonic
+        self.secrets_path = f"/api/v1/namespaces/{path_segment(namespace)}/secrets"
+        self.secret_path = f"{self.secrets_path}/{path_segment(secret_name)}"
+        self.ctb_path = f"/apis/certificates.k8s.io/{ctb_version}/clustertrustbundles"
+        self.stable_name = stable_bundle_name(signer_name)
+        self.injector_report = injector_report  # the convergence Lease's name, or None
+        self.revoked = revoked  # what this process has seen revoked (its material source)
+        self.liveness = Liveness(monotonic)
+        self.last_state: d.State | None = None  # as last read: metrics survive failures
+        self.collect_in: float | None = None  # seconds until a dead report can be collected
+        self._published_since: tuple[frozenset[str], float] | None = None
+        self._bad_reports: dict[str, str] = {}  # report Lease -> why it is ignored
+
+    def observe(self, *, collect: bool = True) -> Observed:
+        """Read the Secret, the published bundles and the reports (quorum reads). With
+        `collect`, delete reports expired for over `REPORT_GC_AFTER`."""
+        try:
+            secret: Mapping[str, Any] | None = self.client.get(self.secret_path)
+        except ApiError as err:
+            if not is_not_found(err):
+                raise
+            secret = None
+        stored = decode(secret) if secret is not None else None
+        self.last_state = stored.state if stored is not None else None
+        listed = self.client.get(
+            self.ctb_path, {"fieldSelector": f"spec.signerName={self.signer_name}"}
+        )
+        items = list(listed.get("items") or [])
+        pems = tuple(str((i.get("spec") or {}).get("trustBundle", "")) for i in items)
+        stable = next(
+            (i for i in items if (i.get("metadata") or {}).get("name") == self.stable_name),
+            None,
+        )
+        ca_pems = self._published_roots(pems)
+        published = frozenset(ca_pems)
+        now = self.clock()
+        reports = []
+        leases = self._readable_reports(stored.state if stored is not None else None)
+        self.liveness.forget_all_but(p.name for p in leases)
+        self.collect_in = None
+        for parsed in leases:
+            report = self.liveness.report(parsed)
+            if collect and self._old(parsed, now):
+                # Dead once unchanged for its duration on our clock: collect it then.
+                left = parsed.duration.total_seconds() - self.liveness.unchanged_for(parsed)
+                if left <= 0:
+                    self._collect(parsed.name, parsed.resource_version)
+                    continue
+                self.collect_in = left if self.collect_in is None else min(left, self.collect_in)
+            reports.append(report)
+        observations = d.Observations(
+            published,
+            tuple(reports),
+            published_cas=tuple(sorted(ca_info(p) for p in ca_pems.values())),
+            published_for=self._published_for(stored.state if stored else None, published),
+            injector=self._injector(),
+            revoked=self.revoked()
+            | revocations.of(stable)
+            | (stored.state.revoked if stored else frozenset()),
+        )
+        seen = Observed(stored, secret, observations, ca_pems, stable)
+        self._remember_revoked(seen)
+        return seen
+
+    def _readable_reports(self, state: d.State | None) -> list[ReportLease]:
+        """The reports that read as reports and say nothing out of bounds (a leaf
+        lifetime beyond the current CA's included); each other one is ignored, with a
+        Warning Event on its Lease once per distinct problem."""
+        out = []
+        bad: dict[str, str] = {}
+        for lease in list_reports(self.client, self.namespace, self.secret_name):
+            try:
+                parsed = read_report(lease)
+                limit = state.current.lifetime if state is not None else None
+                if parsed.max_lifetime is not None and limit and parsed.max_lifetime > limit:
+                    raise ReportError(
+                        f"max-certificate-lifetime {parsed.max_lifetime} outlives the CA ({limit})"
+                    )
+            except ReportError as err:
+                meta = lease.get("metadata") or {}
+                name = str(meta.get("name", "?"))
+                bad[name] = str(err)
+                if self._bad_reports.get(name) != bad[name]:
+                    self._ignored(
+                        ObjectRef("Lease", self.namespace, name, str(meta.get("uid", ""))),
+                        bad[name],
+                    )
+                continue
+            out.append(parsed)
+        self._bad_reports = bad
+        return out
+
+    def _ignored(self, lease: ObjectRef, why: str) -> None:
+        log.warning("managed CA: ignoring a report", extra={"lease": lease.name, "err": why})
+        if self.recorder is not None:
+            self.recorder.warning(
+                lease,
+                "ManagedCAReportIgnored",
+                f"not counted by the rotation's gates: {why}"[:1000],
+                "Rotate",
+            )
+
+    def _remember_revoked(self, seen: Observed) -> None:
+        """Every root the state revoked is on the stable bundle's annotation too, where a
+        restore of the Secret does not erase it (`managedca.revocations`)."""
+        state = seen.stored.state if seen.stored is not None else None
+        if state is None or seen.stable is None:
+            return  # nothing revoked yet, or the publisher has not created it yet
+        missing = state.revoked - revocations.of(seen.stable)
+        if missing:
+            revocations.remember(self.client, self.ctb_path, seen.stable, missing)
+            log.info(
+                "managed CA: revocation remembered on the stable ClusterTrustBundle",
+                extra={"revoked": sorted(missing), "bundle": self.stable_name},
+            )
+
+    def _injector(self) -> d.InjectorView | None:
+        """The injector's convergence report (None: no such Lease, or not configured)."""
+        if self.injector_report is None:
+            return None
+        try:
+            lease = self.client.get(
+                f"{leases_path(self.namespace)}/{path_segment(self.injector_report)}"
+            )
+        except ApiError as err:
+            if is_not_found(err):
+                return None
+            raise
+        return injector_view(lease, self.liveness)
+
+    @staticmethod
+    def _published_roots(pems: tuple[str, ...]) -> dict[str, bytes]:
+        """fingerprint -> PEM of every root in the signer's ClusterTrustBundles."""
+        roots: dict[str, bytes] = {}
+        for bundle in pems:
+            if not anchors_of(bundle):
+                continue  # unparseable: publishes nothing we can count on
+            for pem in split_pem(bundle.encode()):
+                roots[ca_info(pem).fingerprint] = pem
+        return roots
+
+    def _published_for(self, state: d.State | None, published: frozenset[str]) -> timedelta:
+        """How long (this process's monotonic clock) the read-back has held every root
+        the state is moving to (current + next; an unconfirmed current)."""
+        if state is None:
+            self._published_since = None
+            return timedelta(0)
+        needed = frozenset(a.fingerprint for a in state.anchors()) - {
+            p.ca.fingerprint for p in state.previous
+        }
+        mono = self.monotonic()
+        if not needed <= published:
+            self._published_since = None
+            return timedelta(0)
+        if self._published_since is None or self._published_since[0] != needed:
+            self._published_since = (needed, mono)
+        return timedelta(seconds=mono - self._published_since[1])
+
+    @staticmethod
+    def _old(lease: ReportLease, now: datetime) -> bool:
+        """A report that says it was last renewed over `REPORT_GC_AFTER` ago (the replica's
+        clock: a bound, never the judgement of liveness). It is collected (a replica
+        killed without a clean stop) once it has also not changed for its duration on our
+        clock."""
+        return now > lease.renewed_at + lease.duration + REPORT_GC_AFTER
+
+    def _collect(self, name: str, resource_version: str) -> None:
+        """Delete a dead replica's report, only as it was judged (a precondition on its
+        resourceVersion: a replica that renewed it meanwhile keeps it)."""
+        path = f"{leases_path(self.namespace)}/{path_segment(name)}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"resourceVersion": resource_version},
+        }
+        try:
+            self.client.delete(path, body)
+        except ApiError as err:
+            if not (is_not_found(err) or is_conflict(err)):
+                log.warning(
+                    "managed CA: could not delete a stale report",
+                    extra={"lease": name, "err": str(err)},
+                )
