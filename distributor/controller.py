@@ -2,9 +2,8 @@
 queue key, in kube-controller-manager's shape (its root-ca-cert-publisher syncs one
 namespace at a time the same way).
 
-Informers: every Namespace (name, uid, labels, terminating — a small record; the
-injector's own namespace's uid is the installation key of `distribute.ownership_mark`),
-the configuration ConfigMaps in the injector's own namespace (label
+Informers: every Namespace (name, uid, labels, terminating — a small record), the
+configuration ConfigMaps in the injector's own namespace (label
 `distribute.CONFIG_LABEL=true`), the copies across the cluster (label
 `distribute.FROM_LABEL` exists), indexed by namespace, and the ClusterTrustBundles (to
 create a copy already filled; keeping `ca.crt` current afterwards is the ConfigMap
@@ -14,9 +13,11 @@ change enqueues every namespace.
 Writes: a create (POST, never an apply: an existing ConfigMap of that name is never
 overwritten; AlreadyExists → Warning Event on the configuration, and no second POST for
 that ConfigMap for `NOT_OURS_RETRY` seconds unless the configuration changes), a merge
-patch of the copied annotations guarded by the copy's uid, and a delete with a uid
-precondition (a ConfigMap re-created by someone else under the same name is not
-deleted). Only ConfigMaps that are ours (`distribute.Copy.ours`) are patched or deleted.
+patch of the copied annotations and a delete, both conditional on the copy's uid and
+resourceVersion (a ConfigMap re-created by someone else under the same name, or a key
+added to ours after the cache saw it, is not deleted). Only ConfigMaps that are ours
+(`distribute.Copy.ours`, under the installation's secret key, `distributor.key`) are
+patched or deleted; without a key nothing is created, patched or deleted.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
 from distributor import decide as distribute
+from distributor.key import SecretKey
 from distributor.metrics import DistributorMetrics
 from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found
 from kube.controller import Cache, Loop, Requeue
@@ -124,8 +127,13 @@ class DistributionController:
         workers: int = 1,
         resync_period: float = 300.0,
         registry: CollectorRegistry | None = None,
+        key: Callable[[], str] | None = None,
     ) -> None:
+        """`key` gives the installation's key ("" for none); by default the Secret of
+        `distributor.key` in `namespace`."""
         self.client = client
+        self._key_source = key or SecretKey(client, namespace, ttl=resync_period).get
+        self._key = ""
         self.recorder = recorder
         self.namespace = namespace
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
@@ -134,9 +142,10 @@ class DistributionController:
         self.copies = caches.copies
         self.bundles = caches.bundles
         self.metrics = DistributorMetrics(registry, self._our_copies)
-        # (namespace, ConfigMap name) → (configuration, monotonic time) of a create
-        # refused with AlreadyExists: not posted again before NOT_OURS_RETRY.
-        self._refused: dict[tuple[str, str], tuple[distribute.Distribution, float]] = {}
+        # (namespace, ConfigMap name) → (namespace uid, configuration, monotonic time) of
+        # a create refused with AlreadyExists: not posted again before NOT_OURS_RETRY
+        # into that namespace (one made again under the name has another uid).
+        self._refused: dict[tuple[str, str], tuple[str, distribute.Distribution, float]] = {}
         self._refused_lock = threading.Lock()
         self.namespaces.add_handler(self._on_namespace, self._on_namespace_update, None)
         self.copies.add_handler(self._on_copy, self._on_copy_update, self._on_copy)
@@ -181,7 +190,7 @@ class DistributionController:
             self.queue.add(name)
 
     def _our_copies(self) -> float:
-        installation = self.installation_key()
+        installation = self._key  # the last key a sync used: no request on a scrape
         return float(sum(1 for copy in self.copies.list() if copy.ours(installation)))
 
     def every_namespace(self) -> list[str]:
@@ -204,13 +213,12 @@ class DistributionController:
             return None
         installation = self.installation_key()
         if not installation:
-            log.warning(
-                "the installation's namespace is not in the cache; nothing distributed",
-                extra={"namespace": self.namespace},
-            )
-            return None
+            return None  # distributor.key logged why
+        namespace = self.namespaces.get(key)
+        if namespace is None:
+            self._forget_refusals(key)
         actions = distribute.plan(
-            self.namespaces.get(key),
+            namespace,
             self.configs.list(),
             self.copies.by_index(NAMESPACE_INDEX, key),
             key=installation,
@@ -253,9 +261,18 @@ class DistributionController:
                 )
 
     def installation_key(self) -> str:
-        """This installation's key: the UID of the injector's own namespace."""
-        home = self.namespaces.get(self.namespace)
-        return home.uid if home is not None else ""
+        """This installation's secret key (`distributor.key`)."""
+        self._key = self._key_source()
+        return self._key
+
+    def _namespace_uid(self, name: str) -> str:
+        found = self.namespaces.get(name)
+        return found.uid if found is not None else ""
+
+    def _forget_refusals(self, namespace: str) -> None:
+        with self._refused_lock:
+            for gone in [k for k in self._refused if k[0] == namespace]:
+                del self._refused[gone]
 
     def _bundle(self, distribution: distribute.Distribution) -> str | None:
         """The PEM a copy is created with (None: nothing resolves yet)."""
@@ -275,8 +292,9 @@ class DistributionController:
             seen = self._refused.get((namespace, distribution.config_map_name))
         return (
             seen is not None
-            and seen[0] == distribution
-            and time.monotonic() - seen[1] < NOT_OURS_RETRY
+            and seen[0] == self._namespace_uid(namespace)
+            and seen[1] == distribution
+            and time.monotonic() - seen[2] < NOT_OURS_RETRY
         )
 
     def _not_ours(self, distribution: distribute.Distribution, namespace: str, why: str) -> None:
@@ -284,6 +302,7 @@ class DistributionController:
             return
         with self._refused_lock:
             self._refused[(namespace, distribution.config_map_name)] = (
+                self._namespace_uid(namespace),
                 distribution,
                 time.monotonic(),
             )
@@ -341,7 +360,18 @@ class DistributionController:
         try:
             self.client.delete(
                 f"/api/v1/namespaces/{copy.namespace}/configmaps/{copy.name}",
-                {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": copy.uid}},
+                {
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "preconditions": {
+                        "uid": copy.uid,
+                        **(
+                            {"resourceVersion": copy.resource_version}
+                            if copy.resource_version
+                            else {}
+                        ),
+                    },
+                },
             )
         except ApiError as err:
             if not (is_not_found(err) or is_conflict(err)):

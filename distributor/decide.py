@@ -17,8 +17,9 @@ What it decides:
   requested truststore with its digest annotation) as the injector would write them
   (`trust.consumers.outputs`), so a Gateway never sees it empty and the injector finds
   it current. It carries `FROM_LABEL=<config name>` (what the copies informer selects)
-  and `MARK_ANNOTATION`: an HMAC-SHA256, keyed by this installation's key (the UID of
-  the injector's namespace), of the configuration name, namespace and name.
+  and `MARK_ANNOTATION`: an HMAC-SHA256, keyed by this installation's secret key
+  (`distributor.key`: random, in a Secret, so nothing readable cluster-wide derives
+  it), of the configuration name, namespace and name.
 * **Ours** (`Copy.ours`) is a ConfigMap whose mark verifies under our key, that has no
   ownerReferences and holds no key but `ca.crt` and its truststore key. Only such a
   ConfigMap is updated or deleted. A label is no mark: anyone who may patch a ConfigMap
@@ -42,7 +43,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trust import consumers
@@ -117,6 +118,10 @@ class Copy:
     only_our_keys: bool = True
     """It holds no data key but `ca.crt` and no binaryData key but its truststore's."""
     owner_referenced: bool = False
+    resource_version: str = field(default="", compare=False)
+    """What the delete and the patch are conditional on (a key someone added after the
+    cache saw the copy makes them fail, not go with it). Not compared: a new
+    resourceVersion alone is nothing to act on."""
 
     @property
     def key(self) -> str:
@@ -205,6 +210,7 @@ def to_copy(raw: Mapping[str, Any]) -> Copy:
         mark=mark[:64] if isinstance(mark, str) else "",
         only_our_keys=only_ours,
         owner_referenced=bool(meta.get("ownerReferences")),
+        resource_version=str(meta.get("resourceVersion", ""))[:64],
     )
 
 
@@ -317,11 +323,13 @@ def copy_body(
 
 def annotations_patch(distribution: Distribution, copy: Copy) -> dict[str, Any]:
     """The merge patch an `Update` sends: the copied annotations as the configuration has
-    them (absent ones removed) and the opt-in label, guarded by the copy's uid."""
+    them (absent ones removed) and the opt-in label, guarded by the copy's uid and
+    resourceVersion."""
     wanted = dict(distribution.annotations)
     return {
         "metadata": {
             "uid": copy.uid,
+            **({"resourceVersion": copy.resource_version} if copy.resource_version else {}),
             "labels": {consumers.LABEL: "true"},
             "annotations": {key: wanted.get(key) for key in COPIED_ANNOTATIONS},
         }

@@ -15,6 +15,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "Service": ("/api/v1", "services", True),
     "ConfigMap": ("/api/v1", "configmaps", True),
+    "Secret": ("/api/v1", "secrets", True),
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from controlplane import ControlPlane
 from distributor import decide as distribute
 from distributor.controller import DistributionController, informers
+from distributor.key import KEY_SECRET
 from injector.configmaps import CA_KEY, LABEL
 from injector.targets import ANNOTATION
-from kube.client import Client, is_not_found
+from kube.client import ApiError, Client, is_already_exists, is_not_found
 from kube.events import EventRecorder
 from kube.factory import InformerFactory
 from tests.integration.identities import can, service_account_token
@@ -61,6 +61,15 @@ def get_or_none(client: Client, path: str) -> dict[str, Any] | None:
 
 class RunningDistributor:
     def __init__(self, client: Client, namespace: str) -> None:
+        # The installation key's Secret, shipped empty (config/injector-distribution).
+        try:
+            client.create(
+                f"/api/v1/namespaces/{namespace}/secrets",
+                {"metadata": {"name": KEY_SECRET}, "type": "Opaque"},
+            )
+        except ApiError as err:
+            if not is_already_exists(err):
+                raise
         self.recorder = EventRecorder(client, "service-serving-signer", "distributor-test")
         self.informers = InformerFactory(client)
         self.controller = DistributionController(
@@ -187,8 +196,9 @@ def test_distributes_as_the_injector_with_only_the_components_rbac(
     selector, pem = bundle
     ensure_namespace(client, NS)
     rbac = [o for o in render(CONFIG / "injector") if o["kind"] in RBAC_KINDS]
-    for path in sorted((CONFIG / "injector-distribution").glob("cluster_role*.yaml")):
-        rbac.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    rbac += [
+        o for o in render(CONFIG / "injector-distribution") if o["kind"] in RBAC_KINDS | {"Secret"}
+    ]
     for obj in rbac:
         apply_manifest(client, obj, dry_run=False, namespace=NS)
     team = uuid.uuid4().hex[:8]
@@ -239,7 +249,12 @@ def test_distributes_as_the_injector_with_only_the_components_rbac(
         # ConfigMaps without this component.
         for obj in rbac:
             if obj["metadata"]["name"].endswith("trust-distributor"):
-                kind = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
+                kind = {
+                    "ClusterRole": "clusterroles",
+                    "ClusterRoleBinding": "clusterrolebindings",
+                    "Role": f"namespaces/{NS}/roles",
+                    "RoleBinding": f"namespaces/{NS}/rolebindings",
+                }
                 client.delete(
                     f"/apis/rbac.authorization.k8s.io/v1/{kind[obj['kind']]}/{obj['metadata']['name']}"
                 )

@@ -4,6 +4,7 @@ without our mark, and say so when a configuration is unusable or two clash."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from typing import Any, cast
@@ -221,6 +222,7 @@ def distributor(
         Caches(namespaces, config_cache, copies),
         warnings,
         namespace=HOME,
+        key=lambda: HOME_UID,
     )
     return ctrl, warnings, config_cache
 
@@ -365,3 +367,186 @@ def test_a_copy_is_created_filled_and_marked() -> None:
     assert distribute.MARK_ANNOTATION in annotations
     assert "service-serving-signer/truststore-digest" in annotations
     assert to_copy(body | {"metadata": body["metadata"] | {"uid": "u"}}).ours(HOME_UID)
+
+
+# ownership keyed by a secret (not by anything readable cluster-wide) ---------------------
+
+SECRET_KEY = base64.b64encode(b"an installation key, 32 bytes+..").decode()
+"""The Secret's `data.key` as stored (base64 of at least 32 bytes): the HMAC key text."""
+KEY_PATH = f"/api/v1/namespaces/{HOME}/secrets/service-serving-signer-distribution-key"
+
+
+class ApiServer:
+    """A fake API for the controller's reads and writes: the key Secret (GET, PUT with a
+    resourceVersion precondition) and ConfigMap POST / PATCH / DELETE, recorded."""
+
+    def __init__(self, key: str | None = SECRET_KEY, *, secret: bool = True) -> None:
+        self.secret: dict[str, Any] | None = None
+        if secret:
+            self.secret = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": "service-serving-signer-distribution-key",
+                    "resourceVersion": "1",
+                },
+            }
+            if key is not None:
+                self.secret["data"] = {"key": key}
+        self.reads = 0
+        self.puts: list[dict[str, Any]] = []
+        self.created: list[Any] = []
+        self.patches: list[tuple[str, Any]] = []
+        self.deletes: list[tuple[str, Any]] = []
+
+    def get(self, path: str, params: Any = None) -> Any:
+        assert path == KEY_PATH, path
+        self.reads += 1
+        if self.secret is None:
+            raise ApiError(404, "Not Found", {"reason": "NotFound", "message": "not found"})
+        return json.loads(json.dumps(self.secret))
+
+    def replace(self, path: str, body: Any, params: Any = None) -> Any:
+        assert path == KEY_PATH and self.secret is not None
+        if body["metadata"].get("resourceVersion") != self.secret["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", {"reason": "Conflict", "message": "modified"})
+        self.puts.append(body)
+        body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+        self.secret = body
+        return body
+
+    def create(self, path: str, body: Any, params: Any = None) -> Any:
+        self.created.append(body)
+        return body
+
+    def patch(self, path: str, body: Any, **kwargs: Any) -> Any:
+        self.patches.append((path, body))
+        return body
+
+    def delete(self, path: str, body: Any = None, params: Any = None) -> Any:
+        self.deletes.append((path, body))
+        return {}
+
+
+def running(
+    api: ApiServer, copies: list[Any], configs: list[Any] | None = None, home_uid: str = HOME_UID
+) -> DistributionController:
+    """The controller as production builds it (its key from the API), over fake caches."""
+    home = to_namespace({"metadata": {"name": HOME, "uid": home_uid}})
+    namespaces: FakeCache[Any] = FakeCache(
+        [to_namespace({"metadata": {"name": "apps", "uid": "apps-uid"}}), home],
+        key=lambda n: n.name,
+    )
+    copy_cache: FakeCache[Any] = FakeCache(
+        copies, key=lambda c: c.key, indexers={NAMESPACE_INDEX: lambda c: [c.namespace]}
+    )
+    return DistributionController(
+        cast(KubeClient, api),
+        Caches(namespaces, FakeCache(configs or [], key=lambda d: d.name), copy_cache),
+        Warnings(),
+        namespace=HOME,
+    )
+
+
+def test_a_mark_made_from_the_readable_namespace_uid_is_not_ours() -> None:
+    """The namespace's UID is readable by anyone with cluster-wide `view`: a tenant who
+    computes the mark from it owns nothing, and the controller deletes only what the
+    installation's secret key marked."""
+    forged = marked(key=HOME_UID)
+    api = ApiServer()
+    running(api, [forged]).sync("apps")
+    assert api.deletes == [] and api.patches == []
+    real = marked(key=SECRET_KEY)
+    running(api, [real]).sync("apps")
+    assert [path for path, _ in api.deletes] == ["/api/v1/namespaces/apps/configmaps/trust-bundle"]
+
+
+def test_ownership_survives_the_injector_namespace_being_re_created() -> None:
+    """Re-creating the namespace changes its UID; with the key Secret restored, every
+    copy is still ours (updated, deleted)."""
+    api = ApiServer()
+    ctrl = running(api, [marked(key=SECRET_KEY)], home_uid="a-new-uid-after-re-creation")
+    ctrl.sync("apps")
+    assert len(api.deletes) == 1
+
+
+def test_an_empty_key_secret_is_filled_once_with_a_random_key() -> None:
+    api = ApiServer(key=None)
+    first = running(api, [])
+    first.sync("apps")
+    assert len(api.puts) == 1
+    stored = base64.b64decode(api.puts[0]["data"]["key"])
+    assert len(stored) >= 32
+    # Another replica (or a restart) reads the same key and writes nothing.
+    again = running(api, [marked(key=first.installation_key())])
+    again.sync("apps")
+    assert len(api.puts) == 1 and len(api.deletes) == 1
+
+
+def test_without_the_key_secret_nothing_is_distributed_or_deleted() -> None:
+    api = ApiServer(secret=False)
+    running(api, [], [config()]).sync("apps")
+    running(api, [marked(key=HOME_UID)]).sync("apps")
+    assert api.created == [] and api.deletes == [] and api.puts == []
+
+
+def test_a_delete_is_preconditioned_on_uid_and_resource_version() -> None:
+    """A key added to the copy after the cache saw it makes the DELETE fail (409)
+    instead of deleting it with the copy."""
+    api = ApiServer()
+    copy_ = dataclasses.replace(marked(key=SECRET_KEY), resource_version="42")
+    running(api, [copy_]).sync("apps")
+    ((_, body),) = api.deletes
+    assert body["preconditions"] == {"uid": "copy-uid", "resourceVersion": "42"}
+
+
+def test_the_resource_version_is_read_from_the_config_map() -> None:
+    raw = {
+        "metadata": {
+            "name": "trust-bundle",
+            "namespace": "apps",
+            "uid": "u",
+            "resourceVersion": "7",
+            "labels": {distribute.FROM_LABEL: "trust"},
+        }
+    }
+    assert to_copy(raw).resource_version == "7"
+    # A new resourceVersion alone is no change a handler acts on.
+    assert to_copy(raw) == to_copy(raw | {"metadata": raw["metadata"] | {"resourceVersion": "8"}})
+
+
+def test_a_namespace_re_created_after_a_refused_create_gets_its_copy_at_once() -> None:
+    """The hour without a POST after AlreadyExists belongs to that namespace, not to its
+    name: a namespace deleted and made again (a new UID) is created into at once."""
+    client = Client(exists=True)
+    ctrl, _, _ = distributor([config()], client)
+    ctrl.sync("apps")
+    assert client.posts == 1
+    ctrl.namespaces.put(namespace(uid="apps-uid-2"))  # type: ignore[attr-defined]
+    client.exists = False
+    ctrl.sync("apps")
+    assert client.posts == 2 and len(client.created) == 1
+
+
+def test_a_key_an_administrator_put_there_is_used_never_replaced_and_a_short_one_refused() -> None:
+    short = ApiServer(key=base64.b64encode(b"guessable").decode())
+    running(short, [], [config()]).sync("apps")
+    assert short.puts == [] and short.created == []
+
+
+def test_two_leaders_filling_the_key_at_once_end_with_one_key() -> None:
+    api = ApiServer(key=None)
+    winner = base64.b64encode(b"w" * 32).decode()
+    real_get = api.get
+
+    def get_then_lose_the_race(path: str, params: Any = None) -> Any:
+        seen = real_get(path, params)
+        if api.reads == 1:  # the other leader fills it between our GET and our PUT
+            assert api.secret is not None
+            api.secret = {**api.secret, "data": {"key": winner}}
+            api.secret["metadata"] = {**api.secret["metadata"], "resourceVersion": "2"}
+        return seen
+
+    api.get = get_then_lose_the_race  # type: ignore[method-assign]
+    ctrl = running(api, [])
+    assert ctrl.installation_key() == winner and api.puts == []
