@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from kube.client import ApiError, Client, is_conflict, is_not_found
+from trust.consumers import FIELD_MANAGER
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class SecretKey:
             try:
                 # The resourceVersion read is in the body: a conflict means another
                 # leader filled it first; read theirs.
-                self.client.replace(self.path, secret)
+                self.client.replace(self.path, secret, params={"fieldManager": FIELD_MANAGER})
             except ApiError as err:
                 if not is_conflict(err):
                     raise
