@@ -1,66 +1,74 @@
-"""The opt-in ValidatingAdmissionPolicy component (config/injector-admission-policy,
-issue 30): with it, the injector's ServiceAccount — a stolen token of it — may change only
-what the injector writes: caBundle on opted-in webhook configurations (not their
-services, rules or failure policy), and `ca.crt` (not other keys) on labelled ConfigMaps.
-Against the real kube-apiserver, as that ServiceAccount."""
+"""The opt-in ValidatingAdmissionPolicy component (config/injector-admission-policy): with
+it, the injector's ServiceAccount — a stolen token of it — may write the leaves the
+injector writes (caBundle of opted-in webhook configurations, APIServices and CRD
+conversion; `ca.crt` and the truststore key of labelled ConfigMaps) and its own mark, and
+nothing else: no ownerReferences (the garbage collector would delete the object), no
+finalizers, no other label or annotation, no other spec field, no managedFields entry for
+a manager that had none. With config/injector-distribution it may create and delete only
+ConfigMaps shaped like the distributor's copies, and fill the distribution key once.
+
+Against the real kube-apiserver, 1.37 and 1.38, as that ServiceAccount (a TokenRequest
+token): a table of forbidden writes, each refused with its rule's message; the writes the
+injector and the distributor make, each admitted; the real process (injector and
+distributor) under the token with the policy on, refused nothing; and every field the API
+server's OpenAPI schema gives those kinds is compared by the policy, so a field a new
+version adds fails here instead of passing unchecked."""
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives.serialization import Encoding
 
-from controlplane import ControlPlane
-from injector.targets import ANNOTATION
-from kube.client import ApiError, Client
-from tests.integration.identities import service_account_token
+from controlplane import ControlPlane, binaries
+from distributor import decide as distribute
+from distributor.key import KEY_SECRET
+from kube.client import ApiError, Client, is_not_found
+from tests.integration.identities import can, service_account_token
 from tests.integration.injector_harness import VWC_PATH, b64, delete_quietly, validating_webhook
+from tests.integration.manager_process import SignerProcess
 from tests.integration.manifests import apply as apply_manifest
 from tests.integration.manifests import ensure_namespace
 from tests.integration.signer_harness import eventually
-from tests.integration.test_injector_rbac import NS, RBAC_KINDS, SA
+from tests.integration.test_injector_apis import conversion_crd
+from tests.integration.test_injector_rbac import NS, RBAC_KINDS, SA, SUBJECT
+from tests.integration.test_publisher import ctb_path, ctb_version
 from tests.unit.deploy.kustomize import CONFIG, render
-from trust.consumers import LABEL
+from trust.bundle import bundle_name, normalize_bundle
+from trust.ca import generate_ca
+from trust.consumers import ANNOTATION, FIELD_MANAGER, LABEL
 
 pytestmark = pytest.mark.integration
 
 POLICY = CONFIG / "injector-admission-policy" / "policy.yaml"
 JSON_PATCH = "application/json-patch+json"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+MWC_PATH = f"{ADMISSION}/mutatingwebhookconfigurations"
+APISERVICES = "/apis/apiregistration.k8s.io/v1/apiservices"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+KEY_PATH = f"/api/v1/namespaces/{NS}/secrets/{KEY_SECRET}"
 PATHS = {
     "ValidatingAdmissionPolicy": f"{ADMISSION}/validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": f"{ADMISSION}/validatingadmissionpolicybindings",
 }
+MARK_LABEL = "service-serving-signer/ca-injected"
+INJECTED = "service-serving-signer/injected"
+VERSIONS = [binaries.KUBERNETES_VERSION, binaries.NEXT_VERSION]
+on_both = pytest.mark.parametrize(
+    "plane", VERSIONS, indirect=True, ids=lambda v: "kube-" + ".".join(v[1:].split(".")[:2])
+)
 
 
-@pytest.fixture
-def injector_client(
-    control_plane: ControlPlane, client: Client, tmp_path: Path
-) -> Iterator[Client]:
-    """A client with the injector's ServiceAccount token and config/injector's RBAC, and
-    the policy component installed (removed afterwards: it is cluster-wide)."""
-    ensure_namespace(client, NS)
-    for obj in render(CONFIG / "injector"):
-        if obj["kind"] in RBAC_KINDS:
-            apply_manifest(client, obj, dry_run=False, namespace=NS)
-    policies = [d for d in yaml.safe_load_all(POLICY.read_text()) if d]
-    for obj in policies:
-        client.create(PATHS[obj["kind"]], obj)
-    kubeconfig = control_plane.write_kubeconfig(
-        tmp_path / "injector.kubeconfig", token=service_account_token(client, NS, SA)
-    )
-    try:
-        yield Client.from_kubeconfig(str(kubeconfig))
-    finally:
-        for obj in reversed(policies):
-            delete_quietly(client, PATHS[obj["kind"]], obj["metadata"]["name"])
-
-
-def refused(write: Any) -> str:
+def refused(write: Callable[[], Any]) -> str:
     """The API's refusal of `write()` ("" when it succeeded)."""
     try:
         write()
@@ -69,155 +77,660 @@ def refused(write: Any) -> str:
     return ""
 
 
-def patch(client: Client, path: str, *ops: dict[str, Any]) -> Any:
-    return client.patch(path, list(ops), patch_type=JSON_PATCH)
+def patch(client: Client, path: str, *ops: dict[str, Any], dry_run: bool = False) -> Any:
+    params = {"fieldManager": FIELD_MANAGER, **({"dryRun": "All"} if dry_run else {})}
+    return client.patch(path, list(ops), patch_type=JSON_PATCH, params=params)
 
 
-def test_the_injector_service_account_may_change_only_what_the_injector_writes(
-    client: Client, injector_client: Client, namespace: str
-) -> None:
-    opted = f"policy-{uuid.uuid4().hex[:8]}"
-    plain = f"policy-plain-{uuid.uuid4().hex[:8]}"
-    selector = '{"signerName": "example.com/x", "labelSelector": {}}'
-    client.create(VWC_PATH, validating_webhook(opted, namespace, "svc", selector))
-    client.create(VWC_PATH, validating_webhook(plain, namespace, "svc", None))
+def escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def distribution_objects() -> list[dict[str, Any]]:
+    """config/injector-distribution's RBAC and its (empty) key Secret."""
+    return [
+        o for o in render(CONFIG / "injector-distribution") if o["kind"] in RBAC_KINDS | {"Secret"}
+    ]
+
+
+@dataclass
+class Installed:
+    plane: ControlPlane
+    admin: Client
+    injector: Client
+    kubeconfig: Path
+
+
+@pytest.fixture
+def installed(plane: ControlPlane, plane_client: Client, tmp_path: Path) -> Iterator[Installed]:
+    """config/injector and config/injector-distribution (RBAC, key Secret) and the policy
+    component on `plane`, a client with the injector's ServiceAccount token; the policy
+    and the distribution RBAC removed afterwards (the injector's own RBAC tests pin what
+    it may do without them)."""
+    admin = plane_client
+    ensure_namespace(admin, NS)
+    for obj in render(CONFIG / "injector"):
+        if obj["kind"] in RBAC_KINDS:
+            apply_manifest(admin, obj, dry_run=False, namespace=NS)
+    extra = distribution_objects()
+    delete_quietly(admin, f"/api/v1/namespaces/{NS}/secrets", KEY_SECRET)  # empty again
+    for obj in extra:
+        apply_manifest(admin, obj, dry_run=False, namespace=NS)
+    policies = [d for d in yaml.safe_load_all(POLICY.read_text()) if d]
+    for obj in policies:
+        delete_quietly(admin, PATHS[obj["kind"]], obj["metadata"]["name"])
+        admin.create(PATHS[obj["kind"]], obj)
+    kubeconfig = plane.write_kubeconfig(
+        tmp_path / "injector.kubeconfig", token=service_account_token(admin, NS, SA)
+    )
+    injector = Client.from_kubeconfig(str(kubeconfig))
     try:
-        ca = "/webhooks/0/clientConfig/caBundle"
-        service = "/webhooks/0/clientConfig/service/name"
-        # The policy takes effect once kube-apiserver has loaded it.
-        eventually(
-            lambda: (
-                "the injector may change only webhooks"
-                in refused(
-                    lambda: patch(
-                        injector_client,
-                        f"{VWC_PATH}/{opted}",
-                        {"op": "replace", "path": service, "value": f"x{uuid.uuid4().hex[:6]}"},
-                    )
-                )
-            ),
-            timeout=30,
-            what="the policy to refuse a changed webhook service",
-        )
-        # What the injector does is allowed: a caBundle on the opted-in configuration,
-        # its own annotation, and dropping its managedFields entry.
-        patch(
-            injector_client,
-            f"{VWC_PATH}/{opted}",
-            {"op": "add", "path": ca, "value": b64("anchors")},
-            {
-                "op": "add",
-                "path": "/metadata/annotations/service-serving-signer~1injected",
-                "value": "{}",
-            },
-        )
-        # A stolen token cannot widen the rules, fail open, or inject where not asked.
-        for path, value in (
-            ("/webhooks/0/failurePolicy", "Ignore"),
-            ("/webhooks/0/rules/0/operations", ["*"]),
-        ):
-            assert "the injector may change only webhooks" in refused(
-                lambda p=path, v=value: patch(
-                    injector_client, f"{VWC_PATH}/{opted}", {"op": "replace", "path": p, "value": v}
-                )
-            )
-        assert "only where service-serving-signer/ca-bundle-from asks" in refused(
-            lambda: patch(
-                injector_client, f"{VWC_PATH}/{plain}", {"op": "add", "path": ca, "value": b64("x")}
-            )
-        )
-        assert "only its own annotations" in refused(
-            lambda: patch(
-                injector_client,
-                f"{VWC_PATH}/{opted}",
-                {"op": "remove", "path": f"/metadata/annotations/{ANNOTATION.replace('/', '~1')}"},
-            )
-        )
-        # An administrator is not matched.
-        patch(client, f"{VWC_PATH}/{opted}", {"op": "replace", "path": service, "value": "other"})
+        wait_for_policies(admin, injector)
+        yield Installed(plane, admin, injector, kubeconfig)
     finally:
-        delete_quietly(client, VWC_PATH, opted)
-        delete_quietly(client, VWC_PATH, plain)
-
-
-def test_on_config_maps_only_ca_crt_of_a_labelled_one(
-    client: Client, injector_client: Client, namespace: str
-) -> None:
-    base = f"/api/v1/namespaces/{namespace}/configmaps"
-    for name, labels in (("trust", {LABEL: "true"}), ("app", {})):
-        client.create(
-            base,
-            {
-                "metadata": {"name": name, "labels": labels},
-                "data": {"ca.crt": "old", "app.conf": "x"},
-            },
-        )
-    eventually(
-        lambda: (
-            "the injector may change only data[ca.crt]"
-            in refused(
-                lambda: patch(
-                    injector_client,
-                    f"{base}/trust",
-                    {"op": "replace", "path": "/data/app.conf", "value": uuid.uuid4().hex},
+        for obj in reversed(policies):
+            delete_quietly(admin, PATHS[obj["kind"]], obj["metadata"]["name"])
+        for obj in extra:
+            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
+                kind = {
+                    "ClusterRole": "clusterroles",
+                    "ClusterRoleBinding": "clusterrolebindings",
+                    "Role": f"namespaces/{NS}/roles",
+                    "RoleBinding": f"namespaces/{NS}/rolebindings",
+                }[obj["kind"]]
+                delete_quietly(
+                    admin, f"/apis/rbac.authorization.k8s.io/v1/{kind}", obj["metadata"]["name"]
                 )
-            )
+        eventually(lambda: not can(admin, SUBJECT, "create", "configmaps", namespace=NS))
+
+
+def wait_for_policies(admin: Client, injector: Client) -> None:
+    """Until kube-apiserver enforces every policy (each loads on its own): a dry-run write
+    each one refuses, made as the injector."""
+    suffix = uuid.uuid4().hex[:6]
+    probe_ns = f"policy-probe-{suffix}"
+    ensure_namespace(admin, probe_ns)
+    hook = f"policy-probe-{suffix}"
+    admin.create(VWC_PATH, validating_webhook(hook, f"unused-{hook}", "svc", None))
+    admin.create(f"/api/v1/namespaces/{probe_ns}/configmaps", {"metadata": {"name": "probe"}})
+    label = {"op": "add", "path": "/metadata/labels", "value": {"probe": "x"}}
+    probes: dict[str, Callable[[], Any]] = {
+        "webhooks": lambda: patch(injector, f"{VWC_PATH}/{hook}", label, dry_run=True),
+        "configmaps": lambda: patch(
+            injector, f"/api/v1/namespaces/{probe_ns}/configmaps/probe", label, dry_run=True
         ),
-        timeout=30,
-        what="the policy to refuse another key",
-    )
-    patch(
-        injector_client, f"{base}/trust", {"op": "replace", "path": "/data/ca.crt", "value": "new"}
-    )
-    assert client.get(f"{base}/trust")["data"] == {"ca.crt": "new", "app.conf": "x"}
-    assert "only into ConfigMaps labelled" in refused(
-        lambda: patch(
-            injector_client,
-            f"{base}/app",
-            {"op": "replace", "path": "/data/ca.crt", "value": "new"},
-        )
-    )
-    assert "only its own labels" in refused(
-        lambda: patch(
-            injector_client,
-            f"{base}/trust",
-            {"op": "add", "path": "/metadata/labels/team", "value": "attacker"},
-        )
-    )
+        "configmap-copies": lambda: injector.create(
+            f"/api/v1/namespaces/{probe_ns}/configmaps",
+            {"metadata": {"name": "not-a-copy"}},
+            params={"dryRun": "All"},
+        ),
+        "distribution-key": lambda: injector.replace(
+            KEY_PATH,
+            (lambda s: s | {"metadata": s["metadata"] | {"labels": {"probe": "x"}}})(
+                injector.get(KEY_PATH)
+            ),
+            params={"dryRun": "All"},
+        ),
+    }
+    try:
+        for name, probe in probes.items():
+            eventually(
+                partial(enforced, probe),
+                timeout=60,
+                interval=0.25,
+                what=f"the {name} policy to be enforced",
+            )
+    finally:
+        delete_quietly(admin, VWC_PATH, hook)
+        admin.delete(f"/api/v1/namespaces/{probe_ns}")
+    # The APIService and CRD policies load with the others; each table row below names
+    # its message, so one that was not yet enforced fails there, not silently.
 
 
-def test_the_injector_works_under_the_policy(
-    control_plane: ControlPlane,
-    client: Client,
-    injector_client: Client,
-    namespace: str,
-    tmp_path: Path,
+def enforced(probe: Callable[[], Any]) -> bool:
+    return "ValidatingAdmissionPolicy" in refused(probe)
+
+
+def mutating_webhook(name: str, annotation: str | None) -> dict[str, Any]:
+    obj = validating_webhook(name, f"unused-{name}", "svc", annotation)
+    obj["kind"] = "MutatingWebhookConfiguration"
+    for hook in obj["webhooks"]:
+        hook["reinvocationPolicy"] = "Never"
+    return obj
+
+
+def api_service(group: str, annotation: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": f"v1alpha1.{group}", "annotations": {ANNOTATION: annotation}},
+        "spec": {
+            "group": group,
+            "version": "v1alpha1",
+            "groupPriorityMinimum": 1000,
+            "versionPriority": 15,
+            "service": {"namespace": f"unused-{group.split('.')[0]}", "name": "api", "port": 443},
+        },
+    }
+
+
+def copy_shaped(name: str, **extra_data: str) -> dict[str, Any]:
+    """A ConfigMap of a distributor copy's shape (`decide.copy_body`)."""
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {LABEL: "true", distribute.FROM_LABEL: "trust"},
+            "annotations": {
+                ANNOTATION: '{"name": "x"}',
+                distribute.MARK_ANNOTATION: "0" * 64,
+            },
+        },
+        "data": {"ca.crt": "pem", **extra_data},
+    }
+
+
+GHOST_CLUSTER_OWNER = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "name": "ghost",
+    "uid": "00000000-0000-0000-0000-000000000001",
+}
+GHOST_OWNER = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "name": "ghost",
+    "uid": GHOST_CLUSTER_OWNER["uid"],
+}
+FOREIGN_ENTRY = {
+    "manager": "argocd-controller",
+    "operation": "Apply",
+    "apiVersion": "v1",
+    "fieldsType": "FieldsV1",
+    "fieldsV1": {"f:metadata": {"f:labels": {"f:team": {}}}},
+}
+
+MSG_META = "may not change ownerReferences, finalizers or generateName"
+MSG_MANAGED = "may not add a managedFields entry for another manager"
+MSG_LABELS = "may change only its own labels"
+MSG_ANNOTATIONS = "may change only its own annotations"
+MSG_HOOKS = "may change only webhooks[].clientConfig.caBundle"
+MSG_OPT_IN = "only where service-serving-signer/ca-bundle-from asks"
+MSG_APISERVICE = "may change only spec.caBundle"
+MSG_CRD = "may change only spec.conversion.webhook.clientConfig.caBundle"
+MSG_DATA = "may change only data[ca.crt]"
+MSG_IMMUTABLE = "may not change immutable"
+MSG_UNLABELLED = "only into ConfigMaps labelled"
+MSG_COPIES = "may create or delete only trust distributor copies"
+MSG_KEY = "may only fill an empty distribution key"
+
+
+@dataclass
+class Objects:
+    vwc: str
+    plain_vwc: str
+    mwc: str
+    apiservice: str
+    crd: str
+    cms: str
+    """The ConfigMaps' collection path (in the test's namespace)."""
+
+
+@pytest.fixture
+def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
+    """One of each kind, made by an administrator: opted-in webhook configurations
+    (validating and mutating), one that never opted in, an opted-in APIService and CRD,
+    and ConfigMaps: labelled `trust`, unlabelled `app`, a tenant's labelled `web-ca`, a
+    distributor copy `copy`, and `lookalike` (a copy's label and mark, and a key of its
+    own)."""
+    admin = installed.admin
+    suffix = uuid.uuid4().hex[:6]
+    selector = '{"signerName": "example.com/policy", "labelSelector": {}}'
+    made = Objects(
+        vwc=f"policy-opted-{suffix}",
+        plain_vwc=f"policy-plain-{suffix}",
+        mwc=f"policy-mutating-{suffix}",
+        apiservice=f"v1alpha1.p{suffix}.policy.example.com",
+        crd=f"things.p{suffix}.policy.example.com",
+        cms=f"/api/v1/namespaces/{plane_namespace}/configmaps",
+    )
+    admin.create(VWC_PATH, validating_webhook(made.vwc, f"unused-{suffix}", "svc", selector))
+    admin.create(VWC_PATH, validating_webhook(made.plain_vwc, f"unused-{suffix}", "svc", None))
+    admin.create(MWC_PATH, mutating_webhook(made.mwc, selector))
+    admin.create(APISERVICES, api_service(f"p{suffix}.policy.example.com", selector))
+    admin.create(
+        CRDS, conversion_crd(f"p{suffix}.policy.example.com", f"unused-{suffix}", selector)
+    )
+    admin.create(
+        made.cms,
+        {
+            "metadata": {
+                "name": "trust",
+                "labels": {LABEL: "true"},
+                "annotations": {ANNOTATION: selector},
+            },
+            "data": {"ca.crt": "old", "app.conf": "x"},
+        },
+    )
+    admin.create(
+        made.cms, {"metadata": {"name": "app"}, "data": {"ca.crt": "old", "app.conf": "x"}}
+    )
+    admin.create(
+        made.cms,
+        {
+            "metadata": {
+                "name": "web-ca",
+                "labels": {LABEL: "true"},
+                "annotations": {ANNOTATION: selector},
+            },
+            "data": {"ca.crt": "the real anchors"},
+        },
+    )
+    admin.create(made.cms, copy_shaped("copy"))
+    admin.create(made.cms, copy_shaped("lookalike", Corefile=".:53 {}"))
+    try:
+        yield made
+    finally:
+        delete_quietly(admin, VWC_PATH, made.vwc)
+        delete_quietly(admin, VWC_PATH, made.plain_vwc)
+        delete_quietly(admin, MWC_PATH, made.mwc)
+        delete_quietly(admin, APISERVICES, made.apiservice)
+        delete_quietly(admin, CRDS, made.crd)
+
+
+def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[], Any], str]]:
+    """Every write a stolen token might try, and the message of the rule that refuses it."""
+    vwc, mwc = f"{VWC_PATH}/{o.vwc}", f"{MWC_PATH}/{o.mwc}"
+    plain = f"{VWC_PATH}/{o.plain_vwc}"
+    api, crd = f"{APISERVICES}/{o.apiservice}", f"{CRDS}/{o.crd}"
+    trust, app, copy_ = f"{o.cms}/trust", f"{o.cms}/app", f"{o.cms}/copy"
+
+    def add(path: str, at: str, value: Any) -> Callable[[], Any]:
+        return lambda: patch(injector, path, {"op": "add", "path": at, "value": value})
+
+    def replace(path: str, at: str, value: Any) -> Callable[[], Any]:
+        return lambda: patch(injector, path, {"op": "replace", "path": at, "value": value})
+
+    def remove(path: str, at: str) -> Callable[[], Any]:
+        return lambda: patch(injector, path, {"op": "remove", "path": at})
+
+    def forged_manager(path: str) -> Callable[[], Any]:
+        def write() -> Any:
+            live = injector.get(path)
+            entries = live["metadata"].get("managedFields") or []
+            entry = {
+                **FOREIGN_ENTRY,
+                "apiVersion": live["apiVersion"],
+                "time": "2026-01-01T00:00:00Z",
+            }
+            return patch(
+                injector,
+                path,
+                {"op": "replace", "path": "/metadata/managedFields", "value": [*entries, entry]},
+            )
+
+        return write
+
+    def create(body: dict[str, Any]) -> Callable[[], Any]:
+        return lambda: injector.create(o.cms, body)
+
+    hook = "/webhooks/0"
+    return {
+        # ownerReferences (the garbage collector deletes an object whose owner is gone),
+        # finalizers (they block deletion), on every kind, opted in or not.
+        "webhook: ownerReference": (
+            add(vwc, "/metadata/ownerReferences", [GHOST_CLUSTER_OWNER]),
+            MSG_META,
+        ),
+        "never-opted webhook: ownerReference": (
+            add(plain, "/metadata/ownerReferences", [GHOST_CLUSTER_OWNER]),
+            MSG_META,
+        ),
+        "webhook: finalizer": (add(vwc, "/metadata/finalizers", ["example.com/stuck"]), MSG_META),
+        "mutating webhook: ownerReference": (
+            add(mwc, "/metadata/ownerReferences", [GHOST_CLUSTER_OWNER]),
+            MSG_META,
+        ),
+        "APIService: ownerReference": (
+            add(api, "/metadata/ownerReferences", [GHOST_CLUSTER_OWNER]),
+            MSG_META,
+        ),
+        "APIService: finalizer": (
+            add(api, "/metadata/finalizers", ["example.com/stuck"]),
+            MSG_META,
+        ),
+        "CRD: ownerReference": (
+            add(crd, "/metadata/ownerReferences", [GHOST_CLUSTER_OWNER]),
+            MSG_META,
+        ),
+        "CRD: finalizer": (add(crd, "/metadata/finalizers", ["example.com/stuck"]), MSG_META),
+        "labelled ConfigMap: ownerReference": (
+            add(trust, "/metadata/ownerReferences", [GHOST_OWNER]),
+            MSG_META,
+        ),
+        "unlabelled ConfigMap: ownerReference": (
+            add(app, "/metadata/ownerReferences", [GHOST_OWNER]),
+            MSG_META,
+        ),
+        "unlabelled ConfigMap: finalizer": (
+            add(app, "/metadata/finalizers", ["example.com/stuck"]),
+            MSG_META,
+        ),
+        "copy: ownerReference": (add(copy_, "/metadata/ownerReferences", [GHOST_OWNER]), MSG_META),
+        # managedFields: another manager made the owner of fields it never applied.
+        "webhook: managedFields entry for another manager": (forged_manager(vwc), MSG_MANAGED),
+        "ConfigMap: managedFields entry for another manager": (forged_manager(trust), MSG_MANAGED),
+        # other labels and annotations
+        "webhook: another label": (add(vwc, "/metadata/labels", {"team": "attacker"}), MSG_LABELS),
+        "webhook: its opt-in annotation removed": (
+            remove(vwc, f"/metadata/annotations/{escape(ANNOTATION)}"),
+            MSG_ANNOTATIONS,
+        ),
+        "APIService: another annotation": (
+            add(api, "/metadata/annotations/example.com~1x", "y"),
+            MSG_ANNOTATIONS,
+        ),
+        "CRD: another label": (add(crd, "/metadata/labels", {"team": "attacker"}), MSG_LABELS),
+        "ConfigMap: another label": (add(trust, "/metadata/labels/team", "attacker"), MSG_LABELS),
+        "copy: distributed-from changed": (
+            replace(copy_, f"/metadata/labels/{escape(distribute.FROM_LABEL)}", "other"),
+            MSG_LABELS,
+        ),
+        "copy: mark removed": (
+            remove(copy_, f"/metadata/annotations/{escape(distribute.MARK_ANNOTATION)}"),
+            MSG_ANNOTATIONS,
+        ),
+        "copy: another annotation": (
+            add(copy_, "/metadata/annotations/example.com~1x", "y"),
+            MSG_ANNOTATIONS,
+        ),
+        # spec fields other than caBundle
+        "webhook: service redirected": (
+            replace(vwc, f"{hook}/clientConfig/service/name", "attacker"),
+            MSG_HOOKS,
+        ),
+        "webhook: fails open": (replace(vwc, f"{hook}/failurePolicy", "Ignore"), MSG_HOOKS),
+        "webhook: rules widened": (replace(vwc, f"{hook}/rules/0/operations", ["*"]), MSG_HOOKS),
+        "webhook: removed": (remove(vwc, hook), MSG_HOOKS),
+        "webhook: selector emptied": (replace(vwc, f"{hook}/namespaceSelector", {}), MSG_HOOKS),
+        "mutating webhook: reinvocation": (
+            replace(mwc, f"{hook}/reinvocationPolicy", "IfNeeded"),
+            MSG_HOOKS,
+        ),
+        "APIService: service redirected": (
+            replace(api, "/spec/service/name", "attacker"),
+            MSG_APISERVICE,
+        ),
+        "APIService: priority": (replace(api, "/spec/versionPriority", 100), MSG_APISERVICE),
+        "CRD: conversion redirected": (
+            replace(crd, "/spec/conversion/webhook/clientConfig/service/name", "attacker"),
+            MSG_CRD,
+        ),
+        "CRD: a version no longer served": (
+            replace(crd, "/spec/versions/1/served", False),
+            MSG_CRD,
+        ),
+        "ConfigMap: another key": (replace(trust, "/data/app.conf", "attacker"), MSG_DATA),
+        "ConfigMap: made immutable": (add(trust, "/immutable", True), MSG_IMMUTABLE),
+        # the leaves, where nobody opted in
+        "never-opted webhook: caBundle": (
+            add(plain, f"{hook}/clientConfig/caBundle", b64("attacker")),
+            MSG_OPT_IN,
+        ),
+        "unlabelled ConfigMap: ca.crt": (replace(app, "/data/ca.crt", "attacker"), MSG_UNLABELLED),
+        # CREATE and DELETE (the distribution component's verbs)
+        "delete a tenant's labelled ConfigMap": (
+            lambda: injector.delete(f"{o.cms}/web-ca"),
+            MSG_COPIES,
+        ),
+        "delete an unlabelled ConfigMap": (lambda: injector.delete(app), MSG_COPIES),
+        "delete a lookalike holding its own key": (
+            lambda: injector.delete(f"{o.cms}/lookalike"),
+            MSG_COPIES,
+        ),
+        "create a ConfigMap of another shape": (
+            create({"metadata": {"name": "planted"}, "data": {"ca.crt": "attacker"}}),
+            MSG_COPIES,
+        ),
+        "create a copy holding another key": (
+            create(copy_shaped("planted", Corefile="x")),
+            MSG_COPIES,
+        ),
+        "create a copy with an ownerReference": (
+            create(
+                copy_shaped("planted")
+                | {
+                    "metadata": copy_shaped("planted")["metadata"]
+                    | {"ownerReferences": [GHOST_OWNER]}
+                }
+            ),
+            MSG_COPIES,
+        ),
+        "create a copy with another label": (
+            create(
+                copy_shaped("planted")
+                | {
+                    "metadata": copy_shaped("planted")["metadata"]
+                    | {"labels": {LABEL: "true", distribute.FROM_LABEL: "trust", "team": "x"}}
+                }
+            ),
+            MSG_COPIES,
+        ),
+    }
+
+
+def admitted_writes(injector: Client, o: Objects) -> dict[str, Callable[[], Any]]:
+    """What the injector and the distributor write, as they write it."""
+    vwc, mwc = f"{VWC_PATH}/{o.vwc}", f"{MWC_PATH}/{o.mwc}"
+    api, crd = f"{APISERVICES}/{o.apiservice}", f"{CRDS}/{o.crd}"
+    trust, copy_ = f"{o.cms}/trust", f"{o.cms}/copy"
+    ca = b64("anchors")
+    injected = {"op": "add", "path": f"/metadata/annotations/{escape(INJECTED)}", "value": "{}"}
+    mark = {"op": "add", "path": "/metadata/labels", "value": {MARK_LABEL: "true"}}
+
+    def release(path: str) -> Any:
+        live = injector.get(path)
+        entries = live["metadata"].get("managedFields") or []
+        ops: list[dict[str, Any]] = []
+        for i in reversed(range(len(entries))):
+            if entries[i].get("manager") == FIELD_MANAGER:
+                at = f"/metadata/managedFields/{i}"
+                ops += [
+                    {"op": "test", "path": f"{at}/manager", "value": FIELD_MANAGER},
+                    {"op": "remove", "path": at},
+                ]
+        assert ops, "nothing of ours to release"
+        return patch(injector, path, *ops)
+
+    def fill_key() -> Any:
+        secret = injector.get(KEY_PATH)
+        secret["data"] = {"key": b64("k" * 32)}
+        return injector.replace(KEY_PATH, secret, params={"fieldManager": FIELD_MANAGER})
+
+    return {
+        "webhook: caBundle, its annotation and mark": lambda: patch(
+            injector,
+            vwc,
+            {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": ca},
+            injected,
+            mark,
+        ),
+        "mutating webhook: caBundle": lambda: patch(
+            injector, mwc, {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": ca}
+        ),
+        "APIService: caBundle": lambda: patch(
+            injector, api, {"op": "add", "path": "/spec/caBundle", "value": ca}, injected
+        ),
+        "CRD: conversion caBundle": lambda: patch(
+            injector,
+            crd,
+            {"op": "add", "path": "/spec/conversion/webhook/clientConfig/caBundle", "value": ca},
+            injected,
+        ),
+        "labelled ConfigMap: ca.crt, its annotation and mark": lambda: patch(
+            injector,
+            trust,
+            {"op": "replace", "path": "/data/ca.crt", "value": "anchors"},
+            injected,
+            {"op": "add", "path": f"/metadata/labels/{escape(MARK_LABEL)}", "value": "true"},
+        ),
+        "webhook: the release": lambda: release(vwc),
+        "labelled ConfigMap: the release": lambda: release(trust),
+        "copy: re-annotated and re-labelled": lambda: injector.patch(
+            copy_,
+            {
+                "metadata": {
+                    "labels": {LABEL: "true"},
+                    "annotations": {
+                        ANNOTATION: '{"name": "y"}',
+                        "service-serving-signer/truststore-pkcs12": None,
+                    },
+                }
+            },
+            params={"fieldManager": FIELD_MANAGER},
+        ),
+        "copy: created": lambda: injector.create(
+            o.cms, copy_shaped("service-ca.crt"), params={"fieldManager": FIELD_MANAGER}
+        ),
+        "copy: deleted": lambda: injector.delete(f"{o.cms}/service-ca.crt"),
+        "distribution key: filled once": fill_key,
+    }
+
+
+@on_both
+def test_a_stolen_injector_token_is_refused_everything_but_what_the_injector_writes(
+    installed: Installed, objects: Objects
 ) -> None:
-    """The component refuses nothing the injector itself does: first writes (caBundle,
-    `ca.crt`, its annotation and mark label) and releases."""
-    from cryptography.hazmat.primitives.serialization import Encoding
+    outcome = {
+        case: refused(write)
+        for case, (write, _) in forbidden_writes(installed.injector, objects).items()
+    }
+    wrong = {
+        case: outcome[case] or "ADMITTED"
+        for case, (_, message) in forbidden_writes(installed.injector, objects).items()
+        if message not in outcome[case]
+    }
+    assert not wrong, json.dumps(wrong, indent=1)
+    # The garbage collector had nothing to act on: every object is still there.
+    for path in (f"{VWC_PATH}/{objects.plain_vwc}", f"{objects.cms}/app", f"{objects.cms}/web-ca"):
+        installed.admin.get(path)
+    assert installed.admin.get(f"{objects.cms}/web-ca")["data"] == {"ca.crt": "the real anchors"}
 
-    from tests.integration.manager_process import SignerProcess
-    from tests.integration.test_publisher import ctb_path, ctb_version
-    from trust.bundle import bundle_name, normalize_bundle
-    from trust.ca import generate_ca
 
-    signer = f"p{uuid.uuid4().hex[:8]}.example.com/roots"
+@on_both
+def test_every_write_the_injector_and_distributor_make_is_admitted(
+    installed: Installed, objects: Objects
+) -> None:
+    outcome = {
+        case: refused(write) for case, write in admitted_writes(installed.injector, objects).items()
+    }
+    assert not any(outcome.values()), json.dumps({k: v for k, v in outcome.items() if v}, indent=1)
+    # Filled once; replacing or removing the key is refused.
+    secret = installed.injector.get(KEY_PATH)
+    secret["data"] = {"key": b64("attacker" * 4)}
+    assert MSG_KEY in refused(lambda: installed.injector.replace(KEY_PATH, secret))
+
+
+@on_both
+def test_the_policy_compares_every_field_the_api_server_serves(installed: Installed) -> None:
+    """For each kind, each field in the API server's OpenAPI schema (but caBundle and
+    server-set metadata) is named by the policy's rules for that kind: a field a new
+    Kubernetes version adds (as 1.15 added `matchPolicy`) fails this test, not the
+    policy's promise."""
+    admin = installed.admin
+    policies = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all(POLICY.read_text())
+        if d and d["kind"] == "ValidatingAdmissionPolicy"
+    }
+
+    def rules(policy: str) -> str:
+        spec = policies[f"service-serving-signer-injector-{policy}"]["spec"]
+        return " ".join(v["expression"] for v in [*spec["validations"], *spec.get("variables", [])])
+
+    def fields(api: str, *schemas: str) -> set[str]:
+        served = admin.get(f"/openapi/v3/{api}")["components"]["schemas"]
+        return {p for name in schemas for p in served[name].get("properties", {})}
+
+    server_set = {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+        "apiVersion",
+        "kind",
+        "metadata",
+        "status",
+        "caBundle",
+    }
+    reg, ext = (
+        "io.k8s.api.admissionregistration.v1",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1",
+    )
+    agg = "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1"
+    meta = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    kinds = {
+        "webhooks": fields(
+            "apis/admissionregistration.k8s.io/v1",
+            meta,
+            f"{reg}.ValidatingWebhookConfiguration",
+            f"{reg}.MutatingWebhookConfiguration",
+            f"{reg}.ValidatingWebhook",
+            f"{reg}.MutatingWebhook",
+            f"{reg}.WebhookClientConfig",
+        ),
+        "apiservices": fields(
+            "apis/apiregistration.k8s.io/v1", meta, f"{agg}.APIService", f"{agg}.APIServiceSpec"
+        ),
+        "crds": fields(
+            "apis/apiextensions.k8s.io/v1",
+            meta,
+            f"{ext}.CustomResourceDefinition",
+            f"{ext}.CustomResourceDefinitionSpec",
+            f"{ext}.CustomResourceConversion",
+            f"{ext}.WebhookConversion",
+            f"{ext}.WebhookClientConfig",
+        ),
+        "configmaps": fields("api/v1", meta, "io.k8s.api.core.v1.ConfigMap"),
+    }
+    missing = {
+        policy: sorted(
+            f for f in served - server_set if not re.search(rf"\.\??{f}\b", rules(policy))
+        )
+        for policy, served in kinds.items()
+    }
+    assert not any(missing.values()), missing
+
+
+@on_both
+def test_the_injector_and_distributor_refuse_nothing_under_the_policy(
+    installed: Installed, plane_namespace: str, tmp_path: Path
+) -> None:
+    """The real process (`--controllers=injector,trust-distributor`) under the token, the
+    policy on: first writes on every kind, a copy created filled, re-labelled, deleted,
+    the key filled, a release — and not one request refused."""
+    admin, namespace = installed.admin, plane_namespace
+    suffix = uuid.uuid4().hex[:8]
+    signer = f"p{suffix}.example.com/roots"
     pem = normalize_bundle(generate_ca("policy root").cert.public_bytes(Encoding.PEM))
     ctb = bundle_name(signer, pem)
-    client.create(
-        ctb_path(client),
+    admin.create(
+        ctb_path(admin),
         {
-            "apiVersion": f"certificates.k8s.io/{ctb_version(client)}",
+            "apiVersion": f"certificates.k8s.io/{ctb_version(admin)}",
             "kind": "ClusterTrustBundle",
             "metadata": {"name": ctb},
             "spec": {"signerName": signer, "trustBundle": pem},
         },
     )
-    selector = f'{{"signerName": "{signer}", "labelSelector": {{}}}}'
-    base = f"/api/v1/namespaces/{namespace}/configmaps"
-    client.create(
-        base,
+    selector = json.dumps({"signerName": signer, "labelSelector": {}})
+    cms = f"/api/v1/namespaces/{namespace}/configmaps"
+    admin.create(
+        cms,
         {
             "metadata": {
                 "name": "trust",
@@ -227,48 +740,117 @@ def test_the_injector_works_under_the_policy(
             "data": {"app.conf": "x"},
         },
     )
-    # After the ConfigMap: the webhook (failurePolicy Fail, no server) refuses creates.
-    hook = f"policy-run-{uuid.uuid4().hex[:8]}"
-    client.create(VWC_PATH, validating_webhook(hook, namespace, "svc", selector))
-    kubeconfig = control_plane.write_kubeconfig(
-        tmp_path / "sa.kubeconfig", token=service_account_token(client, NS, SA)
+    hook, group = f"policy-run-{suffix}", f"r{suffix}.policy.example.com"
+    admin.create(VWC_PATH, validating_webhook(hook, f"unused-{suffix}", "svc", selector))
+    admin.create(MWC_PATH, mutating_webhook(hook, selector))
+    admin.create(APISERVICES, api_service(group, selector))
+    admin.create(CRDS, conversion_crd(group, f"unused-{suffix}", selector))
+    target = f"policy-target-{suffix}"
+    admin.create(
+        "/api/v1/namespaces",
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": target, "labels": {"trust": suffix}},
+        },
     )
+    config = f"policy-{suffix}"
+    admin.create(
+        f"/api/v1/namespaces/{NS}/configmaps",
+        {
+            "metadata": {
+                "name": config,
+                "labels": {distribute.CONFIG_LABEL: "true"},
+                "annotations": {ANNOTATION: selector},
+            },
+            "data": {
+                distribute.NAME_KEY: "service-ca.crt",
+                distribute.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": suffix}}),
+            },
+        },
+    )
+    copy_path = f"/api/v1/namespaces/{target}/configmaps/service-ca.crt"
+
+    def get(path: str) -> dict[str, Any]:
+        try:
+            found: dict[str, Any] = admin.get(path)
+        except ApiError as err:
+            if is_not_found(err):
+                return {}
+            raise
+        return found
+
+    def ca_of(path: str) -> str:
+        obj = get(path)
+        if "webhooks" in obj:
+            return str(obj["webhooks"][0]["clientConfig"].get("caBundle") or "")
+        spec = obj.get("spec") or {}
+        if obj.get("kind") == "APIService":
+            return str(spec.get("caBundle") or "")
+        return str(spec["conversion"]["webhook"]["clientConfig"].get("caBundle") or "")
+
+    def injected(path: str) -> bool:
+        return ca_of(path) == b64(pem)
+
     process = SignerProcess(
-        kubeconfig,
+        installed.kubeconfig,
         None,
         tmp_path / "injector.log",
-        "--controllers=injector",
+        "--controllers=injector,trust-distributor",
         f"--leader-elect-resource-namespace={NS}",
-        f"--leader-elect-resource-name=policy-{uuid.uuid4().hex[:6]}",
+        f"--leader-elect-resource-name=policy-{suffix}",
         signer_name=None,
     )
     try:
         eventually(
-            lambda: (client.get(f"{base}/trust").get("data") or {}).get("ca.crt") == pem,
+            lambda: (get(f"{cms}/trust").get("data") or {}).get("ca.crt") == pem,
             timeout=60,
-            what="ca.crt written under the policy",
+            what="ca.crt",
         )
+        for path in (
+            f"{VWC_PATH}/{hook}",
+            f"{MWC_PATH}/{hook}",
+            f"{APISERVICES}/v1alpha1.{group}",
+            f"{CRDS}/things.{group}",
+        ):
+            eventually(partial(injected, path), timeout=30, what=f"caBundle of {path}")
         eventually(
-            lambda: (
-                client.get(f"{VWC_PATH}/{hook}")["webhooks"][0]["clientConfig"].get("caBundle")
-                == b64(pem)
-            ),
+            lambda: (get(copy_path).get("data") or {}).get("ca.crt") == pem,
             timeout=30,
-            what="caBundle written under the policy",
+            what="the copy",
         )
-        # The release (label removed) passes the policy too.
-        client.patch(f"{base}/trust", {"metadata": {"labels": {LABEL: None}}})
+        assert (get(KEY_PATH).get("data") or {}).get("key"), "the key filled"
+        # Someone removes the copy's opt-in label: the distributor puts it back.
+        admin.patch(copy_path, {"metadata": {"labels": {LABEL: None}}})
         eventually(
-            lambda: (
-                "service-serving-signer/ca-injected"
-                not in (client.get(f"{base}/trust")["metadata"].get("labels") or {})
-            ),
+            lambda: (get(copy_path).get("metadata") or {}).get("labels", {}).get(LABEL) == "true",
             timeout=30,
-            what="the release under the policy",
+            what="the copy re-labelled",
         )
-        denied = [line for line in process.log_lines() if "denied request" in line]
+        # The namespace stops matching: the copy is deleted.
+        admin.patch(f"/api/v1/namespaces/{target}", {"metadata": {"labels": {"trust": "no"}}})
+        eventually(lambda: not get(copy_path), timeout=30, what="the copy deleted")
+        # The release (label removed) passes too.
+        admin.patch(f"{cms}/trust", {"metadata": {"labels": {LABEL: None}}})
+        eventually(
+            lambda: MARK_LABEL not in (get(f"{cms}/trust").get("metadata") or {}).get("labels", {}),
+            timeout=30,
+            what="the release",
+        )
+        denied = [
+            line
+            for line in process.log_lines()
+            if "ValidatingAdmissionPolicy" in line
+            or "denied request" in line
+            or "forbidden" in line.lower()
+        ]
         assert not denied, denied[:3]
     finally:
         assert process.stop() == 0
-        delete_quietly(client, VWC_PATH, hook)
-        client.delete(f"{ctb_path(client)}/{ctb}")
+        admin.delete(f"/api/v1/namespaces/{NS}/configmaps/{config}")
+        admin.delete(f"/api/v1/namespaces/{target}")
+        delete_quietly(admin, VWC_PATH, hook)
+        delete_quietly(admin, MWC_PATH, hook)
+        delete_quietly(admin, APISERVICES, f"v1alpha1.{group}")
+        delete_quietly(admin, CRDS, f"things.{group}")
+        admin.delete(f"{ctb_path(admin)}/{ctb}")

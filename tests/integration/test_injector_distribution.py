@@ -17,6 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from controlplane import ControlPlane
+from controlplane.controller_manager import ControllerManager
 from distributor import decide as distribute
 from distributor.controller import DistributionController, informers
 from distributor.key import KEY_SECRET
@@ -365,4 +366,103 @@ def test_two_installations_coexist(client: Client, namespace: str, bundle: tuple
         eventually(lambda: get_or_none(client, f"{path}/a-bundle") is None, timeout=30)
         assert data("b-bundle") == {CA_KEY: pem}
     for ns in (shared, other_home):
+        client.delete(f"/api/v1/namespaces/{ns}")
+
+
+def test_a_mark_computed_from_readable_data_owns_nothing(
+    client: Client, namespace: str, bundle: tuple[str, str]
+) -> None:
+    """Everything but Secrets is readable cluster-wide (the injector namespace's UID
+    among it): a tenant who computes the mark from it gets a ConfigMap that is still not
+    ours — reported, not overwritten, and not deleted when the configuration goes."""
+    selector, _ = bundle
+    team = uuid.uuid4().hex[:8]
+    tenant = create_namespace(client, {"trust": team})
+    readable_uid = client.get(f"/api/v1/namespaces/{namespace}")["metadata"]["uid"]
+    path = f"/api/v1/namespaces/{tenant}/configmaps"
+    client.create(
+        path,
+        {
+            "metadata": {
+                "name": "service-ca.crt",
+                "labels": {distribute.FROM_LABEL: "trust", LABEL: "true"},
+                "annotations": {
+                    ANNOTATION: selector,
+                    distribute.MARK_ANNOTATION: distribute.ownership_mark(
+                        readable_uid, "trust", tenant, "service-ca.crt"
+                    ),
+                },
+            },
+            "data": {CA_KEY: "the tenant's"},
+        },
+    )
+    configuration(client, namespace, "trust", "service-ca.crt", selector, team)
+    with RunningDistributor(client, namespace) as running:
+
+        def reported() -> bool:
+            events = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+            return any(e.get("reason") == distribute.REASON_NOT_OURS for e in events["items"])
+
+        eventually(reported, timeout=30, what="ConfigMapNotOurs")
+        client.delete(f"/api/v1/namespaces/{namespace}/configmaps/trust")
+        eventually(running.controller.queue.idle, timeout=30)
+        for key in running.controller.every_namespace():
+            running.controller.sync(key)
+        assert get_or_none(client, f"{path}/service-ca.crt") is not None
+    client.delete(f"/api/v1/namespaces/{tenant}")
+
+
+@pytest.fixture
+def namespace_controller(control_plane: ControlPlane) -> Iterator[ControllerManager]:
+    """A real kube-controller-manager: its namespace controller empties a deleted
+    namespace, so the same name can be made again."""
+    kcm = ControllerManager(control_plane).start()
+    try:
+        yield kcm
+    finally:
+        kcm.stop()
+
+
+def test_copies_stay_ours_when_the_injectors_namespace_is_re_created_with_its_key(
+    client: Client, bundle: tuple[str, str], namespace_controller: ControllerManager
+) -> None:
+    """A reinstall that deletes and re-creates the injector's namespace, with the key
+    Secret restored from a backup: the copies it made before are still ours (removing
+    the configuration deletes them) and none is reported as someone else's."""
+    selector, pem = bundle
+    team = uuid.uuid4().hex[:8]
+    home = create_namespace(client, {})
+    target = create_namespace(client, {"trust": team})
+    copy_path = f"/api/v1/namespaces/{target}/configmaps/service-ca.crt"
+    configuration(client, home, "trust", "service-ca.crt", selector, team)
+    with RunningDistributor(client, home):
+        eventually(
+            lambda: ((get_or_none(client, copy_path) or {}).get("data") or {}).get(CA_KEY) == pem,
+            timeout=30,
+            what="the copy",
+        )
+    made = client.get(copy_path)["metadata"]["uid"]
+    backup = client.get(f"/api/v1/namespaces/{home}/secrets/{KEY_SECRET}")["data"]
+    client.delete(f"/api/v1/namespaces/{home}")
+    eventually(
+        lambda: get_or_none(client, f"/api/v1/namespaces/{home}") is None,
+        timeout=120,
+        what="the injector's namespace gone",
+    )
+    client.create(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": home}},
+    )
+    client.create(
+        f"/api/v1/namespaces/{home}/secrets",
+        {"metadata": {"name": KEY_SECRET}, "type": "Opaque", "data": backup},
+    )
+    configuration(client, home, "trust", "service-ca.crt", selector, team)
+    with RunningDistributor(client, home) as running:
+        eventually(running.controller.queue.idle, timeout=30)
+        assert client.get(copy_path)["metadata"]["uid"] == made
+        assert running.controller.metrics.count("not_ours") == 0
+        client.delete(f"/api/v1/namespaces/{home}/configmaps/trust")
+        eventually(lambda: get_or_none(client, copy_path) is None, timeout=30, what="deleted")
+    for ns in (home, target):
         client.delete(f"/api/v1/namespaces/{ns}")
