@@ -523,7 +523,7 @@ def admitted_writes(injector: Client, o: Objects) -> dict[str, Callable[[], Any]
     vwc, mwc = f"{VWC_PATH}/{o.vwc}", f"{MWC_PATH}/{o.mwc}"
     api, crd = f"{APISERVICES}/{o.apiservice}", f"{CRDS}/{o.crd}"
     trust, copy_ = f"{o.cms}/trust", f"{o.cms}/copy"
-    ca = b64("anchors")
+    ca = b64(generate_ca("admitted").cert.public_bytes(Encoding.PEM))  # CRDs parse it
     injected = {"op": "add", "path": f"/metadata/annotations/{escape(INJECTED)}", "value": "{}"}
     mark = {"op": "add", "path": "/metadata/labels", "value": {MARK_LABEL: "true"}}
 
