@@ -223,6 +223,7 @@ class DistributionController:
             self.copies.by_index(NAMESPACE_INDEX, key),
             key=installation,
         )
+        stale = False  # a write conditional on what the cache saw met a newer copy
         for action in actions:
             match action:
                 case distribute.Create(distribution=d):
@@ -236,9 +237,11 @@ class DistributionController:
                         f"mark, or holds keys other than {distribute.OUR_KEYS[0]}",
                     )
                 case distribute.Update(distribution=d, copy=copy):
-                    self._patch(copy.namespace, copy.name, distribute.annotations_patch(d, copy))
+                    stale |= self._patch(
+                        copy.namespace, copy.name, distribute.annotations_patch(d, copy)
+                    )
                 case distribute.Delete(copy=copy):
-                    self._delete(copy)
+                    stale |= self._delete(copy)
                 case distribute.Clash(distribution=d, winner=winner):
                     self.metrics.observe("clash")
                     self.recorder.warning(
@@ -248,7 +251,9 @@ class DistributionController:
                         f"{d.config_map_name} to namespace {key}; it wins (first by name)",
                         "Distribute",
                     )
-        return None
+        # Judged again once the informer has the newer copy (a change to fields the
+        # record does not keep, e.g. the injector's release, enqueues nothing).
+        return Requeue() if stale else None
 
     def _check_configuration(self, name: str) -> None:
         for distribution in self.configs.list():
@@ -342,7 +347,8 @@ class DistributionController:
             extra={"object": f"{namespace}/{distribution.config_map_name}"},
         )
 
-    def _patch(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    def _patch(self, namespace: str, name: str, patch: dict[str, Any]) -> bool:
+        """Send the patch; True when its uid/resourceVersion guard failed (409)."""
         try:
             self.client.patch(
                 f"/api/v1/namespaces/{namespace}/configmaps/{name}",
@@ -353,10 +359,12 @@ class DistributionController:
         except ApiError as err:
             if not (is_not_found(err) or is_conflict(err) or err.status == 422):
                 raise
-            return
+            return is_conflict(err)
         self.metrics.observe("updated")
+        return False
 
-    def _delete(self, copy: distribute.Copy) -> None:
+    def _delete(self, copy: distribute.Copy) -> bool:
+        """Delete the copy; True when its uid/resourceVersion precondition failed."""
         try:
             self.client.delete(
                 f"/api/v1/namespaces/{copy.namespace}/configmaps/{copy.name}",
@@ -376,9 +384,10 @@ class DistributionController:
         except ApiError as err:
             if not (is_not_found(err) or is_conflict(err)):
                 raise
-            return
+            return is_conflict(err)
         self.metrics.observe("deleted")
         log.info("removed distributed ConfigMap", extra={"object": copy.key})
+        return False
 
     def _ref(self, distribution: distribute.Distribution) -> ObjectRef:
         return ObjectRef("ConfigMap", self.namespace, distribution.name, distribution.uid)

@@ -35,6 +35,7 @@ from injector.configmaps import LABEL, TRUSTSTORE_ANNOTATION
 from injector.targets import ANNOTATION
 from kube.client import ApiError
 from kube.client import Client as KubeClient
+from kube.controller import Requeue
 from tests.unit import pki
 from tests.unit.fakes import FakeCache
 from trust.bundle import normalize_bundle
@@ -550,3 +551,23 @@ def test_two_leaders_filling_the_key_at_once_end_with_one_key() -> None:
     api.get = get_then_lose_the_race  # type: ignore[method-assign]
     ctrl = running(api, [])
     assert ctrl.installation_key() == winner and api.puts == []
+
+
+@pytest.mark.parametrize("write", ["delete", "patch"])
+def test_a_write_whose_precondition_failed_judges_the_namespace_again(write: str) -> None:
+    """409: the copy changed after the cache saw it (a key added, the injector's release).
+    Such a change may touch nothing the record keeps, so no event would bring the
+    namespace back: the sync asks to be retried instead of dropping the write."""
+    conflict = ApiError(409, "Conflict", {"reason": "Conflict", "message": "precondition"})
+    api = ApiServer()
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise conflict
+
+    setattr(api, write, refuse)
+    stale = marked(key=SECRET_KEY)
+    if write == "patch":  # wanted, but its opt-in label is gone: a re-label
+        stale = dataclasses.replace(stale, labelled=False)
+    ctrl = running(api, [stale], [config()] if write == "patch" else [])
+    assert ctrl.sync("apps") == Requeue()
+    assert ctrl.metrics.count("deleted") == ctrl.metrics.count("updated") == 0
