@@ -126,15 +126,26 @@ class Watch(threading.Thread):
                 self.renewals.append(datetime.fromisoformat(renew).timestamp())
         self.ended = time.time()
 
-    def longest_gap(self) -> float:
-        """The longest time the Lease went unrenewed, up to the end of the watch."""
-        times = [*self.renewals, self.ended]
+    def longest_gap(self, *, from_first_renewal: bool = False) -> float:
+        """The longest time the Lease went unrenewed, up to the end of the watch (from the
+        first renewal seen during the watch: not from the value a previous process left)."""
+        times = [*self.renewals[1 if from_first_renewal else 0 :], self.ended]
         gaps = [b - a for a, b in itertools.pairwise(times)]
         return round(max(gaps, default=0.0), 1)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--scenario",
+        choices=("content", "metadata"),
+        default="content",
+        help="content: the KDF bomb and big labelled ConfigMaps; metadata: the mark label, "
+        "managedFields and 10,000 tenant ConfigMaps (BENCH_BEFORE=<checkout> too)",
+    )
+    parser.add_argument("--marked", type=int, default=100)
+    parser.add_argument("--bloated", type=int, default=50)
+    parser.add_argument("--tenants", type=int, default=10_000)
     parser.add_argument("--configmaps", type=int, default=300)
     parser.add_argument("--size", type=int, default=1 << 20)
     parser.add_argument("--source", type=Path, default=None)
@@ -143,6 +154,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--no-kdf-bomb", dest="kdf_bomb", action="store_false", help="only the big ConfigMaps"
     )
     args = parser.parse_args(argv)
+    if args.scenario == "metadata":
+        return metadata_main(args)
     plane = ControlPlane.start()
     result: dict[str, Any] = {"configmaps": args.configmaps, "bytes_each": args.size}
     bundle = normalize_bundle(generate_ca("bench tenant").cert.public_bytes(Encoding.PEM).decode())
@@ -237,6 +250,235 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for key, value in list(result.items()):
         if key.endswith("_mib"):
             result[key] = round(value, 1)
+    print(json.dumps(result))
+    return result
+
+
+# --- the metadata scenario: what a tenant writes besides content ---------------------------
+
+MARK_LABEL = "service-serving-signer/ca-injected"
+CM = "/api/v1/namespaces/{}/configmaps"
+TARGET_MARK_MIB = 20.0
+TARGET_RECORD_BYTES = 2048
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """VmHWM: the most the process has held (what an OOM kill is about)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def marked_left(client: Client, namespace: str) -> int:
+    """How many ConfigMaps of `namespace` still bear the mark (one object per page)."""
+    left = 0
+    params: dict[str, Any] = {"labelSelector": f"{MARK_LABEL}=true", "limit": 1}
+    while True:
+        page = client.get(CM.format(namespace), params)
+        left += len(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return left
+        params = {**params, "continue": token}
+
+
+def wait_for(check: Any, timeout: float) -> float:
+    """Seconds until `check()` held, or -1 after `timeout`."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return round(time.monotonic() - started, 1)
+        time.sleep(1)
+    return -1.0
+
+
+def hostile_meta(name: str, nothing: str) -> dict[str, Any]:
+    """Labelled and annotated (selecting nothing: no writes), with every annotation the
+    injector reads at the most a record would once have kept."""
+    note = json.dumps({"sha256": "0" * 64, "anchors": ["f" * 64] * 120, "notAfter": 1})
+    return {
+        "name": name,
+        "labels": {LABEL: "true"},
+        "annotations": {
+            ANNOTATION: nothing,
+            "service-serving-signer/injected": note.ljust(8_000),
+            TRUSTSTORE_ANNOTATION: "truststore.p12",
+            TRUSTSTORE_PASSWORD_ANNOTATION: "p" * 1_024,
+        },
+    }
+
+
+class Run:
+    """One checkout's injector processes against the shared control plane."""
+
+    def __init__(self, plane: ControlPlane, client: Client, source: Path | None) -> None:
+        self.plane, self.client, self.source = plane, client, source
+        self.result: dict[str, Any] = {"readyz_failed": 0, "lease_longest_gap_seconds": 0.0}
+
+    def start(self, workdir: Path, home: str) -> tuple[Any, int, Watch]:
+        proc, health, metrics = injector(self.plane, workdir, home, self.source)
+        watch = Watch(self.client, health, home)
+        watch.start()
+        return proc, metrics, watch
+
+    def stop(self, proc: Any, watch: Watch) -> None:
+        watch.stop.set()
+        watch.join(5)
+        proc.terminate()
+        proc.wait(30)
+        self.result["readyz_failed"] += watch.failed
+        gap = watch.longest_gap(from_first_renewal=True)
+        self.result["lease_longest_gap_seconds"] = max(
+            self.result["lease_longest_gap_seconds"], gap
+        )
+
+    def mark_through_restart(self, workdir: Path, home: str, args: argparse.Namespace) -> None:
+        """100 x 1 MiB ConfigMaps bearing only the mark label, created under a running
+        injector, then marked again while none runs, then a start with them present."""
+        client = self.client
+        marked = create_namespace(client, "marked")
+        proc, _, watch = self.start(workdir, home)
+        time.sleep(SETTLE)
+        baseline = rss_bytes(proc.pid)
+        payload = "x" * ((1 << 20) - 4096)
+
+        def create(i: int) -> None:
+            client.create(
+                CM.format(marked),
+                {
+                    "metadata": {"name": f"big-{i}", "labels": {MARK_LABEL: "true"}},
+                    "data": {"blob": payload},
+                },
+            )
+
+        parallel(create, args.marked, threads=4)
+        released = wait_for(lambda: marked_left(client, marked) == 0, 60)
+        self.result["mark_released_running_seconds"] = released
+        self.result["mark_running_peak_growth_mib"] = (peak_rss_bytes(proc.pid) - baseline) / 2**20
+        self.stop(proc, watch)
+        # While no injector runs, the tenant marks them all again.
+        for i in range(args.marked):
+            client.patch(
+                f"{CM.format(marked)}/big-{i}", {"metadata": {"labels": {MARK_LABEL: "true"}}}
+            )
+        proc, _, watch = self.start(workdir, home)
+        released = wait_for(lambda: marked_left(client, marked) == 0, 180)
+        time.sleep(5)
+        self.result["mark_released_after_restart_seconds"] = released
+        self.result["mark_restart_peak_growth_mib"] = (peak_rss_bytes(proc.pid) - baseline) / 2**20
+        self.stop(proc, watch)
+        client.delete(CM.format(marked))  # deletecollection
+
+    def records(self, workdir: Path, home: str, args: argparse.Namespace) -> None:
+        """ConfigMaps with 6,000 crafted managedFields entries, then 10,000 labelled
+        tenant ConfigMaps with hostile annotations: RSS per record."""
+        client = self.client
+        tenant = create_namespace(client, "records")
+        nothing = json.dumps({"name": "no-such-bundle"})
+        proc, metrics, watch = self.start(workdir, home)
+        time.sleep(SETTLE)
+        baseline = rss_bytes(proc.pid)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        managers = [
+            {
+                "manager": f"m{i:05d}-".ljust(128, "x"),
+                "operation": "Apply",
+                "apiVersion": "v1",
+                "time": now,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:data": {"f:ca.crt": {}}},
+            }
+            for i in range(6_000)
+        ]
+
+        def bloat(i: int) -> None:
+            made = client.create(
+                CM.format(tenant),
+                {"metadata": {"name": f"bloat-{i}"}, "data": {"ca.crt": "x"}},
+            )
+            made["metadata"]["managedFields"] = managers
+            made["metadata"].update(hostile_meta(f"bloat-{i}", nothing))
+            client.replace(f"{CM.format(tenant)}/bloat-{i}", made)
+
+        parallel(bloat, args.bloated, threads=4)
+        self.result["bloated_synced_seconds"] = wait_for(
+            lambda: empty_syncs(metrics) >= args.bloated, 120
+        )
+        time.sleep(SETTLE)
+        bloated = rss_bytes(proc.pid)
+        self.result["bloated_bytes_each"] = round((bloated - baseline) / args.bloated)
+
+        def create(i: int) -> None:
+            client.create(
+                CM.format(tenant),
+                {"metadata": hostile_meta(f"t-{i}", nothing), "data": {"app.conf": "x"}},
+            )
+
+        started = time.monotonic()
+        parallel(create, args.tenants, threads=8)
+        self.result["tenants_create_seconds"] = round(time.monotonic() - started, 1)
+        total = args.bloated + args.tenants
+        self.result["tenants_synced_seconds"] = wait_for(lambda: empty_syncs(metrics) >= total, 600)
+        time.sleep(SETTLE)
+        self.result["tenant_bytes_each"] = round((rss_bytes(proc.pid) - bloated) / args.tenants)
+        self.stop(proc, watch)
+        client.delete(CM.format(tenant))
+
+
+def metadata_main(args: argparse.Namespace) -> dict[str, Any]:
+    """The mark label, managedFields and 10,000 tenant ConfigMaps, for this checkout and
+    (`BENCH_BEFORE=<checkout>`, or `--source`) another one, in one run on one control
+    plane: one JSON line with each one's numbers and the targets."""
+    before = os.environ.get("BENCH_BEFORE") or (str(args.source) if args.source else None)
+    checkouts: list[tuple[str, Path | None]] = [("now", None)]
+    if before:
+        checkouts.insert(0, ("before", Path(before)))
+    plane = ControlPlane.start()
+    result: dict[str, Any] = {
+        "marked": args.marked,
+        "bloated": args.bloated,
+        "tenants": args.tenants,
+        "targets": {
+            "mark_restart_peak_growth_mib": f"<= {TARGET_MARK_MIB}",
+            "tenant_bytes_each": f"<= {TARGET_RECORD_BYTES}",
+            "readyz_failed": "0",
+            "lease_longest_gap_seconds": "<= the retry period (2 s) + one 0.5 s poll",
+        },
+    }
+    try:
+        client = plane.client()
+        bundle = normalize_bundle(
+            generate_ca("bench tenant").cert.public_bytes(Encoding.PEM).decode()
+        )
+        client.create(
+            "/apis/certificates.k8s.io/v1beta1/clustertrustbundles",
+            {
+                "metadata": {"name": f"{SIGNER.replace('/', ':')}:bench"},
+                "spec": {"signerName": SIGNER, "trustBundle": bundle},
+            },
+        )
+        for label, source in checkouts:
+            run = Run(plane, client, source)
+            home = create_namespace(client, f"injector-{label}")
+            with tempfile.TemporaryDirectory(prefix="injector-tenant-") as tmp:
+                run.mark_through_restart(Path(tmp), home, args)
+                run.records(Path(tmp), home, args)
+            for key, value in list(run.result.items()):
+                if key.endswith("_mib"):
+                    run.result[key] = round(value, 1)
+            r = run.result
+            r["targets_met"] = bool(
+                r["mark_restart_peak_growth_mib"] <= TARGET_MARK_MIB
+                and r["tenant_bytes_each"] <= TARGET_RECORD_BYTES
+                and r["readyz_failed"] == 0
+                and r["lease_longest_gap_seconds"] <= 2.5
+            )
+            result[label] = r
+            print(json.dumps({label: r}), file=sys.stderr)
+    finally:
+        plane.stop()
     print(json.dumps(result))
     return result
 

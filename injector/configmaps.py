@@ -16,7 +16,7 @@ What it decides:
 * **Up to date by digests, never by parsing.** The record (`to_target`, the informer
   transform) keeps the SHA-256 of `ca.crt` and of the truststore's base64 text, and our
   `DIGEST_ANNOTATION`, written beside the truststore in the same write (trust-manager's
-  hash annotation is the model): `<sha256 of key, password and bundle>:<sha256 of the
+  hash annotation is the model): `<sha256 of key, password digest and bundle>:<sha256 of the
   base64 text we wrote>`. The truststore is current when that annotation names the
   wanted inputs and the text still has the digest we wrote; any other bytes (garbage,
   a store without the trusted-key-usage attribute, another bundle's store) are rewritten.
@@ -24,12 +24,18 @@ What it decides:
   cost, and 1 MiB values are not cached.
 * **When nothing can be written**: an immutable ConfigMap, a truststore key that is not a
   valid ConfigMap key or collides with `ca.crt`, or a password over `MAX_PASSWORD`.
-* **Release.** The informer sees a ConfigMap whose label is removed as deleted; the
-  controller then reads it once and releases our fields (`targets.release_ops`). A label
-  removed while no injector ran is never seen that way, so our first write also puts
-  our own label `MARK_LABEL=true` on the ConfigMap: a periodic sweep lists ConfigMaps
-  with the mark and without the opt-in label (`DEPARTED_SELECTOR`) and releases them
-  (the release removes the mark too).
+* **Release.** Our first write also puts our own label `MARK_LABEL=true` on the
+  ConfigMap (and a ConfigMap we own fields of without it gets it: `is_current`). A second
+  informer watches ConfigMaps with the mark and without the opt-in label
+  (`DEPARTED_SELECTOR`) — whether the label went while the injector ran or while none
+  did — and the controller releases each (`targets.release_ops`, which removes the mark
+  too). Anyone may set the mark on a ConfigMap of any size, so that informer keeps only
+  `departed_record` (name, uid, our entries, the mark), lists by a streaming list (one
+  object decoded at a time) or small pages, and nothing ever LISTs whole objects.
+* **Records are bounded whatever the tenant wrote**: digests (of `ca.crt`, of the
+  truststore's text, of its password), what our `injected` note says the object holds
+  as 32-byte digests (`targets.MAX_HELD`), at most `targets.MAX_MANAGERS` field managers
+  of `targets.MANAGER_NAME` characters (managedFields are client-writable).
 """
 
 from __future__ import annotations
@@ -45,7 +51,6 @@ from injector.targets import (
     Target,
     Truststore,
     annotation_of,
-    injected_of,
     other_appliers,
     owned_by_us,
     pointer,
@@ -63,9 +68,12 @@ from trust.consumers import TRUSTSTORE_ANNOTATION as TRUSTSTORE_ANNOTATION
 from trust.consumers import TRUSTSTORE_PASSWORD_ANNOTATION as TRUSTSTORE_PASSWORD_ANNOTATION
 from trust.consumers import inputs_digest as _inputs_digest
 from trust.consumers import is_selected as is_selected
-from trust.consumers import outputs
+from trust.consumers import outputs, text_digest
 
 MAX_PASSWORD = 1024
+
+MAX_RECORDED = 129
+"""`DIGEST_ANNOTATION` is two SHA-256 hex digests and a colon; a longer one is not ours."""
 
 DEPARTED_SELECTOR = f"{MARK_LABEL}=true,{LABEL}!=true"
 
@@ -94,12 +102,8 @@ def to_target(raw: Mapping[str, Any]) -> Target:
             )
         else:
             current = (raw.get("binaryData") or {}).get(store_key)
-            recorded = annotations.get(DIGEST_ANNOTATION)
             truststore = Truststore(
-                store_key,
-                password,
-                value_digest(current) if isinstance(current, str) else "",
-                recorded[:200] if isinstance(recorded, str) else "",
+                store_key, text_digest(password), _made_from(annotations, current)
             )
     if raw.get("immutable"):
         not_applicable = "the ConfigMap is immutable; delete and re-create it mutable"
@@ -117,10 +121,9 @@ def to_target(raw: Mapping[str, Any]) -> Target:
         namespace=str(meta.get("namespace", "")),
         truststore=truststore,
         others=other_appliers(meta, leaves),
-        injected=injected_of(meta),
-        marked=(meta.get("labels") or {}).get(MARK_LABEL) == "true",
+        marked=_marked(meta),
         resource_version=str(meta.get("resourceVersion", "")),
-        maps=frozenset(
+        maps=tuple(
             name
             for name, value in (
                 ("data", raw.get("data")),
@@ -129,39 +132,77 @@ def to_target(raw: Mapping[str, Any]) -> Target:
             )
             if isinstance(value, Mapping) and value
         ),
+    ).with_holding(meta)
+
+
+def departed_record(raw: Mapping[str, Any]) -> Target:
+    """The transform of the informer of departed ConfigMaps (`DEPARTED_SELECTOR`: our mark
+    without the opt-in label; anyone may set the mark): what a release needs — name,
+    namespace, uid, our managedFields entries (at most `targets.MAX_MANAGERS`), the mark.
+    Nothing else of the object, whose data may be 1 MiB."""
+    meta = raw.get("metadata") or {}
+    return Target(
+        kind=CONFIG_MAP.kind,
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        annotation=None,
+        slots=(),
+        owned=owned_by_us(meta),
+        namespace=str(meta.get("namespace", "")),
+        marked=_marked(meta),
     )
 
 
+def _made_from(annotations: Mapping[str, Any], text: Any) -> str:
+    """The inputs digest `DIGEST_ANNOTATION` records, if the store's text still has the
+    digest it records beside it; else ""."""
+    recorded = annotations.get(DIGEST_ANNOTATION)
+    if not isinstance(recorded, str) or len(recorded) > MAX_RECORDED or not isinstance(text, str):
+        return ""
+    inputs, _, digest = recorded.partition(":")
+    return inputs if digest == value_digest(text) else ""
+
+
+def _marked(meta: Mapping[str, Any]) -> bool:
+    return (meta.get("labels") or {}).get(MARK_LABEL) == "true"
+
+
 def inputs_digest(store: Truststore, bundle: str) -> str:
-    """The SHA-256 of what a truststore is made from: its key, its password, the bundle."""
-    return _inputs_digest(store.key, store.password, bundle)
+    """The SHA-256 of what a truststore is made from: its key, its password (by the
+    record's digest of it), the bundle."""
+    return _inputs_digest(store.key, store.password_digest, bundle)
 
 
 def is_current(target: Target, bundle: str) -> bool:
-    """`ca.crt` is exactly the bundle and any truststore is the one we wrote for it."""
+    """`ca.crt` is exactly the bundle, any truststore is the one we wrote for it, and a
+    ConfigMap we own fields of bears our mark (one written before the mark existed gets
+    it: the mark is how its release is found)."""
+    if target.managed and not target.marked:
+        return False
     wanted = value_digest(bundle)
     if any(slot.digest != wanted for slot in target.slots):
         return False
     store = target.truststore
     return store is None or (
-        bool(store.digest) and store.recorded == f"{inputs_digest(store, bundle)}:{store.digest}"
+        bool(store.made_from) and store.made_from == inputs_digest(store, bundle)
     )
 
 
-def written(target: Target, bundle: str) -> dict[str, dict[str, str]]:
-    """What a write puts where (`trust.consumers.outputs`): our keys only."""
+def written(target: Target, bundle: str, password: str = "") -> dict[str, dict[str, str]]:
+    """What a write puts where (`trust.consumers.outputs`): our keys only; a truststore
+    made with `password` (read from the object by the write: the record keeps a digest)."""
     store = target.truststore
-    return outputs(bundle, (store.key, store.password) if store is not None else None)
+    return outputs(bundle, (store.key, password) if store is not None else None)
 
 
-def patch_ops(target: Target, bundle: str, note: str) -> list[dict[str, Any]]:
+def patch_ops(target: Target, bundle: str, note: str, password: str = "") -> list[dict[str, Any]]:
     """The JSON patch of our keys only (`targets.patch_ops` says why a JSON patch) and
     `targets.INJECTED_ANNOTATION` (`note`), guarded by the uid. A key goes into its map
     when the record saw the map; a map the record did not see is added whole, guarded by
     the record's resourceVersion, so a map someone created meanwhile is never replaced."""
     ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": target.uid}]
     guarded = False
-    out = written(target, bundle)
+    out = written(target, bundle, password)
     out.setdefault("annotations", {})[INJECTED_ANNOTATION] = note
     if not target.marked:
         out["labels"] = {MARK_LABEL: "true"}

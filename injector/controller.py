@@ -14,9 +14,11 @@ managedFields entries only; the values stay.
 
 Wiring, in kube-controller-manager's shape:
 
-* five informers (`informers(factory)`: the process builds and starts them), each with
+* six informers (`informers(factory)`: the process builds and starts them), each with
   a transform that keeps only what `sync` reads (`injector.targets.Target` for the four
-  kinds; name, signer, labels and PEM for ClusterTrustBundles of every signer);
+  kinds and labelled ConfigMaps; name, signer, labels and PEM for ClusterTrustBundles of
+  every signer; `injector.configmaps.departed_record` for ConfigMaps bearing our mark
+  without the opt-in label, to release);
 * an index on each of the four caches from "which bundles can change my selection"
   (`name:<bundle>` or `signer:<signerName>`, `injector.decide.selection_keys`) so a
   ClusterTrustBundle add/update/delete re-drives exactly the objects it may concern;
@@ -67,7 +69,7 @@ from kube.times import micro_time
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from trust.bundle import earliest_expiry
-from trust.consumers import bundle_record
+from trust.consumers import bundle_record, text_digest
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,9 @@ QUEUE_NAME = "cabundle_injector"
 REPORT_RENEW = 10.0
 """Seconds between renewals of the convergence report Lease (the contract: at most 15)."""
 SELECTION_INDEX = "selection"
+DEPARTED_PAGE = 10
+"""Objects per page of the departed informer's LIST (when the server refuses streaming
+lists): a page of 1 MiB tenant ConfigMaps is then ~10 MiB."""
 JSON_PATCH = "application/json-patch+json"
 
 
@@ -122,6 +127,9 @@ class Caches:
 
     targets: Mapping[str, TargetCache]
     bundles: BundleCache
+    departed: TargetCache | None = None
+    """ConfigMaps bearing our mark label without the opt-in label (`injector.configmaps.
+    departed_record`): to release. None: no ConfigMaps are released (unit tests)."""
 
 
 def informers(factory: InformerFactory, *, ctb_version: str) -> Caches:
@@ -150,7 +158,16 @@ def informers(factory: InformerFactory, *, ctb_version: str) -> Caches:
         name="clustertrustbundles-injector",
         transform=bundle_record,
     )
-    return Caches(targets, bundles)
+    # Anyone may put the mark label on a ConfigMap of any size: a streaming list decodes
+    # one object at a time, a fallback LIST a small page, and the record is metadata only.
+    departed = factory.informer(
+        CONFIG_MAP.path,
+        name="configmaps-injector-departed",
+        label_selector=configmaps.DEPARTED_SELECTOR,
+        transform=configmaps.departed_record,
+        page_size=DEPARTED_PAGE,
+    )
+    return Caches(targets, bundles, departed)
 
 
 def _selection_index(target: Target) -> list[str]:
@@ -183,18 +200,12 @@ class InjectorController:
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
         self.caches: Mapping[str, TargetCache] = caches.targets
         self.bundles: BundleCache = caches.bundles
-        for kind_name, cache in self.caches.items():
-            on_delete = (
-                self._on_config_map_delete
-                if kind_name == CONFIG_MAP.kind
-                else self._on_target_delete
-            )
-            cache.add_handler(self._on_target, self._on_target_update, on_delete)
+        for cache in self.caches.values():
+            cache.add_handler(self._on_target, self._on_target_update, self._on_target)
         self.bundles.add_handler(self._on_bundle, self._on_bundle_update, self._on_bundle)
-        # ConfigMaps that left the label-selected cache while we owned fields of them:
-        # key → uid. Label removed or object deleted; sync reads which and releases.
-        self._departed: dict[str, str] = {}
-        self._departed_lock = threading.Lock()
+        self.departed = caches.departed
+        if self.departed is not None:
+            self.departed.add_handler(self._on_target, self._on_target_update, None)
         # Every annotated object's convergence state (injector.convergence), by key.
         self._status: dict[str, convergence.Status] = {}
         self._status_lock = threading.Lock()
@@ -205,7 +216,11 @@ class InjectorController:
             self.sync,
             self.queue,
             registry=registry,
-            synced=(self.bundles.has_synced, *(c.has_synced for c in self.caches.values())),
+            synced=(
+                self.bundles.has_synced,
+                *(c.has_synced for c in self.caches.values()),
+                *((self.departed.has_synced,) if self.departed is not None else ()),
+            ),
             workers=workers,
             resync_period=resync_period,
             resync_keys=self.resync,
@@ -222,18 +237,6 @@ class InjectorController:
     def _on_target_update(self, old: Target, new: Target) -> None:
         if old != new:
             self.queue.add(new.key)
-
-    def _on_target_delete(self, target: Target) -> None:
-        self.metrics.keep_expiry(target.key, None)
-        self._set_status(target.key, None)
-
-    def _on_config_map_delete(self, target: Target) -> None:
-        self.metrics.keep_expiry(target.key, None)
-        self._set_status(target.key, None)
-        if target.managed:
-            with self._departed_lock:
-                self._departed[target.key] = target.uid
-            self.queue.add(target.key)
 
     def _on_bundle(self, bundle: JSON) -> None:
         self.enqueue_selecting(bundle)
@@ -259,6 +262,9 @@ class InjectorController:
                 target = cache.get(name)
                 if target is not None and (target.annotation is not None or target.managed):
                     keys.append(target_key(kind_name, name))
+        if self.departed is not None:
+            departed = self.departed.keys()
+            keys += (target_key(CONFIG_MAP.kind, name) for name in departed)
         return keys
 
     # the loop: kube.controller ---------------------------------------------------------
@@ -267,10 +273,6 @@ class InjectorController:
         """Sync every annotated object once (the informers' adds), then on every event and
         resync, until `stop`. API errors raise from `sync`; the loop retries them. With a
         `report`, a thread writes the convergence report Lease meanwhile."""
-        sweeper = threading.Thread(
-            target=self._sweep_loop, args=(stop,), name="injector-sweep", daemon=True
-        )
-        sweeper.start()
         reporter = None
         if self.report is not None:
             reporter = threading.Thread(
@@ -280,31 +282,8 @@ class InjectorController:
         try:
             self.loop.run(stop)
         finally:
-            sweeper.join(5)
             if reporter is not None:
                 reporter.join(5)
-
-    def _sweep_loop(self, stop: threading.Event) -> None:
-        while not stop.is_set() and not self.loop.wait_for_sync(stop, timeout=1.0):
-            pass
-        while not stop.is_set():
-            try:
-                self.sweep_departed()
-            except ApiError as err:
-                log.warning("departed ConfigMaps not swept", extra={"error": str(err)})
-            stop.wait(self.resync_period)
-
-    def sweep_departed(self) -> None:
-        """Release every ConfigMap bearing our mark label but no longer the opt-in label:
-        one whose label was removed while no injector ran (the informer never saw it go).
-        One LIST of those only, at start and every resync period."""
-        listed = self.client.get(
-            CONFIG_MAP.path, params={"labelSelector": configmaps.DEPARTED_SELECTOR}
-        )
-        for raw in listed.get("items") or []:
-            target = configmaps.to_target(raw)
-            if target.managed or target.marked:
-                self._release(CONFIG_MAP, target)
 
     # convergence ---------------------------------------------------------------------
 
@@ -398,10 +377,9 @@ class InjectorController:
         if target is None:
             self.metrics.keep_expiry(key, None)
             self._set_status(key, None)
-            with self._departed_lock:
-                uid = self._departed.pop(key, None)
-            if uid is not None:
-                self._release_departed(kind, name, uid)
+            departed = self.departed.get(name) if self.departed is not None else None
+            if departed is not None and kind is CONFIG_MAP:
+                self._release(kind, departed)
             return None
         ref = _ref(kind, target)
         if target.annotation is not None and any(op == "Apply" for _, op in target.owned):
@@ -447,11 +425,13 @@ class InjectorController:
         fps = convergence.fingerprints(decision.bundle)
         expiry = earliest_expiry(decision.bundle).timestamp()
         note = injected_note(decision.ca_bundle, fps, expiry)
-        ops = (
-            configmaps.patch_ops(target, decision.bundle, note)
-            if kind is CONFIG_MAP
-            else patch_ops(target, decision.ca_bundle, note)
-        )
+        if kind is CONFIG_MAP:
+            password = self._password(target)
+            if password is None:
+                return  # changed since the cache saw it: its watch event re-drives it
+            ops = configmaps.patch_ops(target, decision.bundle, note, password)
+        else:
+            ops = patch_ops(target, decision.ca_bundle, note)
         stale = convergence.Status(kind.kind, "stale", fps, held)
         self._set_status(target.key, stale)  # until the write lands (or if it raises)
         outcome = self._patch(kind, target, ops, ref)
@@ -467,6 +447,22 @@ class InjectorController:
             "injected caBundle",
             extra={"object": target.key, "slots": slots, "bundles": decision.sources},
         )
+
+    def _password(self, target: Target) -> str | None:
+        """A truststore's password, read from the object (the record keeps its digest):
+        "" without a truststore; None when the object no longer has the cached one."""
+        store = target.truststore
+        if store is None:
+            return ""
+        try:
+            live = self.client.get(target.path)
+        except ApiError as err:
+            if is_not_found(err):
+                return None
+            raise
+        annotations = (live.get("metadata") or {}).get("annotations") or {}
+        password = str(annotations.get(configmaps.TRUSTSTORE_PASSWORD_ANNOTATION) or "")
+        return password if text_digest(password) == store.password_digest else None
 
     def _patch(self, kind: Kind, target: Target, ops: list[JSON], ref: ObjectRef) -> str:
         """One JSON patch under our field manager: `applied`, or why it was not: `gone`
@@ -499,25 +495,6 @@ class InjectorController:
                 return "guard"
             raise
         return "applied"
-
-    def _release_departed(self, kind: Kind, name: str, uid: str) -> None:
-        """A ConfigMap we owned fields of left the label-selected cache: read it once
-        (the one read outside the caches) and release if its label was removed."""
-        namespace, _, short = name.partition("/")
-        try:
-            live = self.client.get(kind.object_path(short, namespace))
-        except ApiError as err:
-            if is_not_found(err):
-                return
-            with self._departed_lock:
-                self._departed.setdefault(target_key(kind.kind, name), uid)
-            raise
-        target = configmaps.to_target(live)
-        if target.uid != uid or not target.managed:
-            return  # re-created, or already released
-        if configmaps.is_selected(live):
-            return  # labelled again: the informer brings it back
-        self._release(kind, target)
 
     def _release(self, kind: Kind, target: Target) -> None:
         """Give up every field our manager owns on an object we no longer manage: remove

@@ -32,6 +32,8 @@ What it decides (pure; no client):
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -101,10 +103,23 @@ a restarted injector knows what the object holds without parsing it
 (`injector.convergence`; the expiry gauge of an empty or invalid selection)."""
 
 MAX_INJECTED = 8192
+"""The longest `INJECTED_ANNOTATION` read; a longer one says nothing."""
+
+MAX_HELD = 16
+"""The most anchors a record keeps from `INJECTED_ANNOTATION` (as 32-byte digests); a
+note listing more says nothing is known (a bundle holds a few anchors)."""
+
+MAX_MANAGERS = 3
+"""The most field managers a record names (other appliers, and entries of our own
+manager): managedFields are client-writable, so their number is the tenant's to choose."""
+
+MANAGER_NAME = 64
+"""The longest field manager name a record keeps (longer ones are cut; real ones —
+`argocd-controller`, `kubectl-client-side-apply`, `helm` — are far shorter)."""
 
 MARK_LABEL = "service-serving-signer/ca-injected"
-"""On a ConfigMap we wrote (see `injector.configmaps`): how a sweep finds one whose
-opt-in label was removed while no injector ran."""
+"""On a ConfigMap we wrote (see `injector.configmaps`): how the departed informer finds
+one whose opt-in label was removed, also while no injector ran."""
 
 MAX_ANNOTATION = 4096
 """The longest selector annotation kept in a record; a longer one is cached cut to one
@@ -117,7 +132,7 @@ def value_digest(value: str) -> str:
     return text_digest(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Slot:
     """One caBundle field: `webhook` names the webhook of a configuration (None for the
     single field of an APIService or CRD); `digest` is `value_digest` of its current value
@@ -127,19 +142,22 @@ class Slot:
     digest: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Truststore:
-    """A ConfigMap's PKCS#12 truststore key: where, with which password, the digest of
-    its current base64 text ("" when absent) and the digest annotation we wrote beside it
-    (`injector.configmaps.DIGEST_ANNOTATION`; "" when absent)."""
+    """A ConfigMap's PKCS#12 truststore key: where, with which password (its digest), and
+    what it was made from, as far as is known."""
 
     key: str
-    password: str
-    digest: str
-    recorded: str
+    password_digest: str
+    """`trust.consumers.text_digest` of the password (the write reads the password itself)."""
+    made_from: str
+    """The inputs digest of the digest annotation we write beside the store
+    (`injector.configmaps.DIGEST_ANNOTATION`, `<inputs>:<digest of the text>`) while the
+    store's text still has the digest it records; "" otherwise (absent, someone else's
+    bytes, or rewritten since)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Target:
     """The compact record of one target object (see the module docstring)."""
 
@@ -155,15 +173,26 @@ class Target:
     namespace: str = ""
     truststore: Truststore | None = None
     others: tuple[str, ...] = ()
-    """Other `Apply` managers that own a leaf we write (sorted, unique)."""
+    """Other `Apply` managers that own a leaf we write (sorted, unique, at most
+    `MAX_MANAGERS`)."""
     resource_version: str = field(default="", compare=False)
     """The resourceVersion the record was made from (guards a write that adds a whole map)."""
-    maps: frozenset[str] = frozenset()
+    maps: tuple[str, ...] = ()
     """Which of `data`, `binaryData` and `metadata.annotations` exist (ConfigMaps)."""
-    injected: str = ""
-    """`INJECTED_ANNOTATION` as found ("" when absent or longer than `MAX_INJECTED`)."""
+    held: bytes = b""
+    """What `INJECTED_ANNOTATION` says the object holds, while its slots still have the
+    digest it records: each anchor's SHA-256, 32 bytes each (`known_holding`)."""
+    held_until: float | None = None
+    """The earliest notAfter that note records (None: nothing known)."""
     marked: bool = False
     """A ConfigMap bearing `injector.configmaps.MARK_LABEL` (released with it)."""
+
+    def with_holding(self, meta: Mapping[str, Any]) -> Target:
+        """This record with what `meta`'s `INJECTED_ANNOTATION` says it holds."""
+        held, until = holding_of(meta, self.slots)
+        if until is None and not held:
+            return self
+        return dataclasses.replace(self, held=held, held_until=until)
 
     @property
     def managed(self) -> bool:
@@ -192,17 +221,21 @@ def split_key(key: str) -> tuple[Kind, str]:
 
 
 def owned_by_us(meta: Mapping[str, Any]) -> tuple[tuple[int, str], ...]:
-    """(index, operation) of each `metadata.managedFields` entry of the injector's manager."""
-    return tuple(
-        (i, str(entry.get("operation", "")))
+    """(index, operation) of the first `MAX_MANAGERS` `metadata.managedFields` entries of
+    the injector's manager (the API keeps one per operation; more are a tenant's: the
+    release removes these, and the next event shows the rest)."""
+    found = (
+        (i, "Apply" if entry.get("operation") == "Apply" else "Update")
         for i, entry in enumerate(meta.get("managedFields") or ())
         if isinstance(entry, Mapping) and entry.get("manager") == FIELD_MANAGER
     )
+    return tuple(itertools.islice(found, MAX_MANAGERS))
 
 
 def other_appliers(meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
     """Other `Apply` managers whose fieldsV1 own any of `leaves` (paths of `f:`/`k:` keys;
-    `"k:*"` matches every list entry)."""
+    `"k:*"` matches every list entry): the first `MAX_MANAGERS` in name order, each cut to
+    `MANAGER_NAME` characters."""
     found = set()
     for entry in meta.get("managedFields") or ():
         if not isinstance(entry, Mapping) or entry.get("operation") != "Apply":
@@ -212,8 +245,8 @@ def other_appliers(meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...])
             continue
         fields = entry.get("fieldsV1")
         if isinstance(fields, Mapping) and any(_owns(fields, leaf) for leaf in leaves):
-            found.add(manager[:128])
-    return tuple(sorted(found))
+            found.add(manager[:MANAGER_NAME])
+    return tuple(sorted(found)[:MAX_MANAGERS])
 
 
 def _owns(fields: Mapping[str, Any], path: tuple[str, ...]) -> bool:
@@ -234,12 +267,6 @@ API_SERVICE_LEAF = ("f:spec", "f:caBundle")
 CRD_LEAF = ("f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle")
 
 
-def injected_of(meta: Mapping[str, Any]) -> str:
-    """`INJECTED_ANNOTATION` as a record keeps it ("" when absent or too long)."""
-    value = (meta.get("annotations") or {}).get(INJECTED_ANNOTATION)
-    return value if isinstance(value, str) and len(value) <= MAX_INJECTED else ""
-
-
 def injected_note(value: str, anchors: frozenset[str], not_after: float) -> str:
     """`INJECTED_ANNOTATION`'s value for a write of `value` to every slot."""
     listed = sorted(anchors) if len(anchors) <= 64 else []
@@ -250,25 +277,35 @@ def injected_note(value: str, anchors: frozenset[str], not_after: float) -> str:
     )
 
 
+def holding_of(meta: Mapping[str, Any], slots: tuple[Slot, ...]) -> tuple[bytes, float | None]:
+    """What `INJECTED_ANNOTATION` says the object holds, as a record keeps it: (each
+    anchor's SHA-256 as 32 bytes, the earliest notAfter), when every slot still has the
+    digest the note records and it lists at most `MAX_HELD` anchors; else (b"", None)."""
+    value = (meta.get("annotations") or {}).get(INJECTED_ANNOTATION)
+    if not isinstance(value, str) or len(value) > MAX_INJECTED or not slots:
+        return b"", None
+    try:
+        note = json.loads(value)
+    except ValueError:
+        return b"", None
+    if not isinstance(note, dict) or any(slot.digest != note.get("sha256") for slot in slots):
+        return b"", None
+    anchors, not_after = note.get("anchors"), note.get("notAfter")
+    until = float(not_after) if isinstance(not_after, int | float) else None
+    if not isinstance(anchors, list) or len(anchors) > 4 * MAX_HELD:
+        return b"", until
+    try:
+        held = sorted({bytes.fromhex(a) for a in anchors if isinstance(a, str) and len(a) == 64})
+    except ValueError:
+        return b"", until
+    return (b"".join(held) if len(held) <= MAX_HELD else b""), until
+
+
 def known_holding(target: Target) -> tuple[frozenset[str], float | None]:
     """What our annotation says the object holds, if its slots still have the digest it
     records: (anchor fingerprints, earliest notAfter); else (empty, None)."""
-    try:
-        note = json.loads(target.injected) if target.injected else None
-    except ValueError:
-        return frozenset(), None
-    if not isinstance(note, dict) or not target.slots:
-        return frozenset(), None
-    if any(slot.digest != note.get("sha256") for slot in target.slots):
-        return frozenset(), None
-    anchors = note.get("anchors")
-    not_after = note.get("notAfter")
-    held = (
-        frozenset(a for a in anchors if isinstance(a, str))
-        if isinstance(anchors, list)
-        else frozenset()
-    )
-    return held, float(not_after) if isinstance(not_after, (int, float)) else None
+    held = target.held
+    return frozenset(held[i : i + 32].hex() for i in range(0, len(held), 32)), target.held_until
 
 
 def annotation_of(meta: Mapping[str, Any]) -> str | None:
@@ -324,8 +361,7 @@ def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
             meta, (leaf or (API_SERVICE_LEAF if kind == API_SERVICE else CRD_LEAF),)
         ),
         resource_version=str(meta.get("resourceVersion", "")),
-        injected=injected_of(meta),
-    )
+    ).with_holding(meta)
 
 
 def _ca_bundle_digest(client_config: Any) -> str:

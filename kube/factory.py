@@ -45,6 +45,7 @@ class InformerFactory:
         label_selector: str | None = None,
         key: Callable[[T], str] | None = None,
         indexers: dict[str, Indexer[T]] | None = None,
+        page_size: int = 500,
     ) -> Informer[T]:
         """A new informer of `list_path`, started by the next `start`."""
         informer: Informer[T] = Informer(
@@ -56,6 +57,7 @@ class InformerFactory:
             label_selector=label_selector,
             key=key,
             indexers=indexers,
+            page_size=page_size,
         )
         with self._lock:
             self._informers.append(informer)

@@ -53,9 +53,10 @@ def text_digest(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def inputs_digest(key: str, password: str, bundle: str) -> str:
-    """The SHA-256 of what a truststore is made from: its key, its password, the bundle."""
-    return text_digest("\0".join((key, password, bundle)))
+def inputs_digest(key: str, password_digest: str, bundle: str) -> str:
+    """The SHA-256 of what a truststore is made from: its key, its password (by its
+    `text_digest`, which is all a cached record keeps of it), the bundle."""
+    return text_digest("\0".join((key, password_digest, bundle)))
 
 
 def outputs(bundle: str, truststore: tuple[str, str] | None) -> dict[str, dict[str, str]]:
@@ -66,7 +67,7 @@ def outputs(bundle: str, truststore: tuple[str, str] | None) -> dict[str, dict[s
         key, password = truststore
         text = base64.b64encode(java_truststore(bundle, password)).decode("ascii")
         out["binaryData"] = {key: text}
-        recorded = f"{inputs_digest(key, password, bundle)}:{text_digest(text)}"
+        recorded = f"{inputs_digest(key, text_digest(password), bundle)}:{text_digest(text)}"
         out["annotations"] = {DIGEST_ANNOTATION: recorded}
     return out
 

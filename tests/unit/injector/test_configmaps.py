@@ -17,6 +17,7 @@ from injector.configmaps import (
     MARK_LABEL,
     TRUSTSTORE_ANNOTATION,
     TRUSTSTORE_PASSWORD_ANNOTATION,
+    departed_record,
     patch_ops,
     to_target,
     written,
@@ -151,7 +152,7 @@ STORE_ANNOTATIONS = {
 
 def written_by_us(bundle: str) -> dict[str, Any]:
     """A ConfigMap as our write leaves it (data, binaryData and the digest annotation)."""
-    out = written(to_target(config_map(STORE_ANNOTATIONS)), bundle)
+    out = written(to_target(config_map(STORE_ANNOTATIONS)), bundle, "changeit")
     raw = config_map(
         {**STORE_ANNOTATIONS, **out["annotations"]},
         data=out["data"],
@@ -290,7 +291,9 @@ class NoEvents:
         raise AssertionError("no Warning Event expected")
 
 
-def injector(client: RecordingClient, *targets: Any) -> tuple[InjectorController, Any]:
+def injector(
+    client: RecordingClient, *targets: Any, departed: FakeCache[Any] | None = None
+) -> tuple[InjectorController, Any]:
     caches: dict[str, FakeCache[Any]] = {
         kind: FakeCache(
             key=lambda t: t.key.split("/", 1)[1], indexers={SELECTION_INDEX: lambda t: []}
@@ -301,7 +304,11 @@ def injector(client: RecordingClient, *targets: Any) -> tuple[InjectorController
         caches[target.kind].put(target)
     ctrl = InjectorController(
         cast(Client, client),
-        Caches(caches, FakeCache([ctb("b", ["a"])], key=lambda b: b["metadata"]["name"])),
+        Caches(
+            caches,
+            FakeCache([ctb("b", ["a"])], key=lambda b: b["metadata"]["name"]),
+            departed,
+        ),
         NoEvents(),
         registry=CollectorRegistry(),
     )
@@ -331,47 +338,25 @@ def leaves_the_watch(caches: dict[str, FakeCache[Any]], target: Any) -> None:
         on_delete(target)
 
 
-def test_a_config_map_that_lost_its_label_is_read_once_and_released() -> None:
+def departed_cache(*raws: dict[str, Any]) -> FakeCache[Any]:
+    """The informer of ConfigMaps bearing our mark without the opt-in label."""
+    return FakeCache(
+        [departed_record(raw) for raw in raws], key=lambda t: f"{t.namespace}/{t.name}"
+    )
+
+
+def test_a_config_map_that_lost_its_label_is_released_reading_nothing() -> None:
+    """The label goes: the label-selected informer drops it, the departed informer (our
+    mark without the opt-in label) has its record; the release needs no read."""
     target = to_target(config_map(managers=[OURS]))
     unlabelled = config_map(managers=[OURS])
-    unlabelled["metadata"]["labels"] = {}
-    client = RecordingClient({target.path: unlabelled})
-    ctrl, caches = injector(client, target)
-    leaves_the_watch(caches, target)
-    ctrl.sync(target.key)
-    assert client.gets == [target.path]
-    assert [body for _, body, _ in client.patches] == [release_ops(target)]
-    # A second sync of the key reads nothing more.
-    ctrl.sync(target.key)
-    assert client.gets == [target.path]
-
-
-def test_a_config_map_really_deleted_is_not_released() -> None:
-    target = to_target(config_map(managers=[OURS]))
+    unlabelled["metadata"]["labels"] = {MARK_LABEL: "true"}
     client = RecordingClient()
-    ctrl, caches = injector(client, target)
+    ctrl, caches = injector(client, target, departed=departed_cache(unlabelled))
     leaves_the_watch(caches, target)
     ctrl.sync(target.key)
-    assert client.gets == [target.path] and client.patches == []
-
-
-def test_a_label_removed_while_the_injector_was_down_is_released_by_the_sweep() -> None:
-    """The label-selected informer never sees a ConfigMap that lost its label while no
-    injector ran; our own mark label finds it (issue 30 minor finding)."""
-    departed = config_map(managers=[OURS])
-    departed["metadata"]["labels"] = {MARK_LABEL: "true"}  # opt-in label gone, our mark kept
-
-    class Listing(RecordingClient):
-        def get(self, path: str, *_: Any, **kw: Any) -> Any:
-            self.gets.append(path)
-            assert kw["params"]["labelSelector"] == f"{MARK_LABEL}=true,{LABEL}!=true"
-            return {"items": [departed], "metadata": {}}
-
-    client = Listing()
-    ctrl, _ = injector(client)
-    ctrl.sweep_departed()
     [(path, body, _)] = client.patches
-    assert path == "/api/v1/namespaces/apps/configmaps/trust"
+    assert client.gets == [] and path == target.path
     assert body[-2:] == [
         {
             "op": "test",
@@ -381,6 +366,25 @@ def test_a_label_removed_while_the_injector_was_down_is_released_by_the_sweep() 
         {"op": "remove", "path": "/metadata/labels/service-serving-signer~1ca-injected"},
     ]
     assert {"op": "remove", "path": "/metadata/managedFields/0"} in body
+
+
+def test_a_config_map_really_deleted_is_not_released() -> None:
+    target = to_target(config_map(managers=[OURS]))
+    client = RecordingClient()
+    ctrl, caches = injector(client, target, departed=departed_cache())
+    leaves_the_watch(caches, target)
+    ctrl.sync(target.key)
+    assert client.gets == [] and client.patches == []
+
+
+def test_a_config_map_we_wrote_before_the_mark_existed_is_marked() -> None:
+    """The mark is how a release is found: a current ConfigMap we own fields of without
+    it is written once to carry it."""
+    bundle = normalize_bundle(pem("a"))
+    raw = config_map(managers=[OURS], data={CA_KEY: bundle})
+    assert isinstance(decisions.decide(to_target(raw), [ctb("b", ["a"])]), decisions.Inject)
+    raw["metadata"]["labels"][MARK_LABEL] = "true"
+    assert isinstance(decisions.decide(to_target(raw), [ctb("b", ["a"])]), decisions.UpToDate)
 
 
 def test_our_write_marks_a_config_map_once() -> None:
@@ -394,3 +398,26 @@ def test_our_write_marks_a_config_map_once() -> None:
     raw = config_map(data={"app.conf": "x"})
     raw["metadata"]["labels"][MARK_LABEL] = "true"
     assert mark not in patch_ops(to_target(raw), normalize_bundle(pem("a")), "n")
+
+
+def test_a_truststore_write_reads_the_password_the_record_keeps_only_a_digest_of() -> None:
+    raw = config_map(STORE_ANNOTATIONS)
+    target = to_target(raw)
+    assert "changeit" not in repr(target)
+    client = RecordingClient({target.path: raw})
+    ctrl, _ = injector(client, target)
+    ctrl.sync(target.key)
+    [(_, body, _)] = client.patches
+    [store] = [op["value"] for op in body if op["path"] == "/binaryData"]
+    assert truststore_anchors(base64.b64decode(store["truststore.p12"]), "changeit") == (
+        anchor_ders(normalize_bundle(pem("a")))
+    )
+
+
+def test_a_password_changed_since_the_cache_saw_it_is_not_written_with() -> None:
+    target = to_target(config_map(STORE_ANNOTATIONS))
+    newer = config_map({**STORE_ANNOTATIONS, TRUSTSTORE_PASSWORD_ANNOTATION: "newer"})
+    client = RecordingClient({target.path: newer})
+    ctrl, _ = injector(client, target)
+    ctrl.sync(target.key)  # the object's watch event brings the new password
+    assert client.gets == [target.path] and client.patches == []

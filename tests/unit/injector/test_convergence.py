@@ -18,10 +18,8 @@ from injector.controller import Caches, InjectorController, ReportLease
 from injector.targets import (
     INJECTED_ANNOTATION,
     VALIDATING_WEBHOOK,
-    Slot,
     injected_note,
     to_target,
-    value_digest,
 )
 from kube.client import ApiError, Client
 from tests.unit import pki
@@ -37,11 +35,12 @@ def fp(name: str) -> str:
     return next(iter(convergence.fingerprints(normalize_bundle(pem(name)))))
 
 
-def written_for(roots: list[str], *, selector: str | None = None) -> Any:
-    """A configuration as our write of `roots` left it (value and annotation)."""
+def written_for(roots: list[str], *, selector: str | None = None, edited: str | None = None) -> Any:
+    """A configuration as our write of `roots` left it (value and annotation), or with
+    its second caBundle `edited` since."""
     bundle = normalize_bundle("".join(pem(r) for r in roots))
     value = b64(bundle)
-    raw = webhook_config(ca_bundles=(value, value))
+    raw = webhook_config(ca_bundles=(value, value if edited is None else edited))
     expiry = min(pki.ca(r).cert.not_valid_after_utc.timestamp() for r in roots)
     raw["metadata"]["annotations"][INJECTED_ANNOTATION] = injected_note(
         value, convergence.fingerprints(bundle), expiry
@@ -63,8 +62,7 @@ def test_after_a_restart_an_empty_selection_keeps_its_expiry_and_is_counted() ->
 
 
 def test_content_changed_since_our_write_is_not_known_to_hold_anything() -> None:
-    target = written_for(["a"], selector=json.dumps({"name": "gone"}))
-    edited = dataclasses.replace(target, slots=(Slot("w0.example.com", value_digest("edited")),))
+    edited = written_for(["a"], selector=json.dumps({"name": "gone"}), edited=b64("edited"))
     ctrl, _, _, _ = controller([edited], [])
     ctrl.sync(edited.key)
     [status] = ctrl.statuses()

@@ -4,6 +4,7 @@ selection decides (no cache, no client)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import Any
 
@@ -15,7 +16,6 @@ from injector.targets import (
     API_SERVICE,
     CRD,
     VALIDATING_WEBHOOK,
-    Target,
     to_target,
     value_digest,
 )
@@ -66,7 +66,7 @@ def test_objects_that_cannot_carry_a_ca_bundle_say_why(kind: Any, raw: Any, frag
     target = to_target(kind, raw)
     assert target.not_applicable is not None and fragment in target.not_applicable
     decision = decisions.decide(
-        Target(**{**target.__dict__, "annotation": SELECT_ALL}), [ctb("b", ["a"])]
+        dataclasses.replace(target, annotation=SELECT_ALL), [ctb("b", ["a"])]
     )
     assert isinstance(decision, decisions.Invalid)
     assert decision.reason == decisions.REASON_NOT_APPLICABLE

@@ -1,0 +1,198 @@
+"""What a namespace tenant controls cannot make the injector's memory grow: the records it
+caches, and how it finds ConfigMaps bearing its mark label (which anyone may set)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tracemalloc
+from collections.abc import Mapping
+from typing import Any, cast
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from injector import configmaps
+from injector.controller import SELECTION_INDEX, Caches, InjectorController
+from injector.targets import (
+    FIELD_MANAGER,
+    INJECTED_ANNOTATION,
+    Target,
+    injected_note,
+    known_holding,
+    release_ops,
+)
+from kube.client import Client
+from tests.unit.fakes import FakeCache
+from tests.unit.injector.builders import SELECT_ALL, ctb
+
+MIB = 1 << 20
+
+
+def deep_size(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes a record holds: the object and everything it alone refers to (strings,
+    tuples, sets, nested records; shared singletons such as None and small ints count)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, str | bytes | int | float | bool) or obj is None:
+        return size
+    if isinstance(obj, Mapping):
+        return size + sum(deep_size(k, seen) + deep_size(v, seen) for k, v in obj.items())
+    if isinstance(obj, tuple | list | frozenset | set):
+        return size + sum(deep_size(item, seen) for item in obj)
+    for name in getattr(type(obj), "__slots__", ()):
+        size += deep_size(getattr(obj, name, None), seen)
+    if hasattr(obj, "__dict__"):
+        size += deep_size(vars(obj), seen)
+    return size
+
+
+def hostile_config_map(name: str = "trust", **meta: Any) -> dict[str, Any]:
+    """Every field a tenant may fill, at the most the API lets it write: an 8 KiB
+    `injected` note, a 1 KiB truststore password, thousands of managedFields entries (of
+    other appliers and claiming to be ours), 1 MiB of data."""
+    return {
+        "metadata": {
+            "name": name.ljust(253, "n"),
+            "namespace": "tenant",
+            "uid": "0f0f0f0f-0000-0000-0000-000000000000",
+            "resourceVersion": "123456789",
+            "labels": {configmaps.LABEL: "true"},
+            "annotations": {
+                configmaps.ANNOTATION: SELECT_ALL,
+                INJECTED_ANNOTATION: HOSTILE_NOTE,
+                configmaps.TRUSTSTORE_ANNOTATION: "t".ljust(253, "t"),
+                configmaps.TRUSTSTORE_PASSWORD_ANNOTATION: "p" * 1_024,
+                configmaps.DIGEST_ANNOTATION: "d" * 4_000,
+            },
+            "managedFields": HOSTILE_MANAGERS,
+            **meta,
+        },
+        "data": {"ca.crt": BIG, "app.conf": BIG},
+        "binaryData": {"t".ljust(253, "t"): "C" * 1_000},
+    }
+
+
+BIG = "A" * MIB
+HOSTILE_MANAGERS = [
+    *(
+        {
+            "manager": f"m{i:05d}".ljust(128, "x"),
+            "operation": "Apply",
+            "apiVersion": "v1",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {"f:ca.crt": {}}},
+        }
+        for i in range(1_500)
+    ),
+    *({"manager": FIELD_MANAGER, "operation": "Update"} for _ in range(1_500)),
+]
+HOSTILE_NOTE = json.dumps({"sha256": "0" * 64, "anchors": ["f" * 64] * 120, "notAfter": 1}).ljust(
+    8_192
+)
+
+
+def per_record(transform: Any, raws: list[dict[str, Any]]) -> float:
+    """Bytes allocated per record kept (what the informer's cache holds), measured."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        records = [transform(raw) for raw in raws]
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(records) == len(raws)
+    return held / len(raws)
+
+
+def test_a_tenant_config_maps_record_costs_at_most_2_kb_whatever_the_tenant_wrote() -> None:
+    """Digests of `injected` and of the password, a bounded count of managers, never the
+    bytes: the cost per tenant ConfigMap stays under 2 KB (10,000 of them: < 20 MiB)."""
+    raws = [hostile_config_map(f"trust-{i}") for i in range(50)]
+    cost = per_record(configmaps.to_target, raws)
+    assert cost <= 2_048, f"{cost:,.0f} bytes per record"
+
+
+def test_a_tenant_cannot_grow_the_record_through_managed_fields() -> None:
+    record = configmaps.to_target(hostile_config_map())
+    assert len(record.others) <= 8 and len(record.owned) <= 8
+    assert record.others[0].startswith("m00000")  # the conflict still names one
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    anchors=st.lists(st.text("0123456789abcdef", min_size=64, max_size=64), max_size=40),
+    not_after=st.integers(0, 2**40),
+)
+def test_what_a_written_note_says_is_held_survives_the_digest(
+    anchors: list[str], not_after: int
+) -> None:
+    """The record keeps what `injected` says the object holds in a compact form: the same
+    anchors and expiry come back (up to the bound; beyond it nothing is claimed)."""
+    note = injected_note("the value", frozenset(anchors), not_after)
+    raw = {
+        "metadata": {"name": "t", "annotations": {INJECTED_ANNOTATION: note}},
+        "data": {"ca.crt": "the value"},
+    }
+    held, until = known_holding(configmaps.to_target(raw))
+    if len(set(anchors)) <= 16:
+        assert (held, until) == (frozenset(anchors), float(not_after))
+    else:
+        assert held == frozenset()
+
+
+# the departed ConfigMaps: the mark label without the opt-in label -------------------------
+
+
+class NoLists:
+    """A client that may patch but never LIST (nor GET) anything."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, Any]] = []
+
+    def patch(self, path: str, body: Any, **_: Any) -> Any:
+        self.patches.append((path, body))
+        return {}
+
+    def get(self, path: str, *_: Any, **__: Any) -> Any:
+        raise AssertionError(f"read {path}: the injector reads tenant objects from informers")
+
+
+class NoEvents:
+    def warning(self, *_: Any) -> None:
+        pass
+
+
+def test_a_marked_config_map_without_the_opt_in_label_is_released_from_the_informer() -> None:
+    """Anyone may put the mark label on their ConfigMaps (1 MiB each): the injector learns
+    of them from a metadata-only streaming informer of small records, never from a LIST
+    of whole objects; each is released (mark removed, our entries dropped) once."""
+    raw = hostile_config_map()
+    raw["metadata"]["labels"] = {configmaps.MARK_LABEL: "true"}
+    raw["metadata"]["managedFields"] = [{"manager": FIELD_MANAGER, "operation": "Update"}]
+    departed = configmaps.departed_record(raw)
+    assert per_record(configmaps.departed_record, [raw] * 100) <= 1_024
+    targets = {
+        "ConfigMap": FakeCache[Target](
+            key=lambda t: f"{t.namespace}/{t.name}", indexers={SELECTION_INDEX: lambda t: []}
+        )
+    }
+    gone: FakeCache[Target] = FakeCache([departed], key=lambda t: f"{t.namespace}/{t.name}")
+    client = NoLists()
+    ctrl = InjectorController(
+        cast(Client, client),
+        Caches(targets, FakeCache([ctb("b", ["a"])], key=lambda b: b["metadata"]["name"]), gone),
+        NoEvents(),
+        registry=CollectorRegistry(),
+    )
+    keys = ctrl.resync()
+    assert keys == [departed.key]
+    for key in keys:
+        ctrl.sync(key)
+    assert client.patches == [(departed.path, release_ops(departed))]
+    assert {"op": "remove", "path": "/metadata/managedFields/0"} in release_ops(departed)
+    assert ctrl.metrics.count("ConfigMap", "released") == 1
