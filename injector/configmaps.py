@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from injector.targets import (
@@ -225,3 +226,24 @@ def patch_ops(target: Target, bundle: str, note: str, password: str = "") -> lis
                 guarded = True
             ops.append({"op": "add", "path": where, "value": dict(values)})
     return ops
+
+
+@dataclass(frozen=True)
+class ConfigMaps:
+    """Labelled ConfigMaps: the PEM in `ca.crt`, and a truststore when annotated."""
+
+    field: str = "ca.crt or the truststore key"
+
+    def value_of(self, bundle: str) -> str:
+        return bundle
+
+    def holds(self, target: Target, bundle: str, value: str) -> bool:
+        return is_current(target, bundle)
+
+    def write_ops(
+        self, target: Target, value: str, bundle: str, note: str, password: str
+    ) -> list[dict[str, Any]]:
+        return patch_ops(target, bundle, note, password)
+
+
+CONFIG_MAPS = ConfigMaps()

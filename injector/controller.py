@@ -34,7 +34,6 @@ for a bad annotation, or for a selection that matches nothing (Warning Events sa
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -48,15 +47,13 @@ from injector import configmaps, convergence
 from injector import decide as decisions
 from injector.metrics import InjectorMetrics
 from injector.targets import (
+    ALL_KINDS,
     CONFIG_MAP,
     FIELD_MANAGER,
     KINDS,
+    KINDS_BY_NAME,
     Kind,
     Target,
-    injected_note,
-    known_holding,
-    patch_ops,
-    release_ops,
     split_key,
     target_key,
     to_target,
@@ -68,7 +65,6 @@ from kube.factory import InformerFactory
 from kube.times import micro_time
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
-from trust.bundle import earliest_expiry
 from trust.consumers import bundle_record, text_digest
 
 log = logging.getLogger(__name__)
@@ -305,7 +301,7 @@ class InjectorController:
         """The convergence report annotation's value now (`injector.convergence.report`);
         `observedBundles` lists the bundles some annotated object may select (not every
         signer's: the annotation must stay small in a cluster with many)."""
-        kinds = [kind.kind for kind in (*KINDS, CONFIG_MAP)]
+        kinds = [kind.kind for kind in ALL_KINDS]
         observed = [
             bundle
             for bundle in self.bundles.list()
@@ -370,83 +366,57 @@ class InjectorController:
     # the sync ------------------------------------------------------------------------
 
     def sync(self, key: str) -> Requeue | None:
-        """Decide from the caches for one `<Kind>/<name>` key and write at most one JSON
-        patch. Raises `ApiError` (the loop retries)."""
+        """Read the caches for one `<Kind>/<name>` key, plan (`injector.decide.plan`), send
+        the plan's patches, record. Raises `ApiError` (the loop retries)."""
         kind, name = split_key(key)
         target = self.caches[kind.kind].get(name)
-        if target is None:
-            self.metrics.keep_expiry(key, None)
-            self._set_status(key, None)
-            departed = self.departed.get(name) if self.departed is not None else None
-            if departed is not None and kind is CONFIG_MAP:
-                self._release(kind, departed)
-            return None
-        ref = _ref(kind, target)
-        if target.annotation is not None and any(op == "Apply" for _, op in target.owned):
-            # An apply entry of ours from before JSON patches owns webhooks[].name keys:
-            # drop it (values stay) so the owner may rename and remove webhooks.
-            self._patch(kind, target, release_ops(target, "Apply"), ref)
-        bundles = self.bundles.list()
-        decision = decisions.decide(target, bundles)
-        held, held_until = known_holding(target)
-        if isinstance(decision, decisions.Inject):
-            self._warn_hash_named(ref, target)
-            self._inject(kind, target, decision, ref, held)
-            return None
-        settled = settle(kind, target, decision, bundles, held, held_until)
-        self.metrics.keep_expiry(key, settled.expiry)
-        self._set_status(key, settled.status)
-        if settled.warning is not None:
-            self.recorder.warning(ref, *settled.warning, "InjectCABundle")
-        if settled.result is not None:
-            self.metrics.observe(kind.kind, settled.result)
-        if isinstance(decision, decisions.Release):
-            self._release(kind, target)
+        departed = self.departed.get(name) if self.departed is not None else None
+        planned = decisions.plan(kind.kind, key, target, departed, self.bundles.list())
+        outcome = self._act(kind, planned)
+        self._record(planned, outcome)
         return None
 
-    def _warn_hash_named(self, ref: ObjectRef, target: Target) -> None:
-        # On a write only (not every resync): while it still resolves, say it will not.
-        selector = decisions.selector_of(target)
-        note = decisions.hash_named_note(selector) if selector is not None else None
-        if note is not None:
-            self.recorder.warning(ref, decisions.REASON_HASH_NAMED, note, "InjectCABundle")
+    def _act(self, kind: Kind, planned: decisions.Plan) -> str:
+        """Send the plan's patches: `none` when it has none, else the last one's outcome
+        (`_patch`)."""
+        target = planned.target
+        if target is None:
+            return "none"
+        if planned.cleanup is not None:
+            # An apply entry of ours from before JSON patches owns webhooks[].name keys:
+            # drop it (values stay) so the owner may rename and remove webhooks.
+            self._patch(kind, target, planned.cleanup)
+        if planned.release is not None:
+            return self._patch(kind, target, planned.release)
+        write = planned.write
+        if write is None:
+            return "none"
+        self._set_status(planned.key, planned.pending)  # until the write lands
+        password = self._password(target)
+        if password is None:
+            return "guard"  # changed since the cache saw it: its watch event re-drives it
+        shape = decisions.SHAPES[kind.kind]
+        ops = shape.write_ops(target, write.value, write.bundle, write.note, password)
+        return self._patch(kind, target, ops)
 
-    def _inject(
-        self,
-        kind: Kind,
-        target: Target,
-        decision: decisions.Inject,
-        ref: ObjectRef,
-        held: frozenset[str],
-    ) -> None:
-        # No Normal Event per write: a rotation re-writes every injected object at once,
-        # and an Event each would double the writes under --kube-api-qps (the log line
-        # and cabundle_injector_sync_total{result="injected"} record it).
-        fps = convergence.fingerprints(decision.bundle)
-        expiry = earliest_expiry(decision.bundle).timestamp()
-        note = injected_note(decision.ca_bundle, fps, expiry)
-        if kind is CONFIG_MAP:
-            password = self._password(target)
-            if password is None:
-                return  # changed since the cache saw it: its watch event re-drives it
-            ops = configmaps.patch_ops(target, decision.bundle, note, password)
-        else:
-            ops = patch_ops(target, decision.ca_bundle, note)
-        stale = convergence.Status(kind.kind, "stale", fps, held)
-        self._set_status(target.key, stale)  # until the write lands (or if it raises)
-        outcome = self._patch(kind, target, ops, ref)
-        if outcome == "refused":
-            self._set_status(target.key, dataclasses.replace(stale, blocked=True))
-        if outcome != "applied":
-            return
-        self._set_status(target.key, convergence.Status(kind.kind, "current", fps, fps))
-        self.metrics.keep_expiry(target.key, expiry)
-        self.metrics.observe(kind.kind, "injected")
-        slots = len(target.slots)
-        log.info(
-            "injected caBundle",
-            extra={"object": target.key, "slots": slots, "bundles": decision.sources},
-        )
+    def _record(self, planned: decisions.Plan, outcome: str) -> None:
+        """Status, expiry, the result's count, the Warning Events and a log line of a
+        write or release that landed. No Normal Event per write: a rotation re-writes
+        every injected object at once, and an Event each would double the writes under
+        --kube-api-qps (the log line and the `injected` count record it)."""
+        self._set_status(planned.key, planned.after(outcome))
+        landed = outcome in ("applied", "none")
+        if landed:
+            self.metrics.keep_expiry(planned.key, planned.expiry)
+        if landed and planned.result is not None:
+            self.metrics.observe(planned.kind, planned.result)
+        target = planned.target
+        if target is not None:
+            ref = _ref(target)
+            for reason, note in planned.warnings:
+                self.recorder.warning(ref, reason, note, "InjectCABundle")
+        if outcome == "applied":
+            log.info(f"{planned.result} caBundle", extra={"object": planned.key})
 
     def _password(self, target: Target) -> str | None:
         """A truststore's password, read from the object (the record keeps its digest):
@@ -464,7 +434,7 @@ class InjectorController:
         password = str(annotations.get(configmaps.TRUSTSTORE_PASSWORD_ANNOTATION) or "")
         return password if text_digest(password) == store.password_digest else None
 
-    def _patch(self, kind: Kind, target: Target, ops: list[JSON], ref: ObjectRef) -> str:
+    def _patch(self, kind: Kind, target: Target, ops: list[JSON]) -> str:
         """One JSON patch under our field manager: `applied`, or why it was not: `gone`
         (404, or 409: deleted and re-created), `guard` (a `test` failed, 422 without
         causes: it changed since the cache saw it, and its watch event re-drives it), or
@@ -484,7 +454,7 @@ class InjectorController:
             if err.status == 422:
                 if _causes(err):
                     self.recorder.warning(
-                        ref,
+                        _ref(target),
                         decisions.REASON_REFUSED,
                         f"the API refused the write: {str(err)[:512]}; nothing injected "
                         "until the object changes",
@@ -495,62 +465,6 @@ class InjectorController:
                 return "guard"
             raise
         return "applied"
-
-    def _release(self, kind: Kind, target: Target) -> None:
-        """Give up every field our manager owns on an object we no longer manage: remove
-        our managedFields entries, keep every value (`targets.release_ops`)."""
-        if self._patch(kind, target, release_ops(target), _ref(kind, target)) != "applied":
-            return
-        self.metrics.observe(kind.kind, "released")
-        log.info("released fields", extra={"object": target.key})
-
-
-@dataclass(frozen=True)
-class Settled:
-    """What a decision that writes nothing leaves behind: the object's convergence status
-    (None: not ours to report), the expiry gauge's value, the sync result to count and
-    the Warning Event to record (reason, note)."""
-
-    status: convergence.Status | None
-    expiry: float | None = None
-    result: str | None = None
-    warning: tuple[str, str] | None = None
-
-
-def settle(
-    kind: Kind,
-    target: Target,
-    decision: decisions.Decision,
-    bundles: list[JSON],
-    held: frozenset[str],
-    held_until: float | None,
-) -> Settled:
-    """The bookkeeping of every decision but `Inject` (which writes first), in one place."""
-    match decision:
-        case decisions.Invalid(reason=reason, message=message):
-            # What it would select, were it writable (an immutable ConfigMap): a blocked
-            # holder of those anchors, not a silent one.
-            selection = decisions.decide(dataclasses.replace(target, not_applicable=None), bundles)
-            selecting = (
-                convergence.fingerprints(selection.bundle)
-                if isinstance(selection, decisions.Inject | decisions.UpToDate)
-                else frozenset()
-            )
-            status = convergence.Status(kind.kind, "invalid", selecting, held, blocked=True)
-            return Settled(status, held_until, "invalid", (reason, message))
-        case decisions.Empty(message=message):
-            status = convergence.Status(kind.kind, "empty", holding=held)
-            return Settled(status, held_until, "empty", (decisions.REASON_EMPTY, message))
-        case decisions.UpToDate(bundle=bundle):
-            fps = convergence.fingerprints(bundle)
-            status = convergence.Status(kind.kind, "current", fps, fps)
-            return Settled(status, earliest_expiry(bundle).timestamp(), "unchanged")
-        case decisions.Conflict(bundle=bundle, message=message):
-            status = convergence.Status(
-                kind.kind, "conflicting", convergence.fingerprints(bundle), held, True
-            )
-            return Settled(status, held_until, "conflict", (decisions.REASON_CONFLICT, message))
-    return Settled(None)  # Ignore, Release: no longer ours to report
 
 
 def _transform_for(kind: Kind) -> Callable[[JSON], Target]:
@@ -565,5 +479,6 @@ def _causes(err: ApiError) -> bool:
     return isinstance(details, Mapping) and bool(details.get("causes"))
 
 
-def _ref(kind: Kind, target: Target) -> ObjectRef:
+def _ref(target: Target) -> ObjectRef:
+    kind = KINDS_BY_NAME[target.kind]
     return ObjectRef(kind.kind, target.namespace, target.name, target.uid, kind.api_version)

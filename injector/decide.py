@@ -31,15 +31,27 @@ write beside it (`injector.configmaps`): tenant bytes are never parsed here.
 
 from __future__ import annotations
 
-import base64
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from injector import configmaps
-from injector.targets import ANNOTATION, CONFIG_MAP, MAX_ANNOTATION, Target, is_current
-from trust.bundle import BundleError, hash_named_stable_name
+from injector.convergence import Status, fingerprints
+from injector.targets import (
+    ANNOTATION,
+    CA_BUNDLES,
+    CONFIG_MAP,
+    KINDS,
+    MAX_ANNOTATION,
+    Shape,
+    Target,
+    injected_note,
+    known_holding,
+    release_ops,
+)
+from trust.bundle import BundleError, earliest_expiry, hash_named_stable_name
 from trust.selector import (
     ClusterTrustBundleSelector,
     SelectorError,
@@ -71,6 +83,9 @@ class Release:
 class Invalid:
     reason: str
     message: str
+    bundle: str = ""
+    """What a valid selector resolves to on an object that cannot carry it (an immutable
+    ConfigMap): a blocked holder of those anchors, not a silent one."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +115,9 @@ class Inject:
     or `bundle` itself for a ConfigMap."""
     sources: int
     """How many ClusterTrustBundles were unified."""
+    hashed: str | None = None
+    """Why its `name` selector on a hash-named bundle will stop working, or None: that
+    name changes with the bundle's content, so a rotation deletes it (reference.md §4)."""
 
 
 Decision = Ignore | Release | Invalid | Empty | UpToDate | Conflict | Inject
@@ -132,10 +150,63 @@ def bundle_keys(bundle: Mapping[str, Any]) -> list[str]:
     return keys
 
 
+SHAPES: Mapping[str, Shape] = {
+    **{kind.kind: CA_BUNDLES for kind in KINDS},
+    CONFIG_MAP.kind: configmaps.CONFIG_MAPS,
+}
+"""Each kind's `Shape`: what differs between kinds, in one place."""
+
+
 def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
-    """The outcome for `target` given every cached ClusterTrustBundle."""
-    if target.annotation is None:
+    """The outcome for `target` given every cached ClusterTrustBundle; the selector is
+    parsed once."""
+    parsed = _parse(target)
+    if parsed is None:
         return Release() if target.managed else Ignore()
+    if isinstance(parsed, Invalid):
+        return parsed
+    selector = parsed
+    shape = SHAPES[target.kind]
+    chosen = [b for b in bundles if selector.matches(b)]
+    try:
+        bundle = resolve_selector(chosen, selector, allow_missing=True)
+    except BundleError as err:
+        return Invalid(REASON_INVALID_SELECTOR, f"the selected ClusterTrustBundles: {err}")
+    stable = hash_named_stable_name(selector.name) if selector.name is not None else None
+    hashed = (
+        f"{selector.name} is a hash-named ClusterTrustBundle, deleted when its content "
+        f"changes (a CA rotation); select {json.dumps({'name': stable})} (updated in place) "
+        "or by signerName instead"
+        if stable is not None
+        else None
+    )
+    if target.not_applicable is not None:
+        return Invalid(REASON_NOT_APPLICABLE, f"{target.not_applicable}; nothing injected", bundle)
+    if not bundle:
+        return Empty(
+            selector,
+            f"selector {json.dumps(selector.to_json(), separators=(',', ':'), sort_keys=True)} "
+            "matches no ClusterTrustBundle; "
+            f"the current {shape.field.split()[0]} is kept" + (f"; {hashed}" if hashed else ""),
+        )
+    value = shape.value_of(bundle)
+    if shape.holds(target, bundle, value):
+        return UpToDate(bundle)
+    if target.others:
+        return Conflict(
+            bundle,
+            target.others,
+            f"field manager(s) {', '.join(target.others)} apply {shape.field} too; the "
+            "injector does not force over another manager's configuration: remove the field "
+            f"from that configuration, or remove the annotation {ANNOTATION}",
+        )
+    return Inject(bundle, value, len(chosen), hashed)
+
+
+def _parse(target: Target) -> ClusterTrustBundleSelector | Invalid | None:
+    """The selector (parsed once per sync), why it is invalid, or None (no annotation)."""
+    if target.annotation is None:
+        return None
     if len(target.annotation) > MAX_ANNOTATION:
         return Invalid(
             REASON_INVALID_SELECTOR,
@@ -143,59 +214,124 @@ def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
             "the object is left unchanged",
         )
     try:
-        selector = parse_selector_json(target.annotation)
+        return parse_selector_json(target.annotation)
     except SelectorError as err:
         return Invalid(
             REASON_INVALID_SELECTOR,
             f"annotation {ANNOTATION}: {err}; the object is left unchanged",
         )
-    if target.not_applicable is not None:
-        return Invalid(REASON_NOT_APPLICABLE, f"{target.not_applicable}; nothing injected")
-    candidates = list(bundles)
-    chosen = [b for b in candidates if selector.matches(b)]
-    try:
-        bundle = resolve_selector(chosen, selector, allow_missing=True)
-    except BundleError as err:
-        return Invalid(REASON_INVALID_SELECTOR, f"the selected ClusterTrustBundles: {err}")
-    if not bundle:
-        hashed = hash_named_note(selector)
-        return Empty(
-            selector,
-            f"selector {_compact(selector)} matches no ClusterTrustBundle; "
-            f"the current {'ca.crt' if target.kind == CONFIG_MAP.kind else 'caBundle'} is kept"
-            + (f"; {hashed}" if hashed else ""),
-        )
-    if target.kind == CONFIG_MAP.kind:
-        value, current = bundle, configmaps.is_current(target, bundle)
-    else:
-        value = base64.b64encode(bundle.encode("ascii")).decode("ascii")
-        current = is_current(target, value)
-    if current:
-        return UpToDate(bundle)
-    if target.others:
-        field = "ca.crt or the truststore key" if target.kind == CONFIG_MAP.kind else "caBundle"
-        return Conflict(
-            bundle,
-            target.others,
-            f"field manager(s) {', '.join(target.others)} apply {field} too; the injector "
-            "does not force over another manager's configuration: remove the field from "
-            f"that configuration, or remove the annotation {ANNOTATION}",
-        )
-    return Inject(bundle, value, len(chosen))
 
 
-def hash_named_note(selector: ClusterTrustBundleSelector) -> str | None:
-    """Why a `name` selector on a hash-named bundle stops working, or None: that name
-    changes with the bundle's content, so a rotation deletes it (docs/reference.md §4)."""
-    stable = hash_named_stable_name(selector.name) if selector.name is not None else None
-    if stable is None:
-        return None
-    return (
-        f"{selector.name} is a hash-named ClusterTrustBundle, deleted when its content "
-        f"changes (a CA rotation); select {json.dumps({'name': stable})} (updated in place) "
-        "or by signerName instead"
+@dataclass(frozen=True)
+class Write:
+    """A write of `value` (the bundle `bundle`) and our `note` beside it: the act builds
+    its JSON patch with `Shape.write_ops` once it has any truststore's password."""
+
+    value: str
+    bundle: str
+    note: str
+    sources: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one sync does for one key: the patches to send (an old apply entry of
+    ours to drop first, a write, or a release), and what to record — the object's
+    convergence status once the act is done (or while a write is in flight, or after the
+    API refused it), the expiry gauge's value, the result to count, the Warning Events.
+    `target` is the record written to (None: nothing to write)."""
+
+    kind: str
+    key: str
+    target: Target | None = None
+    status: Status | None = None
+    expiry: float | None = None
+    result: str | None = None
+    warnings: tuple[tuple[str, str], ...] = ()
+    cleanup: list[dict[str, Any]] | None = None
+    write: Write | None = None
+    release: list[dict[str, Any]] | None = None
+    pending: Status | None = None
+    """The status while the write is in flight, and after it failed."""
+
+    def after(self, outcome: str) -> Status | None:
+        """The status to keep once the act ended with `outcome` (`applied`, `none`,
+        `refused`, or anything else: the write did not land)."""
+        if outcome in ("applied", "none") or self.pending is None:
+            return self.status
+        return dataclasses.replace(self.pending, blocked=outcome == "refused")
+
+
+def plan(
+    kind: str, key: str, target: Target | None, departed: Target | None, bundles: list[Any]
+) -> Plan:
+    """The whole of one sync's decision (pure): for an object gone from its cache (forget
+    it; release a departed ConfigMap), or for `target` given every cached bundle."""
+    if target is None:
+        released = departed is not None and kind == CONFIG_MAP.kind
+        return Plan(
+            kind,
+            key,
+            departed if released else None,
+            release=release_ops(departed) if released and departed is not None else None,
+            result="released" if released else None,
+        )
+    held, held_until = known_holding(target)
+    release = release_ops(target)
+    cleanup = (
+        release_ops(target, "Apply")
+        if target.annotation is not None and any(op == "Apply" for _, op in target.owned)
+        else None
     )
-
-
-def _compact(selector: ClusterTrustBundleSelector) -> str:
-    return json.dumps(selector.to_json(), separators=(",", ":"), sort_keys=True)
+    base = Plan(kind, key, target, cleanup=cleanup)
+    match decide(target, bundles):
+        case Inject(bundle=bundle, ca_bundle=value, sources=sources, hashed=hashed):
+            fps = fingerprints(bundle)
+            expiry = earliest_expiry(bundle).timestamp()
+            return dataclasses.replace(
+                base,
+                status=Status(kind, "current", fps, fps),
+                pending=Status(kind, "stale", fps, held),
+                expiry=expiry,
+                result="injected",
+                warnings=((REASON_HASH_NAMED, hashed),) if hashed else (),
+                write=Write(value, bundle, injected_note(value, fps, expiry), sources),
+            )
+        case Invalid(reason=reason, message=message, bundle=bundle):
+            selecting = fingerprints(bundle) if bundle else frozenset()
+            status = Status(kind, "invalid", selecting, held, blocked=True)
+            return dataclasses.replace(
+                base,
+                status=status,
+                expiry=held_until,
+                result="invalid",
+                warnings=((reason, message),),
+            )
+        case Empty(message=message):
+            return dataclasses.replace(
+                base,
+                status=Status(kind, "empty", holding=held),
+                expiry=held_until,
+                result="empty",
+                warnings=((REASON_EMPTY, message),),
+            )
+        case UpToDate(bundle=bundle):
+            fps = fingerprints(bundle)
+            return dataclasses.replace(
+                base,
+                status=Status(kind, "current", fps, fps),
+                expiry=earliest_expiry(bundle).timestamp(),
+                result="unchanged",
+            )
+        case Conflict(bundle=bundle, message=message):
+            status = Status(kind, "conflicting", fingerprints(bundle), held, True)
+            return dataclasses.replace(
+                base,
+                status=status,
+                expiry=held_until,
+                result="conflict",
+                warnings=((REASON_CONFLICT, message),),
+            )
+        case Release():
+            return dataclasses.replace(base, release=release, result="released")
+    return base  # Ignore: not ours

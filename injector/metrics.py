@@ -31,7 +31,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from injector import convergence
-from injector.targets import CONFIG_MAP, KINDS
+from injector.targets import ALL_KINDS
 
 RESULTS = ("injected", "unchanged", "invalid", "empty", "released", "conflict", "refused")
 
@@ -46,7 +46,7 @@ class InjectorMetrics:
             ["kind", "result"],
             registry=registry,
         )
-        for kind in (*KINDS, CONFIG_MAP):
+        for kind in ALL_KINDS:
             for result in RESULTS:
                 self.syncs.labels(kind.kind, result)
         self._expiry = Gauge(
@@ -102,7 +102,7 @@ class _ObjectCounts(Collector):
             "conflicting (not holding the anchors their selection picks now).",
             labels=["kind", "state"],
         )
-        kinds = [kind.kind for kind in (*KINDS, CONFIG_MAP)]
+        kinds = [kind.kind for kind in ALL_KINDS]
         for kind, row in sorted(convergence.counts(self.statuses(), kinds).items()):
             for state, value in row.items():
                 family.add_metric([kind, state], value)

@@ -32,12 +32,13 @@ What it decides (pure; no client):
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from trust.consumers import ANNOTATION as ANNOTATION
@@ -92,7 +93,9 @@ CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", namespaced=True)
 
 KINDS: tuple[Kind, ...] = (VALIDATING_WEBHOOK, MUTATING_WEBHOOK, API_SERVICE, CRD)
 """The kinds with caBundle fields, each watched whole (there are few of them)."""
-KINDS_BY_NAME: Mapping[str, Kind] = {k.kind: k for k in (*KINDS, CONFIG_MAP)}
+ALL_KINDS: tuple[Kind, ...] = (*KINDS, CONFIG_MAP)
+"""Every kind the injector writes: the list, once (metrics, the report, the caches)."""
+KINDS_BY_NAME: Mapping[str, Kind] = {k.kind: k for k in ALL_KINDS}
 
 
 INJECTED_ANNOTATION = "service-serving-signer/injected"
@@ -422,3 +425,48 @@ def _add(path: str, value: Any) -> dict[str, Any]:
 def pointer(key: str) -> str:
     """One JSON-pointer segment (RFC 6901) for a map key."""
     return key.replace("~", "~0").replace("/", "~1")
+
+
+class Shape(Protocol):
+    """What differs between the kinds, on the kind: caBundle fields (`CA_BUNDLES`, here)
+    or a ConfigMap's keys (`injector.configmaps.CONFIG_MAPS`)."""
+
+    @property
+    def field(self) -> str:
+        """What a message calls the field written."""
+        ...
+
+    def value_of(self, bundle: str) -> str:
+        """What every slot holds for `bundle`."""
+        ...
+
+    def holds(self, target: Target, bundle: str, value: str) -> bool:
+        """The object's fields are exactly what a write of `bundle` leaves."""
+        ...
+
+    def write_ops(
+        self, target: Target, value: str, bundle: str, note: str, password: str
+    ) -> list[dict[str, Any]]:
+        """The JSON patch of a write (`password`: a ConfigMap truststore's, read by the act)."""
+        ...
+
+
+@dataclass(frozen=True)
+class CaBundles:
+    """The four kinds with caBundle fields: base64 of the bundle in every slot."""
+
+    field: str = "caBundle"
+
+    def value_of(self, bundle: str) -> str:
+        return base64.b64encode(bundle.encode("ascii")).decode("ascii")
+
+    def holds(self, target: Target, bundle: str, value: str) -> bool:
+        return is_current(target, value)
+
+    def write_ops(
+        self, target: Target, value: str, bundle: str, note: str, password: str
+    ) -> list[dict[str, Any]]:
+        return patch_ops(target, value, note)
+
+
+CA_BUNDLES = CaBundles()
