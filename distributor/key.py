@@ -17,7 +17,8 @@ bytes in the Secret `KEY_SECRET` (data key `KEY_FIELD`) in the injector's namesp
   point — and its copies are then never updated or deleted (docs/trust-consumers.md says
   how to clean up).
 * **Reads.** One GET, kept for `ttl` seconds (a key restored by an administrator is used
-  within that), never on a metrics scrape.
+  within that; while there is none, retried every `retry` seconds), never on a metrics
+  scrape.
 """
 
 from __future__ import annotations
@@ -43,35 +44,46 @@ class SecretKey:
     """`get()`: the key as text ("" while there is none: nothing is distributed)."""
 
     def __init__(
-        self, client: Client, namespace: str, name: str = KEY_SECRET, *, ttl: float = 300.0
+        self,
+        client: Client,
+        namespace: str,
+        name: str = KEY_SECRET,
+        *,
+        ttl: float = 300.0,
+        retry: float = 10.0,
     ) -> None:
         self.client = client
         self.path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
         self.ttl = ttl
+        self.retry = min(retry, ttl)
         self._lock = threading.Lock()
         self._key = ""
+        self._error: ApiError | None = None
         self._read_at = float("-inf")
 
-    def cached(self) -> str:
-        """The last key read (no request)."""
-        return self._key
-
     def get(self) -> str:
+        """The key, read at most once per `ttl` (once per `retry` while there is none, so
+        ten thousand namespaces' syncs cost one GET, not one each). A refusal other than
+        NotFound (RBAC missing after an upgrade) is raised to every sync until the next
+        read: the syncs fail loudly, without a GET each."""
         with self._lock:
-            if self._key and time.monotonic() - self._read_at < self.ttl:
+            if time.monotonic() - self._read_at < (self.ttl if self._key else self.retry):
+                if self._error is not None:
+                    raise self._error
                 return self._key
+            self._read_at = time.monotonic()
+            self._key, self._error = "", None
             try:
                 self._key = self._read_or_fill()
             except ApiError as err:
                 if not is_not_found(err):
+                    self._error = err
                     raise
                 log.warning(
                     "the distribution key Secret does not exist; nothing distributed "
                     "(config/injector-distribution ships it)",
                     extra={"object": self.path},
                 )
-                self._key = ""
-            self._read_at = time.monotonic()
             return self._key
 
     def _read_or_fill(self) -> str:

@@ -571,3 +571,26 @@ def test_a_write_whose_precondition_failed_judges_the_namespace_again(write: str
     ctrl = running(api, [stale], [config()] if write == "patch" else [])
     assert ctrl.sync("apps") == Requeue()
     assert ctrl.metrics.count("deleted") == ctrl.metrics.count("updated") == 0
+
+
+@pytest.mark.parametrize("answer", ["missing", "forbidden", "present"])
+def test_the_key_is_read_once_for_many_syncs_whatever_the_answer(answer: str) -> None:
+    """Ten thousand namespaces' syncs cost one GET of the key Secret, not one each, also
+    while it is missing or refused; a refusal fails every sync (loudly) until re-read."""
+    api = ApiServer(secret=answer != "missing")
+    if answer == "forbidden":
+        real_get = api.get
+
+        def forbidden(path: str, params: Any = None) -> Any:
+            real_get(path, params)  # counted
+            raise ApiError(403, "Forbidden", {"reason": "Forbidden", "message": "RBAC"})
+
+        api.get = forbidden  # type: ignore[method-assign]
+    ctrl = running(api, [])
+    for _ in range(100):
+        if answer == "forbidden":
+            with pytest.raises(ApiError):
+                ctrl.sync("apps")
+        else:
+            ctrl.sync("apps")
+    assert api.reads == 1
