@@ -320,6 +320,19 @@ def test_a_tenant_label_cannot_make_the_distributor_delete_or_overwrite(
         # The configuration goes, and the namespace stops matching: nothing is deleted.
         client.delete(f"/api/v1/namespaces/{namespace}/configmaps/trust")
         client.patch(f"/api/v1/namespaces/{tenant}", {"metadata": {"labels": {"trust": "no"}}})
+
+        # Judged once the caches hold both changes (not merely an idle queue).
+        def cached() -> bool:
+            seen = running.controller.namespaces.get(tenant)
+            return not running.controller.configs.list() and (
+                seen is not None and dict(seen.labels).get("trust") == "no"
+            )
+
+        eventually(
+            cached,
+            timeout=30,
+            what="the caches to hold both changes",
+        )
         eventually(running.controller.queue.idle, timeout=30)
         for key in running.controller.every_namespace():
             running.controller.sync(key)
@@ -405,6 +418,11 @@ def test_a_mark_computed_from_readable_data_owns_nothing(
 
         eventually(reported, timeout=30, what="ConfigMapNotOurs")
         client.delete(f"/api/v1/namespaces/{namespace}/configmaps/trust")
+        eventually(
+            lambda: not running.controller.configs.list(),
+            timeout=30,
+            what="the cache to lose the configuration",
+        )
         eventually(running.controller.queue.idle, timeout=30)
         for key in running.controller.every_namespace():
             running.controller.sync(key)
@@ -459,6 +477,7 @@ def test_copies_stay_ours_when_the_injectors_namespace_is_re_created_with_its_ke
     )
     configuration(client, home, "trust", "service-ca.crt", selector, team)
     with RunningDistributor(client, home) as running:
+        # The copy was judged: every namespace from the first list is synced once.
         eventually(running.controller.queue.idle, timeout=30)
         assert client.get(copy_path)["metadata"]["uid"] == made
         assert running.controller.metrics.count("not_ours") == 0
