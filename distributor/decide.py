@@ -88,6 +88,10 @@ class Distribution:
     problem: str | None = None
     """Why the configuration cannot be acted on (nothing is created; copies are kept)."""
 
+    @property
+    def annotations_digest(self) -> str:
+        return annotations_digest(self.annotations)
+
     def matches(self, labels: Mapping[str, str]) -> bool:
         if not self.namespace_selector:
             return True
@@ -110,7 +114,9 @@ class Copy:
     name: str
     uid: str
     distributed_from: str
-    annotations: Pairs
+    annotations_digest: str
+    """`annotations_digest` of its copied annotations (anyone may put `FROM_LABEL` on a
+    ConfigMap with up to 256 KiB of annotations: the record keeps 64 characters)."""
     labelled: bool = True
     """It still carries the opt-in label of `injector.configmaps` (without it the
     ConfigMap target releases `ca.crt`)."""
@@ -203,8 +209,8 @@ def to_copy(raw: Mapping[str, Any]) -> Copy:
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
         distributed_from=str((meta.get("labels") or {}).get(FROM_LABEL, ""))[:253],
-        annotations=_pairs(
-            {k: str(annotations[k])[:4097] for k in COPIED_ANNOTATIONS if k in annotations}
+        annotations_digest=annotations_digest(
+            _pairs({k: annotations[k] for k in COPIED_ANNOTATIONS if k in annotations})
         ),
         labelled=consumers.is_selected(raw),
         mark=mark[:64] if isinstance(mark, str) else "",
@@ -285,7 +291,7 @@ def plan(
             actions.append(Delete(copy))
         else:
             have.add(copy.name)
-            if copy.annotations != want.annotations or not copy.labelled:
+            if copy.annotations_digest != want.annotations_digest or not copy.labelled:
                 actions.append(Update(want, copy))
     actions.extend(Create(d) for name, d in wanted.items() if name not in have)
     return actions
@@ -334,6 +340,11 @@ def annotations_patch(distribution: Distribution, copy: Copy) -> dict[str, Any]:
             "annotations": {key: wanted.get(key) for key in COPIED_ANNOTATIONS},
         }
     }
+
+
+def annotations_digest(pairs: Pairs) -> str:
+    """SHA-256 of the copied annotations (what a copy's record keeps and `plan` compares)."""
+    return hashlib.sha256(json.dumps(pairs, separators=(",", ":")).encode()).hexdigest()
 
 
 def _pairs(mapping: Mapping[str, Any]) -> Pairs:

@@ -594,3 +594,39 @@ def test_the_key_is_read_once_for_many_syncs_whatever_the_answer(answer: str) ->
         else:
             ctrl.sync("apps")
     assert api.reads == 1
+
+
+def test_a_config_map_bearing_the_label_costs_a_small_record_whatever_it_holds() -> None:
+    """Anyone may put `distributed-from` on a ConfigMap; the copies informer caches it.
+    Its copied annotations (up to 256 KiB in all) are kept as a digest."""
+    huge = {k: "x" * 80_000 for k in distribute.COPIED_ANNOTATIONS}
+    record = to_copy(
+        {
+            "metadata": {
+                "name": "n" * 253,
+                "namespace": "s" * 63,
+                "uid": "u" * 36,
+                "resourceVersion": "9" * 20,
+                "labels": {distribute.FROM_LABEL: "f" * 63},
+                "annotations": {**huge, distribute.MARK_ANNOTATION: "m" * 5000},
+            },
+            "data": {"blob": "y" * 1_000_000},
+        }
+    )
+    assert len(repr(record)) < 2048
+    # A change of any copied annotation is still seen.
+    other = to_copy(
+        {
+            "metadata": {
+                "name": "n",
+                "labels": {distribute.FROM_LABEL: "f"},
+                "annotations": {**huge, ANNOTATION: "changed"},
+            }
+        }
+    )
+    assert (
+        other.annotations_digest
+        != to_copy(
+            {"metadata": {"name": "n", "labels": {distribute.FROM_LABEL: "f"}, "annotations": huge}}
+        ).annotations_digest
+    )
