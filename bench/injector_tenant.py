@@ -382,6 +382,7 @@ class Run:
         proc, metrics, watch = self.start(workdir, home)
         time.sleep(SETTLE)
         baseline = rss_bytes(proc.pid)
+        seen = empty_syncs(metrics)  # an earlier checkout's ConfigMaps, synced at start
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         managers = [
             {
@@ -404,28 +405,30 @@ class Run:
             made["metadata"].update(hostile_meta(f"bloat-{i}", nothing))
             client.replace(f"{CM.format(tenant)}/bloat-{i}", made)
 
-        parallel(bloat, args.bloated, threads=4)
-        self.result["bloated_synced_seconds"] = wait_for(
-            lambda: empty_syncs(metrics) >= args.bloated, 120
-        )
-        time.sleep(SETTLE)
-        bloated = rss_bytes(proc.pid)
-        self.result["bloated_bytes_each"] = round((bloated - baseline) / args.bloated)
-        print(json.dumps({"partial": self.result}), file=sys.stderr, flush=True)
-
         def create(i: int) -> None:
             client.create(
                 CM.format(tenant),
                 {"metadata": hostile_meta(f"t-{i}", nothing), "data": {"app.conf": "x"}},
             )
 
+        # The records first, in a fresh process: memory freed by decoding big objects
+        # would otherwise be reused by them and hide their cost.
         started = time.monotonic()
         parallel(create, args.tenants, threads=8)
         self.result["tenants_create_seconds"] = round(time.monotonic() - started, 1)
-        total = args.bloated + args.tenants
-        self.result["tenants_synced_seconds"] = wait_for(lambda: empty_syncs(metrics) >= total, 600)
+        self.result["tenants_synced_seconds"] = wait_for(
+            lambda: empty_syncs(metrics) >= seen + args.tenants, 600
+        )
         time.sleep(SETTLE)
-        self.result["tenant_bytes_each"] = round((rss_bytes(proc.pid) - bloated) / args.tenants)
+        tenants = rss_bytes(proc.pid)
+        self.result["tenant_bytes_each"] = round((tenants - baseline) / args.tenants)
+        parallel(bloat, args.bloated, threads=4)
+        self.result["bloated_synced_seconds"] = wait_for(
+            lambda: empty_syncs(metrics) >= seen + args.tenants + args.bloated, 120
+        )
+        time.sleep(SETTLE)
+        self.result["bloated_bytes_each"] = round((rss_bytes(proc.pid) - tenants) / args.bloated)
+        print(json.dumps({"partial": self.result}), file=sys.stderr, flush=True)
         self.stop(proc, watch)
 
 
@@ -465,8 +468,8 @@ def metadata_main(args: argparse.Namespace) -> dict[str, Any]:
             run = Run(plane, client, source)
             home = create_namespace(client, f"injector-{label}")
             with tempfile.TemporaryDirectory(prefix="injector-tenant-") as tmp:
-                run.mark_through_restart(Path(tmp), home, args)
                 run.records(Path(tmp), home, args)
+                run.mark_through_restart(Path(tmp), home, args)
             for key, value in list(run.result.items()):
                 if key.endswith("_mib"):
                     run.result[key] = round(value, 1)

@@ -57,6 +57,7 @@ from injector.targets import (
     split_key,
     target_key,
     to_target,
+    value_digest,
 )
 from kube.client import ApiError, Client, is_conflict, is_not_found
 from kube.controller import Cache, Loop, Requeue
@@ -207,6 +208,9 @@ class InjectorController:
         self._status_lock = threading.Lock()
         self._status_changed = threading.Event()
         self.metrics.count_objects(self.statuses)
+        # The last refused write per key (`decide.Refusal`); only the worker syncing the
+        # key touches its entry (the queue gives a key to one worker at a time).
+        self._refusals: dict[str, decisions.Refusal] = {}
         self.loop = Loop(
             self.name,
             self.sync,
@@ -371,7 +375,8 @@ class InjectorController:
         kind, name = split_key(key)
         target = self.caches[kind.kind].get(name)
         departed = self.departed.get(name) if self.departed is not None else None
-        planned = decisions.plan(kind.kind, key, target, departed, self.bundles.list())
+        refusal = self._refusals.get(key)
+        planned = decisions.plan(kind.kind, key, target, departed, self.bundles.list(), refusal)
         outcome = self._act(kind, planned)
         self._record(planned, outcome)
         return None
@@ -387,7 +392,7 @@ class InjectorController:
             # drop it (values stay) so the owner may rename and remove webhooks.
             self._patch(kind, target, planned.cleanup)
         if planned.release is not None:
-            return self._patch(kind, target, planned.release)
+            return self._patch(kind, target, planned.release).partition(":")[0]
         write = planned.write
         if write is None:
             return "none"
@@ -397,7 +402,12 @@ class InjectorController:
             return "guard"  # changed since the cache saw it: its watch event re-drives it
         shape = decisions.SHAPES[kind.kind]
         ops = shape.write_ops(target, write.value, write.bundle, write.note, password)
-        return self._patch(kind, target, ops)
+        outcome = self._patch(kind, target, ops)
+        if outcome.startswith("refused"):
+            value = value_digest(write.value)
+            reason = outcome.partition(":")[2].strip()
+            self._refusals[planned.key] = decisions.Refusal(target.resource_version, value, reason)
+        return outcome.partition(":")[0]
 
     def _record(self, planned: decisions.Plan, outcome: str) -> None:
         """Status, expiry, the result's count, the Warning Events and a log line of a
@@ -405,6 +415,8 @@ class InjectorController:
         every injected object at once, and an Event each would double the writes under
         --kube-api-qps (the log line and the `injected` count record it)."""
         self._set_status(planned.key, planned.after(outcome))
+        if planned.target is None or (outcome == "applied" and planned.write is not None):
+            self._refusals.pop(planned.key, None)  # gone, or written since
         landed = outcome in ("applied", "none")
         if landed:
             self.metrics.keep_expiry(planned.key, planned.expiry)
@@ -438,8 +450,8 @@ class InjectorController:
         """One JSON patch under our field manager: `applied`, or why it was not: `gone`
         (404, or 409: deleted and re-created), `guard` (a `test` failed, 422 without
         causes: it changed since the cache saw it, and its watch event re-drives it), or
-        `refused` (the API refused the result, 422 with causes: a Warning Event, no
-        retry)."""
+        `refused: <why>` (the API refused the result, 422 with causes: a Warning Event,
+        and not sent again until the object or the bundle changes)."""
         try:
             self.client.patch(
                 target.path,
@@ -453,15 +465,15 @@ class InjectorController:
                 return "gone"
             if err.status == 422:
                 if _causes(err):
+                    refusal = f"the API refused the write: {str(err)[:400]}"
                     self.recorder.warning(
                         _ref(target),
                         decisions.REASON_REFUSED,
-                        f"the API refused the write: {str(err)[:512]}; nothing injected "
-                        "until the object changes",
+                        f"{refusal}; nothing injected until the object or the bundle changes",
                         "InjectCABundle",
                     )
                     self.metrics.observe(kind.kind, "refused")
-                    return "refused"
+                    return f"refused: {refusal}"
                 return "guard"
             raise
         return "applied"

@@ -50,6 +50,7 @@ from injector.targets import (
     injected_note,
     known_holding,
     release_ops,
+    value_digest,
 )
 from trust.bundle import BundleError, earliest_expiry, hash_named_stable_name
 from trust.selector import (
@@ -223,6 +224,16 @@ def _parse(target: Target) -> ClusterTrustBundleSelector | Invalid | None:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A write the API refused (422 with causes): of `value` (its digest) to the object
+    at `resource_version`, and why. Not sent again until either changes."""
+
+    resource_version: str
+    value: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Write:
     """A write of `value` (the bundle `bundle`) and our `note` beside it: the act builds
     its JSON patch with `Shape.write_ops` once it has any truststore's password."""
@@ -263,10 +274,16 @@ class Plan:
 
 
 def plan(
-    kind: str, key: str, target: Target | None, departed: Target | None, bundles: list[Any]
+    kind: str,
+    key: str,
+    target: Target | None,
+    departed: Target | None,
+    bundles: list[Any],
+    refusal: Refusal | None = None,
 ) -> Plan:
     """The whole of one sync's decision (pure): for an object gone from its cache (forget
-    it; release a departed ConfigMap), or for `target` given every cached bundle."""
+    it; release a departed ConfigMap), or for `target` given every cached bundle and the
+    last refusal of a write to it (a write refused already stays blocked, unsent)."""
     if target is None:
         released = departed is not None and kind == CONFIG_MAP.kind
         return Plan(
@@ -287,6 +304,10 @@ def plan(
     match decide(target, bundles):
         case Inject(bundle=bundle, ca_bundle=value, sources=sources, hashed=hashed):
             fps = fingerprints(bundle)
+            written = (target.resource_version, value_digest(value))
+            if refusal is not None and (refusal.resource_version, refusal.value) == written:
+                status = Status(kind, "stale", fps, held, blocked=True)
+                return dataclasses.replace(base, status=status, expiry=held_until)
             expiry = earliest_expiry(bundle).timestamp()
             return dataclasses.replace(
                 base,

@@ -180,3 +180,37 @@ def test_a_write_the_api_refuses_is_an_event_on_the_object_not_a_retry() -> None
     [(_, _, reason, note)] = events.events
     assert reason == decisions.REASON_REFUSED and "at most 1048576 bytes" in note
     assert ctrl.metrics.count("ValidatingWebhookConfiguration", "refused") == 1
+
+
+REFUSED = ApiError(
+    422,
+    "Invalid",
+    {"reason": "Invalid", "details": {"causes": [{"reason": "FieldValueInvalid"}]}},
+)
+
+
+def test_a_refused_write_is_not_sent_again_until_the_object_or_the_bundle_changes() -> None:
+    """The resync re-drives every key, a bundle event every selecting object: the refusal
+    is remembered by the object's resourceVersion and what was written, and the object
+    stays blocked in the report meanwhile — no PATCH and no Event again."""
+    raw = webhook_config()
+    raw["metadata"]["resourceVersion"] = "7"
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    ctrl, client, events, caches = controller([target], [ctb("b1", ["a"])], FakeClient(REFUSED))
+    for _ in range(3):
+        for key in ctrl.resync():
+            ctrl.sync(key)
+    assert len(client.patches) == 1 and len(events.events) == 1
+    [status] = ctrl.statuses()
+    assert status.state == "stale" and status.blocked
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "refused") == 1
+
+    raw["metadata"]["resourceVersion"] = "8"  # the owner changed it
+    caches[VALIDATING_WEBHOOK.kind].put(to_target(VALIDATING_WEBHOOK, raw))
+    ctrl.sync(target.key)
+    assert len(client.patches) == 2
+
+    ctrl.bundles.items.clear()  # type: ignore[attr-defined]
+    ctrl.bundles.put(ctb("b2", ["a", "b"]))  # type: ignore[attr-defined]
+    ctrl.sync(target.key)  # the same object, another bundle: tried again
+    assert len(client.patches) == 3
