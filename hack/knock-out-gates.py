@@ -1,26 +1,36 @@
-"""Remove each gate of `managedca/decide.py` in turn and run the property model
-(tests/unit/managedca/test_properties.py) against the weakened decision: every gate
-must make it fail (exit 1 if one survives). Checks that are implied by another gate in
-the model (`SUBSUMED`) are run too and reported, not counted. The file is edited in
-place and restored after each run (run it from a clean checkout:
-`.venv/bin/python hack/knock-out-gates.py`)."""
+"""Remove each gate and rule of the managed CA in turn and run its unit tests
+(tests/unit/managedca: the property model of test_properties.py — its random
+interleavings and its scenarios — and the tests of the controller, the source, the
+codec and the reports) against the weakened code: every gate must make at least one
+test fail (exit 1 if one survives). The test that fails is named, the random test
+(`test_no_interleaving_breaks_an_invariant`) included, and the scenarios by name.
+Checks implied by another gate in the model (`SUBSUMED`) are run too and reported, not
+counted. Files are edited in place and restored after each run, and the hypothesis
+example database is wiped before each run, so one knock-out's failing example is not
+replayed in the next (run it from a clean checkout: `.venv/bin/python
+hack/knock-out-gates.py`; `--only TEXT` runs the gates whose name contains TEXT)."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-DECIDE = Path(__file__).resolve().parent.parent / "managedca" / "decide.py"
-TESTS = "tests/unit/managedca/test_properties.py"
+ROOT = Path(__file__).resolve().parent.parent
+DECIDE = "managedca/decide.py"
+STEP = "managedca/step.py"
+MATERIAL = "managedca/material.py"
+TESTS = "tests/unit/managedca"
 
-# gate name -> [(text in decide.py, what it becomes without the gate), ...]
-GATES: dict[str, list[tuple[str, str]]] = {
+# gate name -> [(file, text in it, what it becomes without the gate), ...]
+GATES: dict[str, list[tuple[str, str, str]]] = {
     "the new roots published for the propagation delay (read back, waited on both clocks)": [
-        ("    if not anchors <= obs.published:\n", "    if False:\n"),
-        ("    if now < state.swap_not_before:\n", "    if False:\n"),
+        (DECIDE, "    if not anchors <= obs.published:\n", "    if False:\n"),
+        (DECIDE, "    if now < state.swap_not_before:\n", "    if False:\n"),
         (
+            DECIDE,
             "    if obs.published_for is not None and obs.published_for < "
             "config.propagation_delay:",
             "    if False:",
@@ -28,6 +38,7 @@ GATES: dict[str, list[tuple[str, str]]] = {
     ],
     "a new leader waits the delay on its own monotonic clock": [
         (
+            DECIDE,
             "    if obs.published_for is not None and obs.published_for < "
             "config.propagation_delay:",
             "    if False:",
@@ -35,6 +46,7 @@ GATES: dict[str, list[tuple[str, str]]] = {
     ],
     "some replica reports at all": [
         (
+            DECIDE,
             '        return Wait(None, "no-replica-report", '
             '"no replica reports what it has loaded")',
             "        pass",
@@ -42,39 +54,108 @@ GATES: dict[str, list[tuple[str, str]]] = {
     ],
     "every replica is ready to sign with the new CA": [
         (
+            DECIDE,
             "unready = sorted(r.replica for r in live if r.ready != new.fingerprint)",
             "unready: list[str] = []",
         ),
     ],
     "injected targets hold the new CA (injector report)": [
-        ("    consumers = _injector_gate(new, obs, config)\n", "    consumers = None\n"),
+        (DECIDE, "    consumers = _injector_gate(new, obs, config)\n", "    consumers = None\n"),
     ],
     "adopting bootstrap is a stage": [
-        ("        if not state.previous or state.emergency:", "        if True:"),
+        (DECIDE, "        if not state.previous or state.emergency:", "        if True:"),
     ],
     "retire clock waits for every replica to sign with the new CA": [
         (
+            DECIDE,
             "behind = sorted(r.replica for r in live if r.signing != state.current.fingerprint)",
             "behind: list[str] = []",
         ),
     ],
     "retire time (longest leaf + margin)": [
         (
+            DECIDE,
             "        if prev.retire_at is None or now < prev.retire_at:\n",
             "        if prev.retire_at is None:\n",
         ),
     ],
     "an emergency drops the compromised root from the state": [
-        ("        if state.current.fingerprint not in action.revoke\n", "        if True\n"),
+        (
+            STEP,
+            "        previous=kept,\n        revoked=revoked | staged,",
+            "        previous=(d.Previous(state.current, action.at, None), *kept),\n"
+            "        revoked=revoked | staged,",
+        ),
+    ],
+    "an emergency also drops the previous roots it names": [
+        (
+            STEP,
+            "    kept = tuple(p for p in state.previous if p.ca.fingerprint not in action.revoke)",
+            "    kept = state.previous",
+        ),
+    ],
+    "record the longest lifetime a replica may sign with (RecordLifetime)": [
+        (
+            DECIDE,
+            "    if state.issued_lifetime is None or state.issued_lifetime < longest:\n",
+            "    if False:\n",
+        ),
+    ],
+    "the retire time counts the root's recorded lifetime": [
+        (
+            DECIDE,
+            "    longest = max([config.max_leaf_lifetime, *lifetimes])\n",
+            "    longest = config.max_leaf_lifetime\n",
+        ),
+    ],
+    "a reported lifetime is bounded by the CA's": [
+        (
+            DECIDE,
+            "        max(state.current.lifetime, config.max_leaf_lifetime),\n    )",
+            "        timedelta.max,\n    )",
+        ),
+    ],
+    "a stale injector report holds the swap": [
+        (DECIDE, "    if not view.live:\n", "    if False:\n"),
+    ],
+    "the retire clock waits for at least one report": [
+        (
+            DECIDE,
+            '        return Wait(None, "no-replica-report", '
+            '"no replica reports what it signs with")',
+            "        pass",
+        ),
+    ],
+    "a state holding a revoked root is an emergency (a restore from before one)": [
+        (DECIDE, "    if known & obs.revoked:\n", "    if False:\n"),
+    ],
+    "published roots the state lacks are adopted back (a restore)": [
+        (DECIDE, "    if lost:\n", "    if False:\n"),
+    ],
+    "a root just retired is not adopted back": [
+        (
+            DECIDE,
+            "if c.fingerprint not in known | obs.revoked | set(state.retired) and",
+            "if c.fingerprint not in known | obs.revoked and",
+        ),
+    ],
+    "a replica refuses a state that drops a root it serves (a restore)": [
+        (
+            MATERIAL,
+            "    return frozenset(gone - set(state.retired) - state.revoked - revoked)",
+            "    return frozenset()",
+        ),
     ],
     "a bootstrap keeps the roots a replica remembers revoked": [
         (
+            DECIDE,
             "        return Bootstrap(now, adopt, obs.revoked)",
             "        return Bootstrap(now, adopt)",
         ),
     ],
     "a bootstrap adopts no revoked root": [
         (
+            DECIDE,
             "adopt = tuple(sorted(c for c in obs.published_cas if c.fingerprint not in "
             "obs.revoked))",
             "adopt = tuple(sorted(obs.published_cas))",
@@ -84,57 +165,77 @@ GATES: dict[str, list[tuple[str, str]]] = {
 
 # Kept in decide as defence in depth, but implied by a gate above in the model: removing
 # one alone cannot break an invariant there, and the script says so instead of failing.
-SUBSUMED = {
+SUBSUMED: dict[str, list[tuple[str, str, str]]] = {
     "every replica has loaded the new CA (implied by ready: a replica validates the "
     "next CA from the bundle it loaded)": [
         (
+            DECIDE,
             "behind = sorted(r.replica for r in live if new.fingerprint not in r.anchors)",
             "behind: list[str] = []",
         ),
     ],
     "new CA valid now on the leader's clock (implied by ready: the leader is a replica)": [
-        ("    if now < new.not_before:\n", "    if False:\n"),
+        (DECIDE, "    if now < new.not_before:\n", "    if False:\n"),
     ],
     "new CA outlives the longest leaf (implied by ready: validated for the lead time)": [
-        ("    if now + config.max_leaf_lifetime >= new.not_after:\n", "    if False:\n"),
+        (DECIDE, "    if now + config.max_leaf_lifetime >= new.not_after:\n", "    if False:\n"),
     ],
     "the recorded end of the delay (implied by the monotonic measure)": [
-        ("    if now < state.swap_not_before:\n", "    if False:\n"),
+        (DECIDE, "    if now < state.swap_not_before:\n", "    if False:\n"),
     ],
 }
 
 
-def main() -> int:
-    original = DECIDE.read_text()
+def main(argv: list[str]) -> int:
+    only = argv[argv.index("--only") + 1] if "--only" in argv else ""
     survived = 0
     for kind, gates in (("gate", GATES), ("subsumed", SUBSUMED)):
         for name, edits in gates.items():
-            weakened = original
-            for gate, without in edits:
-                if weakened.count(gate) != 1:
-                    print(f"{name}: gate text not found once in {DECIDE.name}; update this script")
+            if only not in name:
+                continue
+            originals = {f: (ROOT / f).read_text() for f, _, _ in edits}
+            weakened = dict(originals)
+            for file, gate, without in edits:
+                if weakened[file].count(gate) != 1:
+                    print(f"{name}: gate text not found once in {file}; update this script")
                     return 2
-                weakened = weakened.replace(gate, without)
-            DECIDE.write_text(weakened)
+                weakened[file] = weakened[file].replace(gate, without)
+            shutil.rmtree(ROOT / ".hypothesis", ignore_errors=True)
+            for file, text in weakened.items():
+                (ROOT / file).write_text(text)
             try:
                 run = subprocess.run(
-                    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", TESTS],
+                    [
+                        sys.executable,
+                        "-m",
+                        "pytest",
+                        "-q",
+                        "-p",
+                        "no:cacheprovider",
+                        "--hypothesis-seed=1",
+                        TESTS,
+                    ],
                     capture_output=True,
                     text=True,
                     check=False,
+                    cwd=ROOT,
                 )
             finally:
-                DECIDE.write_text(original)
-            failed = sorted(set(re.findall(r"FAILED \S+::(\S+?)(?:\[| - |$)", run.stdout)))
-            scenarios = sorted(set(re.findall(r"FAILED \S+::\S+\[(.+?)\]", run.stdout)))
+                for file, text in originals.items():
+                    (ROOT / file).write_text(text)
+            # `FAILED path::test[id] - message`, or `FAILED path::test` with no message
+            # (the random test, whose message hypothesis prints above): one per line.
+            failed = sorted(set(re.findall(r"^FAILED \S+::([^\s\[]+)", run.stdout, re.M)))
+            scenarios = sorted(set(re.findall(r"^FAILED \S+::\S+?\[(.+?)\]", run.stdout, re.M)))
             if failed:
-                extra = f" (scenarios: {'; '.join(scenarios)})" if scenarios else ""
-                print(f"{kind} {name}: fails {', '.join(failed)}{extra}")
+                extra = f" (cases: {'; '.join(scenarios)})" if scenarios else ""
+                print(f"{kind} {name}: fails {', '.join(failed)}{extra}", flush=True)
             else:
                 survived += kind == "gate"
-                print(f"{kind} {name}: survives")
+                print(f"{kind} {name}: survives", flush=True)
+    shutil.rmtree(ROOT / ".hypothesis", ignore_errors=True)
     return 1 if survived else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -367,12 +367,14 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
         # stage like any other: published, read back, the propagation delay, every
         # replica ready, and only then signing.
         return _gated(state, state.current, obs, now, config) or Confirm(now)
-    # No leaf outlives its CA (the signer caps notAfter at the CA's): a larger reported
-    # lifetime says nothing more, and is not recorded.
+    # Every report, live or not: a replica that signed and died before this leader
+    # looked still issued those leaves (its report stays until it is collected, an hour
+    # on). No leaf outlives its CA (the signer caps notAfter at the CA's): a larger
+    # reported lifetime says nothing more, and is not recorded.
     longest = min(
         max(
             [config.max_leaf_lifetime]
-            + [r.max_lifetime for r in obs.reports if r.live and r.max_lifetime is not None]
+            + [r.max_lifetime for r in obs.reports if r.max_lifetime is not None]
         ),
         max(state.current.lifetime, config.max_leaf_lifetime),
     )

@@ -56,7 +56,7 @@ from prometheus_client import CollectorRegistry
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.informer import Informer
 from managedca.codec import StoreError, decode
-from managedca.decide import State
+from managedca.decide import CaInfo, State
 from managedca.layout import (  # re-exported: the source's public names
     ANNOTATION_PREFIX as ANNOTATION_PREFIX,
 )
@@ -93,6 +93,7 @@ from managedca.layout import (
 from managedca.layout import (
     secret_data as secret_data,
 )
+from managedca.layout import split_pem
 from trust.bundle import BundleError, TrustBundle
 from trust.material import (
     DEFAULT_DOMAIN,
@@ -176,7 +177,8 @@ class ApiMaterialSource:
         self._ready: tuple[str, tuple[str, ...]] | None = None  # (fingerprint, digest)
         self._rejected: dict[str, str] = {}  # unit -> why, while rejected
         self._revoked: set[str] = set()  # every root any Secret seen revoked
-        self._remembered: Callable[[], frozenset[str]] | None = None
+        self._remembered: Callable[[], tuple[frozenset[str], tuple[CaInfo, ...]]] | None = None
+        self._published: tuple[CaInfo, ...] = ()  # what the stable bundle publishes
         self._served: State | None = None  # the state whose bundle is served
         self._change_listeners: list[Callable[[], object]] = []
         self._has_bundle = threading.Event()
@@ -250,11 +252,14 @@ class ApiMaterialSource:
             pass
         return self._has_signing_set.is_set()
 
-    def remember_revoked_from(self, read: Callable[[], frozenset[str]]) -> None:
-        """Where revocations are remembered beyond the Secret (`managedca.revocations`):
-        read before each Secret is applied, so a Secret restored from before an
-        emergency never signs with nor publishes the revoked root, even in a replica
-        started after the restore."""
+    def remember_revoked_from(
+        self, read: Callable[[], tuple[frozenset[str], tuple[CaInfo, ...]]]
+    ) -> None:
+        """Where revocations are remembered beyond the Secret, and what is published
+        (`managedca.revocations.read_stable`): read before each Secret is applied, so a
+        Secret restored from before an emergency never signs with nor publishes the
+        revoked root, and never drops a published root, even in a replica started after
+        the restore."""
         self._remembered = read
 
     def revoked(self) -> frozenset[str]:
@@ -308,6 +313,7 @@ class ApiMaterialSource:
         self._revoked |= state.revoked | self._remembered_revoked()
         dropped = self._dropped(state)
         if dropped:
+            self._stop_serving_revoked()
             self._note_rejections(
                 {
                     "secret": (
@@ -391,11 +397,44 @@ class ApiMaterialSource:
                 except Exception:
                     log.exception("managed CA material change listener failed")
 
+    def _stop_serving_revoked(self) -> None:
+        """While a state is refused, what is served still follows every revocation known:
+        no signing with a revoked CA, no revoked root in the bundle."""
+        with self._lock:
+            bundle, material = self._bundle, self._material
+        if material is not None and material.signing_fingerprint in self._revoked:
+            with self._lock:
+                self._material = None
+            self._digests = (self._digests[0], ())
+            self._has_signing_set.clear()
+            log.warning("managed CA: the signing CA was revoked; signing stops")
+        if bundle is None:
+            return
+        kept = [
+            pem
+            for pem in split_pem(bundle.pem.encode())
+            if fingerprint(pem)[0] not in self._revoked
+        ]
+        if len(kept) == len(split_pem(bundle.pem.encode())):
+            return
+        try:
+            trimmed = validate_trust_bundle(b"".join(kept), self._where, self._clock())
+        except MaterialError:
+            trimmed = None  # nothing but revoked roots: serve nothing
+        with self._lock:
+            self._bundle = trimmed
+        self._digests = ((), self._digests[1])
+        if trimmed is None:
+            self._has_bundle.clear()
+            return
+        notify_listeners(self._bundle_listeners, trimmed, log, "managed CA material")
+
     def _remembered_revoked(self) -> frozenset[str]:
         if self._remembered is None:
             return frozenset()
         try:
-            return self._remembered()
+            revoked, self._published = self._remembered()
+            return revoked
         except ApiError as err:
             # What the Secret and this process know still applies; looked at again on
             # the next Secret applied (the 60 s re-read retries a rejected one).
@@ -405,16 +444,9 @@ class ApiMaterialSource:
             return frozenset()
 
     def _dropped(self, state: State) -> frozenset[str]:
-        """Roots the served state publishes (not merely staged) and `state` lacks, though
-        it neither retired nor revoked them: a Secret that moved backwards. Expired roots
-        verify nothing and may go."""
-        served = self._served
-        if served is None:
-            return frozenset()
-        now = self._clock()
-        keep = {a.fingerprint for a in served.anchors() if a != served.next and now < a.not_after}
-        gone = keep - {a.fingerprint for a in state.anchors()}
-        return frozenset(gone - set(state.retired) - state.revoked - self._revoked)
+        return dropped_roots(
+            self._served, state, frozenset(self._revoked), self._clock(), self._published
+        )
 
     def _validate(
         self, files: MaterialFiles, key: str, cert: str, *, starting: bool = False
@@ -499,6 +531,26 @@ class ApiMaterialSource:
             "leader makes a new CA and keeps the published roots until their leaves expire)",
             extra={"secret": f"{self.namespace}/{self.name}"},
         )
+
+
+def dropped_roots(
+    served: State | None,
+    state: State,
+    revoked: frozenset[str],
+    now: datetime,
+    published: tuple[CaInfo, ...] = (),
+) -> frozenset[str]:
+    """Roots that `state` lacks, though it neither retired nor revoked them (nor are they
+    in `revoked`), of those the `served` state publishes (not merely staged) or the
+    stable bundle `published` (a replica started after a restore has served nothing): a
+    Secret that moved backwards. A source refuses such a state. Expired roots verify
+    nothing and may go. Pure: the property model runs it too."""
+    roots = (
+        [*(a for a in served.anchors() if a != served.next), *published] if served else published
+    )
+    keep = {a.fingerprint for a in roots if now < a.not_after}
+    gone = keep - {a.fingerprint for a in state.anchors()}
+    return frozenset(gone - set(state.retired) - state.revoked - revoked)
 
 
 def anchors_of(pem: str) -> frozenset[str]:

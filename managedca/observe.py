@@ -194,7 +194,7 @@ class Observer:
         state = seen.stored.state if seen.stored is not None else None
         if state is None or seen.stable is None:
             return  # nothing revoked yet, or the publisher has not created it yet
-        missing = state.revoked - revocations.of(seen.stable)
+        missing = revocations.wanted(state) - revocations.of(seen.stable)
         if missing:
             revocations.remember(self.client, self.ctb_path, seen.stable, missing)
             log.info(

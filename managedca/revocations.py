@@ -22,7 +22,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kube.client import ApiError, Client, is_not_found, path_segment
-from managedca.layout import REVOKED_ROOTS
+from managedca.codec import ca_info
+from managedca.decide import CaInfo, State
+from managedca.layout import REVOKED_ROOTS, split_pem
 
 
 def of(bundle: Mapping[str, Any] | None) -> frozenset[str]:
@@ -34,12 +36,27 @@ def of(bundle: Mapping[str, Any] | None) -> frozenset[str]:
 
 def read(client: Client, path: str) -> frozenset[str]:
     """What the stable bundle at `path` remembers (none when it does not exist yet)."""
+    return read_stable(client, path)[0]
+
+
+def read_stable(client: Client, path: str) -> tuple[frozenset[str], tuple[CaInfo, ...]]:
+    """The revoked roots the stable bundle at `path` remembers, and the roots it publishes
+    (what consumers trust now: a replica started after a restore must not drop one). Both
+    empty when it does not exist yet; an unreadable bundle publishes nothing."""
     try:
-        return of(client.get(path))
+        bundle = client.get(path)
     except ApiError as err:
         if is_not_found(err):
-            return frozenset()
+            return frozenset(), ()
         raise
+    pem = str((bundle.get("spec") or {}).get("trustBundle") or "")
+    roots: list[CaInfo] = []
+    for cert in split_pem(pem.encode()):
+        try:
+            roots.append(ca_info(cert))
+        except ValueError:
+            continue
+    return of(bundle), tuple(roots)
 
 
 def remember(
@@ -62,3 +79,12 @@ def remember(
         "metadata": meta,
     }
     client.replace(f"{collection}/{path_segment(str(meta['name']))}", body)
+
+
+def wanted(state: State) -> frozenset[str]:
+    """What `state` revokes, or asks to (`ca rotate --emergency` pending: remembered before
+    the emergency is written, so a restore in between cannot lose it)."""
+    requested: frozenset[str] = frozenset()
+    if state.emergency_requested_at is not None:
+        requested = state.revoke or frozenset({state.current.fingerprint})
+    return state.revoked | requested

@@ -3,7 +3,8 @@ transition function), the
 Secret's content (the keys move on a swap or an emergency), the Event's reason and note,
 and the rotation step durations it completes. `take(stored, action, published, make, now)`
 calls `make` (the one impure part: a new key) only when the action needs a new CA;
-`now` is the step's clock, for the durations.
+`now` is the step's clock, for the durations; `info` reads a made certificate (the property
+model's CAs are names, not certificates).
 
 The controller (`managedca.controller`) encodes and writes what this returns; the unit
 tests and the property model call it directly, so what the model checks is what the
@@ -55,6 +56,7 @@ def take(
     published: Mapping[str, bytes],
     make: MakeCa,
     now: datetime,
+    info: Callable[[bytes], d.CaInfo] = ca_info,
 ) -> Step | None:
     """The `Step` for `action` on `stored` (None for a `Wait`, or when there is nothing to
     act on). `published`: fingerprint -> PEM of each root in the bundles read back (what
@@ -69,7 +71,7 @@ def take(
     made = None
     if isinstance(action, d.Bootstrap | d.Stage | d.Emergency) and needs_key(state, action):
         key, cert = make(action.at)
-        made = ca_info(cert)
+        made = info(cert)
         certs[made.fingerprint] = cert
         if isinstance(action, d.Stage):
             next_key = key
@@ -333,8 +335,12 @@ def emergency(state: d.State, made: d.CaInfo | None, action: d.Emergency) -> d.S
     kept = tuple(p for p in state.previous if p.ca.fingerprint not in action.revoke)
     revoked = state.revoked | action.revoke
     if not action.replaces(state):
+        # An unconfirmed CA left with no root but revoked ones to stage behind (an
+        # adopting bootstrap whose adopted roots were all revoked) signs as an emergency
+        # CA does: once published, nothing trusted being left to hand over from.
+        alone = state.confirmed_at is None and bool(state.previous) and not kept
         after = replace(state, previous=kept, revoked=revoked, emergency_requested_at=None)
-        after = replace(after, revoke=frozenset())
+        after = replace(after, revoke=frozenset(), emergency=state.emergency or alone)
         if state.next is not None and state.next.fingerprint in action.revoke:
             after = replace(
                 after, next=None, staged_at=None, published_at=None, swap_not_before=None

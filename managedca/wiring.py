@@ -125,7 +125,7 @@ def wire(
     source.add_change_listener(reporter.trigger)
     observer = controller.observer
     stable = f"{observer.ctb_path}/{path_segment(observer.stable_name)}"
-    source.remember_revoked_from(lambda: revocations.read(client, stable))
+    source.remember_revoked_from(lambda: revocations.read_stable(client, stable))
     controller.narrator.on_decision = reporter.set_decision
     # Any change of the Secret (`ca rotate`'s annotation, a write by another replica) is
     # looked at now, not at the next resync.

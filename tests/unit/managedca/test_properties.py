@@ -48,6 +48,7 @@ Invariants checked after every step:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -55,7 +56,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from managedca.codec import Stored
 from managedca.decide import (
+    Action,
     Bootstrap,
     CaInfo,
     Config,
@@ -63,15 +66,17 @@ from managedca.decide import (
     InjectorView,
     Observations,
     Report,
-    Stage,
     State,
     Wait,
     decide,
 )
-from managedca.step import apply, rotate_requested
+from managedca.material import dropped_roots
+from managedca.step import needs_key, rotate_requested, take
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-LEAF = timedelta(hours=1)
+LEAF = timedelta(hours=1)  # the leader's --max-certificate-lifetime
+LIFETIMES = (LEAF, 2 * LEAF, 3 * LEAF)  # what a replica may be started with
+FORGED_LIFETIME = timedelta(seconds=10**12)  # a hostile report's
 LAG = timedelta(minutes=8)  # a watch behind, bounded by the source's re-read and relists
 KUBELET_LAG = timedelta(minutes=6, seconds=30)
 SKEW = timedelta(minutes=15)
@@ -90,6 +95,49 @@ class InvariantBroken(AssertionError):
     pass
 
 
+@dataclass(frozen=True)
+class Decided:
+    """What a leader's step read and decided, to be written now or much later."""
+
+    read: int  # the version it read (-1: a create)
+    action: Action
+    made: CaInfo | None
+    published: frozenset[str]  # the roots the bundles read back held
+    leader: int | None
+    now: datetime
+
+
+def _key(ca: CaInfo | None) -> bytes | None:
+    return b"key-" + ca.fingerprint.encode() if ca is not None else None
+
+
+def _stored(state: State | None, rv: int) -> Stored:
+    """The Secret of `state` as the controller decodes it: each CA's certificate and key
+    (the model's are the fingerprint, and `key-` + the fingerprint)."""
+    assert state is not None
+    return Stored(
+        state,
+        str(rv),
+        {a.fingerprint: a.fingerprint.encode() for a in state.anchors()},
+        _key(state.current) or b"",
+        _key(state.next),
+    )
+
+
+def _check_secret(
+    state: State, certs: Mapping[str, bytes], current_key: bytes, next_key: bytes | None
+) -> None:
+    """What the controller writes is a Secret that signs with the current CA's key, holds
+    the next CA's key while one is staged, and a certificate for every root it publishes."""
+    if current_key != _key(state.current):
+        raise InvariantBroken(f"the Secret's ca.key is not the key of {state.current}")
+    if next_key != _key(state.next):
+        raise InvariantBroken(f"the Secret's next.key is not the key of {state.next}")
+    missing = _anchors(state) - set(certs)
+    if missing:
+        raise InvariantBroken(f"the Secret lacks the certificate of {sorted(missing)}")
+
+
 @dataclass
 class Replica:
     alive: bool = True
@@ -98,6 +146,8 @@ class Replica:
     signing: CaInfo | None = None  # the signing set it accepted
     ready: str | None = None
     revoked: frozenset[str] = frozenset()  # every root a state it loaded revoked
+    lifetime: timedelta = LEAF  # its --max-certificate-lifetime (reported)
+    served: State | None = None  # the state whose bundle it serves (its source's)
 
 
 @dataclass
@@ -116,11 +166,22 @@ class World:
     # report says what they hold, and is live while it runs.
     injector_alive: bool = True
     blind: bool = False  # the leader reads no report (the reports cannot be written)
-    injected: frozenset[str] = frozenset()
     corrupt: set[str] = field(default_factory=set)  # CAs whose key in the Secret is bad
     leaves: list[tuple[str, datetime]] = field(default_factory=list)
     emergency_made: set[str] = field(default_factory=set)  # CAs made by an Emergency
-    stashed: list[tuple[int, object, CaInfo | None]] = field(default_factory=list)
+    stashed: list[Decided] = field(default_factory=list)
+    # The revoked roots the stable ClusterTrustBundle remembers (a restore of the Secret
+    # does not touch it); written by the leader when it reads a state revoking one.
+    remembered: frozenset[str] = frozenset()
+    restores: set[int] = field(default_factory=set)  # versions written by a restore
+    # Injected consumers, each holding a set of anchors; the injector's report is what it
+    # computed when it last ran (stale while it is down: a consumer created meanwhile
+    # holds nothing of ours, and the report does not know it).
+    targets: list[frozenset[str]] = field(default_factory=lambda: [frozenset()])
+    injector_report: frozenset[str] = frozenset()
+    forged: bool = False  # a hostile live report claiming endless leaves
+    revoked_ever: frozenset[str] = frozenset()  # every root a persisted state revoked
+    cas: dict[str, CaInfo] = field(default_factory=dict)  # every CA a state held
     serial: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def clock(self, i: int) -> datetime:
@@ -136,14 +197,25 @@ class World:
 
     # the persisted state -------------------------------------------------------------
 
-    def write(self, read_rv: int, new: State | None) -> None:
+    def write(self, read_rv: int, new: State | None, *, by: str = "controller") -> None:
         if read_rv != self.rv:
             return  # a conflict
         old = self.states[self.rv]
+        if by != "controller":  # `ca rotate`, a delete, a restore: no invariant binds them
+            self.rv += 1
+            self.states[self.rv] = new
+            self._remember(new)
+            self.written_at[self.rv] = self.true_now
+            if by == "restore":
+                self.restores.add(self.rv)
+            return
         if new is not None:
-            kept = _anchors(new) & (new.revoked | (old.revoked if old is not None else frozenset()))
+            kept = _anchors(new) & (new.revoked | self.revoked())
             if kept:
                 raise InvariantBroken(f"a state keeps the revoked root(s) {sorted(kept)}")
+            longest = max(new.current.lifetime, CFG.max_leaf_lifetime)
+            if new.issued_lifetime is not None and new.issued_lifetime > longest:
+                raise InvariantBroken(f"recorded a lifetime beyond the CA's: {new.issued_lifetime}")
         dropped_by_emergency = (
             new is not None
             and new.emergency
@@ -155,6 +227,7 @@ class World:
             and old.next is not None
             and new is not None
             and not dropped_by_emergency
+            and old.next.fingerprint not in new.revoked
         ):
             if new.next is not None and new.next != old.next:
                 raise InvariantBroken(f"next CA {old.next} replaced by {new.next}")
@@ -162,26 +235,53 @@ class World:
                 raise InvariantBroken("the next CA vanished without a swap")
         self.rv += 1
         self.states[self.rv] = new
+        self._remember(new)
         self.written_at[self.rv] = self.true_now
 
     def revoked(self) -> frozenset[str]:
         """Every root a persisted state has revoked so far."""
-        return frozenset().union(*(s.revoked for s in self.states.values() if s is not None))
+        return self.revoked_ever
 
-    def decision(self) -> tuple[int, object, CaInfo | None]:
+    def _remember(self, state: State | None) -> None:
+        if state is not None:
+            self.revoked_ever |= state.revoked
+            self.cas.update({a.fingerprint: a for a in state.anchors()})
+
+    def decision(self) -> Decided:
+        """The leader's observe and decide: what it read, and the action."""
         assert self.leader is not None
         now = self.clock(self.leader)
+        state = self.state
+        if state is not None:  # the observe step remembers what the state revokes or asks
+            requested: frozenset[str] = frozenset()
+            if state.emergency_requested_at is not None:
+                requested = state.revoke or frozenset({state.current.fingerprint})
+            self.remembered |= state.revoked | requested
         reports = tuple(
             Report(
                 f"r{i}",
-                _anchors(self.states[r.view]),
+                _anchors(r.served),
                 signing=r.signing.fingerprint if r.signing is not None else None,
                 ready=r.ready,
+                live=r.alive,  # a dead replica's report lingers until it is collected
+                max_lifetime=r.lifetime,
             )
             for i, r in enumerate(self.replicas)
-            if r.alive and not self.blind
+            if not self.blind
         )
-        state = self.state
+        if self.forged and state is not None:
+            # Anyone who can write Leases: a live report agreeing with everything, and
+            # claiming leaves of 31,700 years.
+            nxt = state.next or state.current
+            forged = Report(
+                "forged",
+                self.published,
+                state.current.fingerprint,
+                nxt.fingerprint,
+                True,
+                FORGED_LIFETIME,
+            )
+            reports = (*reports, forged)
         published_for = None
         if state is not None:
             needed = _anchors(state) - {p.ca.fingerprint for p in state.previous}
@@ -193,53 +293,101 @@ class World:
                 self.leader_seen = None
                 published_for = timedelta(0)
         cas = tuple(sorted(self.cas[fp] for fp in self.published))
-        injector = InjectorView(self.injector_alive, self.injected)
-        remembered = self.replicas[self.leader].revoked | (
-            state.revoked if state is not None else frozenset()
+        # A running injector's report counts every consumer it manages (a new one too);
+        # a stopped one's says what it last saw.
+        report = self.injected if self.injector_alive else self.injector_report
+        injector = InjectorView(self.injector_alive, report)
+        remembered = (
+            self.replicas[self.leader].revoked
+            | (state.revoked if state is not None else frozenset())
+            | self.remembered
         )
         obs = Observations(self.published, reports, cas, published_for, injector, remembered)
         action = decide(state, obs, now, CFG)
         if isinstance(action, Bootstrap) and remembered - action.revoked:
             raise InvariantBroken("a bootstrap forgot a revoked root the leader remembers")
-        made = self.new_ca(now) if isinstance(action, Bootstrap | Stage | Emergency) else None
-        return (-1 if isinstance(action, Bootstrap) else self.rv), action, made
+        made = self.new_ca(now) if needs_key(state, action) else None
+        read = -1 if isinstance(action, Bootstrap) else self.rv
+        return Decided(read, action, made, self.published, self.leader, now)
 
-    def commit(self, read_rv: int, action: object, made: CaInfo | None) -> None:
+    def commit(self, decided: Decided) -> None:
+        """Write what the controller writes for `decided` (`step.take`: the transition,
+        the keys and the Secret's certificates), if its precondition holds; the writer's
+        own source takes the written state at once (`on_written`)."""
+        action = decided.action
         if isinstance(action, Wait):
             return
-        if read_rv == -1:  # a create: only if nothing exists
-            if self.state is None:
-                self.write(self.rv, apply(None, action, made))  # type: ignore[arg-type]
-                if _emergency(action) and made is not None:
-                    self.emergency_made.add(made.fingerprint)
+        if decided.read == -1:  # a create: only if nothing exists
+            if self.state is not None:
+                return
+            stored = None
+        elif decided.read != self.rv or self.states[decided.read] is None:
             return
-        if read_rv != self.rv:
-            return
-        self.write(read_rv, apply(self.states[read_rv], action, made))  # type: ignore[arg-type]
-        if _emergency(action) and made is not None and self.rv != read_rv:
-            self.emergency_made.add(made.fingerprint)
+        else:
+            stored = _stored(self.states[decided.read], decided.read)
+        made = decided.made
+        cas = self.cas
 
-    @property
-    def cas(self) -> dict[str, CaInfo]:
-        out: dict[str, CaInfo] = {}
-        for s in self.states.values():
-            if s is not None:
-                out.update({a.fingerprint: a for a in s.anchors()})
-        return out
+        def make(_at: datetime) -> tuple[bytes, bytes]:
+            assert made is not None, "a key is made only for an action that needs one"
+            return b"key-" + made.fingerprint.encode(), made.fingerprint.encode()
+
+        taken = take(
+            stored,
+            action,
+            {fp: fp.encode() for fp in decided.published},
+            make,
+            decided.now,
+            info=lambda cert: made if made is not None else cas[cert.decode()],
+        )
+        if taken is None:
+            return
+        _check_secret(taken.state, taken.certs, taken.current_key, taken.next_key)
+        self.write(self.rv, taken.state)
+        if _emergency(action) and made is not None:
+            self.emergency_made.add(made.fingerprint)
+        elif (
+            isinstance(action, Emergency)
+            and taken.state.confirmed_at is None
+            and stored is not None
+            and stored.state.previous
+            and not taken.state.previous
+        ):
+            # Every root it was staged behind is revoked: nothing trusted is left to hand
+            # over from, so it signs once published, as an emergency CA.
+            self.emergency_made.add(taken.state.current.fingerprint)
+        if decided.leader is not None and self.replicas[decided.leader].alive:
+            self.deliver(decided.leader, self.rv)
+
+    def restore(self, back: int) -> None:
+        """The Secret is restored from an older backup (a create: a newer version)."""
+        older = [rv for rv in range(1, self.rv) if self.states[rv] is not None]
+        if older:
+            self.write(self.rv, self.states[older[max(0, len(older) - 1 - back)]], by="restore")
 
     # the replicas --------------------------------------------------------------------
 
     def deliver(self, i: int, rv: int) -> None:
         """Replica i loads state `rv` (or re-reads the one it has: a retry)."""
         r = self.replicas[i]
-        r.view = rv
         view = self.states[rv]
         if view is None:
+            r.view = rv
             return  # a deleted Secret: keep the material loaded before
-        r.revoked |= view.revoked
+        r.revoked |= view.revoked | self.remembered
+        published = tuple(self.cas[fp] for fp in sorted(self.published))
+        if dropped_roots(r.served, view, r.revoked, self.clock(i), published):
+            # The product's source refuses it (retried on every re-read), but what it
+            # serves follows every revocation it knows.
+            if r.signing is not None and r.signing.fingerprint in r.revoked:
+                r.signing = None
+            return
+        r.view = rv
+        r.served = view
         if r.signing is not None and r.signing.fingerprint in r.revoked:
             r.signing = None  # the product's source stops signing with it at once
-        if view.confirmed_at is not None and self._valid(i, view.current):
+        usable = view.current.fingerprint not in r.revoked  # the source never signs with one
+        if view.confirmed_at is not None and usable and self._valid(i, view.current):
             r.signing = view.current
         upcoming = view.next if view.confirmed_at is not None else view.current
         ready = upcoming is not None and self._valid(i, upcoming)
@@ -247,7 +395,8 @@ class World:
 
     def _valid(self, i: int, ca: CaInfo) -> bool:
         now = self.clock(i)
-        return ca.fingerprint not in self.corrupt and ca.not_before <= now < ca.not_after - LEAF
+        lead = self.replicas[i].lifetime  # the source validates for its longest leaf
+        return ca.fingerprint not in self.corrupt and ca.not_before <= now < ca.not_after - lead
 
     def catch_up(self) -> None:
         """No view stays behind a newer state for longer than LAG; a replica that rejected
@@ -272,7 +421,13 @@ class World:
 
     def inject(self) -> None:
         if self.injector_alive:
-            self.injected = self.published
+            self.targets = [self.published for _ in self.targets]
+            self.injector_report = self.published
+
+    @property
+    def injected(self) -> frozenset[str]:
+        """What every injected consumer holds."""
+        return frozenset.intersection(*self.targets)
 
     def held_by_consumers(self, fp: str) -> bool:
         if fp not in self.published:
@@ -294,7 +449,7 @@ class World:
                 continue
             # Read the swap, had time to validate it, and the CA is not expiring meanwhile
             # nor corrupted: it signs with the new CA.
-            usable = view.current.not_after - LEAF > self.clock(i)
+            usable = view.current.not_after - r.lifetime > self.clock(i)
             settled = r.view == self.rv and self.true_now - self.written_at[r.view] > LAG
             mended = view.current.fingerprint not in self.corrupt
             if settled and usable and mended and r.signing != view.current:
@@ -331,7 +486,11 @@ STEPS = st.one_of(
     st.tuples(st.just("elect"), st.integers(0, REPLICAS - 1)),
     st.tuples(st.just("rotate"), st.just(0)),
     st.tuples(st.just("delete"), st.just(0)),
-    st.tuples(st.just("emergency"), st.just(0)),
+    st.tuples(st.just("emergency"), st.integers(0, 2)),
+    st.tuples(st.just("restore"), st.integers(0, 3)),
+    st.tuples(st.just("forge"), st.integers(0, 1)),
+    st.tuples(st.just("target"), st.just(0)),
+    st.tuples(st.just("restart"), st.integers(0, REPLICAS - 1), st.integers(0, len(LIFETIMES) - 1)),
     st.tuples(st.just("corrupt"), st.just(0)),
     st.tuples(st.just("mend"), st.just(0)),
     st.tuples(st.just("inject"), st.just(0)),
@@ -375,6 +534,7 @@ def run(steps: list[Step]) -> World:
             if state is not None:
                 w.publish(_anchors(state) - leader.revoked)
         elif op == "sign" and w.replicas[arg].alive:
+            lifetime = w.replicas[arg].lifetime
             ca = w.replicas[arg].signing
             if ca is not None and w.clock(arg) < ca.not_after:  # the signer caps notAfter
                 if ca.fingerprint in w.replicas[arg].revoked:
@@ -385,38 +545,62 @@ def run(steps: list[Step]) -> World:
                 revoked = ca.fingerprint in w.revoked()
                 if not (emergency or revoked) and not w.held_by_consumers(ca.fingerprint):
                     raise InvariantBroken(f"a leaf signed by {ca}, not held by every consumer")
-                w.leaves.append((ca.fingerprint, min(w.clock(arg) + LEAF, ca.not_after)))
+                w.leaves.append((ca.fingerprint, min(w.clock(arg) + lifetime, ca.not_after)))
         elif op == "act" and w.leader is not None:
             decided = w.decision()
             if arg == 0:  # arg 1: the write is lost
-                w.commit(*decided)
+                w.commit(decided)
         elif op == "stash" and w.leader is not None:
             # Conditional updates only. A create decided before someone else's create
             # *and* a delete, landing after both, would bootstrap without adopting the
             # roots published meanwhile: a create cannot carry a precondition on them
             # (known, left alone: docs/managed-ca.md "Limits").
             decided = w.decision()
-            if decided[0] != -1:
+            if decided.read != -1:
                 w.stashed.append(decided)
         elif op == "unstash" and arg < len(w.stashed):
-            w.commit(*w.stashed.pop(arg))
+            w.commit(w.stashed.pop(arg))
         elif op == "crash":
             w.replicas[arg].alive = False
             if w.leader == arg:
                 w.leader = None
-        elif op == "start" and not w.replicas[arg].alive:
-            w.replicas[arg] = Replica(alive=True, offset=w.replicas[arg].offset)
+        elif op in ("start", "restart") and (op == "restart" or not w.replicas[arg].alive):
+            # A new process (nothing in memory), with its own --max-certificate-lifetime.
+            lifetime = LIFETIMES[step[2]] if op == "restart" else w.replicas[arg].lifetime  # type: ignore[misc]
+            if w.leader == arg:
+                w.leader = None
+            w.replicas[arg] = Replica(alive=True, offset=w.replicas[arg].offset, lifetime=lifetime)
             w.deliver(arg, w.rv)
         elif op == "elect" and w.replicas[arg].alive and w.leader != arg:
             w.leader = arg
             w.leader_seen = None  # a new process: its own monotonic clock
         elif op == "rotate" and w.state is not None and w.state.next is None:
-            w.write(w.rv, rotate_requested(w.state, w.clock(0)))
+            w.write(w.rv, rotate_requested(w.state, w.clock(0)), by="ca rotate")
         elif op == "emergency" and w.state is not None:
-            if w.state.emergency_requested_at is None:  # `ca rotate --emergency`
-                w.write(w.rv, replace(w.state, emergency_requested_at=w.clock(0)))
+            # `ca rotate --emergency`: the current CA (0), the previous roots named (1),
+            # or both (2); a second request while one is pending adds to it.
+            named = {p.ca.fingerprint for p in w.state.previous} if arg else set()
+            if arg != 1 or not named:
+                named.add(w.state.current.fingerprint)
+            pending = w.state.emergency_requested_at is not None
+            if pending and not w.state.revoke:
+                named.add(w.state.current.fingerprint)  # the first request's default
+            revoke = frozenset(named) | (w.state.revoke if pending else frozenset())
+            at = w.state.emergency_requested_at or w.clock(0)
+            w.write(
+                w.rv, replace(w.state, emergency_requested_at=at, revoke=revoke), by="ca rotate"
+            )
+        elif op == "restore":
+            w.restore(arg)
+        elif op == "forge":
+            w.forged = bool(arg)
+        elif op == "target" and w.state is not None:
+            # A new injected consumer, created from a copy that holds only the current
+            # CA (a GitOps manifest exported before the rotation): the injector updates
+            # it when it runs, and a running injector's report counts it at once.
+            w.targets.append(frozenset({w.state.current.fingerprint}))
         elif op == "delete" and w.state is not None:
-            w.write(w.rv, None)
+            w.write(w.rv, None, by="kubectl delete")
         elif op == "corrupt" and w.state is not None:
             # next.key while staged, else ca.key (after a swap, before a replica read it)
             w.corrupt.add((w.state.next or w.state.current).fingerprint)
@@ -427,6 +611,8 @@ def run(steps: list[Step]) -> World:
         elif op == "blind":
             w.blind = bool(arg)
         elif op == "injector":
+            if w.injector_alive and not arg:
+                w.injector_report = w.injected  # its last report, stale from now on
             w.injector_alive = bool(arg)
         w.catch_up()
         w.check()
@@ -531,6 +717,61 @@ SCENARIOS: dict[str, list[Step]] = {
         ("round", 4),
         ("tick", 480),
         ("round", 6),
+    ],
+    # Without recording the longest lifetime a replica signs with (and counting it in
+    # the retire time), r1's 3-hour leaf signed just before the swap outlives its root,
+    # retired 2 hours after the swap (the leader's 1-hour flag + the margin).
+    "retire counts the longest lifetime a replica signed with": [
+        ("restart", 1, 2),
+        *ROTATE_STAGED,
+        ("round", 4),
+        ("tick", 480),
+        ("sign", 1),
+        ("round", 3),
+        ("tick", 5400),
+        ("round", 2),
+        ("tick", 1800),
+        ("round", 2),
+    ],
+    # Without the no-report wait at the retire, a leader that reads no report starts
+    # the retire clock while r2 (its next.key corrupted) still signs with the old root.
+    "the retire clock waits for at least one report": [
+        *ROTATE_STAGED,
+        ("round", 4),
+        ("tick", 480),
+        ("act", 0),
+        ("deliver", 0),
+        ("deliver", 1),
+        ("corrupt", 0),
+        ("deliver", 2),
+        ("blind", 1),
+        ("round", 2),
+        ("tick", 7200),
+        ("round", 2),
+        ("tick", 3600),
+        ("round", 1),
+        ("sign", 2),
+    ],
+    # Without the stale-report check, a stopped injector's last report (next CA
+    # everywhere) opens the swap although a consumer created since holds only the old
+    # root.
+    "swap waits for a live injector report": [
+        *ROTATE_STAGED,
+        ("round", 2),
+        ("injector", 0),
+        ("target", 0),
+        ("round", 2),
+        ("tick", 480),
+        ("round", 3),
+    ],
+    # Without dropping the previous roots an emergency names, the state keeps them.
+    "an emergency drops the previous roots it names": [
+        *ROTATE_STAGED,
+        ("round", 4),
+        ("tick", 480),
+        ("round", 3),
+        ("emergency", 1),
+        ("round", 3),
     ],
     # Without the adopting bootstrap's stage, the CA made after the Secret was deleted
     # signs before kubelet projections hold it.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -63,12 +64,14 @@ BACKUP = d.State(current=AI, confirmed_at=NOW - 2 * H, issued_lifetime=24 * H)
 REGISTRIES: dict[int, CollectorRegistry] = {}
 
 
-def _source(remembered: frozenset[str] | None = None) -> ApiMaterialSource:
+def _source(
+    remembered: frozenset[str] | None = None, published: tuple[d.CaInfo, ...] = ()
+) -> ApiMaterialSource:
     registry = CollectorRegistry()
     source = ApiMaterialSource(cast(Client, object()), "ns", "ca", registry, issuer=issue_probe)
     REGISTRIES[id(source)] = registry
     if remembered is not None:
-        source.remember_revoked_from(lambda: remembered)
+        source.remember_revoked_from(lambda: (remembered, published))
     return source
 
 
@@ -139,6 +142,18 @@ def test_a_replica_started_after_a_restore_never_signs_with_a_revoked_root() -> 
     )
     assert source.loaded().signing is None
     assert AI.fingerprint not in source.loaded().anchors
+
+
+def test_a_replica_started_after_a_restore_does_not_drop_a_published_root() -> None:
+    """Every replica restarted after the restore: none has served B, but the stable
+    bundle publishes it, so the restored state is refused until the leader adopts B."""
+    source = _source(remembered=frozenset(), published=(AI, BI))
+    source.apply(_secret(BACKUP, A_KEY, "90"))
+    assert not source.has_bundle(), "nothing served: the publisher keeps what is published"
+    adopted = step.apply(BACKUP, d.Adopt(NOW, (BI,)))
+    assert adopted is not None
+    source.apply(_secret(adopted, A_KEY, "91"))
+    assert set(source.loaded().anchors) == {AI.fingerprint, BI.fingerprint}
 
 
 # the decision ----------------------------------------------------------------------------
@@ -273,6 +288,16 @@ def test_the_leader_remembers_a_revocation_on_the_stable_bundle() -> None:
     assert revocations.of(api.stable) == {AI.fingerprint}
     _controller(api).sync()
     assert len(api.bundle_writes) == 1, "written once"
+
+
+def test_a_pending_emergency_is_remembered_before_the_emergency_is_written() -> None:
+    """`ca rotate --emergency` recorded its request on the Secret: the leader puts the
+    root on the stable bundle first, so a restore right after cannot lose it."""
+    requested = replace(BACKUP, emergency_requested_at=NOW)
+    api = Api(_secret(requested, A_KEY, "7"), A)
+    action = _controller(api).sync_once()
+    assert isinstance(action, d.Emergency)
+    assert revocations.of(api.bundle_writes[0]) == {AI.fingerprint}
 
 
 def test_a_restore_from_before_the_emergency_is_an_emergency_again_after_every_restart() -> None:
