@@ -84,17 +84,24 @@ def node_feature_gates(version: str) -> tuple[str, ...]:
     return ("PodCertificateMLDSA=true",) if minor_of(version) >= 38 else ()
 
 
-def version_args(version: str) -> tuple[str, ...]:
+def version_args(version: str, extra_args: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The flags that make kube-apiserver `version` serve PodCertificateRequests and
     ClusterTrustBundles: 1.37 serves v1 (GA) and v1beta1 on request; before 1.37 both
     are v1beta1 behind the `PodCertificateRequest`, `ClusterTrustBundle` and
     `ClusterTrustBundleProjection` gates. 1.38 serves what 1.37 does, and ML-DSA key types
     (`MLDSA44`, `MLDSA65`, `MLDSA87`) in PodCertificateRequests and `podCertificate`
-    projections behind the `PodCertificateMLDSA` gate (beta, off by default), turned on."""
+    projections behind the `PodCertificateMLDSA` gate (beta, off by default), turned on —
+    unless `extra_args` carry `--min-compatibility-version`, the other route a cluster
+    operator takes (1.38 turns the gate on by default from compatibility version 1.38),
+    which a test then shows on its own."""
     minor = minor_of(version)
     if minor >= 37:
+        compatibility = any(a.startswith("--min-compatibility-version") for a in extra_args)
         return (
-            *(f"--feature-gates={gate}" for gate in node_feature_gates(version)),
+            *(
+                f"--feature-gates={gate}"
+                for gate in (() if compatibility else node_feature_gates(version))
+            ),
             "--runtime-config=certificates.k8s.io/v1beta1/podcertificaterequests=true,"
             "certificates.k8s.io/v1beta1/clustertrustbundles=true",
         )
@@ -216,7 +223,7 @@ class ControlPlane:
             f"--service-account-key-file={f['sa.pub']}",
             f"--service-account-signing-key-file={f['sa.key']}",
             "--endpoint-reconciler-type=none",
-            *version_args(self.kube_version),
+            *version_args(self.kube_version, self.extra_args),
             f"--cert-dir={self.workdir / 'certs'}",
             "--profiling=false",
             *self.extra_args,

@@ -64,7 +64,7 @@ from signer.records import (
     service_record,
     terminal_condition,
 )
-from troubleshoot import advice
+from troubleshoot import advice, mldsa
 from troubleshoot.access import denied_or_raise
 from troubleshoot.leasehealth import Health, Leader
 
@@ -286,9 +286,13 @@ class Explainer:
         note = None
         if not reports:
             projects = projected_volume(pod_raw, self.signer_name) is not None
+            # An unbound Pod asking for ML-DSA: say which of its requirements is missing.
+            unplaced = mldsa.placement(self.client, pod_raw, self.signer_name)
             note = (
-                "kubelet has not created a request yet (it does once the Pod is bound to a "
-                "node and its volumes are set up)"
+                unplaced.note()
+                if unplaced is not None
+                else "kubelet has not created a request yet (it does once the Pod is bound "
+                "to a node and its volumes are set up)"
                 if projects
                 else f"the Pod projects no podCertificate volume for {self.signer_name}"
             )

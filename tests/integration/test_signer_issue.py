@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from controlplane.kubelet import KEY_TYPES, PrivateKey
+from controlplane.kubelet import KEY_TYPES, PrivateKey, pod_manifest
 from kube.client import Client
 from kube.types import JSON
 from tests.integration.signer_harness import (
@@ -156,6 +156,31 @@ def test_pod_fqdn_is_added_with_a_headless_service_named_after_the_subdomain(
     signer: RunningSigner, client: Client, namespace: str
 ) -> None:
     created = pod_fqdn_request(signer, namespace, headless=True)
+
+    stored = wait_terminal(client, created)
+
+    assert dns_names(chain_of(stored)[0]) == [
+        f"db-0.db.{namespace}.svc.cluster.local",
+        f"db-0.db.{namespace}.svc",
+    ]
+
+
+def test_pod_fqdn_comes_from_hostname_and_subdomain_whatever_the_hostname_override(
+    signer: RunningSigner, client: Client, namespace: str
+) -> None:
+    """`spec.hostnameOverride` (GA since 1.37) changes the Pod's own hostname only, not its
+    DNS records: the name clients resolve is still `<hostname>.<subdomain>`, so that is the
+    SAN."""
+    kubelet = signer.kubelet
+    manifest = pod_manifest(
+        "db-0", namespace, labels={"app": "db"}, hostname="db-0", subdomain="db"
+    )
+    manifest["spec"]["hostnameOverride"] = "renamed.example"
+    pod = client.create(f"/api/v1/namespaces/{namespace}/pods", manifest)
+    # The API server kept the field (it would drop an unknown one): the test proves something.
+    assert pod["spec"]["hostnameOverride"] == "renamed.example"
+    kubelet.create_service("db", namespace, selector={"app": "db"}, headless=True)
+    created, _ = kubelet.create_pcr(pod, annotations={"kubernetes.io/add-pod-fqdn": "true"})
 
     stored = wait_terminal(client, created)
 

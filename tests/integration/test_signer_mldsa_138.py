@@ -20,6 +20,7 @@ from controlplane.kubelet import MLDSA_KEY_TYPES, generate_key, pcr_path, stub_c
 from controlplane.workload import cert_pod
 from kube.client import ApiError, Client
 from tests.conftest import create_test_namespace
+from tests.integration.explain_harness import run_explain
 from tests.integration.signer_harness import RunningSigner, condition, eventually, wait_terminal
 
 pytestmark = pytest.mark.integration
@@ -76,6 +77,20 @@ def test_mldsa_requests_of_every_size_are_issued_and_verify(
     leaf = verify_chain(stored["status"]["certificateChain"], anchors, f"web.{ns_138}.svc")
     assert leaf.public_key() == key.public_key()
     assert counted == 1.0
+    # RFC 9881: an ML-DSA leaf signs, and does nothing else.
+    usage = leaf.extensions.get_extension_for_class(x509.KeyUsage)
+    assert usage.critical
+    assert usage.value == x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=False,
+        crl_sign=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
 
 
 def forged_stub(key_type: str) -> bytes:
@@ -147,3 +162,83 @@ def test_without_the_gate_a_pod_cannot_ask_for_an_mldsa_key(
 
     assert refused.value.status == 422
     assert "keyType" in str(refused.value.body)
+
+
+def test_min_compatibility_version_1_38_alone_turns_ml_dsa_on() -> None:
+    """The other route a cluster operator takes: no `--feature-gates` at all, and
+    `--min-compatibility-version=1.38`; kube-apiserver then turns `PodCertificateMLDSA` on
+    by default, accepts a Pod asking for an ML-DSA key, and the request kubelet would make
+    for it is Issued."""
+    plane = ControlPlane.start(version=VERSION, extra_args=("--min-compatibility-version=1.38",))
+    try:
+        args = plane.apiserver_args()
+        assert not [a for a in args if "PodCertificateMLDSA" in a], args
+        client = plane.client()
+        gate = client.get_bytes("/metrics").decode()
+        ns = client.create("/api/v1/namespaces", {"metadata": {"generateName": "compat-"}})
+        name = ns["metadata"]["name"]
+        pod = cert_pod(
+            "web-0",
+            name,
+            node="node-1",
+            labels={"app": "web"},
+            key_type="MLDSA65",
+            annotations={"kubernetes.io/service-names": "web"},
+        )
+        stored_pod = client.create(f"/api/v1/namespaces/{name}/pods", pod)
+        with RunningSigner(client) as signer:
+            signer.kubelet.create_service("web", name, selector={"app": "web"})
+            created, key = signer.kubelet.create_pcr(
+                stored_pod,
+                key_type="MLDSA65",
+                annotations={"kubernetes.io/service-names": "web"},
+            )
+            stored = wait_terminal(client, created)
+    finally:
+        plane.stop()
+
+    assert 'kubernetes_feature_enabled{name="PodCertificateMLDSA",stage="BETA"} 1' in gate
+    sources = stored_pod["spec"]["volumes"][0]["projected"]["sources"]
+    assert sources[0]["podCertificate"]["keyType"] == "MLDSA65"
+    assert condition(stored)["type"] == "Issued", stored["status"]
+    leaf = x509.load_pem_x509_certificates(stored["status"]["certificateChain"].encode())[0]
+    assert leaf.public_key() == key.public_key()
+
+
+def test_explain_says_no_node_declares_the_ml_dsa_feature_for_a_pending_pod(
+    client_138: Client, ns_138: str, other_planes: dict[str, tuple[ControlPlane, Client]]
+) -> None:
+    """A Pod asking for an ML-DSA key is scheduled only onto a node that declares
+    `PodCertificateMLDSA`; while none does, it stays Pending with no request, and
+    `explain` says so in those words — then names the node once one declares it."""
+    plane = other_planes[VERSION][0]
+    node_name = f"no-mldsa-{ns_138}"
+    client_138.create("/api/v1/nodes", {"metadata": {"name": node_name}})
+    try:
+        pod = cert_pod(
+            "web-0",
+            ns_138,
+            node=None,
+            labels={"app": "web"},
+            key_type="MLDSA65",
+            annotations={"kubernetes.io/service-names": "web"},
+        )
+        client_138.create(f"/api/v1/namespaces/{ns_138}/pods", pod)
+        undeclared = run_explain(plane.kubeconfig, ns_138, "pod", f"{ns_138}/web-0")
+        client_138.patch(
+            f"/api/v1/nodes/{node_name}/status",
+            {"status": {"declaredFeatures": ["PodCertificateMLDSA"]}},
+        )
+        declared = run_explain(plane.kubeconfig, ns_138, "pod", f"{ns_138}/web-0")
+    finally:
+        client_138.delete(f"/api/v1/nodes/{node_name}")
+
+    code, out, _ = undeclared
+    print(f"\n$ service-serving-signer explain pod {ns_138}/web-0\n{out}(exit {code})")
+    assert code == 4, out  # no request yet
+    assert "the Pod asks for an MLDSA65 key and is not scheduled" in out
+    assert "no node declares PodCertificateMLDSA" in out
+    assert "--feature-gates=PodCertificateMLDSA=true" in out
+    code, out, _ = declared
+    assert code == 4, out
+    assert "nodes that declare PodCertificateMLDSA can run it" in out and node_name in out

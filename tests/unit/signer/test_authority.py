@@ -80,6 +80,32 @@ def test_issued_leaf_verifies_as_tls_server_for_each_leaf_key_type(
         assert verify_server(issued.chain_pem, root.cert, name, NOW)[-1] == root.cert
 
 
+DIGITAL_SIGNATURE_ONLY = x509.KeyUsage(
+    digital_signature=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=False,
+    crl_sign=False,
+    encipher_only=False,
+    decipher_only=False,
+)
+
+
+@pytest.mark.parametrize("key_type", ["MLDSA44", "MLDSA65", "MLDSA87"])
+def test_ml_dsa_leaves_carry_digital_signature_only(
+    root: CertificateAuthority, key_type: LeafKeyType
+) -> None:
+    """RFC 9881: an ML-DSA key signs; key encipherment, key agreement and data encipherment
+    are forbidden (kube-apiserver 1.38 refuses them in ML-DSA CSRs), and a leaf has no
+    business with certificate or CRL signing."""
+    leaf = leaf_of(issue(material(root), public(key_type), NAMES, DAY, DAY, NOW).chain_pem)
+    usage = leaf.extensions.get_extension_for_class(x509.KeyUsage)
+    assert usage.critical
+    assert usage.value == DIGITAL_SIGNATURE_ONLY
+
+
 @pytest.mark.parametrize("key_type", LEAF_TYPES)
 def test_issued_leaf_has_spec_extensions(root: CertificateAuthority, key_type: LeafKeyType) -> None:
     key = public(key_type)
