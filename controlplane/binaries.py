@@ -10,8 +10,10 @@ builds every version with it); the first build takes many minutes, later runs no
 the etcd build fails, Debian's `etcd-server` package is unpacked instead; kube-apiserver
 has no fallback and fails loudly.
 
-Versions: `KUBERNETES_VERSION` (1.37) is the plane every test uses. `NEXT_VERSION` (the
-newest 1.38 build the Go module proxy serves; v1.38.0 GA is not served yet) and
+Versions: `KUBERNETES_VERSION` (1.37) is the plane every test uses. `NEXT_VERSION` (1.38
+as it ships: v1.38.0 — later its newest patch — once the Go module proxy serves it, else
+the newest 1.38 pre-release it serves, and the build says which and why; `resolve_next`,
+asked once a day, `KUBERNETES_NEXT_VERSION` to pin one) and
 `OLDER_VERSIONS` (1.36) are kube-apiservers the API-version-sensitive tests also run
 against (`TESTED_VERSIONS`). 1.38 serves what 1.37 does plus ML-DSA key types behind
 `PodCertificateMLDSA`, which `controlplane.server` turns on; 1.36 serves
@@ -35,23 +37,29 @@ they take a few minutes more.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 KUBERNETES_VERSION = "v1.37.2"
-# The newest 1.38 build the Go module proxy serves (v1.38.0, -rc.0 and -beta.1 answer 403
-# "not available" on 2026-12-04; GA is planned for 2026-12-16).
-NEXT_VERSION = "v1.38.0-beta.0"
+# The next minor release (`NEXT_VERSION` below is chosen among its builds).
+NEXT_MINOR = 38
+# The newest 1.38 build the Go module proxy served when last checked by hand (v1.38.0,
+# -rc.1, -rc.0 and -beta.1 answer 403 "not available" on 2026-12-06; GA is planned for
+# 2026-12-16): the choice when the proxy cannot be asked.
+NEXT_KNOWN = "v1.38.0-beta.0"
+# How long the proxy's answer is reused (a file beside the version caches).
+NEXT_CHECK_EVERY = 24 * 3600
 # The newest 1.36 patch the Go module proxy serves (v1.36.6 answers 403 "not available").
 OLDER_VERSIONS = ("v1.36.5",)
-# The kube-apiservers the version-sensitive tests run on, the main version first.
-TESTED_VERSIONS = (KUBERNETES_VERSION, NEXT_VERSION, *OLDER_VERSIONS)
 # The Go toolchain builds use unless GOTOOLCHAIN is set: Kubernetes 1.38 needs Go 1.27.
 GO_TOOLCHAIN = "go1.27.3"
 ETCD_VERSION = "v3.7.3"
@@ -81,6 +89,100 @@ class Binaries:
 def cache_dir(version: str = KUBERNETES_VERSION) -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "service-serving-signer" / "controlplane" / version
+
+
+# the next version: 1.38.0 as it ships ----------------------------------------------------
+
+_PRE_RELEASE = re.compile(r"^v1\.(\d+)\.0-(alpha|beta|rc)\.(\d+)$")
+_RELEASE = re.compile(r"^v1\.(\d+)\.(\d+)$")
+_STAGES = ("alpha", "beta", "rc")
+
+
+@dataclass(frozen=True)
+class NextChoice:
+    version: str
+    why: str  # one line, printed when its binaries are built
+
+
+def choose_next(served: Iterable[str], minor: int = NEXT_MINOR) -> NextChoice:
+    """Among the k8s.io/kubernetes versions the Go module proxy serves: the newest
+    release of `minor` (v1.38.0 on the day it ships, later its newest patch); else its
+    newest pre-release (rc > beta > alpha), saying that GA is not served; else
+    `NEXT_KNOWN`."""
+    releases = []
+    pre_releases = []
+    for version in served:
+        if (found := _RELEASE.match(version)) and int(found.group(1)) == minor:
+            releases.append((int(found.group(2)), version))
+        elif (found := _PRE_RELEASE.match(version)) and int(found.group(1)) == minor:
+            pre_releases.append((_STAGES.index(found.group(2)), int(found.group(3)), version))
+    if releases:
+        version = max(releases)[1]
+        return NextChoice(version, f"Kubernetes 1.{minor}: {version}, released")
+    if pre_releases:
+        version = max(pre_releases)[2]
+        return NextChoice(
+            version,
+            f"Kubernetes 1.{minor}: v1.{minor}.0 is not served by the Go module proxy yet; "
+            f"using the newest 1.{minor} pre-release it serves, {version}",
+        )
+    return NextChoice(
+        NEXT_KNOWN,
+        f"Kubernetes 1.{minor}: the Go module proxy serves no 1.{minor} build (or could not "
+        f"be asked); using {NEXT_KNOWN}, the newest served when last checked",
+    )
+
+
+def served_versions(module: str = "k8s.io/kubernetes") -> list[str] | None:
+    """`go list -m -versions MODULE` through the caller's GOPROXY; None if it fails."""
+    if shutil.which("go") is None:
+        return None
+    try:
+        result = subprocess.run(
+            ["go", "list", "-m", "-versions", module],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=tempfile.gettempdir(),
+            env={**build_env(), "GOFLAGS": "-mod=mod"},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if result.returncode != 0:
+        return None
+    return result.stdout.split()[1:]
+
+
+def resolve_next() -> NextChoice:
+    """The 1.38 build to test against: `KUBERNETES_NEXT_VERSION` if set; else the Go module
+    proxy's answer (`choose_next`), asked at most once a day (the answer is kept in
+    `next-version.json` beside the version caches); if it cannot be asked, the last answer,
+    else `NEXT_KNOWN`."""
+    explicit = os.environ.get("KUBERNETES_NEXT_VERSION")
+    if explicit:
+        return NextChoice(explicit, f"set by KUBERNETES_NEXT_VERSION: {explicit}")
+    record = cache_dir().parent / "next-version.json"
+    kept: NextChoice | None = None
+    try:
+        data = json.loads(record.read_text())
+        kept = NextChoice(str(data["version"]), str(data["why"]))
+        if time.time() - record.stat().st_mtime < NEXT_CHECK_EVERY:
+            return kept
+    except (OSError, ValueError, KeyError, TypeError):
+        kept = None
+    served = served_versions()
+    if served is None:
+        return kept or choose_next(())
+    choice = choose_next(served)
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial = record.with_name(f".{record.name}.{os.getpid()}")
+        partial.write_text(json.dumps({"version": choice.version, "why": choice.why}) + "\n")
+        partial.replace(record)  # atomic: a concurrent reader sees the old or the new
+    except OSError:
+        pass
+    return choice
 
 
 def _env_name(name: str) -> str:
@@ -140,6 +242,8 @@ def build(names: list[str], version: str = KUBERNETES_VERSION) -> None:
             "KUBEBUILDER_ASSETS to a directory with kube-apiserver and etcd"
         )
     out = cache_dir(version)
+    if version == NEXT_VERSION:
+        print(f"[controlplane] {NEXT.why}", file=sys.stderr, flush=True)
     print(
         f"[controlplane] building {', '.join(names)} {version} from Go modules into {out}; "
         "the first build takes about 6-8 minutes on 2 cores, later runs reuse the cache",
@@ -263,6 +367,14 @@ def traefik(version: str = TRAEFIK_VERSION) -> Path:
             flush=True,
         )
     return binary
+
+
+# Chosen once per process, when the module is imported (what it reads is defined above).
+NEXT = resolve_next()
+# The 1.38 build every 1.38 test uses (`resolve_next`).
+NEXT_VERSION = NEXT.version
+# The kube-apiservers the version-sensitive tests run on, the main version first.
+TESTED_VERSIONS = (KUBERNETES_VERSION, NEXT_VERSION, *OLDER_VERSIONS)
 
 
 def main() -> None:

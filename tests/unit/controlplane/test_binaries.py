@@ -5,6 +5,7 @@ does."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -151,3 +152,67 @@ def test_traefik_has_its_own_cache_directory_and_test_asset_traefik_wins(
     assert binaries.traefik() == directory / "traefik"
     monkeypatch.setenv("TEST_ASSET_TRAEFIK", str(tmp_path / "mine"))
     assert binaries.traefik() == tmp_path / "mine"
+
+
+# 1.38 as it ships ---------------------------------------------------------------------------
+
+SERVED_TODAY = ["v1.37.1", "v1.37.2", "v1.38.0-alpha.1", "v1.38.0-beta.0"]
+
+
+def test_without_ga_the_newest_pre_release_is_taken_and_said() -> None:
+    choice = binaries.choose_next(SERVED_TODAY)
+    assert choice.version == "v1.38.0-beta.0"
+    assert "v1.38.0 is not served by the Go module proxy yet" in choice.why
+    assert "newest 1.38 pre-release it serves, v1.38.0-beta.0" in choice.why
+
+
+def test_ga_is_taken_the_day_the_proxy_serves_it() -> None:
+    served = [*SERVED_TODAY, "v1.38.0-rc.0", "v1.38.0-rc.1", "v1.38.0", "v1.39.0-alpha.0"]
+    assert binaries.choose_next(served) == binaries.NextChoice(
+        "v1.38.0", "Kubernetes 1.38: v1.38.0, released"
+    )
+    assert binaries.choose_next([*served, "v1.38.2", "v1.38.10"]).version == "v1.38.10"
+
+
+@pytest.mark.parametrize(
+    ("served", "expected"),
+    [
+        (["v1.38.0-rc.0", "v1.38.0-beta.2", "v1.38.0-alpha.3"], "v1.38.0-rc.0"),
+        (["v1.38.0-beta.10", "v1.38.0-beta.9"], "v1.38.0-beta.10"),
+        (["v1.39.0-rc.0", "v1.37.2"], binaries.NEXT_KNOWN),
+        ([], binaries.NEXT_KNOWN),
+    ],
+)
+def test_pre_releases_order_by_stage_then_number(served: list[str], expected: str) -> None:
+    assert binaries.choose_next(served).version == expected
+
+
+def test_the_next_version_can_be_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBERNETES_NEXT_VERSION", "v1.38.0-rc.1")
+    assert binaries.resolve_next().version == "v1.38.0-rc.1"
+
+
+def test_a_kept_answer_is_reused_without_asking(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KUBERNETES_NEXT_VERSION", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    record = binaries.cache_dir().parent / "next-version.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"version": "v1.38.0", "why": "kept"}')
+    monkeypatch.setattr(binaries, "served_versions", lambda: pytest.fail("asked the proxy"))
+    assert binaries.resolve_next() == binaries.NextChoice("v1.38.0", "kept")
+
+
+def test_an_unreachable_proxy_falls_back_to_the_last_answer_then_the_known_build(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KUBERNETES_NEXT_VERSION", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(binaries, "served_versions", lambda: None)
+    assert binaries.resolve_next().version == binaries.NEXT_KNOWN
+    record = binaries.cache_dir().parent / "next-version.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"version": "v1.38.0-rc.1", "why": "old"}')
+    os.utime(record, (0, 0))  # stale: the proxy is asked, and cannot answer
+    assert binaries.resolve_next().version == "v1.38.0-rc.1"
