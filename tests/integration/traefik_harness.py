@@ -98,6 +98,8 @@ def route_through(
             },
         },
     )
+    # One policy per Service: Traefik before v3.6.20 (#13306; the pin is v3.6.12) can
+    # match a policy with several targetRefs against the wrong Service.
     client.create(
         f"{ns}/backendtlspolicies",
         {
