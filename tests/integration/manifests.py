@@ -26,6 +26,12 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
     "ServiceMonitor": ("/apis/monitoring.coreos.com/v1", "servicemonitors", True),
     "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules", True),
+    "FlowSchema": ("/apis/flowcontrol.apiserver.k8s.io/v1", "flowschemas", False),
+    "PriorityLevelConfiguration": (
+        "/apis/flowcontrol.apiserver.k8s.io/v1",
+        "prioritylevelconfigurations",
+        False,
+    ),
     "ValidatingAdmissionPolicy": (
         "/apis/admissionregistration.k8s.io/v1",
         "validatingadmissionpolicies",

@@ -42,6 +42,7 @@ ALL_OPTIONS = [
     "injector.enabled=true",
     "injector.distribution.enabled=true",
     "injector.admissionPolicy.enabled=true",
+    "flowControl.enabled=true",
 ]
 
 # What the chart renders with every option on: each kind the tests apply (their API paths
@@ -170,6 +171,7 @@ def test_helm_template_with_every_option_equals_config_with_every_component(
             "injector",
             "injector-distribution",
             "injector-admission-policy",
+            "flowcontrol",
         )
     )
     assert {o["kind"] for o in config} >= {"NetworkPolicy", "ConfigMap", "PrometheusRule"}

@@ -10,7 +10,13 @@ from typing import Any
 
 import yaml
 
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
+}
 CONFIG = Path(__file__).resolve().parents[3] / "config"
 
 
