@@ -91,5 +91,5 @@ def test_with_it_the_signer_is_in_its_workload_high_level(
 ) -> None:
     ours = level_uid(client, LEVEL["metadata"]["name"])
     # kube-apiserver's APF configuration controller picks the new objects up on its own.
-    eventually(lambda: level_of_request(control_plane, token) == ours, 30)
+    assert eventually(lambda: level_of_request(control_plane, token) == ours, 30)
     assert level_of_request(control_plane, token) != level_uid(client, "workload-low")
