@@ -10,6 +10,7 @@ run). Figures, not pass/fail: the exit code is non-zero only if a scenario crash
     python -m bench --scenario scale         # 150,000 Pods / 10,000 Services (not in "all")
     python -m bench --scenario drains --n 2000 --rounds 3   # CPU per 1,000: ours vs Go
     python -m bench --scenario keytypes --n 1000 --rounds 3 # CPU per 1,000: ML-DSA vs P-256
+    python -m bench --scenario saturated --n 1000  # latency under APF saturation, ± FlowSchema
     BENCH_QUICK=1 python -m bench            # small N, short steady phase: a smoke run
 """
 
@@ -29,6 +30,7 @@ from typing import Any
 from bench.drains import drains
 from bench.harness import KeyPool, parallel, pcr_bodies, populate
 from bench.keytypes import keytypes, keytypes_e2e
+from bench.saturation import APF_ARGS, saturated
 from bench.scale import CHURN_RATE as CHURN_OFFERED
 from bench.scale import THROUGHPUT_ROUNDS, scale
 from bench.scenarios import OWN_CONTROL_PLANE, SCENARIOS, Context, Result
@@ -41,9 +43,13 @@ ORDER = ("keytypes", "burst", "peer", "ceiling", "steady", "wakeup", "memory")
 NO_PLANE = {"keytypes"}
 # Asked for by name only: `scale` builds a 150,000-Pod cluster; `drains` repeats backlog
 # drains of every signer to compare CPU per certificate.
-EXTRA = {"scale": scale, "drains": drains}
+# `saturated` runs the signers as ServiceAccounts under API Priority and Fairness on a
+# plane of small concurrency, saturated by other ServiceAccounts (bench/saturation.py).
+EXTRA = {"scale": scale, "drains": drains, "saturated": saturated}
 ALL = {**SCENARIOS, **EXTRA}
-OWN = OWN_CONTROL_PLANE | {"scale"}
+OWN = OWN_CONTROL_PLANE | {"scale", "saturated"}
+# The kube-apiserver flags of a scenario's own plane.
+OWN_ARGS = {"saturated": APF_ARGS}
 DEFAULT_ROUNDS = {"drains": 3, "scale": THROUGHPUT_ROUNDS, "keytypes": 3}
 
 
@@ -263,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             own = name in OWN
             if own:
-                plane = ControlPlane.start()
+                plane = ControlPlane.start(extra_args=OWN_ARGS.get(name, ()))
             else:
                 if shared is None:
                     shared = ControlPlane.start()
