@@ -286,8 +286,10 @@ def saturated(ctx: Context) -> Result:
     def ours(name: str) -> Callable[[Population], BenchedProcess]:
         directory = ctx.dir(f"saturated-{name}")
         kubeconfig = token_kubeconfig(ctx, directory, ours_token)
+        # The shipped client budget (50 QPS / 100 burst): the server, not the bucket, is
+        # what is saturated here.
         return lambda _pop: OurSigner(
-            ctx.plane, directory, workers=ctx.workers, kubeconfig=kubeconfig
+            ctx.plane, directory, workers=ctx.workers, kubeconfig=kubeconfig, qps=50, burst=100
         ).start()
 
     def go_peer(_pop: Population) -> BenchedProcess:
