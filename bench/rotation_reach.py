@@ -93,7 +93,17 @@ def reach_pod(namespace: str, name: str) -> dict[str, Any]:
         "spec": {
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+            # kubelet mounts only the volumes a container mounts.
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "volumeMounts": [
+                        {"name": "by-signer", "mountPath": "/trust/by-signer", "readOnly": True},
+                        {"name": "by-name", "mountPath": "/trust/by-name", "readOnly": True},
+                    ],
+                }
+            ],
             "volumes": [
                 volume(
                     "by-signer",
