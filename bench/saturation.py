@@ -30,6 +30,7 @@ Run alone, once: `python -m bench --scenario saturated --n 1000`.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -230,7 +231,9 @@ def _run(
     noise: Noise,
     level: str,
 ) -> Result:
-    pop = populate(ctx.client, f"sat-{label}", pods=BURST_PODS, groups=BURST_GROUPS)
+    pop = populate(
+        ctx.client, f"sat-{label.replace('+', '-')}", pods=BURST_PODS, groups=BURST_GROUPS
+    )
     bodies = pcr_bodies(pop, ctx.keys, ctx.n, signer_name=signer_name)
     signer = start(pop)
     try:
@@ -309,6 +312,8 @@ def saturated(ctx: Context) -> Result:
         with flow_schema(ctx.client, applied):
             noise = Noise(clients, noise_namespace)
             runs.append(_run(ctx, label, signer_name, start, noise, priority))
+        # Each run as it ends (a later run's failure must not lose it).
+        print(f"[saturated] {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
     by = {r["signer"]: r for r in runs}
     summary: dict[str, Any] = {
         "scenario": "saturated",
