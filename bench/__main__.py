@@ -109,6 +109,19 @@ def table(results: list[Result]) -> str:
         lines.append(f"CPU s per 1,000 PCRs, ours vs Go: {cpu_ours} vs {cpu_go}")
     if ours and by.get("ceiling", {}).get("per_second"):
         lines.append(f"ours/ceiling (burst issued/s):   {ours / by['ceiling']['per_second']:.2f}")
+    if "saturated" in by:
+        s = by["saturated"]
+        lines.append(
+            f"saturated API server ({s['seats']} seats, {s['noise_threads']} threads of "
+            f"{s['noise_accounts']} other ServiceAccounts), {s['n']} requests, "
+            f"SLO {s['slo_seconds']} s:"
+        )
+        for run in s["runs"]:
+            lines.append(
+                f"  {run['signer']:16} {run['priority_level']:24} issued {run['issued']}/"
+                f"{run['issued'] + run['not_issued']} in {run['seconds']} s, p50 "
+                f"{run['p50_ms']} ms, p99 {run['p99_ms']} ms, within SLO {run['within_slo']:.1%}"
+            )
     if "wakeup" in by:
         w = by["wakeup"]
         lines.append(
