@@ -297,7 +297,7 @@ def wait_for(check: Any, timeout: float) -> float:
 def hostile_meta(name: str, nothing: str) -> dict[str, Any]:
     """Labelled and annotated (selecting nothing: no writes), with every annotation the
     injector reads at the most a record would once have kept."""
-    note = json.dumps({"sha256": "0" * 64, "anchors": ["f" * 64] * 120, "notAfter": 1})
+    note = json.dumps({"sha256": "0" * 64, "anchors": ["f" * 64] * 100, "notAfter": 1})
     return {
         "name": name,
         "labels": {LABEL: "true"},

@@ -112,7 +112,7 @@ MAX_HELD = 16
 """The most anchors a record keeps from `INJECTED_ANNOTATION` (as 32-byte digests); a
 note listing more says nothing is known (a bundle holds a few anchors)."""
 
-MAX_MANAGERS = 3
+MAX_MANAGERS = 2
 """The most field managers a record names (other appliers, and entries of our own
 manager): managedFields are client-writable, so their number is the tenant's to choose."""
 
