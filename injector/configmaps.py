@@ -52,10 +52,10 @@ from injector.targets import (
     Target,
     Truststore,
     annotation_of,
-    other_appliers,
     owned_by_us,
     pointer,
     value_digest,
+    writers,
 )
 from injector.targets import (
     MARK_LABEL as MARK_LABEL,
@@ -121,7 +121,7 @@ def to_target(raw: Mapping[str, Any]) -> Target:
         owned=owned_by_us(meta),
         namespace=str(meta.get("namespace", "")),
         truststore=truststore,
-        others=other_appliers(meta, leaves),
+        **writers(meta, leaves),
         marked=_marked(meta),
         resource_version=str(meta.get("resourceVersion", "")),
         maps=tuple(

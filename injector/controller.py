@@ -34,8 +34,10 @@ for a bad annotation, or for a selection that matches nothing (Warning Events sa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -187,6 +189,7 @@ class InjectorController:
         resync_period: float = 300.0,
         registry: CollectorRegistry | None = None,
         report: ReportLease | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.report = report
@@ -211,6 +214,9 @@ class InjectorController:
         # The last refused write per key (`decide.Refusal`); only the worker syncing the
         # key touches its entry (the queue gives a key to one worker at a time).
         self._refusals: dict[str, decisions.Refusal] = {}
+        # Another writer retaking a field we wrote, per key (`decide.Contest`): same rule.
+        self._contests: dict[str, decisions.Contest] = {}
+        self.clock = clock
         self.loop = Loop(
             self.name,
             self.sync,
@@ -375,11 +381,19 @@ class InjectorController:
         kind, name = split_key(key)
         target = self.caches[kind.kind].get(name)
         departed = self.departed.get(name) if self.departed is not None else None
-        refusal = self._refusals.get(key)
-        planned = decisions.plan(kind.kind, key, target, departed, self.bundles.list(), refusal)
+        planned = decisions.plan(
+            kind.kind,
+            key,
+            target,
+            departed,
+            self.bundles.list(),
+            self._refusals.get(key),
+            self._contests.get(key),
+            self.clock(),
+        )
         outcome = self._act(kind, planned)
         self._record(planned, outcome)
-        return None
+        return Requeue(planned.requeue_after) if planned.requeue_after is not None else None
 
     def _act(self, kind: Kind, planned: decisions.Plan) -> str:
         """Send the plan's patches: `none` when it has none, else the last one's outcome
@@ -417,6 +431,13 @@ class InjectorController:
         self._set_status(planned.key, planned.after(outcome))
         if planned.target is None or (outcome == "applied" and planned.write is not None):
             self._refusals.pop(planned.key, None)  # gone, or written since
+        contest = planned.contest
+        if outcome == "applied" and planned.write is not None:
+            contest = dataclasses.replace(contest or decisions.Contest(), wrote=True)
+        if planned.target is None or contest is None:
+            self._contests.pop(planned.key, None)
+        else:
+            self._contests[planned.key] = contest
         landed = outcome in ("applied", "none")
         if landed:
             self.metrics.keep_expiry(planned.key, planned.expiry)

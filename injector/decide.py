@@ -66,6 +66,15 @@ REASON_EMPTY = "NoClusterTrustBundles"
 REASON_HASH_NAMED = "HashNamedClusterTrustBundle"
 REASON_CONFLICT = "CABundleOwnedByAnotherManager"
 REASON_REFUSED = "CABundleWriteRefused"
+REASON_CONTESTED = "CABundleContested"
+
+CONTEST_FIRST = 5.0
+"""Seconds the injector waits after the first retake of a field it wrote; each further
+retake doubles it, up to `CONTEST_MAX`."""
+CONTEST_MAX = 300.0
+CONTEST_WARN = 2
+"""The retake at which a Warning Event names the other manager (one hand edit is not a
+fight)."""
 
 
 # What `decide` returns: one small frozen record per outcome; the caller matches on the
@@ -234,6 +243,30 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class Contest:
+    """Another manager's Update retaking a field we wrote, per object: how often since we
+    first wrote it, until when the injector leaves it alone, and whether our last write
+    since then landed (`wrote`: the next retake counts)."""
+
+    manager: str = ""
+    retakes: int = 0
+    quiet_until: float = 0.0
+    wrote: bool = False
+
+
+def contested(target: Target, contest: Contest | None, now: float) -> Contest | None:
+    """The contest after this sync's look at `target`, whose slots do not hold what we
+    would write: a new retake when another manager's Update owns the field since our
+    last write landed (the back-off doubles from `CONTEST_FIRST`, at most `CONTEST_MAX`);
+    else unchanged."""
+    if contest is None or not contest.wrote or not target.taker:
+        return contest
+    retakes = contest.retakes + 1
+    delay = min(CONTEST_FIRST * 2 ** (retakes - 1), CONTEST_MAX)
+    return Contest(target.taker, retakes, now + delay, wrote=False)
+
+
+@dataclass(frozen=True)
 class Write:
     """A write of `value` (the bundle `bundle`) and our `note` beside it: the act builds
     its JSON patch with `Shape.write_ops` once it has any truststore's password."""
@@ -264,6 +297,10 @@ class Plan:
     release: list[dict[str, Any]] | None = None
     pending: Status | None = None
     """The status while the write is in flight, and after it failed."""
+    contest: Contest | None = None
+    """The object's contest after this plan (`contested`); kept by the controller."""
+    requeue_after: float | None = None
+    """Seconds until the injector looks again (a contested field's back-off)."""
 
     def after(self, outcome: str) -> Status | None:
         """The status to keep once the act ended with `outcome` (`applied`, `none`,
@@ -280,10 +317,14 @@ def plan(
     departed: Target | None,
     bundles: list[Any],
     refusal: Refusal | None = None,
+    contest: Contest | None = None,
+    now: float = 0.0,
 ) -> Plan:
     """The whole of one sync's decision (pure): for an object gone from its cache (forget
     it; release a departed ConfigMap), or for `target` given every cached bundle and the
-    last refusal of a write to it (a write refused already stays blocked, unsent)."""
+    last refusal of a write to it (a write refused already stays blocked, unsent) and its
+    contest with another writer at `now` (monotonic seconds): a field another manager
+    keeps retaking is left alone until the back-off ends."""
     if target is None:
         released = departed is not None and kind == CONFIG_MAP.kind
         return Plan(
@@ -300,7 +341,7 @@ def plan(
         if target.annotation is not None and any(op == "Apply" for _, op in target.owned)
         else None
     )
-    base = Plan(kind, key, target, cleanup=cleanup)
+    base = Plan(kind, key, target, cleanup=cleanup, contest=contest)
     match decide(target, bundles):
         case Inject(bundle=bundle, ca_bundle=value, sources=sources, hashed=hashed):
             fps = fingerprints(bundle)
@@ -308,6 +349,25 @@ def plan(
             if refusal is not None and (refusal.resource_version, refusal.value) == written:
                 status = Status(kind, "stale", fps, held, blocked=True)
                 return dataclasses.replace(base, status=status, expiry=held_until)
+            fight = contested(target, contest, now)
+            if fight is not None and now < fight.quiet_until:
+                warn = fight != contest and fight.retakes == CONTEST_WARN
+                note = (
+                    f"field manager {fight.manager} keeps writing the {SHAPES[kind].field} "
+                    f"the injector keeps ({fight.retakes} times since its write); the "
+                    f"injector waits (up to {int(CONTEST_MAX)} s between writes) instead of "
+                    "fighting: stop the other writer, or remove the annotation "
+                    f"{ANNOTATION}"
+                )
+                return dataclasses.replace(
+                    base,
+                    status=Status(kind, "conflicting", fps, held, True),
+                    expiry=held_until,
+                    result="contested" if fight != contest else None,
+                    warnings=((REASON_CONTESTED, note),) if warn else (),
+                    contest=fight,
+                    requeue_after=fight.quiet_until - now,
+                )
             expiry = earliest_expiry(bundle).timestamp()
             return dataclasses.replace(
                 base,

@@ -6,7 +6,9 @@
   (the selector matched nothing; the current caBundle was kept), `released` (the
   annotation was removed and our field manager gave up the fields it owned), `conflict`
   (another server-side apply manager owns a field we would write; nothing written) or
-  `refused` (the API refused the write as invalid; a Warning Event, no retry). Other
+  `refused` (the API refused the write as invalid; a Warning Event, no retry until the
+  object or the bundle changes), `contested` (another manager's Update retook a field we
+  wrote; the injector backs off on that object, 5 s doubling to 5 minutes). Other
   objects without the annotation are not counted. A sync that fails (an API error,
   retried with backoff) is counted by the controller loop, as for every controller:
   `controller_sync_total{controller="injector", result="error"}` (`kube.controller`).
@@ -33,7 +35,16 @@ from prometheus_client.registry import Collector
 from injector import convergence
 from injector.targets import ALL_KINDS
 
-RESULTS = ("injected", "unchanged", "invalid", "empty", "released", "conflict", "refused")
+RESULTS = (
+    "injected",
+    "unchanged",
+    "invalid",
+    "empty",
+    "released",
+    "conflict",
+    "refused",
+    "contested",
+)
 
 
 class InjectorMetrics:

@@ -178,6 +178,9 @@ class Target:
     others: tuple[str, ...] = ()
     """Other `Apply` managers that own a leaf we write (sorted, unique, at most
     `MAX_MANAGERS`)."""
+    taker: str = ""
+    """Another manager whose `Update` owns a leaf we write ("" for none): who wrote it
+    since (cert-manager's cainjector, client-side apply, Helm 3, a script)."""
     resource_version: str = field(default="", compare=False)
     """The resourceVersion the record was made from (guards a write that adds a whole map)."""
     maps: tuple[str, ...] = ()
@@ -233,6 +236,24 @@ def owned_by_us(meta: Mapping[str, Any]) -> tuple[tuple[int, str], ...]:
         if isinstance(entry, Mapping) and entry.get("manager") == FIELD_MANAGER
     )
     return tuple(itertools.islice(found, MAX_MANAGERS))
+
+
+def other_writers(
+    meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...]
+) -> tuple[tuple[str, ...], str]:
+    """(`other_appliers`, the first other manager whose `Update` owns any of `leaves`, cut
+    to `MANAGER_NAME` characters, or "")."""
+    taker = ""
+    for entry in meta.get("managedFields") or ():
+        if not isinstance(entry, Mapping) or entry.get("operation") != "Update":
+            continue
+        manager = str(entry.get("manager", ""))
+        fields = entry.get("fieldsV1")
+        owns = isinstance(fields, Mapping) and any(_owns(fields, leaf) for leaf in leaves)
+        if manager != FIELD_MANAGER and owns:
+            taker = manager[:MANAGER_NAME]
+            break
+    return other_appliers(meta, leaves), taker
 
 
 def other_appliers(meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
@@ -360,11 +381,15 @@ def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
         slots=slots,
         not_applicable=not_applicable,
         owned=owned_by_us(meta),
-        others=other_appliers(
-            meta, (leaf or (API_SERVICE_LEAF if kind == API_SERVICE else CRD_LEAF),)
-        ),
+        **writers(meta, (leaf or (API_SERVICE_LEAF if kind == API_SERVICE else CRD_LEAF),)),
         resource_version=str(meta.get("resourceVersion", "")),
     ).with_holding(meta)
+
+
+def writers(meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
+    """`Target` fields `others` and `taker` (`other_writers`)."""
+    others, taker = other_writers(meta, leaves)
+    return {"others": others, "taker": taker}
 
 
 def _ca_bundle_digest(client_config: Any) -> str:

@@ -3,6 +3,8 @@ what the sync tests drive."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from prometheus_client import CollectorRegistry
@@ -60,7 +62,12 @@ class Events:
 
 
 def controller(
-    targets: list[Target], bundles: list[Any], client: FakeClient | None = None, **kw: Any
+    targets: list[Target],
+    bundles: list[Any],
+    client: FakeClient | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    **kw: Any,
 ) -> tuple[InjectorController, FakeClient, Events, dict[str, FakeCache[Target]]]:
     fake = client or FakeClient()
     events = Events()
@@ -74,5 +81,6 @@ def controller(
         Caches(caches, FakeCache(bundles, key=lambda b: str(b["metadata"]["name"]), **kw)),
         events,
         registry=CollectorRegistry(),
+        clock=clock,
     )
     return ctrl, fake, events, caches

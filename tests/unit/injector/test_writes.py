@@ -21,7 +21,7 @@ from injector.targets import (
     to_target,
 )
 from kube.client import ApiError
-from tests.unit.injector.builders import api_service, crd, ctb, pem, webhook_config
+from tests.unit.injector.builders import api_service, b64, crd, ctb, pem, webhook_config
 from tests.unit.injector.harness import FakeClient, controller
 from tests.unit.injector.test_configmaps import config_map
 from trust.bundle import normalize_bundle
@@ -214,3 +214,69 @@ def test_a_refused_write_is_not_sent_again_until_the_object_or_the_bundle_change
     ctrl.bundles.put(ctb("b2", ["a", "b"]))  # type: ignore[attr-defined]
     ctrl.sync(target.key)  # the same object, another bundle: tried again
     assert len(client.patches) == 3
+
+
+def retaken(theirs: str, rv: int, manager: str = "cainjector") -> Any:
+    """The webhook configuration after another controller's Update wrote its caBundle."""
+    raw = webhook_config(ca_bundles=(theirs,))
+    raw["metadata"]["resourceVersion"] = str(rv)
+    raw["metadata"]["managedFields"] = [
+        {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": {"f:metadata": {}}},
+        {
+            "manager": manager,
+            "operation": "Update",
+            "fieldsV1": {
+                "f:webhooks": {
+                    'k:{"name":"w0.example.com"}': {"f:clientConfig": {"f:caBundle": {}}}
+                }
+            },
+        },
+    ]
+    return to_target(VALIDATING_WEBHOOK, raw)
+
+
+def test_a_ca_bundle_another_controller_keeps_rewriting_is_not_fought_over() -> None:
+    """An Update-operation writer of the same leaf (cert-manager's cainjector, client-side
+    apply, Helm 3, a script) retakes it after each write of ours: the injector backs off
+    per object (exponential from 5 s, at most 5 minutes), says once who keeps retaking it,
+    and counts each retake — it never writes at the other's speed."""
+    theirs = b64(normalize_bundle(pem("z")))
+    clock = [1000.0]
+    ctrl, client, events, caches = controller([], [ctb("b1", ["a"])], clock=lambda: clock[0])
+    key = f"{VALIDATING_WEBHOOK.kind}/hooks"
+    delays = []
+    for i in range(20):
+        caches[VALIDATING_WEBHOOK.kind].put(retaken(theirs, i))  # their write, our watch
+        requeue = ctrl.sync(key)
+        delays.append(requeue.after if requeue is not None else None)
+        clock[0] += 0.05  # client speed: 20 rewrites a second
+    assert len(client.patches) <= 3, f"{len(client.patches)} PATCHes for 20 rewrites"
+    assert ctrl.metrics.count(VALIDATING_WEBHOOK.kind, "contested") >= 1
+    # Waiting out each back-off, the writes go on at most at 5 s, 10 s, 20 s ... 300 s.
+    written = []
+    for i in range(20, 40):
+        clock[0] += 301
+        before = len(client.patches)
+        caches[VALIDATING_WEBHOOK.kind].put(retaken(theirs, i))
+        ctrl.sync(key)
+        written.append(len(client.patches) - before)
+    assert sum(written) <= 10
+    [(_, _, _, note)] = [e for e in events.events if e[2] == decisions.REASON_CONTESTED]
+    assert "cainjector" in note  # once, naming the other manager
+    [status] = ctrl.statuses()
+    assert status.state == "conflicting" and status.blocked
+
+
+def test_a_single_hand_edit_is_repaired_without_a_warning() -> None:
+    theirs = b64(normalize_bundle(pem("z")))
+    clock = [1000.0]
+    ctrl, client, events, caches = controller([], [ctb("b1", ["a"])], clock=lambda: clock[0])
+    key = f"{VALIDATING_WEBHOOK.kind}/hooks"
+    caches[VALIDATING_WEBHOOK.kind].put(to_target(VALIDATING_WEBHOOK, webhook_config()))
+    ctrl.sync(key)
+    caches[VALIDATING_WEBHOOK.kind].put(retaken(theirs, 2, "kubectl-edit"))
+    requeue = ctrl.sync(key)  # retaken once: a short pause, no Event
+    assert requeue is not None and requeue.after is not None and requeue.after <= 5
+    clock[0] += 5
+    ctrl.sync(key)
+    assert len(client.patches) == 2 and events.events == []
