@@ -40,7 +40,7 @@ from tests.integration.manifests import apply as apply_manifest
 from tests.integration.manifests import ensure_namespace
 from tests.integration.signer_harness import eventually
 from tests.integration.test_injector_apis import conversion_crd
-from tests.integration.test_injector_rbac import NS, RBAC_KINDS, SA, SUBJECT
+from tests.integration.test_injector_rbac import LEASE, NS, RBAC_KINDS, SA, SUBJECT
 from tests.integration.test_publisher import ctb_path, ctb_version
 from tests.unit.deploy.kustomize import CONFIG, render
 from trust.bundle import bundle_name, normalize_bundle
@@ -798,7 +798,7 @@ def test_the_injector_and_distributor_refuse_nothing_under_the_policy(
         tmp_path / "injector.log",
         "--controllers=injector,trust-distributor",
         f"--leader-elect-resource-namespace={NS}",
-        f"--leader-elect-resource-name=policy-{suffix}",
+        f"--leader-elect-resource-name={LEASE}",  # the only one its Role lets it write
         signer_name=None,
     )
     try:

@@ -32,7 +32,7 @@ from tests.integration.manager_process import SignerProcess
 from tests.integration.manifests import apply as apply_manifest
 from tests.integration.manifests import ensure_namespace
 from tests.integration.signer_harness import eventually
-from tests.integration.test_injector_rbac import NS, RBAC_KINDS, SA, SUBJECT
+from tests.integration.test_injector_rbac import LEASE, NS, RBAC_KINDS, SA, SUBJECT
 from tests.integration.test_publisher import ctb_path, ctb_version
 from tests.unit.deploy.kustomize import CONFIG, render
 from trust.bundle import bundle_name, normalize_bundle
@@ -228,7 +228,7 @@ def test_distributes_as_the_injector_with_only_the_components_rbac(
         tmp_path / "injector.log",
         "--controllers=injector,trust-distributor",
         f"--leader-elect-resource-namespace={NS}",
-        f"--leader-elect-resource-name=distributor-{team}",
+        f"--leader-elect-resource-name={LEASE}",  # the only one its Role lets it write
         signer_name=None,
     )
     copy_path = f"/api/v1/namespaces/{target}/configmaps/service-ca.crt"

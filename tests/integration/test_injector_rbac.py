@@ -35,7 +35,10 @@ pytestmark = pytest.mark.integration
 NS = "service-serving-signer"
 SA = "service-serving-signer-injector"
 SUBJECT = service_account_subject(NS, SA)
-RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+# What the injector's ServiceAccount needs to run: its RBAC, and its two Leases (shipped:
+# its Role may get and update them by name, never create one).
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"}
+LEASE = "service-serving-signer-injector"
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,7 @@ def test_injects_as_its_service_account_with_only_its_rbac_and_no_signing_files(
             tmp_path / "injector.log",
             "--controllers=injector",
             f"--leader-elect-resource-namespace={NS}",
-            "--leader-elect-resource-name=injector-rbac-test",
+            f"--leader-elect-resource-name={LEASE}",
             signer_name=None,
         )
         try:
@@ -131,6 +134,39 @@ def test_injects_as_its_service_account_with_only_its_rbac_and_no_signing_files(
         ("list", "podcertificaterequests", {"group": "certificates.k8s.io"}),
         ("get", "pods", {"namespace": "default"}),
         ("get", "leases", {"group": "coordination.k8s.io", "namespace": "kube-system"}),
+        # Nothing of the signer's Leases, and no Lease it was not shipped with.
+        ("create", "leases", {"group": "coordination.k8s.io", "namespace": NS}),
+        ("update", "leases", {"group": "coordination.k8s.io", "namespace": NS}),
+        ("list", "leases", {"group": "coordination.k8s.io", "namespace": NS}),
+        (
+            "update",
+            "leases",
+            {"group": "coordination.k8s.io", "namespace": NS, "name": "service-serving-signer"},
+        ),
+        (
+            "get",
+            "leases",
+            {"group": "coordination.k8s.io", "namespace": NS, "name": "service-serving-signer"},
+        ),
+        (
+            "update",
+            "leases",
+            {
+                "group": "coordination.k8s.io",
+                "namespace": NS,
+                "name": "service-serving-signer-managed-ca-replica-0123456789ab",
+            },
+        ),
+        (
+            "delete",
+            "leases",
+            {"group": "coordination.k8s.io", "namespace": NS, "name": f"{LEASE}-convergence"},
+        ),
+        (
+            "patch",
+            "leases",
+            {"group": "coordination.k8s.io", "namespace": NS, "name": LEASE},
+        ),
     ],
 )
 def test_injector_cannot(client: Client, verb: str, resource: str, attrs: dict[str, Any]) -> None:
@@ -149,7 +185,12 @@ def test_injector_cannot(client: Client, verb: str, resource: str, attrs: dict[s
         ("watch", "configmaps", {}),
         ("patch", "configmaps", {"namespace": "default"}),
         ("create", "events", {"group": "events.k8s.io", "namespace": "default"}),
-        ("update", "leases", {"group": "coordination.k8s.io", "namespace": NS}),
+        ("update", "leases", {"group": "coordination.k8s.io", "namespace": NS, "name": LEASE}),
+        (
+            "update",
+            "leases",
+            {"group": "coordination.k8s.io", "namespace": NS, "name": f"{LEASE}-convergence"},
+        ),
     ],
 )
 def test_injector_can(client: Client, verb: str, resource: str, attrs: dict[str, Any]) -> None:

@@ -53,7 +53,7 @@ def test_runs_as_its_service_account_with_only_config_rbac(
         tmp_path,
         files.key.parent,
         f"--leader-elect-resource-namespace={NS}",
-        "--leader-elect-resource-name=rbac-test",
+        "--leader-elect-resource-name=service-serving-signer",  # the Role names it
     ) as signer:
         assert eventually(signer.ready, 30), "\n".join(signer.log_lines()[-20:])
         assert eventually(signer.leading, 15)

@@ -96,7 +96,15 @@ def test_nothing_grants_secrets_or_wildcards(default: list[dict[str, Any]]) -> N
 def test_leases_only_in_own_namespace(default: list[dict[str, Any]]) -> None:
     role = find(default, "Role", "service-serving-signer-leader-election")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert rules_of(role) == [("coordination.k8s.io", "leases", ("create", "get", "update"), ())]
+    assert rules_of(role) == [
+        ("coordination.k8s.io", "leases", ("create",), ()),
+        (
+            "coordination.k8s.io",
+            "leases",
+            ("get", "update"),
+            ("service-serving-signer", "service-serving-signer-convergence"),
+        ),
+    ]
     binding = find(default, "RoleBinding", "service-serving-signer-leader-election")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     cluster_binding = find(default, "ClusterRoleBinding")
