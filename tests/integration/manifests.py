@@ -23,6 +23,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Deployment": ("/apis/apps/v1", "deployments", True),
     "StatefulSet": ("/apis/apps/v1", "statefulsets", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
     "ServiceMonitor": ("/apis/monitoring.coreos.com/v1", "servicemonitors", True),
     "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules", True),

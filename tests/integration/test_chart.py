@@ -186,6 +186,49 @@ def test_helm_template_with_a_managed_ca_equals_config_managed() -> None:
     assert_same_objects(rendered, kustomize(CONFIG / "managed"))
 
 
+def test_another_release_names_the_injectors_leases_it_runs_with_and_ships_them() -> None:
+    """`helm install sss …`: the injector elects on `sss-service-serving-signer-injector`;
+    its Role may get/update exactly that Lease and its convergence report (no create),
+    both shipped; the signer's Role names the signer's own Lease."""
+    result = helm(
+        "template", "sss", str(CHART), "--namespace", "ops", "--set", "injector.enabled=true"
+    )
+    assert result.returncode == 0, result.stderr
+    rendered = docs(result.stdout)
+    injector = next(
+        o
+        for o in rendered
+        if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("injector")
+    )
+    args = injector["spec"]["template"]["spec"]["containers"][0]["args"]
+    [lease] = [a.split("=", 1)[1] for a in args if a.startswith("--leader-elect-resource-name=")]
+    assert lease == "sss-service-serving-signer-injector"
+    role = next(
+        o
+        for o in rendered
+        if o["kind"] == "Role" and o["metadata"]["name"] == f"{lease}-leader-election"
+    )
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease, f"{lease}-convergence"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    shipped = {o["metadata"]["name"] for o in rendered if o["kind"] == "Lease"}
+    assert shipped == {lease, f"{lease}-convergence"}
+    assert all(o["metadata"]["namespace"] == "ops" for o in rendered if o["kind"] == "Lease")
+    signer = next(
+        o
+        for o in rendered
+        if o["kind"] == "Role"
+        and o["metadata"]["name"] == "sss-service-serving-signer-leader-election"
+    )
+    named = [r["resourceNames"] for r in signer["rules"] if r["verbs"] == ["get", "update"]]
+    assert named == [["service-serving-signer", "service-serving-signer-convergence"]]
+
+
 def test_image_digest_value_pins_the_image() -> None:
     digest = "sha256:" + "ab" * 32
     rendered = template(f"image.digest={digest}", "image.repository=registry.example/sss")
