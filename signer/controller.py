@@ -352,7 +352,13 @@ class SignerController:
         )
 
     def _issue(self, pcr: PCRRecord, decision: Sign) -> Requeue | None:
-        material = self.material_source.current()
+        try:
+            material = self.material_source.current()
+        except RuntimeError as err:
+            # No signing set right now (a managed CA's bootstrap, or an emergency rotation
+            # until the new CA is published): a known wait, re-driven by the next set.
+            self.index.wait_for_material(pcr.key)
+            raise SyncFailed(f"waiting for a signing CA: {err}") from None
         now = datetime.fromtimestamp(self._clock(), UTC)
         pod = decision.pod
         try:

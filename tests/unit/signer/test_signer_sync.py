@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -92,10 +93,12 @@ def material_of(ca: CertificateAuthority) -> SigningMaterial:
 
 class FakeMaterialSource:
     def __init__(self, ca: CertificateAuthority) -> None:
-        self.material = material_of(ca)
+        self.material: SigningMaterial | None = material_of(ca)
         self.listeners: list[Callable[[SigningMaterial], object]] = []
 
     def current(self) -> SigningMaterial:
+        if self.material is None:  # a managed CA's emergency window, or its bootstrap
+            raise RuntimeError("secret ns/ca: no confirmed managed CA yet")
         return self.material
 
     def add_listener(self, listener: Callable[[SigningMaterial], object]) -> None:
@@ -738,6 +741,30 @@ def test_signing_cert_expiring_soon_issues_nothing_and_recovers_on_rotation(h: H
     assert h.recorder.reasons() == ["SignerCertificateExpiring"]
     assert h.gauge("signer_ttl_seconds") == expiring.cert.not_valid_after_utc.timestamp()
 
+    h.source.swap(pki.ca())
+    assert h.controller.queue.get() == (pcr.key, False)
+    h.controller.sync(pcr.key)
+    assert h.written_status()["conditions"][0]["type"] == "Issued"
+
+
+def test_a_request_while_no_ca_signs_waits_for_one_without_a_traceback(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`ca rotate --emergency`: nothing signs until the new CA is published. A request
+    meanwhile waits for material (one line, no traceback) and is issued as soon as a
+    signing set arrives, not after a backoff grown to minutes."""
+    h.source.material = None
+    pod = h.pod()
+    h.service()
+    pcr = h.pcr(pod)
+
+    h.controller.queue.add(pcr.key)
+    with caplog.at_level(logging.WARNING):
+        assert h.controller.loop.process_next_work_item()
+
+    assert h.client.writes() == []
+    assert [r for r in caplog.records if r.exc_info] == [], "a traceback for a known wait"
+    assert any("no confirmed managed CA" in r.getMessage() for r in caplog.records)
     h.source.swap(pki.ca())
     assert h.controller.queue.get() == (pcr.key, False)
     h.controller.sync(pcr.key)
