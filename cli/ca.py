@@ -297,9 +297,16 @@ def _text(report: JSON, now: datetime) -> list[str]:
     "revoke",
     multiple=True,
     metavar="FINGERPRINT",
-    help="With --emergency: the root(s) to revoke (sha256, as `ca status` shows it); "
-    "default the current CA.",
+    help="With --emergency: a root to revoke, by a unique prefix of its sha256 (as `ca "
+    "status` prints it); repeatable; default the current CA.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    default=False,
+    help="With --emergency: revoke the current CA even though an emergency rotation made it.",
+)
+@click.option("--yes", "-y", is_flag=True, default=False, help="Do not ask for confirmation.")
 @output_option("text, or what was requested as json or yaml.", OUTPUT_FORMATS)
 def ca_rotate(
     kubeconfig: str | None,
@@ -310,21 +317,30 @@ def ca_rotate(
     signer_name: str,
     emergency: bool,
     revoke: tuple[str, ...],
+    force: bool,
+    yes: bool,
     output: str,
 ) -> None:
     """Ask the leader to rotate the managed CA now (stage → swap → retire, gated), or
     with --emergency at once."""
     from kube.client import ApiError, is_conflict, is_not_found, path_segment
-    from managedca.codec import EMERGENCY_REQUESTED_AT, REVOKE, ROTATE_REQUESTED_AT, decode
+    from managedca.codec import (
+        EMERGENCY_REQUESTED_AT,
+        REVOKE,
+        ROTATE_REQUESTED_AT,
+        StoreError,
+        decode,
+    )
 
-    if revoke and not emergency:
-        raise StartupError("ca rotate: --revoke goes with --emergency")
+    if (revoke or force) and not emergency:
+        raise StartupError("ca rotate: --revoke and --force go with --emergency")
     refuse_namespace("ca rotate", namespace)
     namespace = signer_namespace
     where = f"{namespace}/{secret_name}"
     conn = connect(kubeconfig, context)
     client = conn.client
     path = f"/api/v1/namespaces/{path_segment(namespace)}/secrets/{path_segment(secret_name)}"
+    confirmed: str | None = None
     for _ in range(5):
         try:
             secret = client.get(path)
@@ -335,34 +351,32 @@ def ca_rotate(
                     "(is the signer running with --ca-mode=managed?)"
                 ) from None
             raise StartupError(f"ca rotate: {conn.problem(err)}") from None
-        state = decode(secret).state
-        annotations: dict[str, str]
+        annotations: dict[str, str] | None
         if emergency:
-            known = {a.fingerprint for a in state.anchors()}
-            wanted = {r.lower() for r in revoke} or {state.current.fingerprint}
-            unknown = sorted(wanted - known)
-            if unknown:
-                raise StartupError(
-                    f"ca rotate: {', '.join(unknown)} is not a root of this managed CA "
-                    "(see `ca status`)"
-                )
-            annotations = {
-                EMERGENCY_REQUESTED_AT: format_time(datetime.now(UTC)),
-                REVOKE: ",".join(sorted(wanted)),
-            }
-        elif state.next is not None:
-            raise StartupError(
-                f"ca rotate: a rotation is already under way (next CA "
-                f"{state.next.fingerprint[:16]}…); see `ca status`"
+            # Shown and confirmed on a terminal; -o json|yaml is for scripts: --yes.
+            annotations = _emergency_plan(
+                secret, revoke, force=force, yes=yes, confirmed=confirmed, output=output
             )
-        elif state.rotate_requested_at is not None:
-            if output != "text":
-                at = _t(state.rotate_requested_at)
-                emit({"secret": where, "requested": "rotate", "requestedAt": at}, output)
+            if annotations is None:
                 return
-            click.echo(f"a rotation was already requested at {_t(state.rotate_requested_at)}")
-            return
+            confirmed = annotations[REVOKE]
         else:
+            try:
+                state = decode(secret).state
+            except StoreError as err:
+                raise StartupError(f"ca rotate: {err}") from None
+            if state.next is not None:
+                raise StartupError(
+                    f"ca rotate: a rotation is already under way (next CA "
+                    f"{state.next.fingerprint[:16]}…); see `ca status`"
+                )
+            if state.rotate_requested_at is not None:
+                if output != "text":
+                    at = _t(state.rotate_requested_at)
+                    emit({"secret": where, "requested": "rotate", "requestedAt": at}, output)
+                    return
+                click.echo(f"a rotation was already requested at {_t(state.rotate_requested_at)}")
+                return
             annotations = {ROTATE_REQUESTED_AT: format_time(datetime.now(UTC))}
         meta = secret["metadata"]
         patch = {
@@ -372,7 +386,7 @@ def ca_rotate(
             client.patch(path, patch)
         except ApiError as err:
             if is_conflict(err):
-                continue
+                continue  # changed meanwhile (the leader acted?): read and plan again
             raise StartupError(f"ca rotate: {conn.problem(err)}") from None
         if output != "text":
             body = {
@@ -385,17 +399,61 @@ def ca_rotate(
             emit(body, output)
         elif emergency:
             click.echo(
-                f"emergency rotation requested for {namespace}/{secret_name}: revoking "
-                f"{annotations[REVOKE]}; the leader stops signing with it within seconds and "
-                "signs with a new CA once it is published; follow it with `ca status`"
+                f"emergency rotation requested for {where}: revoking {annotations[REVOKE]}; "
+                "the leader acts within seconds; follow it with "
+                "`service-serving-signer ca status`"
             )
         else:
             click.echo(
-                f"rotation requested for {namespace}/{secret_name}; the leader stages the "
+                f"rotation requested for {where}; the leader stages the "
                 "next CA within seconds; follow it with `service-serving-signer ca status`"
             )
         return
     raise StartupError("ca rotate: the Secret kept changing; try again")
+
+
+def _emergency_plan(
+    secret: JSON,
+    revoke: tuple[str, ...],
+    *,
+    force: bool,
+    yes: bool,
+    confirmed: str | None,
+    output: str,
+) -> dict[str, str] | None:
+    """The annotations to write for `--emergency` (None: nothing to write, said why),
+    shown and confirmed unless `yes` or already confirmed as they are."""
+    from managedca.codec import REVOKE
+    from troubleshoot.carotate import RotateRefused, plan_emergency, read_ca_secret
+
+    try:
+        plan = plan_emergency(read_ca_secret(secret), revoke, force=force, now=datetime.now(UTC))
+    except RotateRefused as err:
+        raise StartupError(f"ca rotate --emergency: {err}") from None
+    if plan.annotations is None:
+        if output != "text":
+            emit({"secret": plan.secret.where, "requested": None, "note": plan.note}, output)
+        else:
+            click.echo(plan.note)
+        return None
+    if plan.annotations[REVOKE] == confirmed:
+        return plan.annotations
+    if output != "text" and not yes:
+        raise StartupError("ca rotate --emergency: -o json|yaml asks nothing: add --yes")
+    if output == "text":
+        click.echo(f"Emergency rotation of {plan.secret.where}")
+        for root in plan.revoke:
+            click.echo(f"  revoke {root.role:<9} {root.fingerprint}")
+        for fp in sorted(plan.kept_pending):
+            click.echo(f"  revoke {'(pending)':<9} {fp}  (an earlier request, kept)")
+        click.echo("What breaks:")
+        for line in plan.effects():
+            click.echo(f"  - {line}")
+        for problem in plan.secret.problems:
+            click.echo(f"  note: the Secret: {problem}")
+    if not yes:
+        click.confirm("Request it now?", abort=True)
+    return plan.annotations
 
 
 @click.group("ca")

@@ -415,6 +415,18 @@ def test_after_an_emergency_the_new_ca_signs_as_soon_as_it_is_published() -> Non
     assert decide(new, obs("aa", "dd"), now, CFG) == Confirm(now)
 
 
+def test_revoking_a_staged_next_ca_unstages_it_and_keeps_the_signing_ca() -> None:
+    now = T0 + 2 * DAY
+    request = replace(STAGED, emergency_requested_at=now, revoke=frozenset({"bb"}))
+    action = decide(request, obs("aa", "bb"), now, CFG)
+    assert action == Emergency(now, frozenset({"bb"})) and not action.replaces(request)
+    new = apply(request, action)
+    assert new is not None
+    assert new.current == A and new.next is None and new.staged_at is None
+    assert new.published_at is None and new.swap_not_before is None
+    assert new.revoked == frozenset({"bb"})
+
+
 def test_a_bootstrap_never_adopts_a_revoked_root() -> None:
     """A deleted Secret after an emergency: a replica still publishing the compromised
     root from memory must not get it adopted."""
