@@ -2,19 +2,18 @@
 CA, `ca status` and `ca rotate`: the operator's view of it and its one lever
 (docs/managed-ca.md).
 
-`status` reads the replicas' report Leases (the leader's carries its last decision),
-the leader-election Lease and the published ClusterTrustBundles with the caller's
-kubeconfig — never the CA Secret, so `get` on Leases and `list` on ClusterTrustBundles
-suffice — and prints the leader, the phase, the current / next / previous CAs
-(fingerprint, validity; never a key), the times of the rotation under way, each
-replica's report, and what the rotation waits for, since and until when (relative
-times beside the absolute ones). It shows what the leader decided, not a second
-decision of its own. `-o json` prints the same as one JSON object.
+`status` prints what `troubleshoot.castatus` reads with the caller's kubeconfig (the
+replicas' report Leases, the leader-election Lease, the published ClusterTrustBundles;
+never the CA Secret): the leader's last decision, the CAs, revoked roots, whether
+issuance is paused, and what the rotation waits for. `-o json|yaml` prints it as one
+object.
 
-`rotate --emergency` answers a compromised key: it records
-`ca-emergency-requested-at` and `ca-revoke` (the current CA unless `--revoke` names
-roots); the leader makes a new CA at once, every replica stops signing with a revoked
-root as soon as it reads that, and the new CA signs once the bundle read back holds it.
+`rotate --emergency` answers a compromised key: it shows and, once confirmed, records
+the plan `troubleshoot.carotate` computes from the Secret (`ca-emergency-requested-at`
+and `ca-revoke`: the current CA unless `--revoke` names roots; merged with a pending
+request; refused for a fresh emergency CA without `--force`); the leader makes a new CA
+at once, every replica stops signing with a revoked root as soon as it reads that, and
+the new CA signs once the bundle read back holds it.
 
 `rotate` asks for a rotation now: it records `ca-rotate-requested-at` on the Secret with
 a resourceVersion precondition; the leader stages the next CA within seconds and goes
@@ -46,9 +45,7 @@ from kube.times import format_time
 from manager.options import DEFAULT_MANAGED_CA_SECRET, DEFAULT_SIGNER_NAME
 
 if TYPE_CHECKING:
-    from kube.client import Client
     from kube.types import JSON
-    from managedca.report import ReportLease
 
 
 def _options(f: F) -> F:
@@ -102,185 +99,25 @@ def ca_status(
     lease_name: str,
     output: str,
 ) -> None:
-    """Show the managed CA: leader, phase, CAs, and what the rotation waits for."""
+    """Show the managed CA: leader, phase, CAs, revoked roots, whether issuance is
+    paused, and what the rotation waits for."""
     from kube.client import ApiError
-    from managedca.report import list_reports, parse_report
-    from trust.bundle import stable_bundle_name
+    from troubleshoot.castatus import CaStatusError, collect, lines, to_json
 
     refuse_namespace("ca status", namespace)
-    namespace = signer_namespace
     conn = connect(kubeconfig, context)
-    client = conn.client
+    now = datetime.now(UTC)
     try:
-        leases = [
-            parsed
-            for lease in list_reports(client, namespace, secret_name)
-            if (parsed := parse_report(lease)) is not None
-        ]
-        leader = _leader(client, namespace, lease_name)
-        published = _published(client, signer_name)
+        status = collect(conn.client, signer_namespace, secret_name, signer_name, lease_name, now)
     except ApiError as err:
         raise StartupError(f"ca status: {conn.problem(err)}") from None
-    now = datetime.now(UTC)
-    report = status_report(leases, leader, published, now, f"{namespace}/{secret_name}")
-    report["stableBundle"] = stable_bundle_name(signer_name)
+    except CaStatusError as err:
+        raise StartupError(f"ca status: {err}") from None
     if output != "text":
-        emit(report, output)
+        emit(to_json(status), output)
         return
-    for line in _text(report, now):
+    for line in lines(status, now):
         click.echo(line)
-
-
-def _leader(client: Client, namespace: str, name: str) -> JSON | None:
-    from kube.client import ApiError, is_not_found, path_segment
-
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(namespace)}/leases/"
-    try:
-        lease = client.get(path + path_segment(name))
-    except ApiError as err:
-        if is_not_found(err):
-            return None
-        raise
-    spec = lease.get("spec") or {}
-    return {
-        "lease": name,
-        "identity": spec.get("holderIdentity"),
-        "renewTime": spec.get("renewTime"),
-        "leaseDurationSeconds": spec.get("leaseDurationSeconds"),
-    }
-
-
-def _published(client: Client, signer_name: str) -> list[str]:
-    from managedca.material import anchors_of
-
-    path = f"/apis/certificates.k8s.io/{_ctb_version(client)}/clustertrustbundles"
-    listed = client.get(path, {"fieldSelector": f"spec.signerName={signer_name}"})
-    found: set[str] = set()
-    for item in listed.get("items") or []:
-        found |= anchors_of(str((item.get("spec") or {}).get("trustBundle", "")))
-    return sorted(found)
-
-
-def _ctb_version(client: Client) -> str:
-    from kube.discovery import bundle_version
-
-    version = bundle_version(client)
-    if version is None:
-        raise StartupError("API server: certificates.k8s.io serves no clustertrustbundles")
-    return version
-
-
-def status_report(
-    leases: list[ReportLease],
-    leader: JSON | None,
-    published: list[str],
-    now: datetime,
-    where: str,
-) -> JSON:
-    """What `ca status` shows, from the replicas' report Leases (the leader's carries its
-    decision: `managedca.controller.decision_record`), the leader-election Lease and the
-    published bundles: no access to the CA Secret (the key) is needed."""
-    from kube.times import parse_time
-    from managedca.report import leading_decision
-
-    chosen, by_leader = leading_decision(leases, (leader or {}).get("identity"))
-    decision = dict(chosen.decision or {}) if chosen else {}
-    out: JSON = {
-        "secret": where,
-        "leader": None,
-        "phase": decision.get("phase"),
-        "cas": [
-            {**c, "published": c.get("fingerprint") in published} for c in decision.get("cas") or []
-        ],
-        "times": decision.get("times") or {},
-        "replicas": decision.get("replicas") or [],
-        "published": published,
-    }
-    if leader is not None:
-        renewed = parse_time(leader.get("renewTime"))
-        duration = float(leader.get("leaseDurationSeconds") or 0)
-        age = (now - renewed).total_seconds() if renewed else None
-        out["leader"] = {
-            **leader,
-            "held": age is not None and age < duration,
-            "renewedSecondsAgo": round(age, 1) if age is not None else None,
-        }
-    if chosen:
-        out["decidedBy"] = chosen.replica
-        out["decidedAt"] = decision.get("at")
-        out["decidedByLeader"] = by_leader
-    if decision.get("step") == "Wait" or decision.get("reason"):
-        out["waitingFor"] = decision.get("why") or decision.get("reason")
-        out["reason"] = decision.get("reason")
-        out["until"] = decision.get("until")
-        out["since"] = decision.get("since")
-    elif decision:
-        out["next"] = decision.get("step")
-    return out
-
-
-def _ago(text: str | None, now: datetime) -> str:
-    """`text` (RFC 3339) with how long ago or how soon, e.g. `… (in 4m)`, `… (2h ago)`."""
-    from kube.times import parse_time
-
-    t = parse_time(text)
-    if t is None:
-        return str(text)
-    seconds = (t - now).total_seconds()
-    span = _span(abs(seconds))
-    return f"{text} ({'in ' + span if seconds > 0 else span + ' ago'})"
-
-
-def _span(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
-
-
-def _text(report: JSON, now: datetime) -> list[str]:
-    leader = report.get("leader")
-    if leader is None:
-        who = "none (no leader-election Lease; is the signer running?)"
-    else:
-        state = "holding" if leader["held"] else "EXPIRED: no leader right now"
-        who = (
-            f"{leader['identity']} (Lease {leader['lease']}, renewed "
-            f"{_span(leader['renewedSecondsAgo'] or 0)} ago, {state})"
-        )
-    lines = [f"Secret:  {report['secret']}", f"Leader:  {who}"]
-    lines.append(f"Phase:   {report['phase'] or 'unknown (no leader has published a decision)'}")
-    if report.get("decidedAt"):
-        by = "" if report.get("decidedByLeader") else " (not the current leader)"
-        lines.append(f"  decided by {report['decidedBy']}{by} at {_ago(report['decidedAt'], now)}")
-    if report.get("stableBundle"):
-        # The name to reference (Gateway caCertificateRefs, the injector's name selector).
-        lines.append(f"Bundle:  ClusterTrustBundle {report['stableBundle']} (stable name)")
-    for ca in report["cas"]:
-        extra = f", retire at {_ago(ca['retireAt'], now)}" if ca.get("retireAt") else ""
-        if ca["role"] == "previous" and not ca.get("retireAt"):
-            extra = ", retire time set once every replica signs with the current CA"
-        lines.append(
-            f"  {ca['role']:<9} {ca['fingerprint'][:16]}…  valid {ca['notBefore']} → "
-            f"{_ago(ca['notAfter'], now)}  "
-            f"{'published' if ca['published'] else 'NOT published'}{extra}"
-        )
-    for name, value in (report.get("times") or {}).items():
-        lines.append(f"  {name}: {_ago(value, now)}")
-    for r in report["replicas"]:
-        lines.append(
-            f"  replica {r['replica']}: {'live' if r['live'] else 'not renewing'}"
-            + (", has loaded the next CA" if r.get("loadedNext") else "")
-            + (f", signs with {r['signingCA'][:16]}…" if r.get("signingCA") else "")
-            + (f", ready to sign with {r['readyToSign'][:16]}…" if r.get("readyToSign") else "")
-        )
-    if "waitingFor" in report:
-        until = f" until {_ago(report['until'], now)}" if report.get("until") else ""
-        since = f", since {_ago(report['since'], now)}" if report.get("since") else ""
-        lines.append(f"Waiting: [{report['reason']}] {report['waitingFor']}{until}{since}")
-    elif report.get("next"):
-        lines.append(f"Next step: {report['next']} (the leader acts within seconds)")
-    return lines
 
 
 @click.command("rotate")

@@ -17,7 +17,8 @@ rest, never raises on a value. The fields:
 - `step`: the action's name (`Wait` while waiting), and for a wait its `reason`
   (`decide.WAIT_REASONS`, or `sync-failing`), `why` in words, `until` and `since`;
 - `revoked`: the roots revoked for good; `issuancePaused`: the current CA was revoked and
-  its replacement is not confirmed yet (nothing is signed meanwhile).
+  its replacement is not confirmed yet (nothing is signed meanwhile);
+- `revokeRequested`, `emergencyRequestedAt`: a `ca rotate --emergency` not acted on yet.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ class Decision:
     since: str | None = None
     revoked: tuple[str, ...] = ()
     issuance_paused: bool = False
+    revoke_requested: tuple[str, ...] = ()
+    emergency_requested_at: str | None = None
 
     @classmethod
     def of(
@@ -136,6 +139,12 @@ class Decision:
                 revoked=tuple(sorted(state.revoked)),
                 issuance_paused=state.emergency and state.confirmed_at is None,
             )
+            if state.emergency_requested_at is not None:
+                out = replace(
+                    out,
+                    revoke_requested=tuple(sorted(state.revoke or {state.current.fingerprint})),
+                    emergency_requested_at=format_time(state.emergency_requested_at),
+                )
         if isinstance(action, d.Wait):
             return replace(
                 out,
@@ -169,6 +178,9 @@ class Decision:
             "revoked": list(self.revoked),
             "issuancePaused": self.issuance_paused,
         }
+        if self.emergency_requested_at is not None:
+            out["revokeRequested"] = list(self.revoke_requested)
+            out["emergencyRequestedAt"] = self.emergency_requested_at
         if self.step is not None or self.reason is not None:
             out.update(
                 step=self.step,
@@ -202,6 +214,10 @@ class Decision:
             since=_opt(raw.get("since")),
             revoked=tuple(str(f) for f in _list(raw.get("revoked")) if isinstance(f, str)),
             issuance_paused=raw.get("issuancePaused") is True,
+            revoke_requested=tuple(
+                str(f) for f in _list(raw.get("revokeRequested")) if isinstance(f, str)
+            ),
+            emergency_requested_at=_opt(raw.get("emergencyRequestedAt")),
         )
 
 

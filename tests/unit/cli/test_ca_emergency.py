@@ -19,6 +19,7 @@ import cli.ca
 from cli.main import main
 from kube.client import ApiError
 from managedca import decide as d
+from managedca import step
 from managedca.codec import EMERGENCY_REQUESTED_AT, REVOKE, ca_info, decode, encode
 from trust.ca import cert_pem, generate_ca, key_pem
 
@@ -64,7 +65,7 @@ class SecretApi:
         stored = decode(self.secret)
         action = d.decide(stored.state, d.Observations(frozenset()), NOW, CFG)
         info = ca_info(made[1]) if made else None
-        new = d.apply(stored.state, action, info)
+        new = step.apply(stored.state, action, info)
         assert new is not None
         certs = dict(stored.certs)
         key = stored.current_key

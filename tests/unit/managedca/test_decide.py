@@ -460,3 +460,17 @@ def test_lowering_the_flag_after_a_swap_does_not_retire_the_old_root_early() -> 
     now = T0 + 3 * DAY + H
     action = decide(just_swapped, obs("aa", "bb", reports=LIVE_SWAPPED), now, short)
     assert action == ScheduleRetire(now, now + 24 * H + CFG.retire_margin)
+
+
+def test_the_decision_ca_status_reads_names_revoked_roots_and_a_pending_request() -> None:
+    from managedca.status import Decision
+
+    now = T0 + 5 * DAY
+    record = Decision.of(EMERGENCY, obs("aa", "bb"), None, now, None, CFG).to_json()
+    assert record["revokeRequested"] == ["bb"] and record["emergencyRequestedAt"]
+    assert Decision.from_json(record) == Decision.of(
+        EMERGENCY, obs("aa", "bb"), None, now, None, CFG
+    )
+    after = apply(EMERGENCY, Emergency(now, frozenset({"bb"})), CaInfo("dd", now, now + DAY))
+    record = Decision.of(after, obs("aa"), None, now, None, CFG).to_json()
+    assert record["revoked"] == ["bb"] and "revokeRequested" not in record

@@ -1,6 +1,7 @@
-"""`ca status` from what a `view`-like user can read: the report Leases (the leader's
-carries its decision), the leader-election Lease and the ClusterTrustBundles; never the
-CA Secret. It names the leader, shows relative times and only the rotation under way."""
+"""`ca status` (troubleshoot.castatus, printed by cli/ca.py) from what a `view`-like user
+can read: the report Leases (the leader's carries its decision), the leader-election
+Lease and the ClusterTrustBundles; never the CA Secret. It names the leader, shows
+relative times and only the rotation under way, revoked roots and a paused issuance."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import cli.ca
+import kube.discovery
 from cli.main import main
 from kube.client import ApiError
 from kube.times import format_time, micro_time
@@ -62,6 +64,9 @@ def _decision(now: datetime) -> dict[str, Any]:
 class ViewOnly:
     """Leases and ClusterTrustBundles read; Secrets forbidden."""
 
+    def __init__(self) -> None:
+        self.decision: dict[str, Any] | None = None  # else `_decision(now)`
+
     def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
         now = datetime.now(UTC)
         if "/secrets" in path:
@@ -83,7 +88,7 @@ class ViewOnly:
                             "name": "r-a",
                             "annotations": {
                                 LOADED_ANCHORS: f"{'a' * 64},{'b' * 64}",
-                                DECISION: json.dumps(_decision(now)),
+                                DECISION: json.dumps(self.decision or _decision(now)),
                             },
                         },
                         "spec": {
@@ -100,11 +105,11 @@ class ViewOnly:
 
 
 @pytest.fixture
-def view_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        cli.ca, "connect", lambda *_: SimpleNamespace(client=ViewOnly(), problem=str)
-    )
-    monkeypatch.setattr(cli.ca, "_ctb_version", lambda _client: "v1")
+def view_only(monkeypatch: pytest.MonkeyPatch) -> ViewOnly:
+    api = ViewOnly()
+    monkeypatch.setattr(cli.ca, "connect", lambda *_: SimpleNamespace(client=api, problem=str))
+    monkeypatch.setattr(kube.discovery, "bundle_version", lambda _client: "v1")
+    return api
 
 
 @pytest.mark.usefixtures("view_only")
@@ -131,3 +136,48 @@ def test_status_as_json_carries_the_leaders_decision() -> None:
     assert report["phase"] == "Staged" and report["reason"] == "replica-not-ready"
     assert report["leader"]["identity"] == "pod-a" and report["decidedByLeader"]
     assert [c["role"] for c in report["cas"]] == ["current", "next"]
+
+
+def _after_emergency(now: datetime) -> dict[str, Any]:
+    """The leader's decision right after `ca rotate --emergency`: a new CA not yet read
+    back in the bundle (Bootstrapping), the compromised root revoked."""
+    decision = _decision(now)
+    decision.update(
+        phase="Bootstrapping",
+        cas=[{**decision["cas"][1], "role": "current"}],
+        revoked=["a" * 64],
+        replicas=[{**decision["replicas"][0], "signingCA": None}],
+        step="Wait",
+        reason="bundle-not-published",
+        why="the ClusterTrustBundle read back does not hold the new CA yet",
+    )
+    return decision
+
+
+def test_status_shows_revoked_roots_and_that_issuance_is_paused(view_only: ViewOnly) -> None:
+    view_only.decision = _after_emergency(datetime.now(UTC))
+    result = CliRunner().invoke(main, ["ca", "status"])
+    assert result.exit_code == 0, result.output
+    assert f"revoked   {'a' * 16}…  never signed with nor published again" in result.output
+    assert "Issuance: PAUSED: the current CA is not confirmed yet" in result.output
+    report = json.loads(CliRunner().invoke(main, ["ca", "status", "-o", "json"]).output)
+    assert report["revoked"] == ["a" * 64]
+    assert report["issuancePaused"].startswith("the current CA is not confirmed yet")
+
+
+def test_status_shows_a_pending_emergency_request(view_only: ViewOnly) -> None:
+    now = datetime.now(UTC)
+    decision = _decision(now)
+    decision.update(revokeRequested=["a" * 64], emergencyRequestedAt=format_time(now))
+    view_only.decision = decision
+    result = CliRunner().invoke(main, ["ca", "status"])
+    assert result.exit_code == 0, result.output
+    assert f"Emergency: requested at {format_time(now)}" in result.output
+    assert f"revoking {'a' * 16}…" in result.output
+    assert "Issuance: PAUSED: an emergency rotation revokes the signing CA" in result.output
+
+
+@pytest.mark.usefixtures("view_only")
+def test_a_stable_ca_shows_no_pause_and_no_revocation() -> None:
+    report = json.loads(CliRunner().invoke(main, ["ca", "status", "-o", "json"]).output)
+    assert report["issuancePaused"] is None and report["revoked"] == []

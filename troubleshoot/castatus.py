@@ -1,0 +1,383 @@
+"""What `ca status` shows of a managed CA (`cli/ca.py` prints it): read with the caller's
+kubeconfig from the replicas' report Leases (the leader's carries its last decision,
+`managedca.controller.decision_record`), the leader-election Lease and the published
+ClusterTrustBundles — never the CA Secret, so `get`/`list` on Leases and `list` on
+ClusterTrustBundles suffice. It shows what the leader decided, not a second decision of
+its own: the leader, the phase, the current / next / previous CAs (fingerprint, validity;
+never a key), the roots revoked by `ca rotate --emergency` and one still requested,
+whether issuance is paused (and why), the times of the rotation under way, each replica's
+report, and what the rotation waits for, since and until when.
+
+`collect` reads; `CaStatus` is the typed result; `to_json` is `-o json`; `lines` is the
+text, with relative times beside the absolute ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from kube.times import parse_time
+
+if TYPE_CHECKING:
+    from kube.client import Client
+    from managedca.report import ReportLease
+    from managedca.status import Decision
+
+
+class CaStatusError(Exception):
+    """What `ca status` cannot read, other than an API refusal: one line."""
+
+
+@dataclass(frozen=True)
+class LeaderView:
+    lease: str
+    identity: str | None
+    renew_time: str | None
+    duration: float
+    held: bool
+    renewed_seconds_ago: float | None
+
+
+@dataclass(frozen=True)
+class CaRow:
+    role: str  # current, next, previous
+    fingerprint: str
+    not_before: str
+    not_after: str
+    published: bool
+    retire_at: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplicaRow:
+    replica: str
+    live: bool
+    loaded_next: bool
+    signing: str | None
+    ready: str | None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    reason: str | None
+    why: str | None
+    until: str | None
+    since: str | None
+
+
+@dataclass(frozen=True)
+class CaStatus:
+    secret: str
+    leader: LeaderView | None
+    phase: str | None
+    cas: tuple[CaRow, ...]
+    times: tuple[tuple[str, str], ...]
+    replicas: tuple[ReplicaRow, ...]
+    published: tuple[str, ...]
+    revoked: tuple[str, ...] = ()
+    revoke_requested: tuple[str, ...] = ()  # a pending `ca rotate --emergency`
+    revoke_requested_at: str | None = None
+    paused: str | None = None  # why no certificate is issued now, or None
+    decided_by: str | None = None
+    decided_at: str | None = None
+    decided_by_leader: bool = False
+    waiting: Waiting | None = None
+    next_step: str | None = None
+    stable_bundle: str | None = None
+
+
+def collect(
+    client: Client,
+    namespace: str,
+    secret_name: str,
+    signer_name: str,
+    lease_name: str,
+    now: datetime,
+) -> CaStatus:
+    """Read what `ca status` shows. Raises `ApiError` when the API refuses a read (the
+    CLI words it), `CaStatusError` when the cluster serves no ClusterTrustBundles."""
+    from managedca.report import list_reports, parse_report
+    from trust.bundle import stable_bundle_name
+
+    leases = [
+        parsed
+        for lease in list_reports(client, namespace, secret_name)
+        if (parsed := parse_report(lease)) is not None
+    ]
+    leader = _leader(client, namespace, lease_name)
+    published = _published(client, signer_name)
+    status = status_of(leases, leader, published, now, f"{namespace}/{secret_name}")
+    return replace(status, stable_bundle=stable_bundle_name(signer_name))
+
+
+def _leader(client: Client, namespace: str, name: str) -> Mapping[str, Any] | None:
+    from kube.client import ApiError, is_not_found, path_segment
+
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(namespace)}/leases/"
+    try:
+        lease = client.get(path + path_segment(name))
+    except ApiError as err:
+        if is_not_found(err):
+            return None
+        raise
+    spec = lease.get("spec") or {}
+    return {
+        "lease": name,
+        "identity": spec.get("holderIdentity"),
+        "renewTime": spec.get("renewTime"),
+        "leaseDurationSeconds": spec.get("leaseDurationSeconds"),
+    }
+
+
+def _published(client: Client, signer_name: str) -> list[str]:
+    from kube.discovery import bundle_version
+    from managedca.material import anchors_of
+
+    version = bundle_version(client)
+    if version is None:
+        raise CaStatusError("API server: certificates.k8s.io serves no clustertrustbundles")
+    path = f"/apis/certificates.k8s.io/{version}/clustertrustbundles"
+    listed = client.get(path, {"fieldSelector": f"spec.signerName={signer_name}"})
+    found: set[str] = set()
+    for item in listed.get("items") or []:
+        found |= anchors_of(str((item.get("spec") or {}).get("trustBundle", "")))
+    return sorted(found)
+
+
+def status_of(
+    leases: Sequence[ReportLease],
+    leader: Mapping[str, Any] | None,
+    published: Sequence[str],
+    now: datetime,
+    where: str,
+) -> CaStatus:
+    """The status from the replicas' report Leases (the leader's carries its decision,
+    read back as a typed `managedca.status.Decision`), the leader-election Lease and the
+    published anchors."""
+    from managedca.report import leading_decision
+    from managedca.status import Decision
+
+    chosen, by_leader = leading_decision(leases, (leader or {}).get("identity"))
+    decision = Decision.from_json(chosen.decision) if chosen else None
+    view = None
+    if leader is not None:
+        renewed = parse_time(leader.get("renewTime"))
+        duration = float(leader.get("leaseDurationSeconds") or 0)
+        age = (now - renewed).total_seconds() if renewed else None
+        view = LeaderView(
+            lease=str(leader.get("lease")),
+            identity=leader.get("identity"),
+            renew_time=leader.get("renewTime"),
+            duration=duration,
+            held=age is not None and age < duration,
+            renewed_seconds_ago=round(age, 1) if age is not None else None,
+        )
+    status = CaStatus(
+        secret=where,
+        leader=view,
+        phase=None,
+        cas=(),
+        times=(),
+        replicas=(),
+        published=tuple(published),
+    )
+    if decision is None:
+        return status
+    replicas = tuple(
+        ReplicaRow(r.replica, r.live, r.loaded_next, r.signing_ca, r.ready_to_sign)
+        for r in decision.replicas
+    )
+    waiting = None
+    if decision.step == "Wait" or decision.reason:
+        waiting = Waiting(
+            decision.reason, decision.why or decision.reason, decision.until, decision.since
+        )
+    return replace(
+        status,
+        phase=decision.phase,
+        cas=tuple(
+            CaRow(
+                c.role,
+                c.fingerprint,
+                c.not_before,
+                c.not_after,
+                c.fingerprint in published,
+                c.retire_at,
+            )
+            for c in decision.cas
+        ),
+        times=tuple(decision.times.items()),
+        replicas=replicas,
+        revoked=decision.revoked,
+        revoke_requested=decision.revoke_requested,
+        revoke_requested_at=decision.emergency_requested_at,
+        paused=_paused(decision, replicas),
+        decided_by=chosen.replica if chosen else None,
+        decided_at=decision.at,
+        decided_by_leader=by_leader,
+        waiting=waiting,
+        next_step=None if waiting else decision.step,
+    )
+
+
+def _paused(decision: Decision, replicas: Sequence[ReplicaRow]) -> str | None:
+    """Why nothing is issued now, from the leader's decision: no confirmed CA (a first
+    CA, or an emergency CA not yet read back in the bundle), a revoked signing CA not yet
+    replaced, or no live replica with a CA to sign with."""
+    current = [c.fingerprint for c in decision.cas if c.role == "current"]
+    if decision.issuance_paused:
+        return (
+            "the signing CA was revoked; nothing is signed until its replacement is in the "
+            "ClusterTrustBundle read back (seconds)"
+        )
+    if decision.phase == "Bootstrapping":
+        return (
+            "the current CA is not confirmed yet: it signs once the ClusterTrustBundle "
+            "read back holds it"
+        )
+    if current and current[0] in decision.revoke_requested:
+        return (
+            "an emergency rotation revokes the signing CA: nothing is signed until the "
+            "new CA is published"
+        )
+    live = [r for r in replicas if r.live]
+    if live and not any(r.signing for r in live):
+        return "no live replica has a CA to sign with"
+    return None
+
+
+# output --------------------------------------------------------------------------------
+
+
+def to_json(status: CaStatus) -> dict[str, Any]:
+    """`ca status -o json`: one object; keys as before the move to a typed status."""
+    out: dict[str, Any] = {
+        "secret": status.secret,
+        "leader": None,
+        "phase": status.phase,
+        "cas": [
+            {
+                "role": c.role,
+                "fingerprint": c.fingerprint,
+                "notBefore": c.not_before,
+                "notAfter": c.not_after,
+                "published": c.published,
+                **({"retireAt": c.retire_at} if c.role == "previous" else {}),
+            }
+            for c in status.cas
+        ],
+        "times": dict(status.times),
+        "replicas": [
+            {
+                "replica": r.replica,
+                "live": r.live,
+                "loadedNext": r.loaded_next,
+                "signingCA": r.signing,
+                "readyToSign": r.ready,
+            }
+            for r in status.replicas
+        ],
+        "published": list(status.published),
+        "revoked": list(status.revoked),
+        "revokeRequested": list(status.revoke_requested),
+        "emergencyRequestedAt": status.revoke_requested_at,
+        "issuancePaused": status.paused,
+        "stableBundle": status.stable_bundle,
+    }
+    if status.leader is not None:
+        leader = status.leader
+        out["leader"] = {
+            "lease": leader.lease,
+            "identity": leader.identity,
+            "renewTime": leader.renew_time,
+            "leaseDurationSeconds": leader.duration,
+            "held": leader.held,
+            "renewedSecondsAgo": leader.renewed_seconds_ago,
+        }
+    if status.decided_by is not None:
+        out["decidedBy"] = status.decided_by
+        out["decidedAt"] = status.decided_at
+        out["decidedByLeader"] = status.decided_by_leader
+    if status.waiting is not None:
+        out["waitingFor"] = status.waiting.why
+        out["reason"] = status.waiting.reason
+        out["until"] = status.waiting.until
+        out["since"] = status.waiting.since
+    elif status.next_step:
+        out["next"] = status.next_step
+    return out
+
+
+def _ago(text: str | None, now: datetime) -> str:
+    """`text` (RFC 3339) with how long ago or how soon, e.g. `… (in 4m)`, `… (2h ago)`."""
+    t = parse_time(text)
+    if t is None:
+        return str(text)
+    seconds = (t - now).total_seconds()
+    span = _span(abs(seconds))
+    return f"{text} ({'in ' + span if seconds > 0 else span + ' ago'})"
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def lines(status: CaStatus, now: datetime) -> list[str]:
+    """`ca status` as text, one fact a line."""
+    leader = status.leader
+    if leader is None:
+        who = "none (no leader-election Lease; is the signer running?)"
+    else:
+        state = "holding" if leader.held else "EXPIRED: no leader right now"
+        who = (
+            f"{leader.identity} (Lease {leader.lease}, renewed "
+            f"{_span(leader.renewed_seconds_ago or 0)} ago, {state})"
+        )
+    out = [f"Secret:  {status.secret}", f"Leader:  {who}"]
+    out.append(f"Phase:   {status.phase or 'unknown (no leader has published a decision)'}")
+    if status.decided_at:
+        by = "" if status.decided_by_leader else " (not the current leader)"
+        out.append(f"  decided by {status.decided_by}{by} at {_ago(status.decided_at, now)}")
+    if status.paused:
+        out.append(f"Issuance: PAUSED: {status.paused}")
+    if status.stable_bundle:
+        # The name to reference (Gateway caCertificateRefs, the injector's name selector).
+        out.append(f"Bundle:  ClusterTrustBundle {status.stable_bundle} (stable name)")
+    for ca in status.cas:
+        extra = f", retire at {_ago(ca.retire_at, now)}" if ca.retire_at else ""
+        if ca.role == "previous" and not ca.retire_at:
+            extra = ", retire time set once every replica signs with the current CA"
+        out.append(
+            f"  {ca.role:<9} {ca.fingerprint[:16]}…  valid {ca.not_before} → "
+            f"{_ago(ca.not_after, now)}  "
+            f"{'published' if ca.published else 'NOT published'}{extra}"
+        )
+    for fp in status.revoked:
+        out.append(f"  revoked   {fp[:16]}…  never signed with nor published again")
+    if status.revoke_requested:
+        when = f" at {_ago(status.revoke_requested_at, now)}" if status.revoke_requested_at else ""
+        names = ", ".join(f"{fp[:16]}…" for fp in status.revoke_requested)
+        out.append(f"Emergency: requested{when}, revoking {names}; the leader acts within seconds")
+    for name, value in status.times:
+        out.append(f"  {name}: {_ago(value, now)}")
+    for r in status.replicas:
+        out.append(
+            f"  replica {r.replica}: {'live' if r.live else 'not renewing'}"
+            + (", has loaded the next CA" if r.loaded_next else "")
+            + (f", signs with {r.signing[:16]}…" if r.signing else "")
+            + (f", ready to sign with {r.ready[:16]}…" if r.ready else "")
+        )
+    if status.waiting is not None:
+        w = status.waiting
+        until = f" until {_ago(w.until, now)}" if w.until else ""
+        since = f", since {_ago(w.since, now)}" if w.since else ""
+        out.append(f"Waiting: [{w.reason}] {w.why}{until}{since}")
+    elif status.next_step:
+        out.append(f"Next step: {status.next_step} (the leader acts within seconds)")
+    return out
