@@ -553,7 +553,7 @@ def test_an_emergency_rotation_removes_the_compromised_root_everywhere_at_once(
     try:
         with RunningInjector(managed.client):
             assert eventually(lambda: injected() == {compromised}, 30)
-            asked = managed.ca_cli("rotate", "--emergency")
+            asked = managed.ca_cli("rotate", "--emergency", "--yes")
             assert asked.returncode == 0, asked.stderr
             assert eventually(lambda: compromised not in managed.published(), 30)
             new = managed.ca()
