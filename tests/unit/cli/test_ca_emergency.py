@@ -258,7 +258,7 @@ def test_a_request_racing_the_leader_is_planned_again_on_the_new_state(
     assert previous is not None
     assert rotate(monkeypatch, api, "--yes").exit_code == 0
     real_get = api.get
-    acted = []
+    acted: list[d.Action] = []
 
     def get_then_leader_acts(path: str, params: Any = None) -> dict[str, Any]:
         read = real_get(path, params)

@@ -8,6 +8,7 @@ Roles still let the shipped processes lead and report."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,19 @@ def _overlay(directory: Path, base: str, *components: str) -> Path:
     return directory
 
 
-INSTALLS = {
-    "default": lambda _tmp: CONFIG / "default",
-    "managed": lambda _tmp: CONFIG / "managed",
-    "default+injector": lambda tmp: _overlay(tmp, "default", "injector"),
-    "managed+injector": lambda tmp: _overlay(tmp, "managed", "injector"),
+def _base(name: str) -> Callable[[Path], Path]:
+    return lambda _tmp: CONFIG / name
+
+
+def _with_injector(base: str) -> Callable[[Path], Path]:
+    return lambda tmp: _overlay(tmp, base, "injector")
+
+
+INSTALLS: dict[str, Callable[[Path], Path]] = {
+    "default": _base("default"),
+    "managed": _base("managed"),
+    "default+injector": _with_injector("default"),
+    "managed+injector": _with_injector("managed"),
 }
 
 
@@ -75,7 +84,7 @@ def lease_rules(
 def lease_name(deployment: dict[str, Any]) -> str:
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     [name] = [
-        a.split("=", 1)[1]
+        str(a).split("=", 1)[1]
         for a in container["args"]
         if a.startswith("--leader-elect-resource-name=")
     ]
