@@ -17,13 +17,19 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 
 from controlplane import ControlPlane
 from kube.client import Client
 from kube.types import JSON
 from tests.integration.manager_process import SignerProcess, eventually
-from trust.bundle import bundle_digest, bundle_name, normalize_bundle, stable_bundle_name
+from trust.bundle import (
+    anchor_ders,
+    bundle_digest,
+    bundle_name,
+    normalize_bundle,
+    stable_bundle_name,
+)
 from trust.ca import CaFiles, CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 
 pytestmark = pytest.mark.integration
@@ -278,6 +284,48 @@ def test_new_leader_with_a_stale_bundle_file_keeps_the_new_root_published(
             if process is not None:
                 process.stop()
         cleanup(client, signer)
+
+
+# the file mode's compromised-key procedure (docs/operate.md) ------------------------
+
+
+def test_the_compromised_key_procedure_leaves_only_the_new_root_published(
+    control_plane: ControlPlane,
+    client: Client,
+    namespace: str,
+    tmp_path: Path,
+    run_signer: RunSigner,
+) -> None:
+    """docs/operate.md "A compromised key (file mode)": scale to 0, replace the key, the
+    certificate and the bundle (the new root only), scale up. The new replica signs with
+    the new CA and no bundle of the signer holds the old root any more (the stable one
+    included): the old root's bundle was published by a replica from an older file, so
+    it is not kept."""
+    signer, old, new, files = rotation(tmp_path, "compromised")
+    lease = f"--leader-elect-resource-namespace={namespace}"
+    before = start(control_plane, files.key.parent, tmp_path / "before.log", signer, lease)
+    try:
+        only_old = normalize_bundle(cert_pem(old.cert))
+        assert eventually(
+            lambda: bundle_names(client, signer) == {bundle_name(signer, only_old)}, 60
+        ), before.log_path.read_text()[-2000:]
+    finally:
+        assert before.stop() == 0  # scaled to 0: nothing signs; the old root stays published
+    put(files.key, key_pem(new.key))
+    put(files.cert, cert_pem(new.cert))
+    put(files.trust_bundle, cert_pem(new.cert))
+    with run_signer(signer, log="after.log") as after:
+        only_new = normalize_bundle(cert_pem(new.cert))
+        assert eventually(
+            lambda: bundle_names(client, signer) == {bundle_name(signer, only_new)}, 60
+        ), after.log_path.read_text()[-2000:]
+        old_der = old.cert.public_bytes(serialization.Encoding.DER)
+        for published in bundles_of(client, signer):  # the stable one too
+            assert old_der not in anchor_ders(published["spec"]["trustBundle"])
+        signing = new.cert.fingerprint(hashes.SHA256()).hex()
+        assert eventually(
+            lambda: (material_info(after) or {}).get("signing_certificate") == signing, 30
+        )
 
 
 # items 6 and 7: IPv6, a busy port, SIGHUP -------------------------------------------
