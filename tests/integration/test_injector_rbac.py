@@ -144,11 +144,6 @@ def test_injects_as_its_service_account_with_only_its_rbac_and_no_signing_files(
             {"group": "coordination.k8s.io", "namespace": NS, "name": "service-serving-signer"},
         ),
         (
-            "get",
-            "leases",
-            {"group": "coordination.k8s.io", "namespace": NS, "name": "service-serving-signer"},
-        ),
-        (
             "update",
             "leases",
             {
