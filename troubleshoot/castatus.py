@@ -1,6 +1,6 @@
 """What `ca status` shows of a managed CA (`cli/ca.py` prints it): read with the caller's
 kubeconfig from the replicas' report Leases (the leader's carries its last decision,
-`managedca.controller.decision_record`), the leader-election Lease and the published
+`managedca.status.Decision`), the leader-election Lease and the published
 ClusterTrustBundles — never the CA Secret, so `get`/`list` on Leases and `list` on
 ClusterTrustBundles suffice. It shows what the leader decided, not a second decision of
 its own: the leader, the phase, the current / next / previous CAs (fingerprint, validity;
