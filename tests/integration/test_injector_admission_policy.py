@@ -34,12 +34,19 @@ from distributor import decide as distribute
 from distributor.key import KEY_SECRET
 from kube.client import ApiError, Client, is_not_found
 from tests.integration.identities import can, service_account_token
-from tests.integration.injector_harness import VWC_PATH, b64, delete_quietly, validating_webhook
+from tests.integration.injector_harness import (
+    VWC_PATH,
+    api_service,
+    b64,
+    delete_quietly,
+    validating_webhook,
+)
 from tests.integration.manager_process import SignerProcess
 from tests.integration.manifests import apply as apply_manifest
 from tests.integration.manifests import ensure_namespace
 from tests.integration.signer_harness import eventually
 from tests.integration.test_injector_apis import conversion_crd
+from tests.integration.test_injector_distribution import configuration
 from tests.integration.test_injector_rbac import LEASE, NS, RBAC_KINDS, SA, SUBJECT
 from tests.integration.test_publisher import ctb_path, ctb_version
 from tests.unit.deploy.kustomize import CONFIG, render
@@ -199,21 +206,6 @@ def mutating_webhook(name: str, annotation: str | None) -> dict[str, Any]:
     return obj
 
 
-def api_service(group: str, annotation: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiregistration.k8s.io/v1",
-        "kind": "APIService",
-        "metadata": {"name": f"v1alpha1.{group}", "annotations": {ANNOTATION: annotation}},
-        "spec": {
-            "group": group,
-            "version": "v1alpha1",
-            "groupPriorityMinimum": 1000,
-            "versionPriority": 15,
-            "service": {"namespace": f"unused-{group.split('.')[0]}", "name": "api", "port": 443},
-        },
-    }
-
-
 def copy_shaped(name: str, **extra_data: str) -> dict[str, Any]:
     """A ConfigMap of a distributor copy's shape (`decide.copy_body`)."""
     return {
@@ -296,7 +288,9 @@ def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
     admin.create(VWC_PATH, validating_webhook(made.vwc, f"unused-{suffix}", "svc", selector))
     admin.create(VWC_PATH, validating_webhook(made.plain_vwc, f"unused-{suffix}", "svc", None))
     admin.create(MWC_PATH, mutating_webhook(made.mwc, selector))
-    admin.create(APISERVICES, api_service(f"p{suffix}.policy.example.com", selector))
+    admin.create(
+        APISERVICES, api_service(f"p{suffix}.policy.example.com", f"unused-{suffix}", selector)
+    )
     admin.create(
         CRDS, conversion_crd(f"p{suffix}.policy.example.com", f"unused-{suffix}", selector)
     )
@@ -743,7 +737,7 @@ def test_the_injector_and_distributor_refuse_nothing_under_the_policy(
     hook, group = f"policy-run-{suffix}", f"r{suffix}.policy.example.com"
     admin.create(VWC_PATH, validating_webhook(hook, f"unused-{suffix}", "svc", selector))
     admin.create(MWC_PATH, mutating_webhook(hook, selector))
-    admin.create(APISERVICES, api_service(group, selector))
+    admin.create(APISERVICES, api_service(group, f"unused-{suffix}", selector))
     admin.create(CRDS, conversion_crd(group, f"unused-{suffix}", selector))
     target = f"policy-target-{suffix}"
     admin.create(
@@ -755,20 +749,7 @@ def test_the_injector_and_distributor_refuse_nothing_under_the_policy(
         },
     )
     config = f"policy-{suffix}"
-    admin.create(
-        f"/api/v1/namespaces/{NS}/configmaps",
-        {
-            "metadata": {
-                "name": config,
-                "labels": {distribute.CONFIG_LABEL: "true"},
-                "annotations": {ANNOTATION: selector},
-            },
-            "data": {
-                distribute.NAME_KEY: "service-ca.crt",
-                distribute.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": suffix}}),
-            },
-        },
-    )
+    configuration(admin, NS, config, "service-ca.crt", selector, suffix)
     copy_path = f"/api/v1/namespaces/{target}/configmaps/service-ca.crt"
 
     def get(path: str) -> dict[str, Any]:
