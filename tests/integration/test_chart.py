@@ -186,10 +186,14 @@ def test_helm_template_with_a_managed_ca_equals_config_managed() -> None:
     assert_same_objects(rendered, kustomize(CONFIG / "managed"))
 
 
+REPORT = "service-serving-signer-injector-convergence"  # the contract's one name
+
+
 def test_another_release_names_the_injectors_leases_it_runs_with_and_ships_them() -> None:
-    """`helm install sss …`: the injector elects on `sss-service-serving-signer-injector`;
-    its Role may get/update exactly that Lease and its convergence report (no create),
-    both shipped; the signer's Role names the signer's own Lease."""
+    """`helm install sss …`: the injector elects on `sss-service-serving-signer-injector`
+    and reports under the contract's one name, where the signer reads it with no flag;
+    its Role may get/update exactly these two Leases (no create), both shipped; the
+    signer's Role names the signer's own Lease (and the report, for one process)."""
     result = helm(
         "template", "sss", str(CHART), "--namespace", "ops", "--set", "injector.enabled=true"
     )
@@ -212,12 +216,12 @@ def test_another_release_names_the_injectors_leases_it_runs_with_and_ships_them(
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "resourceNames": [lease, f"{lease}-convergence"],
+            "resourceNames": [lease, REPORT],
             "verbs": ["get", "update"],
         }
     ]
     shipped = {o["metadata"]["name"] for o in rendered if o["kind"] == "Lease"}
-    assert shipped == {lease, f"{lease}-convergence"}
+    assert shipped == {lease, REPORT}
     assert all(o["metadata"]["namespace"] == "ops" for o in rendered if o["kind"] == "Lease")
     signer = next(
         o
@@ -226,7 +230,7 @@ def test_another_release_names_the_injectors_leases_it_runs_with_and_ships_them(
         and o["metadata"]["name"] == "sss-service-serving-signer-leader-election"
     )
     named = [r["resourceNames"] for r in signer["rules"] if r["verbs"] == ["get", "update"]]
-    assert named == [["service-serving-signer", "service-serving-signer-convergence"]]
+    assert named == [["service-serving-signer", REPORT]]
 
 
 def test_image_digest_value_pins_the_image() -> None:

@@ -102,7 +102,7 @@ def test_leases_only_in_own_namespace(default: list[dict[str, Any]]) -> None:
             "coordination.k8s.io",
             "leases",
             ("get", "update"),
-            ("service-serving-signer", "service-serving-signer-convergence"),
+            ("service-serving-signer", "service-serving-signer-injector-convergence"),
         ),
     ]
     binding = find(default, "RoleBinding", "service-serving-signer-leader-election")

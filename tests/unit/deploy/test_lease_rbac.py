@@ -91,9 +91,9 @@ def lease_name(deployment: dict[str, Any]) -> str:
     return name
 
 
-def report_name(injector_lease: str) -> str:
-    """The injector's convergence report Lease, for an injector electing on `injector_lease`."""
-    return f"{injector_lease}-convergence"
+REPORT_NAME = "service-serving-signer-injector-convergence"
+"""The injector's convergence report Lease: one name, whatever its leader Lease is called
+(the contract's rule, trust/convergence.py)."""
 
 
 def service_accounts(objects: list[dict[str, Any]]) -> set[str]:
@@ -116,7 +116,7 @@ def test_the_signers_leader_election_role_names_its_lease(install: list[dict[str
     # create cannot be narrowed by name (RBAC sees no name on a create)
     assert by_verbs == {
         frozenset({"create"}): (),
-        frozenset({"get", "update"}): (lease, report_name(lease)),
+        frozenset({"get", "update"}): (lease, REPORT_NAME),
     }
 
 
@@ -126,7 +126,7 @@ def test_the_injector_writes_only_its_own_two_leases_which_are_shipped(
 ) -> None:
     objects = render(INSTALLS[install_name](tmp_path))
     lease = lease_name(find(objects, "Deployment", "service-serving-signer-injector"))
-    mine = {lease, report_name(lease)}
+    mine = {lease, REPORT_NAME}
     rules = lease_rules(objects, INJECTOR_SA)
     assert rules, "the injector needs its Leases"
     for verbs, names in rules:
