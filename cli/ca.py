@@ -45,6 +45,7 @@ from kube.times import format_time
 from manager.options import DEFAULT_MANAGED_CA_SECRET, DEFAULT_SIGNER_NAME
 
 if TYPE_CHECKING:
+    from kube.client import Client
     from kube.types import JSON
 
 
@@ -293,6 +294,123 @@ def _emergency_plan(
     return plan.annotations
 
 
+@click.command("skip-consumers")
+@_options
+@click.option("--yes", "-y", is_flag=True, default=False, help="Do not ask for confirmation.")
+def ca_skip_consumers(
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    signer_namespace: str,
+    secret_name: str,
+    signer_name: str,
+    yes: bool,
+) -> None:
+    """The escape for a consumer that will never take the new CA (an admin-owned webhook
+    a policy freezes, say): the rotation under way swaps without waiting for the
+    injector's report. For this rotation only; recorded on the CA Secret with who asked,
+    and as a Warning Event (docs/managed-ca.md, "injector-not-converged")."""
+    from kube.client import ApiError, is_conflict, path_segment
+    from managedca.codec import CONSUMERS_SKIPPED_BY, CONSUMERS_SKIPPED_FOR, StoreError, decode
+
+    refuse_namespace("ca skip-consumers", namespace)
+    conn = connect(kubeconfig, context)
+    client = conn.client
+    where = f"{signer_namespace}/{secret_name}"
+    path = (
+        f"/api/v1/namespaces/{path_segment(signer_namespace)}/secrets/{path_segment(secret_name)}"
+    )
+    who = _who_am_i(client)
+    for _ in range(5):
+        try:
+            secret = client.get(path)
+            state = decode(secret).state
+        except ApiError as err:
+            raise StartupError(f"ca skip-consumers: {conn.problem(err)}") from None
+        except StoreError as err:
+            raise StartupError(f"ca skip-consumers: {err}") from None
+        if state.next is None:
+            raise StartupError(
+                f"ca skip-consumers: no rotation is under way in {where}: nothing waits for "
+                "the consumers (see `ca status`)"
+            )
+        nxt = state.next.fingerprint
+        if state.consumers_skipped_for == nxt:
+            click.echo(
+                f"the swap to {nxt[:16]}… already skips the consumers (asked by "
+                f"{state.consumers_skipped_by})"
+            )
+            return
+        click.echo(
+            f"The swap to the next CA {nxt[:16]}… of {where} will no longer wait for the "
+            "caBundle injector's report. Consumers that do not hold the new CA yet (`ca "
+            "status` names them) keep trusting the old root only: their calls fail once "
+            "the leaves they verify come from the new CA, and they break for good when the "
+            "old root is retired. Every other gate stays. Recorded as asked by "
+            f"{who}, for this rotation only."
+        )
+        if not yes:
+            click.confirm("Skip them?", abort=True)
+        patch = {
+            "metadata": {
+                "resourceVersion": secret["metadata"]["resourceVersion"],
+                "annotations": {CONSUMERS_SKIPPED_FOR: nxt, CONSUMERS_SKIPPED_BY: who},
+            }
+        }
+        try:
+            client.patch(path, patch)
+        except ApiError as err:
+            if is_conflict(err):
+                continue
+            raise StartupError(f"ca skip-consumers: {conn.problem(err)}") from None
+        _record(client, signer_namespace, secret_name, secret["metadata"].get("uid", ""), who, nxt)
+        click.echo(f"recorded: the swap to {nxt[:16]}… skips the consumers; follow `ca status`")
+        return
+    raise StartupError("ca skip-consumers: the Secret kept changing; try again")
+
+
+def _who_am_i(client: Client) -> str:
+    """The caller's user name (SelfSubjectReview), for the record; "unknown" if refused."""
+    from kube.client import ApiError
+
+    try:
+        review = client.create(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+    except ApiError:
+        return "unknown (SelfSubjectReview refused)"
+    return str(((review.get("status") or {}).get("userInfo") or {}).get("username") or "unknown")
+
+
+def _record(client: Client, namespace: str, secret: str, uid: str, who: str, nxt: str) -> None:
+    """A Warning Event on the CA Secret saying who skipped the consumers, and for which CA."""
+    from kube.client import ApiError, path_segment
+    from kube.times import micro_time
+
+    now = datetime.now(UTC)
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{secret}.", "namespace": namespace},
+        "eventTime": micro_time(now),
+        "reportingController": "service-serving-signer-cli",
+        "reportingInstance": "ca-skip-consumers",
+        "action": "SkipConsumers",
+        "reason": "ManagedCAConsumersSkipped",
+        "type": "Warning",
+        "regarding": {"kind": "Secret", "namespace": namespace, "name": secret, "uid": uid},
+        "note": (
+            f"{who} let the swap to CA {nxt} skip the caBundle injector's report: consumers "
+            "that do not hold it keep the old root only"
+        ),
+    }
+    try:
+        client.create(f"/apis/events.k8s.io/v1/namespaces/{path_segment(namespace)}/events", event)
+    except ApiError as err:
+        click.echo(f"warning: the Event was not recorded ({err}); the Secret's annotation is")
+
+
 @click.group("ca")
 def ca_group() -> None:
     """Certificate authorities: a throw-away one for evaluation (init), and the managed
@@ -357,3 +475,4 @@ def ca_init(out: Path, key_type: str, validity: float, intermediate: bool, force
 
 ca_group.add_command(ca_status)
 ca_group.add_command(ca_rotate)
+ca_group.add_command(ca_skip_consumers)

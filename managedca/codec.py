@@ -51,6 +51,8 @@ EMERGENCY = ANNOTATION_PREFIX + "ca-emergency"
 ISSUED_LIFETIME = (
     ANNOTATION_PREFIX + "ca-issued-lifetime"
 )  # seconds, for the current CA  # "true": the current CA signs without gates
+CONSUMERS_SKIPPED_FOR = ANNOTATION_PREFIX + "ca-consumers-skipped-for"  # a next CA's fingerprint
+CONSUMERS_SKIPPED_BY = ANNOTATION_PREFIX + "ca-consumers-skipped-by"  # who asked
 _TIMES = {
     "emergency_requested_at": EMERGENCY_REQUESTED_AT,
     "confirmed_at": CONFIRMED_AT,
@@ -120,6 +122,8 @@ def decode(secret: Mapping[str, Any]) -> Stored:
             revoke=_fingerprints(annotations.get(REVOKE)),
             revoked=_fingerprints(annotations.get(REVOKED)),
             emergency=annotations.get(EMERGENCY) == "true",
+            consumers_skipped_for=annotations.get(CONSUMERS_SKIPPED_FOR) or None,
+            consumers_skipped_by=annotations.get(CONSUMERS_SKIPPED_BY) or None,
             issued_lifetime=_seconds(annotations.get(ISSUED_LIFETIME)),
             retired=tuple(f for f in (annotations.get(RETIRED) or "").split(",") if f),
             **times,
@@ -199,6 +203,9 @@ def encode(
             annotations[key] = ",".join(sorted(fps))
     if state.emergency:
         annotations[EMERGENCY] = "true"
+    if state.consumers_skipped_for:
+        annotations[CONSUMERS_SKIPPED_FOR] = state.consumers_skipped_for
+        annotations[CONSUMERS_SKIPPED_BY] = state.consumers_skipped_by or ""
     if state.retired:
         annotations[RETIRED] = ",".join(state.retired)
     if state.issued_lifetime is not None:

@@ -281,3 +281,60 @@ def test_json_output_asks_nothing_so_it_wants_yes(monkeypatch: pytest.MonkeyPatc
     done = rotate(monkeypatch, api, "-o", "json", "--yes")
     assert done.exit_code == 0, done.output
     assert '"revoke": [' in done.output and current in done.output
+
+
+class AdminApi(SecretApi):
+    """Also answers SelfSubjectReview (the caller is `alice`) and records Events."""
+
+    def __init__(self, secret: dict[str, Any]) -> None:
+        super().__init__(secret)
+        self.events: list[dict[str, Any]] = []
+
+    def create(self, path: str, body: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+        if path.endswith("/selfsubjectreviews"):
+            return {"status": {"userInfo": {"username": "alice"}}}
+        assert path.endswith("/events"), path
+        self.events.append(dict(body))
+        return dict(body)
+
+
+def _staged() -> tuple[AdminApi, str]:
+    a_key, a = _ca("a")
+    n_key, n = _ca("n")
+    current, nxt = ca_info(a), ca_info(n)
+    state = d.State(current=current, confirmed_at=NOW - H, issued_lifetime=24 * H, next=nxt)
+    certs = {current.fingerprint: a, nxt.fingerprint: n}
+    secret = encode("ns", "ca", state, certs, a_key, n_key)
+    secret["metadata"]["resourceVersion"] = "10"
+    return AdminApi(secret), nxt.fingerprint
+
+
+def skip(monkeypatch: pytest.MonkeyPatch, api: SecretApi, *args: str, answer: str = "") -> Result:
+    monkeypatch.setattr(cli.ca, "connect", lambda *_: SimpleNamespace(client=api, problem=str))
+    return CliRunner().invoke(main, ["ca", "skip-consumers", *args], input=answer)
+
+
+def test_skipping_the_consumers_is_asked_recorded_with_who_and_for_this_rotation_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api, nxt = _staged()
+    declined = skip(monkeypatch, api, answer="n\n")
+    assert declined.exit_code != 0 and api.patches == 0
+    assert "keep trusting the old root only" in declined.output
+    done = skip(monkeypatch, api, answer="y\n")
+    assert done.exit_code == 0, done.output
+    state = decode(api.secret).state
+    assert (state.consumers_skipped_for, state.consumers_skipped_by) == (nxt, "alice")
+    [event] = api.events
+    assert event["reason"] == "ManagedCAConsumersSkipped" and event["type"] == "Warning"
+    assert "alice" in event["note"] and nxt in event["note"]
+    again = skip(monkeypatch, api, "--yes")
+    assert again.exit_code == 0 and "already skips" in again.output and api.patches == 1
+
+
+def test_nothing_to_skip_without_a_rotation_under_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    stable, _, _ = _stable()
+    api = AdminApi(stable.secret)
+    result = skip(monkeypatch, api, "--yes")
+    assert result.exit_code == 1 and "no rotation is under way" in result.output
+    assert api.patches == 0

@@ -156,3 +156,12 @@ def test_the_recorded_lifetimes_round_trip() -> None:
         previous=(d.Previous(ca_info(C), NOW, None, timedelta(hours=24)),),
     )
     assert decode(_secret(state)).state == state
+
+
+def test_a_skip_of_the_lagging_consumers_survives_every_write() -> None:
+    key, pem = _ca("skip")
+    info = ca_info(pem)
+    state = d.State(current=info, consumers_skipped_for="bb" * 32, consumers_skipped_by="alice")
+    secret = encode("ns", "ca", state, {info.fingerprint: pem}, key, None)
+    back = decode(secret).state
+    assert back.consumers_skipped_for == "bb" * 32 and back.consumers_skipped_by == "alice"

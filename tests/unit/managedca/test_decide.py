@@ -474,3 +474,21 @@ def test_the_decision_ca_status_reads_names_revoked_roots_and_a_pending_request(
     after = apply(EMERGENCY, Emergency(now, frozenset({"bb"})), CaInfo("dd", now, now + DAY))
     record = Decision.of(after, obs("aa"), None, now, None, CFG).to_json()
     assert record["revoked"] == ["bb"] and "revokeRequested" not in record
+
+
+def test_an_admin_may_skip_the_consumers_of_this_rotation_only() -> None:
+    """The audited escape (docs/managed-ca.md): an admin-owned consumer that will never
+    take the new CA (`ca rotate --skip-lagging-consumers`, recorded with who asked): the
+    swap to *this* next CA stops waiting for the injector; every other gate stays, and a
+    later rotation waits again. Never a default."""
+    lagging = _with_injector(InjectorView(True, frozenset({"aa"})))
+    held = decide(PUBLISHED, lagging, SWAP_TIME, CFG)
+    assert held == Wait(None, "injector-not-converged")
+    skipped = replace(PUBLISHED, consumers_skipped_for="bb", consumers_skipped_by="alice")
+    assert decide(skipped, lagging, SWAP_TIME, CFG) == Swap(SWAP_TIME)
+    another = replace(PUBLISHED, consumers_skipped_for="cc", consumers_skipped_by="alice")
+    assert decide(another, lagging, SWAP_TIME, CFG) == held
+    stale = _with_injector(InjectorView(False, frozenset()))
+    assert decide(skipped, stale, SWAP_TIME, CFG) == Swap(SWAP_TIME)
+    not_ready = Observations(READY.published, (), injector=lagging.injector)
+    assert decide(skipped, not_ready, SWAP_TIME, CFG) == Wait(None, "no-replica-report")
