@@ -28,6 +28,7 @@ import click
 from cli.common import (
     OUTPUT_FORMATS,
     Connection,
+    Duration,
     F,
     Group,
     StartupError,
@@ -238,11 +239,20 @@ def explain_command(
 @click.option(
     "-A", "--all-namespaces", is_flag=True, help="Every namespace (the default without -n)."
 )
+@click.option(
+    "--wait",
+    type=Duration(),
+    default="0s",
+    show_default=True,
+    help="Wait up to this long (e.g. 2m) for a signer to act and its bundle to be published "
+    "(exit 5 and 6 until then), as `cmctl check api --wait`; then report.",
+)
 @max_requests_option
 @explain_options
 # `status` takes explain's connection options (the decorator above), hence their parameters.
 def status_command(
     all_namespaces: bool,
+    wait: float,
     max_requests: int,
     namespace: str | None,
     context: str | None,
@@ -252,26 +262,53 @@ def status_command(
 ) -> int:
     """The signer's health and every request not issued, by namespace and reason.
 
-    Read-only. Exit status: 0 a signer leads and nothing waits or failed, 2 something
-    does, 5 no signer is leading (nothing will act), 1 error."""
+    Read-only. Exit status: 0 a signer acts, its bundle is published and nothing waits or
+    failed; 2 requests wait, were denied or failed; 5 no signer acts (none runs, or none
+    leads); 6 no ClusterTrustBundle is published for the signer; 1 error."""
     conn = Connection(kubeconfig, context, namespace)
     scope = None if all_namespaces or namespace is None else conn.namespace
-    return _status(conn, scope, max_requests, output, settings)
+    return _status(conn, scope, max_requests, output, settings, wait=wait)
+
+
+WAIT_POLL = 2.0  # seconds between looks while `status --wait` waits
 
 
 def _status(
-    conn: Connection, namespace: str | None, max_requests: int, output: str, settings: Any
+    conn: Connection,
+    namespace: str | None,
+    max_requests: int,
+    output: str,
+    settings: Any,
+    *,
+    wait: float = 0.0,
 ) -> int:
+    import time
+
     from kube.client import ApiError
     from troubleshoot.access import AccessDenied
     from troubleshoot.render import dump
-    from troubleshoot.status import collect, render_status, status_json
+    from troubleshoot.status import (
+        EXIT_NOT_PUBLISHED,
+        EXIT_NOTHING_ACTS,
+        collect,
+        render_status,
+        status_json,
+    )
 
-    try:
-        explainer, health = _setup(conn, **settings)
-        status = collect(explainer, health, namespace=namespace, max_shown=max_requests)
-    except (ApiError, AccessDenied) as err:
-        raise _access_error("status", err, conn) from None
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            explainer, health = _setup(conn, **settings)
+            status = collect(explainer, health, namespace=namespace, max_shown=max_requests)
+        except (ApiError, AccessDenied) as err:
+            if time.monotonic() < deadline and isinstance(err, ApiError) and err.transient:
+                time.sleep(WAIT_POLL)
+                continue
+            raise _access_error("status", err, conn) from None
+        down = status.exit_status in (EXIT_NOTHING_ACTS, EXIT_NOT_PUBLISHED)
+        if not down or time.monotonic() + WAIT_POLL > deadline:
+            break
+        time.sleep(WAIT_POLL)
     if output == "text":
         click.echo(render_status(status), nl=False)
     else:

@@ -50,6 +50,7 @@ from manager.options import SIGNING_CONTROLLERS, Options
 
 if TYPE_CHECKING:
     from kube.client import Client
+    from kube.presence import PresenceWriter
     from trust.material import MaterialSource
 
 log = logging.getLogger(__name__)
@@ -395,6 +396,9 @@ def serve(proc: Process) -> int:
     for index, warm in enumerate(proc.warmers):
         proc.start_background(f"material-{index}", warm)
     proc.start_informers()
+    writer = presence_writer(proc)
+    if writer is not None:
+        proc.start_background("presence", writer.run)
 
     if opts.leader_elect:
         from kube.leaderelection import LeaderElector
@@ -440,6 +444,31 @@ def serve(proc: Process) -> int:
     proc.shutdown_background()
     log.info("stopped")
     return 0
+
+
+def presence_writer(proc: Process) -> PresenceWriter | None:
+    """The signer's presence report (`signer.presence`), renewed by every process that
+    runs the signer controller, leading or not, leader election on or off: `status` and
+    `explain` read it to tell a running signer from none."""
+    if "signer" not in proc.opts.controllers or proc.client is None:
+        return None
+    from kube.presence import PresenceWriter
+    from manager import buildinfo
+    from signer import presence
+
+    opts = proc.opts
+    return PresenceWriter(
+        proc.client,
+        opts.leader_elect_resource_namespace,
+        presence.presence_name(opts.leader_elect_resource_name),
+        proc.identity,
+        annotations={
+            presence.SIGNER_NAME: opts.signer_name,
+            presence.LEADER_ELECT: "true" if opts.leader_elect else "false",
+            presence.VERSION: buildinfo.current().version,
+        },
+        labels={presence.LABEL: "signer"},
+    )
 
 
 def run(opts: Options, *, stop: threading.Event | None = None) -> int:

@@ -11,14 +11,17 @@ What it decides, read-only (no status, no Event, no index):
   signer name is not ours to decide; a decision the signer should have written within
   seconds but has not after `STUCK_AFTER` means the leader is not acting on it. Any of
   those is the verdict "nothing will act" (exit 5), whatever the decision would be.
-  Without a renewing Lease holder, explain looks for **traces of a signer acting**
-  anyway (one run with `--leader-elect=false`, or on another Lease): a decision this
-  signer name wrote on a request in the namespace (an Issued, Denied or Failed
-  condition's time) or an Event it recorded about one, within `ACTIVE_WITHIN` or since
-  the request was created. A trace means a signer acts. No trace on a request older than
-  `STUCK_AFTER` means none does (a running signer decides, or records the wait, within
-  seconds). No trace on a younger request, with no Lease at all, is `unknown`: an idle
-  signer without leader election leaves none either.
+  Without a renewing Lease holder, the **presence report** decides (every signer
+  process renews it, leader election on or off: `troubleshoot.leasehealth`): live with
+  leader election off, a signer acts; expired, or missing together with the leader
+  Lease, none runs — whatever the request's age. Only when the presence cannot say
+  (unreadable, or missing beside a leader Lease: a signer older than the report) does
+  explain look for **traces of a signer acting**: a decision this signer name wrote on a
+  request in the namespace (an Issued, Denied or Failed condition's time) or an Event it
+  recorded about one, within `ACTIVE_WITHIN` or since the request was created. A trace
+  means a signer acts. No trace on a request older than `STUCK_AFTER` means none does (a
+  running signer decides, or records the wait, within seconds). No trace on a younger
+  request, with no Lease at all and no readable presence, is `unknown`.
 * **Its clock**: kube-controller-manager's PodCertificateRequest cleaner deletes every
   request `CLEANUP_AFTER` (15 min) after creation, at passes `CLEANUP_PERIOD` (5 min)
   apart; kubelet then makes a new request. A waiting request is shown with that time.
@@ -50,9 +53,11 @@ from typing import Any
 from cryptography import x509
 
 from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.presence import State as PresenceLeaseState
 from kube.times import format_time, parse_time
 from kube.types import JSON
 from signer import policy
+from signer import presence as signer_presence
 from signer.decide import Decider, Terminal, Wait
 from signer.lookups import PCR_GROUP, ApiLookups
 from signer.records import (
@@ -457,25 +462,40 @@ class Explainer:
                     "makes a new request"
                 )
         report = replace(report, cleanup=cleanup)
-        lease = self.health.lease if self.health is not None else None
-        if lease is None:
+        health = self.health
+        if health is None:
             return report
+        lease = health.lease
         if lease.acting:
             return _stuck(report, age, f"while {lease.holder} holds the Lease")
-        # No renewing holder (or the Lease is unreadable): look for traces of a signer
-        # acting anyway.
+        acting = health.acting
+        if acting and health.presence is not None and health.presence.presence is not None:
+            by = health.presence.presence.holder
+            return _stuck(report, age, f"while signer {by} runs without leader election")
+        if acting is False and not health.presence_missing:
+            # The presence is readable and says no signer acts: no trace can say otherwise
+            # (a killed signer's last decisions are traces of a signer that is gone).
+            return replace(
+                report, outcome=Outcome.NOTHING_ACTS, why_nothing_acts=not_acting_text(health)
+            )
+        # No renewing holder and no live presence, or one we may not read: look for
+        # traces of a signer acting anyway (one older than the presence report).
         trace = self._trace(namespace)
         since = now - ACTIVE_WITHIN
         if report.created is not None:
             since = min(since, report.created)
         if trace is not None and trace.at >= since:
-            acting = (
+            acting_text = (
                 f"{trace.what} {span(now - trace.at)} ago, without holding Lease "
                 f"{lease.namespace}/{lease.name}: a signer runs without leader election "
                 "(--leader-elect=false) or on another Lease"
             )
-            report = replace(report, acting=acting)
+            report = replace(report, acting=acting_text)
             return _stuck(report, age, f"(the last trace of the signer: {trace.what})")
+        if acting is False:
+            return replace(
+                report, outcome=Outcome.NOTHING_ACTS, why_nothing_acts=not_acting_text(health)
+            )
         if lease.acting is None:
             return report
         why = no_leader_text(lease.leader, lease.namespace, lease.name)
@@ -581,6 +601,44 @@ def _stuck(report: RequestReport, age: timedelta | None, acting: str) -> Request
     return report
 
 
+def not_acting_text(health: Health) -> str:
+    """Why no signer acts, from the leader Lease and the presence report (`Health.acting`
+    is False)."""
+    lease, state = health.lease, health.presence
+    found = state.presence if state is not None else None
+    if state is None or found is None:
+        return no_leader_text(lease.leader, lease.namespace, lease.name)
+    where = f"presence Lease {found.namespace}/{found.name}"
+    if found.alive and not state.serves_us:
+        served = found.annotations.get(signer_presence.SIGNER_NAME, "?")
+        return (
+            f"the signer renewing {where} serves {served}, not {health.signer_name}: no "
+            f"signer of that name runs there (--signer-name, --signer-namespace)"
+        )
+    if found.alive:
+        ago = span(timedelta(seconds=found.age_seconds or 0))
+        return (
+            f"a signer process renewed {where} {ago} ago ({found.holder}), yet none leads: "
+            + no_leader_text(lease.leader, lease.namespace, lease.name)
+        )
+    if found.state is PresenceLeaseState.EXPIRED:
+        last = ""
+        if found.renew_time is not None:
+            ago = span(timedelta(seconds=found.age_seconds or 0))
+            last = f" since {rfc3339(found.renew_time)} ({ago} ago)"
+        return (
+            f"no signer runs: no signer process has renewed {where}{last}; the last was "
+            f"{found.holder or 'unknown'}"
+        )
+    if lease.leader is not Leader.MISSING:
+        # A leader Lease without a presence: a signer older than the presence report ran.
+        return no_leader_text(lease.leader, lease.namespace, lease.name)
+    return (
+        f"no signer runs: neither Lease {lease.namespace}/{lease.name} nor {where} exists "
+        "(--signer-namespace/--lease-name if it was installed elsewhere)"
+    )
+
+
 def no_leader_text(leader: Leader, namespace: str, name: str) -> str:
     lease = f"Lease {namespace}/{name}"
     return {
@@ -589,7 +647,7 @@ def no_leader_text(leader: Leader, namespace: str, name: str) -> str:
         Leader.EXPIRED: f"the holder of {lease} stopped renewing it: the signer is down or "
         "cut off from the API server",
         Leader.MISSING: f"{lease} does not exist: no signer runs with that Lease "
-        "(--lease-namespace/--lease-name if it was installed elsewhere)",
+        "(--signer-namespace/--lease-name if it was installed elsewhere)",
     }.get(leader, "")
 
 

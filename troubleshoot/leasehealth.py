@@ -11,6 +11,17 @@ What it decides, for `explain` and `status` (read-only, from the API server):
   is missing is said, and nothing is concluded. The clocks compared are the signer's
   (`renewTime`) and ours: a clock more than a Lease duration (15 s) ahead of the signer's
   would report `expired` wrongly; the age is shown so a reader can tell.
+* **Presence.** Every process running the signer controller — leader or standby, with
+  leader election on or off — renews one presence Lease beside the leader Lease
+  (`signer.presence`, `kube.presence`): `alive` while renewed within its duration,
+  `expired` when every process stopped renewing it, `missing` when no signer of this
+  version ran there, `unknown` (the missing permission said) when we may not read it.
+  Whether a signer **acts** (`Health.acting`): the leader Lease renewing; else, with
+  leader election off (the presence says so), a live presence; else, when the presence
+  is readable, nothing acts — a process that runs but does not lead acts on nothing, and
+  with no live presence no signer runs at all. With the presence unreadable, the leader
+  Lease alone decides when it says someone renews, and otherwise nothing is concluded
+  here (`troubleshoot.explain` then looks for traces of a signer acting).
 * **Bundle.** The publisher (the same process) keeps the signer's ClusterTrustBundles (a
   hash-named one and the stable `<prefix>:trust-anchors`). None published means clients
   that trust through a `clusterTrustBundle` projection cannot verify what is issued; it
@@ -37,10 +48,13 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from kube import presence as kube_presence
 from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.presence import Presence
 from kube.times import parse_time
 from kube.types import JSON
 from managedca.report import REPORT_LABEL, leading_decision, parse_report
+from signer import presence as signer_presence
 from troubleshoot.access import Forbidden, forbidden
 from trust.bundle import BundleError, normalize_bundle, parse_anchors
 
@@ -111,12 +125,67 @@ class ManagedCA:
 
 
 @dataclass(frozen=True)
+class PresenceState:
+    """The signer's presence Lease as read: `presence` None when `problem` says why."""
+
+    namespace: str
+    name: str
+    presence: Presence | None
+    problem: Forbidden | None = None
+    signer_name: str = ""  # the signer name we look for
+
+    @property
+    def alive(self) -> bool | None:
+        """A process of this signer renews it; None: we cannot tell."""
+        if self.presence is None:
+            return None
+        return self.presence.alive and self.serves_us
+
+    @property
+    def serves_us(self) -> bool:
+        """The last renewer serves our signer name (an absent annotation: assumed)."""
+        if self.presence is None:
+            return False
+        served = self.presence.annotations.get(signer_presence.SIGNER_NAME)
+        return served is None or served == self.signer_name
+
+    @property
+    def leader_elect(self) -> bool | None:
+        if self.presence is None or signer_presence.LEADER_ELECT not in self.presence.annotations:
+            return None
+        return self.presence.annotations[signer_presence.LEADER_ELECT] == "true"
+
+
+@dataclass(frozen=True)
 class Health:
     signer_name: str
     lease: LeaseState
     bundle: BundleState
     material: Anchor | None = None  # the signing certificate seen in an issued chain
     managed_ca: ManagedCA | None = None
+    presence: PresenceState | None = None
+
+    @property
+    def acting(self) -> bool | None:
+        """Whether a signer acts on requests: True, False, or None when we cannot tell
+        (module docstring, "Presence")."""
+        if self.lease.acting:
+            return True
+        presence = self.presence
+        if presence is None or presence.alive is None:
+            return None
+        if presence.alive and presence.leader_elect is False:
+            return True
+        if presence.alive and self.lease.acting is None:
+            return None  # alive, electing, and the leader Lease unreadable
+        return False
+
+    @property
+    def presence_missing(self) -> bool:
+        """The presence Lease does not exist (a signer older than the presence report may
+        still run: its traces count)."""
+        found = self.presence.presence if self.presence is not None else None
+        return found is not None and found.state is kube_presence.State.MISSING
 
 
 def lease_state(namespace: str, name: str, lease: JSON | None, now: datetime) -> LeaseState:
@@ -207,7 +276,28 @@ def read_health(
             )
         else:
             bundle = bundle_state(listed.get("items") or [])
-    return Health(signer_name, lease, bundle, managed_ca=_read_managed_ca(client, lease))
+    return Health(
+        signer_name,
+        lease,
+        bundle,
+        managed_ca=_read_managed_ca(client, lease),
+        presence=read_presence(client, lease_namespace, lease_name, signer_name, now),
+    )
+
+
+def read_presence(
+    client: Client, namespace: str, lease_name: str, signer_name: str, now: datetime
+) -> PresenceState:
+    """The presence Lease beside leader Lease `lease_name`; a 403 names the permission."""
+    name = signer_presence.presence_name(lease_name)
+    try:
+        found = kube_presence.read(client, namespace, name, now)
+    except ApiError as err:
+        if err.status != 403:
+            raise
+        problem = forbidden("get", "leases", "coordination.k8s.io", namespace, name)
+        return PresenceState(namespace, name, None, problem, signer_name)
+    return PresenceState(namespace, name, found, None, signer_name)
 
 
 def _read_managed_ca(client: Client, lease: LeaseState) -> ManagedCA | None:

@@ -13,8 +13,17 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from troubleshoot.explain import Report, RequestReport, no_leader_text, rfc3339, span
-from troubleshoot.leasehealth import Anchor, Health, Leader, ManagedCA
+from kube.presence import State as PresenceLeaseState
+from signer import presence as signer_presence
+from troubleshoot.explain import (
+    Report,
+    RequestReport,
+    no_leader_text,
+    not_acting_text,
+    rfc3339,
+    span,
+)
+from troubleshoot.leasehealth import Anchor, Health, Leader, ManagedCA, PresenceState
 
 
 def _time(value: datetime | None) -> str | None:
@@ -38,9 +47,12 @@ def _in(value: datetime, now: datetime) -> str:
 def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
     lease = health.lease
     where = f"Lease {lease.namespace}/{lease.name}"
+    presence = health.presence
     if lease.leader is Leader.RENEWING:
         age = span(timedelta(seconds=lease.age_seconds or 0))
         leader = f"leader: {lease.holder} (renewed {age} ago, {where})"
+    elif presence is not None and presence.alive and presence.leader_elect is False:
+        leader = "leader: none needed: the signer runs with leader election off"
     elif lease.leader is Leader.UNKNOWN:
         assert lease.problem is not None
         leader = f"leader: unknown: {lease.problem} (check: {lease.problem.can_i()})"
@@ -50,6 +62,8 @@ def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
             when = "released" if lease.leader is Leader.RELEASED else "last renewed"
             leader += f"; {when} {_ago(lease.renew_time, now)}"
     lines = [leader]
+    if presence is not None:
+        lines.append(presence_line(presence, health, now))
     if full and lease.leader is Leader.RENEWING and lease.acquire_time is not None:
         changes = "" if lease.transitions is None else f"; {lease.transitions} leader changes"
         lines.append(f"  leading since {_ago(lease.acquire_time, now)}{changes}")
@@ -73,6 +87,36 @@ def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
             f"material in use: {_anchor(health.material, now)} (from the newest issued chain)"
         )
     return lines
+
+
+def presence_line(state: PresenceState, health: Health, now: datetime) -> str:
+    """`signer process: running (…)`, `… none running: …` or `… unknown: forbidden …`."""
+    found = state.presence
+    if found is None:
+        assert state.problem is not None
+        return f"signer process: unknown: {state.problem} (check: {state.problem.can_i()})"
+    if state.alive:
+        age = span(timedelta(seconds=found.age_seconds or 0))
+        version = found.annotations.get(signer_presence.VERSION)
+        built = f", version {version}" if version else ""
+        return (
+            f"signer process: running (presence Lease {found.namespace}/{found.name} renewed "
+            f"{age} ago by {found.holder}{built})"
+        )
+    if health.acting:
+        # The leader Lease is renewed though the presence is not (a signer older than the
+        # presence report, or one that may not write it): the leader runs.
+        return (
+            f"signer process: running (holds the leader Lease; presence Lease "
+            f"{found.namespace}/{found.name} {found.state.value})"
+        )
+    if found.state is PresenceLeaseState.MISSING and health.lease.leader is not Leader.MISSING:
+        # A leader Lease but no presence: a signer older than the presence report, or none.
+        return (
+            f"signer process: presence Lease {found.namespace}/{found.name} does not exist "
+            "(a signer older than it leaves none); the leader Lease decides"
+        )
+    return f"signer process: {not_acting_text(health)}"
 
 
 def managed_ca_line(ca: ManagedCA, now: datetime) -> str:
@@ -170,8 +214,25 @@ def health_json(health: Health) -> dict[str, Any]:
             "anchors": [anchor_json(a) for a in bundle.anchors],
             "forbidden": str(bundle.problem) if bundle.problem else None,
         },
+        "presence": presence_json(health.presence) if health.presence else None,
+        "acting": health.acting,
         "material": anchor_json(health.material) if health.material else None,
         "managedCA": managed_ca_json(health.managed_ca) if health.managed_ca else None,
+    }
+
+
+def presence_json(state: PresenceState) -> dict[str, Any]:
+    found = state.presence
+    return {
+        "namespace": state.namespace,
+        "name": state.name,
+        "state": found.state.value if found else "unknown",
+        "alive": state.alive,
+        "holderIdentity": (found.holder or None) if found else None,
+        "renewTime": _time(found.renew_time) if found else None,
+        "leaseDurationSeconds": found.duration_seconds if found else None,
+        "annotations": dict(found.annotations) if found else {},
+        "forbidden": str(state.problem) if state.problem else None,
     }
 
 

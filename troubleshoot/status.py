@@ -15,9 +15,14 @@ What it decides:
 * **Grouping.** Namespace (sorted), then (state, reason) — `waiting ServiceNotFound`,
   `Denied InvalidUnverifiedUserAnnotations` — largest group first, then each group's
   requests oldest first, with the advice `explain` gives.
-* **Exit status**: 0 when the signer is acting and nothing is waiting, denied, failed
-  or stuck; 5 when nothing will act (no signer leads and none leaves a trace of acting
-  without the Lease, as `explain` judges it); 2 otherwise.
+* **Exit status** (`EXIT_*`): 0 when a signer acts, its bundle is published and nothing
+  is waiting, denied, failed or stuck; 5 when nothing will act — no signer process runs
+  (its presence report is missing or expired), none leads, or a shown request says so
+  (as `explain` judges it); 6 when a signer acts but no ClusterTrustBundle is published
+  for it (clients that trust through a projection cannot verify what it issues); 2 when
+  requests wait, were denied or failed. The first that holds, in that order (5, 6, 2).
+  When we may read neither the leader Lease's holder nor the presence, "nothing acts" is
+  concluded only from the Lease or a shown request, never from what we cannot see.
 """
 
 from __future__ import annotations
@@ -44,6 +49,11 @@ from troubleshoot.render import health_json, health_lines, request_json, request
 
 PAGE_SIZE = 500
 MAX_SHOWN = 200
+
+EXIT_OK = 0
+EXIT_REQUESTS = 2  # requests wait, were denied or failed
+EXIT_NOTHING_ACTS = int(Outcome.NOTHING_ACTS)  # 5
+EXIT_NOT_PUBLISHED = 6
 
 
 @dataclass(frozen=True)
@@ -84,16 +94,27 @@ class Status:
 
     @property
     def exit_status(self) -> int:
-        """5 when nothing will act: a shown request says so, or no Lease holder renews
-        and no shown request carries a trace of a signer acting anyway (with no Lease at
-        all and no trace, explain cannot tell: not 5)."""
+        """The module docstring's exit status: 5, 6, 2 or 0."""
+        if self.nothing_acts:
+            return EXIT_NOTHING_ACTS
+        if self.health.bundle.published is False:
+            return EXIT_NOT_PUBLISHED
+        return EXIT_REQUESTS if self.shown or self.left_out else EXIT_OK
+
+    @property
+    def nothing_acts(self) -> bool:
+        """No signer acts: a shown request says so, or the health does (`Health.acting`);
+        when the health cannot tell, a leader Lease nobody renews with no shown request
+        carrying a trace of a signer acting anyway (with no Lease at all and no trace,
+        explain cannot tell)."""
         if any(item.request.outcome is Outcome.NOTHING_ACTS for item in self.shown):
-            return int(Outcome.NOTHING_ACTS)
-        lease = self.health.lease
+            return True
         traced = any(item.request.acting for item in self.shown)
-        if lease.acting is False and not traced and lease.leader is not Leader.MISSING:
-            return int(Outcome.NOTHING_ACTS)
-        return 2 if self.shown or self.left_out else 0
+        acting = self.health.acting
+        if acting is not None:
+            return not acting and not (traced and self.health.presence_missing)
+        lease = self.health.lease
+        return lease.acting is False and not traced and lease.leader is not Leader.MISSING
 
     def groups(self) -> list[tuple[str, list[tuple[tuple[str, str], list[Shown]]]]]:
         by_ns: dict[str, dict[tuple[str, str], list[Shown]]] = defaultdict(

@@ -33,6 +33,16 @@ def write_lease(client: Client, namespace: str, holder: str, renewed_ago: float 
     create_or_replace(client, f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", body)
 
 
+def age_presence(client: Client, namespace: str, name: str, seconds: float = 3600) -> None:
+    """Move presence Lease `namespace/name`'s renewTime `seconds` back, as though its
+    last renewal were that long ago: its expiry, driven by its own timestamps."""
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+    lease = client.get(path)
+    renewed = datetime.now(UTC) - timedelta(seconds=seconds)
+    lease["spec"]["renewTime"] = renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    client.replace(path, lease)
+
+
 def run_cli(*argv: str) -> tuple[int, str, str]:
     """`service-serving-signer ARGV`, in this process; (exit, stdout, stderr)."""
     result = CliRunner().invoke(main, list(argv), prog_name="service-serving-signer")

@@ -22,7 +22,7 @@ from controlplane.kubelet import deployment_manifest
 from controlplane.workload import cert_pod, wait_running
 from kube.client import ApiError, Client, is_not_found
 from kube.types import JSON
-from tests.integration.explain_harness import run_cli
+from tests.integration.explain_harness import age_presence, run_cli
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.manifests import apply, ensure_namespace
 from tests.integration.nodes import (
@@ -124,6 +124,8 @@ def test_app_team_is_told_nothing_will_act_when_the_only_signer_stopped(
             assert eventually(signer.leading, 60), "\n".join(signer.log_lines()[-20:])
         finally:
             assert signer.stop() == 0  # releases the Lease: holderIdentity ""
+    # Its presence report would expire 40 s after its last renewal; say it did.
+    age_presence(cluster_client, lease_namespace, f"{LEASE}-presence")
     create_service(cluster_client, ns, "web", {"app": "web"})
     serving_pod(cluster, cluster_client, ns, "nosigner-0", app="web", signer_name=SIGNER)
     assert eventually(lambda: bool(pcrs_of(cluster_client, ns, "nosigner-0")), 120)
@@ -167,19 +169,24 @@ def test_app_team_is_told_nothing_will_act_when_the_only_signer_stopped(
         f"no signer holds Lease {lease_namespace}/{LEASE} (released, holderIdentity empty): "
         "no replica of the signer is running"
     )
+    gone = (
+        f"no signer runs: no signer process has renewed presence Lease "
+        f"{lease_namespace}/{LEASE}-presence since "
+    )
     assert lines[0] == f"Pod {ns}/nosigner-0 (signer {SIGNER}): nothing will act"
     assert lines[1].startswith(f"  leader: none: {released}; released ")
-    assert lines[2] == (
+    assert lines[2].startswith(f"  signer process: {gone}")
+    assert lines[3] == (
         "  bundle: unknown: forbidden: cannot list clustertrustbundles.certificates.k8s.io "
         "(cluster-scoped) (check: kubectl auth can-i list "
         "clustertrustbundles.certificates.k8s.io)"
     )
-    assert lines[3].startswith(f"  PodCertificateRequest {pcr['metadata']['name']} (created ")
-    assert lines[3].endswith("): would be issued now")
-    assert lines[4] == f"    nothing will act: {released}"
-    assert lines[5] == f"    names: web.{ns}.svc.cluster.local, web.{ns}.svc"
-    assert lines[6].startswith("    cleanup: kube-controller-manager deletes it ")
-    assert len(lines) == 7
+    assert lines[4].startswith(f"  PodCertificateRequest {pcr['metadata']['name']} (created ")
+    assert lines[4].endswith("): would be issued now")
+    assert lines[5].startswith(f"    nothing will act: {gone}")
+    assert lines[6] == f"    names: web.{ns}.svc.cluster.local, web.{ns}.svc"
+    assert lines[7].startswith("    cleanup: kube-controller-manager deletes it ")
+    assert len(lines) == 8
     assert stays_not_running(cluster_client, ns, "nosigner-0", 1)
 
     def status(*args: str) -> tuple[int, str, str]:
@@ -215,7 +222,7 @@ def test_chart_renders_the_aggregated_view_role_and_the_lease_reader() -> None:
             view["metadata"]["labels"][f"rbac.authorization.k8s.io/aggregate-to-{role}"] == "true"
         )
     status_role = objects[("Role", "service-serving-signer-status")]
-    assert status_role["rules"][0]["resourceNames"] == [LEASE]
+    assert status_role["rules"][0]["resourceNames"] == [LEASE, f"{LEASE}-presence"]
     binding = objects[("RoleBinding", "service-serving-signer-status")]
     assert binding["subjects"][0]["name"] == "system:authenticated"
 
@@ -349,10 +356,10 @@ def test_a_namespace_admin_is_told_the_truth_with_and_without_leader_election(
     view_role: Any,
     tmp_path: Path,
 ) -> None:
-    """Issue 28: with `--leader-elect=false` the signer acts without a Lease, and explain
-    said "nothing will act"; a namespace admin got "bundle: unknown: forbidden". Now the
-    verdict follows what the signer is seen doing, and config/bundle-readers gives the
-    bundle answer."""
+    """With `--leader-elect=false` the signer acts without a Lease, and explain said
+    "nothing will act"; a namespace admin got "bundle: unknown: forbidden". Now the
+    verdict follows the presence report every signer process renews, and
+    config/bundle-readers gives the bundle answer."""
     ns = node_namespace
     view_role()
     kubeconfig = namespace_admin_kubeconfig(cluster, cluster_client, ns, tmp_path / "admin")
@@ -435,12 +442,13 @@ def test_a_namespace_admin_is_told_the_truth_with_and_without_leader_election(
         assert "bundle: unknown: forbidden: cannot list clustertrustbundles" in out
 
     lines = outputs["false"].splitlines()
-    assert lines[1].startswith(f"  leader: none: Lease {lease_namespace}/{LEASE} does not exist")
-    [acting] = [line for line in lines if line.startswith("    acting: ")]
-    assert f"without holding Lease {lease_namespace}/{LEASE}" in acting
-    assert "--leader-elect=false" in acting
+    assert lines[1] == "  leader: none needed: the signer runs with leader election off"
+    assert lines[2].startswith(
+        f"  signer process: running (presence Lease {lease_namespace}/{LEASE}-presence renewed "
+    )
     assert outputs["true"].splitlines()[1].startswith("  leader: ")
-    assert "acting: " not in outputs["true"]
+    assert outputs["true"].splitlines()[2].startswith("  signer process: running (")
+    assert "acting: " not in outputs["true"] and "acting: " not in outputs["false"]
 
     # The opt-in read access to ClusterTrustBundles: the bundle is answered.
     for obj in render(BUNDLE_READERS):

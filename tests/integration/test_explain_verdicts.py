@@ -85,20 +85,22 @@ def test_no_leader_means_nothing_will_act_even_when_it_would_be_issued(
     assert "would be issued now" not in lines[0]
 
 
-def test_no_lease_and_no_trace_of_a_signer_on_a_fresh_request_is_unknown(
+def test_no_lease_and_no_presence_on_a_fresh_request_is_nothing_acts(
     explain: Any, kubelet: Kubelet, namespace: str
 ) -> None:
-    """No Lease at all: either nothing runs, or a signer runs with --leader-elect=false
-    and has had nothing to decide yet. explain cannot tell, and says so."""
+    """No leader Lease and no presence report: every signer process, leader election on
+    or off, renews its presence, so none runs — even for a request made a second ago
+    (it used to be "unknown", and exit 0)."""
     issuable(kubelet, namespace)
 
     code, out, _ = explain("pod", "web-0", "-n", namespace)
 
-    assert code == 0, out
-    assert "nothing will act" not in out
-    [unknown] = [line for line in out.splitlines() if line.startswith("    acting: unknown: ")]
-    assert f"Lease {namespace}/{LEASE} does not exist" in unknown
-    assert "--leader-elect=false" in unknown
+    assert code == 5, out
+    assert out.splitlines()[0].endswith("): nothing will act")
+    presence = f"presence Lease {namespace}/{LEASE}-presence"
+    gone = f"no signer runs: neither Lease {namespace}/{LEASE} nor {presence} exists"
+    assert f"    nothing will act: {gone}" in out
+    assert "acting: unknown" not in out
 
 
 def test_no_lease_and_no_trace_on_a_request_a_signer_would_have_decided_is_nothing_acts(
@@ -111,8 +113,7 @@ def test_no_lease_and_no_trace_on_a_request_a_signer_would_have_decided_is_nothi
 
     assert report.outcome is Outcome.NOTHING_ACTS
     why = report.requests[0].why_nothing_acts or ""
-    assert why.startswith(f"Lease {namespace}/{LEASE} does not exist")
-    assert "no trace of signer kubernetes.io/service-serving acting" in why
+    assert why.startswith(f"no signer runs: neither Lease {namespace}/{LEASE} nor presence")
 
 
 def test_a_decision_written_without_a_lease_is_a_signer_acting(

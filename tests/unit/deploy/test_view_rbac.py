@@ -31,16 +31,34 @@ def test_view_role_aggregates_read_only_request_access_into_view_edit_admin(
     assert not [b for b in bindings if b["roleRef"]["name"] == "service-serving-signer-view"]
 
 
-def test_authenticated_users_may_get_only_the_leader_lease(
+def test_authenticated_users_may_get_only_the_leader_and_presence_leases(
     default: list[dict[str, Any]],
 ) -> None:
     role = find(default, "Role", "service-serving-signer-status")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert rules_of(role) == [
-        ("coordination.k8s.io", "leases", ("get",), ("service-serving-signer",))
+        (
+            "coordination.k8s.io",
+            "leases",
+            ("get",),
+            ("service-serving-signer", "service-serving-signer-presence"),
+        )
     ]
     binding = find(default, "RoleBinding", "service-serving-signer-status")
     assert binding["roleRef"]["name"] == "service-serving-signer-status"
     assert binding["subjects"] == [
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
+    ]
+
+
+def test_the_signer_may_renew_only_its_presence_lease(default: list[dict[str, Any]]) -> None:
+    role = find(default, "Role", "service-serving-signer-presence")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert rules_of(role) == [
+        ("coordination.k8s.io", "leases", ("create",), ()),
+        ("coordination.k8s.io", "leases", ("get", "update"), ("service-serving-signer-presence",)),
+    ]
+    binding = find(default, "RoleBinding", "service-serving-signer-presence")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "service-serving-signer", "namespace": NAMESPACE}
     ]

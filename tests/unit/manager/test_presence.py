@@ -1,0 +1,55 @@
+"""Every process that runs the signer controller renews the signer's presence report,
+leader election on or off; one that does not run the signer renews none."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kube.presence import State, read
+from manager.app import Process, make_registry, presence_writer
+from manager.ops import Checks
+from manager.options import Options
+from signer import presence
+from tests.unit.fakeapi import FakeApi
+
+BASE = Options("/ca/tls.key", "/ca/tls.crt", "/ca/trust-bundle.pem")
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    fake = FakeApi().start()
+    yield fake
+    fake.stop()
+
+
+def process(api: FakeApi, **changes: Any) -> Process:
+    opts = dataclasses.replace(BASE, leader_elect_resource_namespace="sss", **changes)
+    proc = Process(opts=opts, registry=make_registry(), checks=Checks(), identity="pod-a_1")
+    proc.client = api.client()
+    return proc
+
+
+@pytest.mark.parametrize("leader_elect", [True, False])
+def test_a_signer_process_renews_its_presence_with_what_it_serves(
+    api: FakeApi, leader_elect: bool
+) -> None:
+    writer = presence_writer(process(api, leader_elect=leader_elect, signer_name="example.com/s"))
+    assert writer is not None and writer.renew()
+    found = read(api.client(), "sss", "service-serving-signer-presence")
+    assert found.state is State.ALIVE and found.holder == "pod-a_1"
+    assert found.annotations[presence.SIGNER_NAME] == "example.com/s"
+    assert found.annotations[presence.LEADER_ELECT] == str(leader_elect).lower()
+    assert found.annotations[presence.VERSION]
+
+
+def test_the_presence_sits_beside_the_leader_lease_it_is_named_after(api: FakeApi) -> None:
+    writer = presence_writer(process(api, leader_elect_resource_name="mine"))
+    assert writer is not None and writer.name == "mine-presence" and writer.namespace == "sss"
+
+
+def test_a_process_without_the_signer_renews_no_presence(api: FakeApi) -> None:
+    assert presence_writer(process(api, controllers=frozenset({"publisher"}))) is None
