@@ -240,6 +240,29 @@ class KlogVerbosity(click.IntRange):
     help="host:port for /metrics; 0 disables.",
 )
 @flag(
+    "--metrics-secure",
+    type=click.BOOL,
+    default=False,
+    is_flag=False,
+    flag_value=True,
+    help="Serve /metrics over TLS, only to callers the API server authenticates "
+    "(TokenReview) and authorizes for get on /metrics (SubjectAccessReview), as "
+    "kube-controller-manager does.",
+)
+@flag(
+    "--metrics-tls-cert-file",
+    default="",
+    metavar="FILE",
+    help="PEM certificate (and chain) for the secure metrics port; default a self-signed "
+    "one made at start. Re-read when it changes.",
+)
+@flag(
+    "--metrics-tls-private-key-file",
+    default="",
+    metavar="FILE",
+    help="PEM private key of --metrics-tls-cert-file.",
+)
+@flag(
     "--health-probe-bind-address",
     type=Address(),
     default=":10359",

@@ -51,6 +51,7 @@ from manager.options import SIGNING_CONTROLLERS, Options
 if TYPE_CHECKING:
     from kube.client import Client
     from kube.presence import PresenceWriter
+    from manager.metricsauth import DelegatedAuth, ServingCert
     from trust.material import MaterialSource
 
 log = logging.getLogger(__name__)
@@ -384,11 +385,14 @@ def serve(proc: Process) -> int:
     """Start everything `build` prepared and block until `proc.stop` is set."""
     opts = proc.opts
     try:
+        auth, tls = _metrics_security(proc)
         proc.servers = start_servers(
             opts.metrics_bind_address,
             opts.health_probe_bind_address,
             registry=proc.registry,
             checks=proc.checks,
+            auth=auth,
+            tls=tls,
         )
     except BindError as err:
         proc.shutdown_background()
@@ -444,6 +448,22 @@ def serve(proc: Process) -> int:
     proc.shutdown_background()
     log.info("stopped")
     return 0
+
+
+def _metrics_security(proc: Process) -> tuple[DelegatedAuth | None, ServingCert | None]:
+    """`--metrics-secure`: the delegated authn/authz and the serving certificate."""
+    opts = proc.opts
+    if not opts.metrics_secure or opts.metrics_bind_address is None:
+        return None, None
+    from manager.metricsauth import DelegatedAuth, ServingCert
+
+    assert proc.client is not None, "build() sets the client"
+    try:
+        tls = ServingCert(opts.metrics_tls_cert_file, opts.metrics_tls_private_key_file)
+    except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+        proc.shutdown_background()
+        raise StartupFailure(f"--metrics-tls-cert-file: {_one_line(err)}") from None
+    return DelegatedAuth(proc.client), tls
 
 
 def presence_writer(proc: Process) -> PresenceWriter | None:

@@ -22,6 +22,10 @@ Decisions:
   `127.0.0.1:port` IPv4. A single-stack IPv6 cluster thus probes the default `:10359`.
 - A socket that cannot be bound (port in use, address not on this host) is a `BindError`
   naming the address and the reason, never a traceback.
+- With `--metrics-secure` the metrics server speaks TLS and answers `/metrics` only to a
+  caller the API server authenticates and authorizes (`manager.metricsauth`); the
+  handshake runs in the request's thread, so a slow client never holds up the others.
+  The health server stays plain HTTP (kubelet's probes), so the two addresses must differ.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import errno
 import logging
 import socket
 import socketserver
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -41,6 +46,8 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
+
+    from manager.metricsauth import DelegatedAuth, ServingCert
 
 from manager.options import BindAddress
 
@@ -146,12 +153,17 @@ def bind_socket(address: BindAddress) -> socket.socket:
     return sock
 
 
+TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    """A WSGI server on a socket bound by `bind_socket` (any address family)."""
+    """A WSGI server on a socket bound by `bind_socket` (any address family); with `tls`,
+    each connection's TLS handshake runs in its own thread."""
 
     daemon_threads = True
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, tls: ServingCert | None = None) -> None:
+        self.tls = tls
         self.address_family = sock.family
         super().__init__(sock.getsockname()[:2], _QuietHandler, bind_and_activate=False)
         self.socket.close()
@@ -167,13 +179,32 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
             self.server_close()
             raise
 
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(TLS_HANDSHAKE_TIMEOUT)
+        try:
+            wrapped = self.tls.context().wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # a failed handshake (a plain-HTTP caller, a scanner): nothing to answer
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
+
 
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
-def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
+def _text(
+    start_response: StartResponse,
+    status: str,
+    body: str,
+    headers: Iterable[tuple[str, str]] = (),
+) -> list[bytes]:
     data = body.encode()
     start_response(
         status,
@@ -181,21 +212,34 @@ def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
             ("Content-Type", "text/plain; charset=utf-8"),
             ("X-Content-Type-Options", "nosniff"),
             ("Content-Length", str(len(data))),
+            *headers,
         ],
     )
     return [data]
 
 
 def make_app(
-    registry: CollectorRegistry | None, checks: Checks | None
+    registry: CollectorRegistry | None,
+    checks: Checks | None,
+    auth: DelegatedAuth | None = None,
 ) -> Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]:
-    """A WSGI app serving `/metrics` when `registry` is given and the health paths
-    when `checks` is given."""
+    """A WSGI app serving `/metrics` when `registry` is given (to callers `auth` lets in,
+    when given) and the health paths when `checks` is given."""
     metrics_app = make_wsgi_app(registry) if registry is not None else None
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/").rstrip("/") or "/"
         if metrics_app is not None and path == "/metrics":
+            if auth is not None:
+                verdict = auth.check(
+                    environ.get("HTTP_AUTHORIZATION"), environ.get("REQUEST_METHOD", "GET")
+                )
+                if verdict.status != 200:
+                    status = {401: "401 Unauthorized", 403: "403 Forbidden"}.get(
+                        verdict.status, "500 Internal Server Error"
+                    )
+                    challenge = [("WWW-Authenticate", "Bearer")] if verdict.status == 401 else []
+                    return _text(start_response, status, verdict.reason + "\n", challenge)
             served: Iterable[bytes] = metrics_app(environ, start_response)
             return served
         if checks is not None and path in ("/healthz", "/readyz", "/livez"):
@@ -221,10 +265,12 @@ class OpsServer:
         *,
         registry: CollectorRegistry | None = None,
         checks: Checks | None = None,
+        auth: DelegatedAuth | None = None,
+        tls: ServingCert | None = None,
     ) -> None:
         self.address = address
-        self._server = _ThreadingWSGIServer(bind_socket(address))
-        self._server.set_app(make_app(registry, checks))
+        self._server = _ThreadingWSGIServer(bind_socket(address), tls)
+        self._server.set_app(make_app(registry, checks, auth))
         self._thread: threading.Thread | None = None
 
     @property
@@ -256,16 +302,19 @@ def start_servers(
     *,
     registry: CollectorRegistry,
     checks: Checks,
+    auth: DelegatedAuth | None = None,
+    tls: ServingCert | None = None,
 ) -> list[OpsServer]:
-    """Start the servers the flags ask for (none when both are `0`). Raises `BindError`
-    (after closing any server already bound)."""
+    """Start the servers the flags ask for (none when both are `0`); the metrics server
+    with `auth` and `tls` when given (then never shared with the health paths). Raises
+    `BindError` (after closing any server already bound)."""
     servers: list[OpsServer] = []
     try:
-        if metrics is not None and metrics == health and metrics.port != 0:
+        if metrics is not None and metrics == health and metrics.port != 0 and tls is None:
             servers.append(OpsServer(metrics, registry=registry, checks=checks))
         else:
             if metrics is not None:
-                servers.append(OpsServer(metrics, registry=registry))
+                servers.append(OpsServer(metrics, registry=registry, auth=auth, tls=tls))
             if health is not None:
                 servers.append(OpsServer(health, checks=checks))
     except BindError:

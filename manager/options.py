@@ -305,6 +305,10 @@ class Options:
     leader_elect_resource_name: str = ""  # "": default_lease_name(controllers)
     metrics_bind_address: BindAddress | None = BindAddress("", 10358)
     health_probe_bind_address: BindAddress | None = BindAddress("", 10359)
+    # /metrics over TLS to authenticated, authorized callers only (manager.metricsauth)
+    metrics_secure: bool = False
+    metrics_tls_cert_file: str = ""
+    metrics_tls_private_key_file: str = ""
     log_format: str = "text"
     verbosity: int = 0
     # managed CA (docs/managed-ca.md); ignored with ca_mode="file"
@@ -324,6 +328,24 @@ class Options:
     def managed_ca(self) -> bool:
         return self.ca_mode == "managed"
 
+    def _validate_metrics_security(self) -> None:
+        cert, key = self.metrics_tls_cert_file, self.metrics_tls_private_key_file
+        if bool(cert) != bool(key):
+            flag = "--metrics-tls-private-key-file" if cert else "--metrics-tls-cert-file"
+            raise OptionsError(flag, "is needed too: the certificate and its key go together")
+        if cert and not self.metrics_secure:
+            raise OptionsError("--metrics-tls-cert-file", "serves nothing without --metrics-secure")
+        if (
+            self.metrics_secure
+            and self.metrics_bind_address is not None
+            and self.metrics_bind_address == self.health_probe_bind_address
+        ):
+            raise OptionsError(
+                "--metrics-secure",
+                "needs --metrics-bind-address apart from --health-probe-bind-address "
+                "(the probes stay plain HTTP)",
+            )
+
     def __post_init__(self) -> None:
         if not self.leader_elect_resource_name:
             lease = default_lease_name(self.controllers)
@@ -332,6 +354,7 @@ class Options:
 
     def validate(self) -> None:
         """Raise `OptionsError` for the first unusable value."""
+        self._validate_metrics_security()
         if self.ca_mode not in CA_MODES:
             raise OptionsError("--ca-mode", f"{self.ca_mode!r} is not one of {', '.join(CA_MODES)}")
         if self.managed_ca:

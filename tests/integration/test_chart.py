@@ -43,6 +43,7 @@ ALL_OPTIONS = [
     "injector.distribution.enabled=true",
     "injector.admissionPolicy.enabled=true",
     "flowControl.enabled=true",
+    "metrics.secure=true",
 ]
 
 # What the chart renders with every option on: each kind the tests apply (their API paths
@@ -172,6 +173,7 @@ def test_helm_template_with_every_option_equals_config_with_every_component(
             "injector-distribution",
             "injector-admission-policy",
             "flowcontrol",
+            "metrics-secure",
         )
     )
     assert {o["kind"] for o in config} >= {"NetworkPolicy", "ConfigMap", "PrometheusRule"}
