@@ -447,7 +447,10 @@ def ca_group() -> None:
     is_flag=True,
     help="Replace ca.key, ca.crt and trust-bundle.pem if they exist (the old key is lost).",
 )
-def ca_init(out: Path, key_type: str, validity: float, intermediate: bool, force: bool) -> None:
+@output_option("text, or the files written as json or yaml.", OUTPUT_FORMATS)
+def ca_init(
+    out: Path, key_type: str, validity: float, intermediate: bool, force: bool, output: str
+) -> None:
     """Write a new CA key, signing cert and trust bundle into --out."""
     import datetime as dt
 
@@ -463,6 +466,14 @@ def ca_init(out: Path, key_type: str, validity: float, intermediate: bool, force
         )
     except (OSError, ValueError) as err:
         raise StartupError(f"ca init: {err}") from None
+    if output != "text":
+        body = {
+            "key": str(files.key),
+            "cert": str(files.cert),
+            "trustBundle": str(files.trust_bundle),
+        }
+        emit(body, output)
+        return
     click.echo(f"wrote {files.key} (private key, mode 0600)")
     click.echo(f"wrote {files.cert} (signing certificate)")
     click.echo(f"wrote {files.trust_bundle} (trust bundle)")

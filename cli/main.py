@@ -56,10 +56,24 @@ def env_name(flag: str) -> str:
     return f"{ENV_PREFIX}_{flag.lstrip('-').replace('-', '_').upper()}"
 
 
+class _Flag(click.Option):
+    """An option whose error names its environment variable only when the value came from
+    it: `--x=bad` on the command line is reported as `--x`, not as the variable."""
+
+    def get_error_hint(self, ctx: click.Context | None) -> str:
+        from click.core import ParameterSource
+
+        source = ctx.get_parameter_source(self.name) if ctx and self.name else None
+        if source is not None and source is not ParameterSource.ENVIRONMENT:
+            return " / ".join(f"'{opt}'" for opt in self.opts)
+        return super().get_error_hint(ctx)
+
+
 def flag(*decls: str, **attrs: Any) -> Callable[[F], F]:
     """`click.option` with the project's environment variable for the long name, and its
     default shown in --help (unless it is empty)."""
     long = next(d for d in decls if d.startswith("--"))
+    attrs.setdefault("cls", _Flag)
     attrs.setdefault("envvar", env_name(long))
     attrs.setdefault("show_envvar", True)
     if attrs.get("default") not in ("", None):

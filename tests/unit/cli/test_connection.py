@@ -217,3 +217,24 @@ def test_json_and_yaml_say_the_same(command: list[str], tmp_path: Path, api: Fak
     as_yaml = invoke([*args, "-o", "yaml"])
     assert as_json.exit_code == as_yaml.exit_code, (as_json.stderr, as_yaml.stderr)
     assert yaml.safe_load(as_json.stdout) == yaml.safe_load(as_yaml.stdout)
+
+
+def test_ca_init_prints_the_files_it_wrote_as_json(tmp_path: Path) -> None:
+    import json
+
+    result = invoke(["ca", "init", "--out", str(tmp_path / "ca"), "-o", "json"])
+    assert result.exit_code == 0, result.stderr
+    written = json.loads(result.stdout)
+    assert sorted(written) == ["cert", "key", "trustBundle"]
+    assert all(Path(p).is_file() for p in written.values())
+
+
+def test_a_bad_flag_on_the_command_line_is_named_as_the_flag_not_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    result = invoke(["run", "--managed-ca-lifetime=1y"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: Invalid value for '--managed-ca-lifetime': ")
+    monkeypatch.setenv("SERVICE_SERVING_SIGNER_MANAGED_CA_LIFETIME", "1y")
+    from_env = invoke(["run"])
+    assert "(env var: 'SERVICE_SERVING_SIGNER_MANAGED_CA_LIFETIME')" in from_env.stderr
