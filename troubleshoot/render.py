@@ -62,11 +62,12 @@ def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
             when = "released" if lease.leader is Leader.RELEASED else "last renewed"
             leader += f"; {when} {_ago(lease.renew_time, now)}"
     lines = [leader]
-    if presence is not None:
-        lines.append(presence_line(presence, health, now))
     if full and lease.leader is Leader.RENEWING and lease.acquire_time is not None:
         changes = "" if lease.transitions is None else f"; {lease.transitions} leader changes"
         lines.append(f"  leading since {_ago(lease.acquire_time, now)}{changes}")
+    # explain shows the presence when the leader Lease does not settle it; status always.
+    if presence is not None and (full or lease.leader is not Leader.RENEWING):
+        lines.append(presence_line(presence, health, now))
     bundle = health.bundle
     if bundle.problem is not None:
         lines.append(f"bundle: unknown: {bundle.problem} (check: {bundle.problem.can_i()})")

@@ -23,6 +23,7 @@ from cli.main import main
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, generate_key, pcr_manifest, pcr_path
 from kube.client import Client
+from manager import buildinfo
 from tests.integration.manager_process import SignerProcess, condition_of, eventually
 from tests.integration.manifests import ensure_namespace
 from tests.integration.signer_harness import unique_signer_name
@@ -164,6 +165,8 @@ def test_status_shows_health_then_what_is_not_issued_by_namespace_and_reason(
         "Signer <signer>",
         f"  leader: <holder> (renewed <age> ago, Lease SHOP/{LEASE})",
         "    leading since <time>; 0 leader changes",
+        f"  signer process: running (presence Lease SHOP/{LEASE}-presence renewed <age> ago by "
+        f"<holder>, version {buildinfo.current().version})",
         "  bundle: published as ClusterTrustBundle <bundle>; CA expires <time>",
         f"    anchor: {subject}, expires <time>",
         f"  material in use: {subject}, expires <time> (from the newest issued chain)",
@@ -259,9 +262,10 @@ def test_status_is_bounded_and_says_what_it_left_out(cluster_state: dict[str, An
     code, out = run(cluster_state, "status", "--max-requests=2")
     lines = normalise(out, cluster_state)
     assert code == 2
-    shown_counts = lines[6].removeprefix("Requests in all namespaces: 7 (").removesuffix(")")
+    [total] = [line for line in lines if line.startswith("Requests in all namespaces: ")]
+    shown_counts = total.removeprefix("Requests in all namespaces: 7 (").removesuffix(")")
     counts = {state: int(n) for n, state in (c.split(" ", 1) for c in shown_counts.split(", "))}
-    assert sum(counts.values()) == 7 and counts["Issued"] == 2, lines[6]
+    assert sum(counts.values()) == 7 and counts["Issued"] == 2, total
     assert len([line for line in lines if line.startswith("    Pod ")]) == 2
     assert (
         "  3 more not shown (the oldest 2 are); narrow with -n NAMESPACE or raise --max-requests"
@@ -302,4 +306,4 @@ def test_status_reads_in_pages_and_agrees_with_one_page(
     monkeypatch.setattr(troubleshoot.status, "PAGE_SIZE", 2)  # 7 requests: four pages
     paged = normalise(run(cluster_state, "status")[1], cluster_state)
     assert paged == whole
-    assert whole[6] == "Requests in all namespaces: 7 (1 Denied, 1 Failed, 2 Issued, 3 waiting)"
+    assert whole[7] == "Requests in all namespaces: 7 (1 Denied, 1 Failed, 2 Issued, 3 waiting)"
