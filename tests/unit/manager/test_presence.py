@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from kube.presence import State, read
+from kube.presence import State, judge, lease_path
 from manager.app import Process, make_registry, presence_writer
 from manager.ops import Checks
 from manager.options import Options
 from signer import presence
 from tests.unit.fakeapi import FakeApi
 
+LEASES = lease_path("sss")
 BASE = Options("/ca/tls.key", "/ca/tls.crt", "/ca/trust-bundle.pem")
 
 
@@ -39,8 +41,9 @@ def test_a_signer_process_renews_its_presence_with_what_it_serves(
 ) -> None:
     writer = presence_writer(process(api, leader_elect=leader_elect, signer_name="example.com/s"))
     assert writer is not None and writer.renew()
-    found = read(api.client(), "sss", "service-serving-signer-presence")
-    assert found.state is State.ALIVE and found.holder == "pod-a_1"
+    lease = api.get(LEASES, "service-serving-signer-presence")
+    found = judge("sss", "service-serving-signer-presence", lease, datetime.now(UTC))
+    assert found.state is State.ALIVE and found.holder == "pod-a_1", found
     assert found.annotations[presence.SIGNER_NAME] == "example.com/s"
     assert found.annotations[presence.LEADER_ELECT] == str(leader_elect).lower()
     assert found.annotations[presence.VERSION]
