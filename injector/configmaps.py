@@ -54,6 +54,7 @@ from injector.targets import (
     annotation_of,
     owned_by_us,
     pointer,
+    shared,
     value_digest,
     writers,
 )
@@ -104,7 +105,7 @@ def to_target(raw: Mapping[str, Any]) -> Target:
         else:
             current = (raw.get("binaryData") or {}).get(store_key)
             truststore = Truststore(
-                store_key, text_digest(password), _made_from(annotations, current)
+                shared(store_key), text_digest(password), _made_from(annotations, current)
             )
     if raw.get("immutable"):
         not_applicable = "the ConfigMap is immutable; delete and re-create it mutable"
@@ -119,7 +120,7 @@ def to_target(raw: Mapping[str, Any]) -> Target:
         slots=(Slot(None, value_digest(str(data.get(CA_KEY) or ""))),),
         not_applicable=not_applicable,
         owned=owned_by_us(meta),
-        namespace=str(meta.get("namespace", "")),
+        namespace=shared(str(meta.get("namespace", ""))),
         truststore=truststore,
         **writers(meta, leaves),
         marked=_marked(meta),

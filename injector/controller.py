@@ -78,6 +78,7 @@ QUEUE_NAME = "cabundle_injector"
 REPORT_RENEW = 10.0
 """Seconds between renewals of the convergence report Lease (the contract: at most 15)."""
 SELECTION_INDEX = "selection"
+SHARED_STATUSES = 1024
 DEPARTED_PAGE = 10
 """Objects per page of the departed informer's LIST (when the server refuses streaming
 lists): a page of 1 MiB tenant ConfigMaps is then ~10 MiB."""
@@ -208,6 +209,7 @@ class InjectorController:
             self.departed.add_handler(self._on_target, self._on_target_update, None)
         # Every annotated object's convergence state (injector.convergence), by key.
         self._status: dict[str, convergence.Status] = {}
+        self._shared_statuses: dict[convergence.Status, convergence.Status] = {}
         self._status_lock = threading.Lock()
         self._status_changed = threading.Event()
         self.metrics.count_objects(self.statuses)
@@ -303,6 +305,11 @@ class InjectorController:
             if status is None:
                 self._status.pop(key, None)
             else:
+                # Equal statuses are one object (most objects of a kind are current and
+                # select the same anchors): a status costs a pointer per object.
+                if len(self._shared_statuses) >= SHARED_STATUSES:
+                    self._shared_statuses.clear()
+                status = self._shared_statuses.setdefault(status, status)
                 self._status[key] = status
         if before != status:
             self._status_changed.set()

@@ -332,10 +332,24 @@ def known_holding(target: Target) -> tuple[frozenset[str], float | None]:
     return frozenset(held[i : i + 32].hex() for i in range(0, len(held), 32)), target.held_until
 
 
+SHARED_TEXTS = 4096
+"""How many distinct texts `shared` keeps (then it starts again)."""
+_shared: dict[str, str] = {}
+
+
+def shared(text: str) -> str:
+    """One copy of `text` for every record that has it: most objects of a cluster select
+    the same bundle from a few namespaces, so their selectors and namespaces repeat. At
+    most `SHARED_TEXTS` are kept (a tenant's distinct values only fill it)."""
+    if len(_shared) >= SHARED_TEXTS and text not in _shared:
+        _shared.clear()
+    return _shared.setdefault(text, text)
+
+
 def annotation_of(meta: Mapping[str, Any]) -> str | None:
     """Our selector annotation as a record keeps it (cut to `MAX_ANNOTATION` + 1)."""
     value = (meta.get("annotations") or {}).get(ANNOTATION)
-    return value[: MAX_ANNOTATION + 1] if isinstance(value, str) else None
+    return shared(value[: MAX_ANNOTATION + 1]) if isinstance(value, str) else None
 
 
 def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
