@@ -168,15 +168,32 @@ class RunningInjector:
         self.thread.join(30)
         self.recorder.stop()
 
-    def idle_after(self, kind: str, name: str, check: Any) -> None:
-        """Wait until the cache record of `kind/name` passes `check` and the queue is
-        idle: every sync that record can cause has run."""
+    def delivered(self, cache: str, key: str, resource_version: str) -> None:
+        """Wait for the fact a test's own write caused: the informer `cache` (a kind, or
+        `bundles`) holds `key` at `resource_version` or later, and the queue is idle — so
+        every sync that version can cause has run (not merely an idle queue, which holds
+        before the write's event has even arrived)."""
+        informer: Any = (
+            self.controller.bundles if cache == "bundles" else self.controller.caches[cache]
+        )
+
+        def at_or_after(record: Any) -> bool:
+            seen = (
+                str((record.get("metadata") or {}).get("resourceVersion", ""))
+                if isinstance(record, dict)
+                else record.resource_version
+            )
+            if seen == resource_version:
+                return True
+            return (
+                seen.isdigit() and resource_version.isdigit() and int(seen) > int(resource_version)
+            )
 
         def settled() -> bool:
-            record = self.controller.caches[kind].get(name)
-            return bool(record is not None and check(record) and self.controller.queue.idle())
+            record = informer.get(key)
+            return bool(record is not None and at_or_after(record) and self.controller.queue.idle())
 
-        eventually(settled, timeout=30, what=f"{kind}/{name} seen and synced")
+        eventually(settled, timeout=30, what=f"{cache} {key} at {resource_version}, synced")
 
 
 # the annotated objects ------------------------------------------------------------------

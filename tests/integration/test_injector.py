@@ -132,7 +132,11 @@ def test_every_webhook_of_a_configuration_gets_the_bundle(
         # stored object writes nothing (no hot loop).
         kind = "ValidatingWebhookConfiguration"
         digest = value_digest(expected)
-        injector.idle_after(kind, name, lambda r: [s.digest for s in r.slots] == [digest] * 3)
+        stored = vwc(client, name)
+        assert [s for s in ca_bundles(stored)] == [expected] * 3
+        injector.delivered(kind, name, stored["metadata"]["resourceVersion"])
+        record = injector.controller.caches[kind].get(name)
+        assert record is not None and [s.digest for s in record.slots] == [digest] * 3
         metrics = injector.controller.metrics
         injected, unchanged = metrics.count(kind, "injected"), metrics.count(kind, "unchanged")
         injector.controller.sync(f"{kind}/{name}")
@@ -213,12 +217,11 @@ def test_removing_the_annotation_leaves_the_object_alone(
         stored = vwc(client, name)
         del stored["metadata"]["annotations"]
         stored["webhooks"][0]["clientConfig"]["caBundle"] = b64("mine now")
-        client.replace(f"{VWC_PATH}/{name}", stored)
-        injector.idle_after(
-            "ValidatingWebhookConfiguration",
-            name,
-            lambda r: r.annotation is None and r.slots[0].digest == value_digest(b64("mine now")),
-        )
+        replaced = client.replace(f"{VWC_PATH}/{name}", stored)
+        kind = "ValidatingWebhookConfiguration"
+        injector.delivered(kind, name, replaced["metadata"]["resourceVersion"])
+        record = injector.controller.caches[kind].get(name)
+        assert record is not None and record.annotation is None
         assert ca_bundles(vwc(client, name)) == [b64("mine now")]
 
 

@@ -44,6 +44,7 @@ class Roots:
         self.signer = f"s{uuid.uuid4().hex[:8]}.example.com/roots"
         self.pems: dict[str, str] = {}
         self.names: dict[str, str] = {}
+        self.versions: dict[str, str] = {}
 
     def selector(self) -> str:
         return json.dumps({"signerName": self.signer, "labelSelector": {}})
@@ -53,7 +54,7 @@ class Roots:
             generate_ca(f"configmap {root}").cert.public_bytes(Encoding.PEM).decode()
         )
         name = bundle_name(self.signer, pem)
-        self.client.create(
+        created = self.client.create(
             ctb_path(self.client),
             {
                 "apiVersion": f"certificates.k8s.io/{ctb_version(self.client)}",
@@ -63,6 +64,7 @@ class Roots:
             },
         )
         self.pems[root], self.names[root] = pem, name
+        self.versions[root] = str(created["metadata"]["resourceVersion"])
         return pem
 
     def remove(self, root: str) -> None:
@@ -249,7 +251,7 @@ def test_removing_the_label_releases_our_fields_and_stops_management(
     # Stops management: a new root re-drives nothing for the unlabelled ConfigMap.
     resource_version = released["metadata"]["resourceVersion"]
     roots.add("b")
-    eventually(injector.controller.queue.idle, timeout=30)
+    injector.delivered("bundles", roots.names["b"], roots.versions["b"])
     assert injector.controller.caches["ConfigMap"].get(f"{namespace}/trust") is None
     stored = client.get(config_map_path(namespace, "trust"))
     assert stored["metadata"]["resourceVersion"] == resource_version
