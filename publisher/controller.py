@@ -49,6 +49,7 @@ trust-bundle expiry gauge.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import socket
 import threading
@@ -88,6 +89,10 @@ GROUP = "certificates.k8s.io"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "service-serving-signer"
 PUBLISHED_BY_ANNOTATION = "service-serving-signer/published-by"
+REVOKED_ROOTS_ANNOTATION = "service-serving-signer/revoked-roots"
+"""On the stable bundle: the sha256 fingerprints of roots revoked for good (the managed
+CA writes it, `managedca.layout.REVOKED_ROOTS`). Another replica's bundle holding one is
+never kept: a lagging publisher must not keep a revoked root published."""
 QUEUE_NAME = "ca_cert_publisher_cluster_trust_bundles"
 KEY = ""  # the single queue key, as in KCM
 
@@ -206,11 +211,12 @@ class PublisherController:
             self._replace(existing, bundle.pem, hashed=True)
         kept: list[JSON] = []
         stale: list[JSON] = []
+        revoked = _revoked(self.cache.get(self.stable_name))
         for obj in self.cache.list():
             other = _name(obj)
             if other in (name, self.stable_name) or _signer(obj) != self.signer_name:
                 continue
-            if _another_replicas_newer(obj, bundle, self.publisher_id):
+            if _another_replicas_newer(obj, bundle, self.publisher_id) and not _holds(obj, revoked):
                 kept.append(obj)
             else:
                 stale.append(obj)
@@ -335,6 +341,23 @@ def _another_replicas_newer(obj: JSON, bundle: TrustBundle, publisher_id: str) -
     except BundleError:
         return False
     return bool(theirs - anchor_ders(bundle.pem))
+
+
+def _revoked(stable: JSON | None) -> frozenset[str]:
+    annotations = ((stable or {}).get("metadata") or {}).get("annotations") or {}
+    text = str(annotations.get(REVOKED_ROOTS_ANNOTATION) or "")
+    return frozenset(f.strip().lower() for f in text.split(",") if f.strip())
+
+
+def _holds(obj: JSON, revoked: frozenset[str]) -> bool:
+    """Whether the bundle `obj` holds a root listed in `revoked` (an unreadable one: no)."""
+    if not revoked:
+        return False
+    try:
+        ders = anchor_ders(str((obj.get("spec") or {}).get("trustBundle") or ""))
+    except BundleError:
+        return False
+    return any(hashlib.sha256(der).hexdigest() in revoked for der in ders)
 
 
 def _union(bundle: TrustBundle, kept: list[JSON]) -> str:

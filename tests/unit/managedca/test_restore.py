@@ -320,3 +320,26 @@ def test_the_remembered_revocations_read(stable_exists: bool) -> None:
 
     expected = {"aa", "bb"} if stable_exists else set()
     assert revocations.read(cast(Client, Reader()), "/x") == expected
+
+
+def test_revoking_only_a_previous_root_does_not_sign_with_an_ungated_new_ca() -> None:
+    """`ca rotate --emergency --revoke <previous root>` (a retire-pending root whose key
+    leaked): the signing CA is not compromised, so no new CA is made — one would sign as
+    soon as it is read back, before consumers hold it — and the current CA signs on."""
+    T0 = datetime(2026, 1, 1, tzinfo=UTC)
+    a = d.CaInfo("aa", T0, T0 + timedelta(days=100))
+    b = d.CaInfo("bb", T0 + H, T0 + timedelta(days=101))
+    retiring = d.State(
+        current=b,
+        confirmed_at=T0,
+        previous=(d.Previous(a, T0 + H, T0 + 30 * H, 24 * H),),
+        swapped_at=T0 + H,
+        issued_lifetime=24 * H,
+        emergency_requested_at=T0 + 2 * H,
+        revoke=frozenset({"aa"}),
+    )
+    action = d.decide(retiring, d.Observations(frozenset({"aa", "bb"})), T0 + 2 * H, d.Config())
+    assert isinstance(action, d.Emergency) and not step.needs_key(retiring, action)
+    after = step.apply(retiring, action)
+    assert after is not None and after.current == b and after.confirmed_at == T0
+    assert "aa" in after.revoked and not after.previous and after.emergency_requested_at is None
