@@ -26,6 +26,65 @@ TESTS = "tests/unit/managedca"
 
 # gate name -> [(file, text in it, what it becomes without the gate), ...]
 GATES: dict[str, list[tuple[str, str, str]]] = {
+    "an emergency also drops the previous roots it names": [
+        (
+            STEP,
+            "    kept = tuple(p for p in state.previous if p.ca.fingerprint not in action.revoke)",
+            "    kept = state.previous",
+        ),
+    ],
+    "record the longest lifetime a replica may sign with (RecordLifetime)": [
+        (
+            DECIDE,
+            "    if state.issued_lifetime is None or state.issued_lifetime < longest:\n",
+            "    if False:\n",
+        ),
+    ],
+    "the retire time counts the root's recorded lifetime": [
+        (
+            DECIDE,
+            "    longest = max([config.max_leaf_lifetime, *lifetimes])\n",
+            "    longest = config.max_leaf_lifetime\n",
+        ),
+    ],
+    "a reported lifetime is bounded by the CA's": [
+        (
+            DECIDE,
+            "        max(state.current.lifetime, config.max_leaf_lifetime),\n    )",
+            "        timedelta.max,\n    )",
+        ),
+    ],
+    "a stale injector report holds the swap": [
+        (DECIDE, "    if not view.live:\n", "    if False:\n"),
+    ],
+    "the retire clock waits for at least one report": [
+        (
+            DECIDE,
+            '        return Wait(None, "no-replica-report", '
+            '"no replica reports what it signs with")',
+            "        pass",
+        ),
+    ],
+    "a state holding a revoked root is an emergency (a restore from before one)": [
+        (DECIDE, "    if known & obs.revoked:\n", "    if False:\n"),
+    ],
+    "published roots the state lacks are adopted back (a restore)": [
+        (DECIDE, "    if lost:\n", "    if False:\n"),
+    ],
+    "a root just retired is not adopted back": [
+        (
+            DECIDE,
+            "if c.fingerprint not in known | obs.revoked | set(state.retired) and",
+            "if c.fingerprint not in known | obs.revoked and",
+        ),
+    ],
+    "a replica refuses a state that drops a root it serves (a restore)": [
+        (
+            MATERIAL,
+            "    return frozenset(gone - set(state.retired) - state.revoked - revoked)",
+            "    return frozenset()",
+        ),
+    ],
     "the new roots published for the propagation delay (read back, waited on both clocks)": [
         (DECIDE, "    if not anchors <= obs.published:\n", "    if False:\n"),
         (DECIDE, "    if now < state.swap_not_before:\n", "    if False:\n"),
@@ -85,65 +144,6 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
             "        previous=kept,\n        revoked=revoked | staged,",
             "        previous=(d.Previous(state.current, action.at, None), *kept),\n"
             "        revoked=revoked | staged,",
-        ),
-    ],
-    "an emergency also drops the previous roots it names": [
-        (
-            STEP,
-            "    kept = tuple(p for p in state.previous if p.ca.fingerprint not in action.revoke)",
-            "    kept = state.previous",
-        ),
-    ],
-    "record the longest lifetime a replica may sign with (RecordLifetime)": [
-        (
-            DECIDE,
-            "    if state.issued_lifetime is None or state.issued_lifetime < longest:\n",
-            "    if False:\n",
-        ),
-    ],
-    "the retire time counts the root's recorded lifetime": [
-        (
-            DECIDE,
-            "    longest = max([config.max_leaf_lifetime, *lifetimes])\n",
-            "    longest = config.max_leaf_lifetime\n",
-        ),
-    ],
-    "a reported lifetime is bounded by the CA's": [
-        (
-            DECIDE,
-            "        max(state.current.lifetime, config.max_leaf_lifetime),\n    )",
-            "        timedelta.max,\n    )",
-        ),
-    ],
-    "a stale injector report holds the swap": [
-        (DECIDE, "    if not view.live:\n", "    if False:\n"),
-    ],
-    "the retire clock waits for at least one report": [
-        (
-            DECIDE,
-            '        return Wait(None, "no-replica-report", '
-            '"no replica reports what it signs with")',
-            "        pass",
-        ),
-    ],
-    "a state holding a revoked root is an emergency (a restore from before one)": [
-        (DECIDE, "    if known & obs.revoked:\n", "    if False:\n"),
-    ],
-    "published roots the state lacks are adopted back (a restore)": [
-        (DECIDE, "    if lost:\n", "    if False:\n"),
-    ],
-    "a root just retired is not adopted back": [
-        (
-            DECIDE,
-            "if c.fingerprint not in known | obs.revoked | set(state.retired) and",
-            "if c.fingerprint not in known | obs.revoked and",
-        ),
-    ],
-    "a replica refuses a state that drops a root it serves (a restore)": [
-        (
-            MATERIAL,
-            "    return frozenset(gone - set(state.retired) - state.revoked - revoked)",
-            "    return frozenset()",
         ),
     ],
     "a bootstrap keeps the roots a replica remembers revoked": [
