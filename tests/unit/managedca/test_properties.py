@@ -239,8 +239,10 @@ class World:
         self.written_at[self.rv] = self.true_now
 
     def revoked(self) -> frozenset[str]:
-        """Every root a persisted state has revoked so far."""
-        return self.revoked_ever
+        """Every root a persisted state has revoked so far, and every root the stable
+        bundle remembers (a pending `ca rotate --emergency` is remembered there as soon as
+        the leader reads it, and every replica stops serving the root from then on)."""
+        return self.revoked_ever | self.remembered
 
     def _remember(self, state: State | None) -> None:
         if state is not None:
