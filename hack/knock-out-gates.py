@@ -119,7 +119,11 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
         ),
     ],
     "injected targets hold the new CA (injector report)": [
-        (DECIDE, "    consumers = _injector_gate(new, obs, config)\n", "    consumers = None\n"),
+        (
+            DECIDE,
+            "else _injector_gate(new, obs, config)\n",
+            "else None\n",
+        ),
     ],
     "adopting bootstrap is a stage": [
         (DECIDE, "        if not state.previous or state.emergency:", "        if True:"),
