@@ -11,8 +11,9 @@ target's work, `injector.controller`). Handlers only enqueue namespaces; a confi
 change enqueues every namespace.
 
 Writes: a create (POST, never an apply: an existing ConfigMap of that name is never
-overwritten; AlreadyExists → Warning Event on the configuration, and no second POST for
-that ConfigMap for `NOT_OURS_RETRY` seconds unless the configuration changes), a merge
+overwritten; AlreadyExists → Warning Event on the configuration (at most one per
+configuration per `NOT_OURS_RETRY`, every namespace logged and counted), and no second
+POST for that ConfigMap for `NOT_OURS_RETRY` seconds unless the configuration changes), a merge
 patch of the copied annotations and a delete, both conditional on the copy's uid and
 resourceVersion (a ConfigMap re-created by someone else under the same name, or a key
 added to ours after the cache saw it, is not deleted). Only ConfigMaps that are ours
@@ -146,6 +147,8 @@ class DistributionController:
         # a create refused with AlreadyExists: not posted again before NOT_OURS_RETRY
         # into that namespace (one made again under the name has another uid).
         self._refused: dict[tuple[str, str], tuple[str, distribute.Distribution, float]] = {}
+        # configuration name → (configuration, monotonic time) of its last NotOurs Event.
+        self._warned: dict[str, tuple[distribute.Distribution, float]] = {}
         self._refused_lock = threading.Lock()
         self.namespaces.add_handler(self._on_namespace, self._on_namespace_update, None)
         self.copies.add_handler(self._on_copy, self._on_copy_update, self._on_copy)
@@ -312,11 +315,24 @@ class DistributionController:
                 time.monotonic(),
             )
         self.metrics.observe("not_ours")
+        what = (
+            f"ConfigMap {namespace}/{distribution.config_map_name} exists and was not made by "
+            f"this installation ({why}); left as it is"
+        )
+        log.info(what, extra={"configuration": distribution.name})
+        # One Warning per configuration per NOT_OURS_RETRY: a lost key (or a name every
+        # team already uses) makes every namespace not ours at once.
+        now = time.monotonic()
+        with self._refused_lock:
+            last = self._warned.get(distribution.name)
+            if last is not None and last[0] == distribution and now - last[1] < NOT_OURS_RETRY:
+                return
+            self._warned[distribution.name] = (distribution, now)
         self.recorder.warning(
             self._ref(distribution),
             distribute.REASON_NOT_OURS,
-            f"ConfigMap {namespace}/{distribution.config_map_name} exists and was not made by "
-            f"this installation ({why}); left as it is",
+            f"{what}. Further namespaces within the hour are logged and counted in "
+            f'trust_distributor_actions_total{{action="not_ours"}}, not reported again',
             "Distribute",
         )
 

@@ -630,3 +630,41 @@ def test_a_config_map_bearing_the_label_costs_a_small_record_whatever_it_holds()
             {"metadata": {"name": "n", "labels": {distribute.FROM_LABEL: "f"}, "annotations": huge}}
         ).annotations_digest
     )
+
+
+def test_many_namespaces_not_ours_make_one_event_an_hour_per_configuration() -> None:
+    """A lost key leaves a copy in every namespace that is no longer ours: each is counted
+    and logged, but the configuration gets one Warning an hour, not one per namespace
+    (ten thousand an hour at ten thousand namespaces)."""
+    api = ApiServer()
+    names = [f"team-{i}" for i in range(50)]
+    orphans = [
+        to_copy(
+            {
+                "metadata": {
+                    "name": "trust-bundle",
+                    "namespace": ns,
+                    "uid": f"uid-{ns}",
+                    "labels": {distribute.FROM_LABEL: "trust", LABEL: "true"},
+                    "annotations": {
+                        ANNOTATION: SELECTOR,
+                        distribute.MARK_ANNOTATION: distribute.ownership_mark(
+                            "a lost key", "trust", ns, "trust-bundle"
+                        ),
+                    },
+                },
+                "data": {"ca.crt": "pem"},
+            }
+        )
+        for ns in names
+    ]
+    ctrl = running(api, orphans, [config()])
+    for ns in names:
+        ctrl.namespaces.put(namespace(ns, uid=f"ns-{ns}"))  # type: ignore[attr-defined]
+    for _ in range(2):  # two resyncs
+        for ns in names:
+            ctrl.sync(ns)
+    warnings = cast(Warnings, ctrl.recorder)
+    assert warnings.reasons == [distribute.REASON_NOT_OURS]
+    assert ctrl.metrics.count("not_ours") == len(names)
+    assert api.created == [] and api.deletes == []
