@@ -160,6 +160,11 @@ class InjectorView:
 
     live: bool
     converged: frozenset[str]
+    # False: the report Lease exists (shipped with the injector) but was never written.
+    reported: bool = True
+    # The first objects holding the gate, e.g. "ValidatingWebhookConfiguration hooks
+    # (blocked: <the API's refusal>)", named in the wait's `why`.
+    lagging: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -484,9 +489,17 @@ def _injector_gate(new: CaInfo, obs: Observations, config: Config) -> Wait | Non
             return Wait(
                 None,
                 "injector-report-missing",
-                "no injector convergence report (--managed-ca-wait-for-injector=true)",
+                "no injector convergence report (an injector runs in this process, or "
+                "--managed-ca-wait-for-injector=true)",
             )
         return None
+    if not view.reported:
+        return Wait(
+            None,
+            "injector-report-missing",
+            "the injector's convergence report Lease exists (an injector is installed) but "
+            "it has never reported: is the injector running and leading?",
+        )
     if not view.live:
         return Wait(
             None,
@@ -494,10 +507,11 @@ def _injector_gate(new: CaInfo, obs: Observations, config: Config) -> Wait | Non
             "the injector's convergence report is not being renewed (injector down or stalled?)",
         )
     if new.fingerprint not in view.converged:
+        named = f": {'; '.join(view.lagging)}" if view.lagging else ""
         return Wait(
             None,
             "injector-not-converged",
-            "objects the injector manages do not hold the new CA yet",
+            f"objects the injector manages do not hold the new CA yet{named}",
         )
     return None
 

@@ -353,4 +353,6 @@ def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:
                 converged.add(str(fp).lower())
     except (ValueError, TypeError, KeyError, AttributeError):
         converged = set()
-    return InjectorView(live, frozenset(converged))
+    # Shipped empty (config/injector/leases.yaml, the chart): never written yet.
+    reported = bool(spec.get("renewTime")) or bool((meta.get("annotations") or {}).get(CONVERGENCE))
+    return InjectorView(live, frozenset(converged), reported=reported)

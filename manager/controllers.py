@@ -265,7 +265,13 @@ def managed_ca_settings(opts: Options) -> ManagedSettings:
             max_leaf_lifetime=timedelta(seconds=opts.max_certificate_lifetime),
             retire_margin=timedelta(seconds=opts.managed_ca_retire_margin),
             keep_previous=opts.managed_ca_keep_previous,
-            wait_for_injector=opts.managed_ca_wait_for_injector,
+            # An injector in this process (--controllers=*,injector): its report is
+            # expected, so a missing one is a visible wait, never a skipped gate.
+            wait_for_injector=(
+                "true"
+                if opts.managed_ca_wait_for_injector == "auto" and "injector" in opts.controllers
+                else opts.managed_ca_wait_for_injector
+            ),
         ),
         injector_report=opts.managed_ca_injector_report,
     )

@@ -351,7 +351,31 @@ INJECTOR_CASES = [
         InjectorView(False, frozenset()),
         Swap(SWAP_TIME),
     ),
+    (
+        "auto, the shipped report Lease never written (an injector is installed): held",
+        "auto",
+        InjectorView(True, frozenset(), reported=False),
+        Wait(None, "injector-report-missing"),
+    ),
 ]
+
+
+def test_a_held_swap_names_the_consumers_that_hold_it() -> None:
+    view = InjectorView(
+        True,
+        frozenset({"aa"}),
+        lagging=("ValidatingWebhookConfiguration hooks-a (blocked: admission denied)",),
+    )
+    action = decide(PUBLISHED, _with_injector(view), SWAP_TIME, CFG)
+    assert isinstance(action, Wait) and action.reason == "injector-not-converged"
+    assert "ValidatingWebhookConfiguration hooks-a (blocked: admission denied)" in action.why
+
+
+def test_the_report_lease_never_written_says_so() -> None:
+    view = InjectorView(True, frozenset(), reported=False)
+    action = decide(PUBLISHED, _with_injector(view), SWAP_TIME, CFG)
+    assert isinstance(action, Wait)
+    assert "has never reported" in action.why
 
 
 @pytest.mark.parametrize(

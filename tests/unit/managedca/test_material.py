@@ -240,3 +240,15 @@ def test_a_secret_the_codec_cannot_read_keeps_the_last_good_material() -> None:
     source.apply(broken)
     assert source.loaded().signing == A_FP
     assert _invalid(registry) == 1
+
+
+def test_the_injectors_shipped_report_lease_never_written_is_not_a_report() -> None:
+    """config/injector and the chart ship the report Lease empty (the injector may not
+    create one): until the injector writes it, an injector is installed but has never
+    reported — a visible wait, never no gate."""
+    lease: dict[str, Any] = {
+        "metadata": {"name": "service-serving-signer-injector-convergence"},
+        "spec": {},
+    }
+    view = injector_view(lease, Liveness(lambda: 0.0))
+    assert not view.reported and view.converged == frozenset()

@@ -108,3 +108,24 @@ def test_one_event_recorder_for_the_process_stopped_first() -> None:
         assert ctx.closers[0] == first.stop
     finally:
         first.stop()
+
+
+@pytest.mark.parametrize(
+    ("controllers", "flag", "expected"),
+    [
+        ({"signer", "publisher", "injector"}, "auto", "true"),
+        ({"signer", "publisher"}, "auto", "auto"),
+        ({"signer", "publisher", "injector"}, "false", "false"),
+    ],
+)
+def test_an_injector_in_the_same_process_engages_the_gate(
+    controllers: set[str], flag: str, expected: str
+) -> None:
+    """`--controllers=*,injector --ca-mode=managed` (docs/inject.md): the managed CA knows
+    an injector runs, so a missing report is a visible wait, never a skipped gate."""
+    from manager.controllers import managed_ca_settings
+
+    opts = dataclasses.replace(
+        BASE, controllers=frozenset(controllers), managed_ca_wait_for_injector=flag
+    )
+    assert managed_ca_settings(opts).config.wait_for_injector == expected
