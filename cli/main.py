@@ -47,6 +47,7 @@ from manager.options import (
     default_leader_election_namespace,
     parse_controllers,
 )
+from trust.convergence import REPORT_NAME
 
 ENV_PREFIX = "SERVICE_SERVING_SIGNER"
 
@@ -350,8 +351,9 @@ class KlogVerbosity(click.IntRange):
 )
 @flag(
     "--managed-ca-injector-report",
-    default="service-serving-signer-injector-convergence",
-    help="The injector's convergence report Lease, in --leader-elect-resource-namespace.",
+    default=REPORT_NAME,
+    help="The injector's convergence report Lease, in --leader-elect-resource-namespace: "
+    "the injector writes it and the managed CA reads it (give both the same value).",
 )
 @flag(
     "--logging-format",

@@ -65,18 +65,25 @@ from kube.client import ApiError, Client, is_conflict, is_not_found
 from kube.controller import Cache, Loop, Requeue
 from kube.events import ObjectRef
 from kube.factory import InformerFactory
-from kube.times import micro_time
+from kube.leases import LeaseRef, write_report
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
+from trust.bundle import fingerprints
 from trust.consumers import bundle_record, text_digest
+from trust.convergence import (
+    ANNOTATION,
+    DURATION_SECONDS,
+    RENEW_SECONDS,
+    ObjectConvergence,
+    encode,
+    summarise,
+)
 
 log = logging.getLogger(__name__)
 
 __all__ = ["FIELD_MANAGER", "Caches", "InjectorController", "bundle_record", "informers"]
 
 QUEUE_NAME = "cabundle_injector"
-REPORT_RENEW = 10.0
-"""Seconds between renewals of the convergence report Lease (the contract: at most 15)."""
 SELECTION_INDEX = "selection"
 SHARED_STATUSES = 1024
 DEPARTED_PAGE = 10
@@ -105,20 +112,6 @@ class BundleCache(Cache[JSON], Protocol):
     """The informer's cache of every ClusterTrustBundle (`bundle_record`s)."""
 
     def list(self) -> list[JSON]: ...
-
-
-@dataclass(frozen=True)
-class ReportLease:
-    """Where the leader writes its convergence report: a Lease (`<injector Lease>-convergence`
-    in the leader-election namespace) and the identity it holds it under."""
-
-    namespace: str
-    name: str
-    identity: str
-
-    @property
-    def path(self) -> str:
-        return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
 
 
 @dataclass(frozen=True)
@@ -189,11 +182,13 @@ class InjectorController:
         workers: int = 2,
         resync_period: float = 300.0,
         registry: CollectorRegistry | None = None,
-        report: ReportLease | None = None,
+        report: LeaseRef | None = None,
+        identity: str = "injector",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
-        self.report = report
+        self.report = report  # where the convergence report goes (trust.convergence)
+        self.identity = identity
         self.recorder = recorder
         self.workers = workers
         self.resync_period = resync_period
@@ -203,13 +198,14 @@ class InjectorController:
         self.bundles: BundleCache = caches.bundles
         for cache in self.caches.values():
             cache.add_handler(self._on_target, self._on_target_update, self._on_target)
-        self.bundles.add_handler(self._on_bundle, self._on_bundle_update, self._on_bundle)
+        self.bundles.add_handler(self._on_bundle, self._on_bundle_update, self._on_bundle_delete)
         self.departed = caches.departed
         if self.departed is not None:
             self.departed.add_handler(self._on_target, self._on_target_update, None)
         # Every annotated object's convergence state (injector.convergence), by key.
-        self._status: dict[str, convergence.Status] = {}
-        self._shared_statuses: dict[convergence.Status, convergence.Status] = {}
+        self._status: dict[str, ObjectConvergence] = {}
+        self._shared_statuses: dict[ObjectConvergence, ObjectConvergence] = {}
+        self.progress = convergence.Progress()
         self._status_lock = threading.Lock()
         self._status_changed = threading.Event()
         self.metrics.count_objects(self.statuses)
@@ -247,12 +243,18 @@ class InjectorController:
             self.queue.add(new.key)
 
     def _on_bundle(self, bundle: JSON) -> None:
+        self.progress.saw_bundle(*_version(bundle))  # before the enqueue: see Progress
         self.enqueue_selecting(bundle)
 
     def _on_bundle_update(self, old: JSON, new: JSON) -> None:
         if old != new:
+            self.progress.saw_bundle(*_version(new))
             self.enqueue_selecting(old)
             self.enqueue_selecting(new)
+
+    def _on_bundle_delete(self, bundle: JSON) -> None:
+        self.progress.forget_bundle(_version(bundle)[0])
+        self.enqueue_selecting(bundle)
 
     def enqueue_selecting(self, bundle: Mapping[str, Any]) -> None:
         """Enqueue every object whose selector may pick `bundle` (by name or signer)."""
@@ -281,6 +283,7 @@ class InjectorController:
         """Sync every annotated object once (the informers' adds), then on every event and
         resync, until `stop`. API errors raise from `sync`; the loop retries them. With a
         `report`, a thread writes the convergence report Lease meanwhile."""
+        self.progress.begin()
         reporter = None
         if self.report is not None:
             reporter = threading.Thread(
@@ -295,11 +298,11 @@ class InjectorController:
 
     # convergence ---------------------------------------------------------------------
 
-    def statuses(self) -> list[convergence.Status]:
+    def statuses(self) -> list[ObjectConvergence]:
         with self._status_lock:
             return list(self._status.values())
 
-    def _set_status(self, key: str, status: convergence.Status | None) -> None:
+    def _set_status(self, key: str, status: ObjectConvergence | None) -> None:
         with self._status_lock:
             before = self._status.get(key)
             if status is None:
@@ -315,24 +318,32 @@ class InjectorController:
             self._status_changed.set()
 
     def report_value(self) -> str:
-        """The convergence report annotation's value now (`injector.convergence.report`);
-        `observedBundles` lists the bundles some annotated object may select (not every
-        signer's: the annotation must stay small in a cluster with many)."""
+        """The convergence report annotation's value now (`trust.convergence`): complete
+        once every managed object was synced since this replica leads; the anchors of
+        every bundle whose current version every object that may select it was synced
+        since the injector saw it."""
         kinds = [kind.kind for kind in ALL_KINDS]
-        observed = [
-            bundle
-            for bundle in self.bundles.list()
-            if any(
-                cache.by_index(SELECTION_INDEX, value)
+        observed: set[str] = set()
+        for bundle in self.bundles.list():
+            selecting = [
+                target.key
                 for value in decisions.bundle_keys(bundle)
                 for cache in self.caches.values()
-            )
-        ]
-        return convergence.report(self.statuses(), kinds, observed)
+                for target in cache.by_index(SELECTION_INDEX, value)
+            ]
+            if self.progress.observed(*_version(bundle), selecting):
+                observed |= _anchors(bundle)
+        report = summarise(
+            self.statuses(),
+            kinds=kinds,
+            observed=observed,
+            complete=self.progress.complete(self.resync()),
+        )
+        return encode(report)
 
     def _report_loop(self, stop: threading.Event) -> None:
         """Write the report once the caches synced, then on every change and at least
-        every `REPORT_RENEW` seconds, until `stop`."""
+        every `RENEW_SECONDS`, until `stop`."""
         while not stop.is_set() and not self.loop.wait_for_sync(stop, timeout=1.0):
             pass
         while not stop.is_set():
@@ -341,50 +352,28 @@ class InjectorController:
                 self.write_report()
             except ApiError as err:
                 log.warning("convergence report not written", extra={"error": str(err)})
-            self._status_changed.wait(REPORT_RENEW)
+            self._status_changed.wait(RENEW_SECONDS)
             stop.wait(1.0)  # a burst of changes (a rotation) costs one write a second
 
     def write_report(self) -> None:
-        """Create or update the report Lease (holder: our identity, renewTime: now)."""
-        report = self.report
-        assert report is not None
-        value = self.report_value()
-        now = micro_time(datetime.now(UTC))
-        try:
-            lease = self.client.get(f"{report.path}/{report.name}")
-        except ApiError as err:
-            if not is_not_found(err):
-                raise
-            self.client.create(
-                report.path,
-                {
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {
-                        "name": report.name,
-                        "namespace": report.namespace,
-                        "annotations": {convergence.ANNOTATION: value},
-                    },
-                    "spec": {
-                        "holderIdentity": report.identity,
-                        "leaseDurationSeconds": 45,
-                        "renewTime": now,
-                    },
-                },
-            )
-            return
-        meta = lease.setdefault("metadata", {})
-        meta.setdefault("annotations", {})[convergence.ANNOTATION] = value
-        spec = lease.setdefault("spec", {})
-        spec.update({"holderIdentity": report.identity, "renewTime": now})
-        spec.setdefault("leaseDurationSeconds", 45)
-        self.client.replace(f"{report.path}/{report.name}", lease)
+        """Create or renew the report Lease (holder: our identity, renewTime: now)."""
+        assert self.report is not None
+        write_report(
+            self.client,
+            self.report,
+            holder=self.identity,
+            duration_seconds=DURATION_SECONDS,
+            now=datetime.now(UTC),
+            annotations={ANNOTATION: self.report_value()},
+        )
 
     # the sync ------------------------------------------------------------------------
 
     def sync(self, key: str) -> Requeue | None:
         """Read the caches for one `<Kind>/<name>` key, plan (`injector.decide.plan`), send
-        the plan's patches, record. Raises `ApiError` (the loop retries)."""
+        the plan's patches, record. Raises `ApiError` (the loop retries). A sync that
+        returns counts for the convergence report from the moment it started."""
+        started = next(self.progress.ticks)
         kind, name = split_key(key)
         target = self.caches[kind.kind].get(name)
         departed = self.departed.get(name) if self.departed is not None else None
@@ -399,7 +388,7 @@ class InjectorController:
             self.clock(),
         )
         outcome = self._act(kind, planned)
-        self._record(planned, outcome)
+        self._record(planned, outcome, started)
         return Requeue(planned.requeue_after) if planned.requeue_after is not None else None
 
     def _act(self, kind: Kind, planned: decisions.Plan) -> str:
@@ -430,12 +419,14 @@ class InjectorController:
             self._refusals[planned.key] = decisions.Refusal(target.resource_version, value, reason)
         return outcome.partition(":")[0]
 
-    def _record(self, planned: decisions.Plan, outcome: str) -> None:
+    def _record(self, planned: decisions.Plan, outcome: str, started: int) -> None:
         """Status, expiry, the result's count, the Warning Events and a log line of a
         write or release that landed. No Normal Event per write: a rotation re-writes
         every injected object at once, and an Event each would double the writes under
         --kube-api-qps (the log line and the `injected` count record it)."""
-        self._set_status(planned.key, planned.after(outcome))
+        refusal = self._refusals.get(planned.key)
+        self._set_status(planned.key, planned.after(outcome, refusal.reason if refusal else None))
+        self.progress.synced(planned.key, started, gone=planned.target is None)
         if planned.target is None or (outcome == "applied" and planned.write is not None):
             self._refusals.pop(planned.key, None)  # gone, or written since
         contest = planned.contest
@@ -522,3 +513,15 @@ def _causes(err: ApiError) -> bool:
 def _ref(target: Target) -> ObjectRef:
     kind = KINDS_BY_NAME[target.kind]
     return ObjectRef(kind.kind, target.namespace, target.name, target.uid, kind.api_version)
+
+
+def _version(bundle: Mapping[str, Any]) -> tuple[str, str]:
+    meta = bundle.get("metadata") or {}
+    return str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
+
+
+def _anchors(bundle: Mapping[str, Any]) -> frozenset[str]:
+    try:
+        return fingerprints(str((bundle.get("spec") or {}).get("trustBundle", "")))
+    except ValueError:
+        return frozenset()

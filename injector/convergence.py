@@ -1,65 +1,46 @@
-"""Whether the injector's consumers hold the anchors they select: per-object states, the
-per-kind counts exported as metrics, and the convergence report the managed-CA swap gates
-on (docs/reference.md §11, "Convergence report"). Pure: records and JSON; no client.
+"""The injector's side of the convergence report: per-object states counted for the
+metrics, and `Progress`, which knows what has been synced since when. What the report
+says and how it is read is the contract in `trust.convergence` (docs/reference.md §11).
+Pure: records and counters; no client.
 
 What it decides:
 
-* **One state per annotated object** (`Status.state`), from the last sync's decision:
-  `current` (its output is the resolved bundle), `stale` (it is not, and a write is due
-  or failed), `empty` (the selection matches no bundle; the old value is kept),
-  `invalid` (bad annotation, or the object cannot carry a bundle), `conflicting`
-  (another server-side apply manager owns the field; nothing is written).
-* **Which anchors it selects and holds** (`selecting`, `holding`: SHA-256 of each
-  anchor's DER, lowercase hex). `holding` is known without parsing the object's content:
-  a current object holds its selection; any other holds what the annotation
-  `targets.INJECTED_ANNOTATION`, written beside our last write, lists — when the
-  content's digest still equals the one that annotation records (else nothing known).
-* **Blocked**: the object cannot be written for a reason its owner owns (immutable
-  ConfigMap or another not-applicable shape with a valid selection, another Apply
-  manager, the API refusing the write). It has a Warning Event, and is reported apart so
-  that a tenant cannot stop the cluster's CA rotation.
-* **The report** (`report`): `{"anchors": {fp: {"selecting", "holding", "blocked"}},
-  "kinds": {kind: {"managed", "stale", "empty", "invalid", "conflicting"}},
-  "observedBundles": ["<name>@<resourceVersion>", ...]}`, compact, keys sorted, so an
-  unchanged state is an unchanged annotation.
+* **One state per annotated object** (`trust.convergence.ObjectConvergence.state`), from
+  the last sync's decision: `current` (its output is the resolved bundle), `stale` (it is
+  not, and a write is due or failed), `empty` (the selection matches no bundle; the old
+  value is kept), `invalid` (bad annotation, or the object cannot carry a bundle),
+  `conflicting` (another server-side apply manager owns the field; nothing is written).
+* **Which anchors it selects and holds** (`trust.bundle.fingerprint` of each anchor).
+  `holding` is known without parsing the object's content: a current object holds its
+  selection; any other holds what the annotation `targets.INJECTED_ANNOTATION`, written
+  beside our last write, lists — when the content's digest still equals the one that
+  annotation records (else nothing known).
+* **Blocked** (`blocked`, the reason): the object cannot be written for a reason its
+  owner owns (immutable ConfigMap or another not-applicable shape with a valid selection,
+  another Apply manager, the API refusing the write). It has a Warning Event.
+* **Since when** (`Progress`): the report is `complete` once every managed object has
+  been synced since this leader started leading, and a bundle's anchors are observed
+  once every object that may select its current version has been synced since the
+  injector saw that version. A sync counts from the moment it *started*: one that began
+  before an event may have read the cache before it.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+import itertools
+import threading
+from collections.abc import Iterable
 
-from trust.bundle import anchor_ders
+from trust.convergence import ObjectConvergence
 
-STATES = ("current", "stale", "empty", "invalid", "conflicting")
 COUNTED = ("managed", "stale", "empty", "invalid", "conflicting")
 
-ANNOTATION = "service-serving-signer/convergence"
-"""The report Lease's annotation (JSON, see the module docstring)."""
 
-
-@dataclass(frozen=True)
-class Status:
-    kind: str
-    state: str
-    selecting: frozenset[str] = frozenset()
-    holding: frozenset[str] = frozenset()
-    blocked: bool = False
-
-
-@functools.lru_cache(maxsize=256)
-def fingerprints(bundle: str) -> frozenset[str]:
-    """SHA-256 (lowercase hex) of the DER of every anchor of a normalised bundle."""
-    return frozenset(hashlib.sha256(der).hexdigest() for der in anchor_ders(bundle))
-
-
-def counts(statuses: Iterable[Status], kinds: Iterable[str]) -> dict[str, dict[str, int]]:
+def counts(
+    statuses: Iterable[ObjectConvergence], kinds: Iterable[str]
+) -> dict[str, dict[str, int]]:
     """Per kind: managed (every annotated object) and how many are in each state that is
-    not `current`."""
+    not `current` (the `cabundle_injector_objects` gauge)."""
     out = {kind: dict.fromkeys(COUNTED, 0) for kind in kinds}
     for status in statuses:
         row = out.setdefault(status.kind, dict.fromkeys(COUNTED, 0))
@@ -69,27 +50,61 @@ def counts(statuses: Iterable[Status], kinds: Iterable[str]) -> dict[str, dict[s
     return out
 
 
-def report(
-    statuses: Iterable[Status], kinds: Iterable[str], observed: Iterable[Mapping[str, Any]]
-) -> str:
-    """The report annotation's value (see the module docstring)."""
-    listed = list(statuses)
-    anchors: dict[str, dict[str, int]] = {}
-    for status in listed:
-        for fp in status.selecting:
-            row = anchors.setdefault(fp, {"selecting": 0, "holding": 0, "blocked": 0})
-            row["selecting"] += 1
-            if fp in status.holding:
-                row["holding"] += 1
-            elif status.blocked:
-                row["blocked"] += 1
-    bundles = sorted(
-        f"{(b.get('metadata') or {}).get('name', '')}@"
-        f"{(b.get('metadata') or {}).get('resourceVersion', '')}"
-        for b in observed
-    )
-    return json.dumps(
-        {"anchors": anchors, "kinds": counts(listed, kinds), "observedBundles": bundles},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+class Progress:
+    """What has been synced since when, on a logical clock (ticks). Thread-safe.
+
+    The controller calls `begin()` when it starts leading, takes `next(ticks)` as a sync
+    begins and calls `synced(key, tick)` when it returned (with `gone`: the object is no
+    more, forget it), and `saw_bundle(name, version)` *before* enqueuing what a bundle
+    event concerns."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.ticks = itertools.count(1)  # next() is atomic: a sync takes one unlocked
+        self._since: int | None = None
+        self._synced: dict[str, int] = {}  # key -> when its last finished sync started
+        self._bundles: dict[str, tuple[str, int]] = {}  # name -> (version, when seen)
+
+    def _tick(self) -> int:
+        return next(self.ticks)
+
+    def begin(self) -> None:
+        """This replica starts leading: nothing synced before counts."""
+        tick = self._tick()
+        with self._lock:
+            self._since = tick
+
+    def started(self) -> int:
+        return self._tick()
+
+    def synced(self, key: str, started: int, *, gone: bool = False) -> None:
+        with self._lock:
+            if gone:
+                self._synced.pop(key, None)
+            else:
+                self._synced[key] = max(started, self._synced.get(key, 0))
+
+    def saw_bundle(self, name: str, version: str) -> None:
+        tick = self._tick()
+        with self._lock:
+            self._bundles[name] = (version, tick)
+
+    def forget_bundle(self, name: str) -> None:
+        with self._lock:
+            self._bundles.pop(name, None)
+
+    def complete(self, keys: Iterable[str]) -> bool:
+        """Every one of `keys` synced since `begin()`."""
+        with self._lock:
+            since = self._since
+            return since is not None and all(self._synced.get(k, 0) > since for k in keys)
+
+    def observed(self, name: str, version: str, keys: Iterable[str]) -> bool:
+        """The bundle `name` at `version` has been seen, and every one of `keys` synced
+        since (and since `begin()`)."""
+        with self._lock:
+            seen = self._bundles.get(name)
+            if seen is None or seen[0] != version or self._since is None:
+                return False
+            after = max(seen[1], self._since)
+            return all(self._synced.get(k, 0) > after for k in keys)

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from injector import configmaps
-from injector.convergence import Status, fingerprints
 from injector.targets import (
     ANNOTATION,
     CA_BUNDLES,
@@ -52,7 +51,8 @@ from injector.targets import (
     release_ops,
     value_digest,
 )
-from trust.bundle import BundleError, earliest_expiry, hash_named_stable_name
+from trust.bundle import BundleError, earliest_expiry, fingerprints, hash_named_stable_name
+from trust.convergence import ObjectConvergence
 from trust.selector import (
     ClusterTrustBundleSelector,
     SelectorError,
@@ -288,26 +288,29 @@ class Plan:
     kind: str
     key: str
     target: Target | None = None
-    status: Status | None = None
+    status: ObjectConvergence | None = None
     expiry: float | None = None
     result: str | None = None
     warnings: tuple[tuple[str, str], ...] = ()
     cleanup: list[dict[str, Any]] | None = None
     write: Write | None = None
     release: list[dict[str, Any]] | None = None
-    pending: Status | None = None
+    pending: ObjectConvergence | None = None
     """The status while the write is in flight, and after it failed."""
     contest: Contest | None = None
     """The object's contest after this plan (`contested`); kept by the controller."""
     requeue_after: float | None = None
     """Seconds until the injector looks again (a contested field's back-off)."""
 
-    def after(self, outcome: str) -> Status | None:
+    def after(self, outcome: str, refusal: str | None = None) -> ObjectConvergence | None:
         """The status to keep once the act ended with `outcome` (`applied`, `none`,
-        `refused`, or anything else: the write did not land)."""
+        `refused` — blocked, for `refusal`, the API's reason —, or anything else: the
+        write did not land)."""
         if outcome in ("applied", "none") or self.pending is None:
             return self.status
-        return dataclasses.replace(self.pending, blocked=outcome == "refused")
+        if outcome != "refused":
+            return self.pending
+        return dataclasses.replace(self.pending, blocked=refusal or "the API refused the write")
 
 
 def plan(
@@ -342,12 +345,13 @@ def plan(
         else None
     )
     base = Plan(kind, key, target, cleanup=cleanup, contest=contest)
+    name = key.partition("/")[2]  # the report's name: `<namespace>/<name>` or `<name>`
     match decide(target, bundles):
         case Inject(bundle=bundle, ca_bundle=value, sources=sources, hashed=hashed):
             fps = fingerprints(bundle)
             written = (target.resource_version, value_digest(value))
             if refusal is not None and (refusal.resource_version, refusal.value) == written:
-                status = Status(kind, "stale", fps, held, blocked=True)
+                status = ObjectConvergence(kind, name, "stale", fps, held, blocked=refusal.reason)
                 return dataclasses.replace(base, status=status, expiry=held_until)
             fight = contested(target, contest, now)
             if fight is not None and now < fight.quiet_until:
@@ -361,7 +365,14 @@ def plan(
                 )
                 return dataclasses.replace(
                     base,
-                    status=Status(kind, "conflicting", fps, held, True),
+                    status=ObjectConvergence(
+                        kind,
+                        name,
+                        "conflicting",
+                        fps,
+                        held,
+                        blocked=f"contested by {fight.manager}",
+                    ),
                     expiry=held_until,
                     result="contested" if fight != contest else None,
                     warnings=((REASON_CONTESTED, note),) if warn else (),
@@ -371,8 +382,8 @@ def plan(
             expiry = earliest_expiry(bundle).timestamp()
             return dataclasses.replace(
                 base,
-                status=Status(kind, "current", fps, fps),
-                pending=Status(kind, "stale", fps, held),
+                status=ObjectConvergence(kind, name, "current", fps, fps),
+                pending=ObjectConvergence(kind, name, "stale", fps, held),
                 expiry=expiry,
                 result="injected",
                 warnings=((REASON_HASH_NAMED, hashed),) if hashed else (),
@@ -380,7 +391,7 @@ def plan(
             )
         case Invalid(reason=reason, message=message, bundle=bundle):
             selecting = fingerprints(bundle) if bundle else frozenset()
-            status = Status(kind, "invalid", selecting, held, blocked=True)
+            status = ObjectConvergence(kind, name, "invalid", selecting, held, blocked=message)
             return dataclasses.replace(
                 base,
                 status=status,
@@ -391,7 +402,7 @@ def plan(
         case Empty(message=message):
             return dataclasses.replace(
                 base,
-                status=Status(kind, "empty", holding=held),
+                status=ObjectConvergence(kind, name, "empty", holding=held),
                 expiry=held_until,
                 result="empty",
                 warnings=((REASON_EMPTY, message),),
@@ -400,12 +411,14 @@ def plan(
             fps = fingerprints(bundle)
             return dataclasses.replace(
                 base,
-                status=Status(kind, "current", fps, fps),
+                status=ObjectConvergence(kind, name, "current", fps, fps),
                 expiry=earliest_expiry(bundle).timestamp(),
                 result="unchanged",
             )
         case Conflict(bundle=bundle, message=message):
-            status = Status(kind, "conflicting", fingerprints(bundle), held, True)
+            status = ObjectConvergence(
+                kind, name, "conflicting", fingerprints(bundle), held, blocked=message
+            )
             return dataclasses.replace(
                 base,
                 status=status,

@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 
 from injector import convergence
 from injector.targets import ALL_KINDS
+from trust.convergence import ObjectConvergence
 
 RESULTS = (
     "injected",
@@ -70,7 +71,7 @@ class InjectorMetrics:
         self._expiries: dict[str, float] = {}
         self._expiry.set_function(self._earliest)
 
-    def count_objects(self, statuses: Callable[[], Iterable[convergence.Status]]) -> None:
+    def count_objects(self, statuses: Callable[[], Iterable[ObjectConvergence]]) -> None:
         """Export `cabundle_injector_objects` from `statuses` at each scrape."""
         self.registry.register(_ObjectCounts(statuses))
 
@@ -103,7 +104,7 @@ class InjectorMetrics:
 
 
 class _ObjectCounts(Collector):
-    def __init__(self, statuses: Callable[[], Iterable[convergence.Status]]) -> None:
+    def __init__(self, statuses: Callable[[], Iterable[ObjectConvergence]]) -> None:
         self.statuses = statuses
 
     def collect(self) -> Iterable[Metric]:

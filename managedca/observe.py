@@ -43,6 +43,7 @@ from managedca.report import (
     read_report,
 )
 from trust.bundle import stable_bundle_name
+from trust.convergence import report_lease
 
 log = logging.getLogger(__name__)
 
@@ -207,9 +208,7 @@ class Observer:
         if self.injector_report is None:
             return None
         try:
-            lease = self.client.get(
-                f"{leases_path(self.namespace)}/{path_segment(self.injector_report)}"
-            )
+            lease = self.client.get(report_lease(self.namespace, self.injector_report).path)
         except ApiError as err:
             if is_not_found(err):
                 return None

@@ -46,6 +46,7 @@ from kube.times import micro_time
 from managedca.decide import InjectorView, Report
 from managedca.layout import ANNOTATION_PREFIX
 from managedca.material import Loaded
+from trust import convergence
 
 log = logging.getLogger(__name__)
 
@@ -323,36 +324,32 @@ class LoadedReporter:
                 return  # someone else wrote it (never expected); the next period retries
 
 
-CONVERGENCE = ANNOTATION_PREFIX + "convergence"
-"""The injector's convergence report (docs/reference.md §11): JSON with `anchors` ->
-{selecting, holding, blocked} per anchor fingerprint."""
-DEFAULT_INJECTOR_REPORT = "service-serving-signer-injector-convergence"
-INJECTOR_REPORT_DURATION = 45.0
-"""How long the injector's report counts as live after its renewTime last changed, when
-it gives no leaseDurationSeconds (it renews at least every 15 s)."""
-
-
 def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:
-    """The injector's convergence report Lease as the swap gate reads it: live while its
-    renewTime keeps changing (our clock), and the anchors every selecting object holds
-    (selecting - holding - blocked <= 0). An unreadable annotation converges nothing."""
+    """The injector's convergence report Lease as the swap gate reads it
+    (`trust.convergence`): live while its renewTime keeps changing (our clock, for the
+    contract's `DURATION_SECONDS` whatever the Lease says), the anchors it says have
+    converged (`trust.convergence.converged`) and the objects it names as lagging. An
+    unreadable report converges nothing."""
     spec = lease.get("spec") or {}
     meta = lease.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
     name = str(meta.get("name", ""))
-    try:
-        duration = float(spec.get("leaseDurationSeconds") or INJECTOR_REPORT_DURATION)
-    except (TypeError, ValueError):
-        duration = INJECTOR_REPORT_DURATION
-    live = liveness.unchanged(f"injector/{name}", str(spec.get("renewTime"))) < duration
-    converged: set[str] = set()
-    try:
-        report = json.loads((meta.get("annotations") or {}).get(CONVERGENCE) or "{}")
-        for fp, counts in (report.get("anchors") or {}).items():
-            left = int(counts["selecting"]) - int(counts["holding"]) - int(counts["blocked"])
-            if left <= 0:
-                converged.add(str(fp).lower())
-    except (ValueError, TypeError, KeyError, AttributeError):
-        converged = set()
+    renewed = liveness.unchanged(f"injector/{name}", str(spec.get("renewTime")))
+    live = renewed < convergence.DURATION_SECONDS
     # Shipped empty (config/injector/leases.yaml, the chart): never written yet.
-    reported = bool(spec.get("renewTime")) or bool((meta.get("annotations") or {}).get(CONVERGENCE))
-    return InjectorView(live, frozenset(converged), reported=reported)
+    reported = bool(spec.get("renewTime")) or bool(annotations.get(convergence.ANNOTATION))
+    if not reported:
+        return InjectorView(live, frozenset(), reported=False)
+    try:
+        report = convergence.parse(annotations.get(convergence.ANNOTATION))
+    except convergence.ReportError as err:
+        log.warning("the injector's convergence report is unreadable", extra={"err": str(err)})
+        return InjectorView(live, frozenset())
+    done = frozenset(fp for fp in report.observed if convergence.converged(report, fp))
+    lagging = tuple(
+        f"{kind} {lag.name}" + (f" (blocked: {lag.reason})" if lag.reason is not None else "")
+        for kind, lag in report.lagging()
+    )
+    if not report.complete:
+        lagging = ("(the injector has not synced every object since it started leading)",)
+    return InjectorView(live, done, lagging=lagging[: convergence.MAX_LAGGING])

@@ -41,7 +41,9 @@ from kube.controller import Controller, Requeue
 from kube.discovery import CERTIFICATES_GROUP, CTB_VERSIONS, served_version
 from kube.events import EventRecorder
 from kube.factory import InformerFactory
+from kube.leases import LeaseRef
 from manager.options import SIGNING_CONTROLLERS, Options
+from trust.convergence import report_lease
 
 if TYPE_CHECKING:
     from managedca.wiring import Settings as ManagedSettings
@@ -207,6 +209,12 @@ def _signer(ctx: BuildContext) -> Controller:
     return ctx.after_material(signer, "signing")
 
 
+def convergence_report(opts: Options) -> LeaseRef:
+    """Where this process's injector writes its convergence report, and where a managed
+    CA with the same flags reads it (`managed_ca_settings`): the one rule."""
+    return report_lease(opts.leader_elect_resource_namespace, opts.managed_ca_injector_report)
+
+
 def _injector(ctx: BuildContext) -> Controller:
     """The opt-in caBundle injector: needs no signing material."""
     from injector import controller as injecting
@@ -218,12 +226,10 @@ def _injector(ctx: BuildContext) -> Controller:
         injecting.informers(ctx.informers, ctb_version=version),
         ctx.recorder(),
         registry=ctx.registry,
-        # The convergence report the managed-CA swap gates on (docs/reference.md §11).
-        report=injecting.ReportLease(
-            opts.leader_elect_resource_namespace,
-            f"{opts.leader_elect_resource_name}-convergence",
-            ctx.identity,
-        ),
+        # The convergence report the managed-CA swap gates on, where the managed CA
+        # reads it (the one rule: trust.convergence.report_lease).
+        report=convergence_report(opts),
+        identity=ctx.identity,
     )
     log.info("injector configured", extra={"clustertrustbundles": version})
     return injector

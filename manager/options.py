@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trust.convergence import REPORT_NAME
+
 KNOWN_CONTROLLERS: tuple[str, ...] = ("signer", "publisher", "injector", "trust-distributor")
 """Controllers this process hosts."""
 
@@ -322,7 +324,9 @@ class Options:
     managed_ca_keep_previous: int = 0
     managed_ca_allow_short_propagation_delay: bool = False
     managed_ca_wait_for_injector: str = "auto"
-    managed_ca_injector_report: str = "service-serving-signer-injector-convergence"
+    # The convergence report's name, for the injector (writes) and the managed CA (reads)
+    # alike: trust.convergence.report_lease.
+    managed_ca_injector_report: str = REPORT_NAME
 
     @property
     def managed_ca(self) -> bool:

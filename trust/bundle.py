@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -225,6 +226,19 @@ class TrustBundle:
 def anchor_ders(normalized: str) -> frozenset[bytes]:
     """The DER bytes of each certificate of a bundle (normalised or not)."""
     return frozenset(block.der for block in decode_pem(normalized) if block.type == "CERTIFICATE")
+
+
+def fingerprint(certificate: x509.Certificate | bytes) -> str:
+    """A certificate's name everywhere in this project: sha256 of its DER, lowercase hex
+    (what `openssl x509 -fingerprint -sha256` prints, without colons, lowercased)."""
+    der = certificate if isinstance(certificate, bytes) else certificate.public_bytes(Encoding.DER)
+    return hashlib.sha256(der).hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def fingerprints(bundle: str) -> frozenset[str]:
+    """`fingerprint` of every certificate of a PEM bundle (normalised or not)."""
+    return frozenset(fingerprint(der) for der in anchor_ders(bundle))
 
 
 def earliest_expiry(normalized: str) -> datetime:

@@ -21,11 +21,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from injector.controller import InjectorController, ReportLease, informers
+from injector.controller import InjectorController, informers
 from injector.targets import ANNOTATION
 from kube.client import Client, is_not_found, path_segment
 from kube.events import EventRecorder
 from kube.factory import InformerFactory
+from kube.leases import LeaseRef
 from kube.types import JSON
 from tests.integration.signer_harness import RunningSigner, eventually, wait_terminal
 from tests.integration.test_publisher import RunningPublisher, ctb_version
@@ -138,7 +139,8 @@ class RunningInjector:
         client: Client,
         *,
         resync_period: float = 300.0,
-        report: ReportLease | None = None,
+        report: LeaseRef | None = None,
+        identity: str = "injector-test",
     ) -> None:
         self.client = client
         self.registry = CollectorRegistry()
@@ -151,6 +153,7 @@ class RunningInjector:
             registry=self.registry,
             resync_period=resync_period,
             report=report,
+            identity=identity,
         )
         self.stop = threading.Event()
         self.thread = threading.Thread(

@@ -1,5 +1,5 @@
 """The convergence report against the real API server (issue 30 item 4, the contract in
-docs/reference.md §11): the injector's Lease `<lease>-convergence` carries, per anchor,
+docs/reference.md §11): the injector's report Lease carries, per anchor,
 how many annotated objects select it, hold it and are blocked, per kind the counts of
 stale, empty, invalid and conflicting objects, and the bundles it saw; it is renewed on
 every change."""
@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from injector.controller import ReportLease
-from injector.convergence import ANNOTATION, fingerprints
 from kube.client import Client, is_not_found
+from kube.leases import LeaseRef
 from tests.integration.injector_harness import (
     VWC_PATH,
     Issuer,
@@ -24,7 +23,8 @@ from tests.integration.injector_harness import (
     validating_webhook,
 )
 from tests.integration.signer_harness import eventually
-from trust.bundle import normalize_bundle
+from trust.bundle import fingerprints, normalize_bundle
+from trust.convergence import ANNOTATION
 
 pytestmark = pytest.mark.integration
 
@@ -63,12 +63,12 @@ def test_the_report_lease_says_who_holds_the_anchor_and_is_renewed_on_change(
     [anchor] = fingerprints(normalize_bundle(issuer.bundle()))
     name = f"convergence-{uuid.uuid4().hex[:8]}"
     hooks = [f"{name}-a", f"{name}-b"]
-    report = ReportLease(namespace, "injector-convergence", "injector-test-identity")
+    report = LeaseRef(namespace, "injector-convergence")
     try:
         client.create(
             VWC_PATH, validating_webhook(hooks[0], namespace, "absent", issuer.selector())
         )
-        with RunningInjector(client, report=report):
+        with RunningInjector(client, report=report, identity="injector-test-identity"):
 
             def holding(n: int) -> bool:
                 row = report_of(lease(client, namespace, report.name)).get("anchors", {})
@@ -80,7 +80,8 @@ def test_the_report_lease_says_who_holds_the_anchor_and_is_renewed_on_change(
             assert first["spec"]["holderIdentity"] == "injector-test-identity"
             kinds = report_of(first)["kinds"][KIND]
             assert kinds["managed"] >= 1  # other tests' objects may share the cluster
-            assert any(b.split("@")[1] for b in report_of(first)["observedBundles"])
+            assert anchor in report_of(first)["observedAnchors"]
+            assert report_of(first)["complete"] is True
             # A change is reported at once, with a new renewTime.
             client.create(
                 VWC_PATH, validating_webhook(hooks[1], namespace, "absent", issuer.selector())

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from controlplane import ControlPlane
-from injector.convergence import ANNOTATION as REPORT
 from kube.client import Client
 from managedca.material import fingerprint
 from tests.integration.injector_harness import VWC_PATH, delete_quietly, validating_webhook
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.test_managed_ca import LEASE, Managed
 from trust.consumers import ANNOTATION, LABEL
+from trust.convergence import ANNOTATION as REPORT
 
 pytestmark = pytest.mark.integration
 

@@ -462,7 +462,11 @@ class ConvergenceReport:
                 "namespace": self.namespace,
                 "annotations": {
                     "service-serving-signer/convergence": json.dumps(
-                        {"anchors": self.anchors, "kinds": {}, "observedBundles": []}
+                        {
+                            "complete": True,
+                            "anchors": self.anchors,
+                            "observedAnchors": sorted(self.anchors),
+                        }
                     )
                 },
             },

@@ -13,8 +13,7 @@ from typing import Any, cast
 
 from prometheus_client import CollectorRegistry
 
-from injector import convergence
-from injector.controller import Caches, InjectorController, ReportLease
+from injector.controller import Caches, InjectorController
 from injector.targets import (
     INJECTED_ANNOTATION,
     VALIDATING_WEBHOOK,
@@ -22,17 +21,19 @@ from injector.targets import (
     to_target,
 )
 from kube.client import ApiError, Client
+from kube.leases import LeaseRef
 from tests.unit import pki
 from tests.unit.fakes import FakeCache
 from tests.unit.injector.builders import b64, ctb, pem, webhook_config
 from tests.unit.injector.harness import Events, FakeClient, controller, target_cache
-from trust.bundle import normalize_bundle
+from trust import convergence
+from trust.bundle import fingerprints, normalize_bundle
 
 KIND = "ValidatingWebhookConfiguration"
 
 
 def fp(name: str) -> str:
-    return next(iter(convergence.fingerprints(normalize_bundle(pem(name)))))
+    return next(iter(fingerprints(normalize_bundle(pem(name)))))
 
 
 def written_for(roots: list[str], *, selector: str | None = None, edited: str | None = None) -> Any:
@@ -43,11 +44,21 @@ def written_for(roots: list[str], *, selector: str | None = None, edited: str | 
     raw = webhook_config(ca_bundles=(value, value if edited is None else edited))
     expiry = min(pki.ca(r).cert.not_valid_after_utc.timestamp() for r in roots)
     raw["metadata"]["annotations"][INJECTED_ANNOTATION] = injected_note(
-        value, convergence.fingerprints(bundle), expiry
+        value, fingerprints(bundle), expiry
     )
     if selector is not None:
         raw["metadata"]["annotations"]["service-serving-signer/ca-bundle-from"] = selector
     return to_target(VALIDATING_WEBHOOK, raw)
+
+
+def lead(ctrl: InjectorController) -> None:
+    """Start leading, then the informer's adds of every cached bundle (as a real
+    informer replays them to the handler)."""
+    ctrl.progress.begin()
+    for bundle in ctrl.bundles.list():
+        for on_add, _, _ in cast(FakeCache[Any], ctrl.bundles).handlers:
+            assert on_add is not None
+            on_add(bundle)
 
 
 def test_after_a_restart_an_empty_selection_keeps_its_expiry_and_is_counted() -> None:
@@ -77,22 +88,27 @@ def test_the_report_counts_selecting_holding_and_blocked_per_anchor() -> None:
     conflicting = dataclasses.replace(written_for(["a"]), name="conflicting", others=("argo",))
     bundles = [ctb("b1", ["a", "b"])]
     ctrl, _, _, _ = controller([first, stale, conflicting], bundles, FakeClient(ApiError(500, "x")))
+    lead(ctrl)
     for target in (first, stale, conflicting):
         with contextlib.suppress(ApiError):  # the writes fail: those two stay stale
             ctrl.sync(target.key)
-    report = json.loads(ctrl.report_value())
+    report = convergence.parse(ctrl.report_value())
     # Everyone selects a and b; all hold a (our last write); none holds b; the
-    # conflicting one is blocked (its owner's to fix), the stale one is not.
-    assert report["anchors"][fp("a")] == {"selecting": 3, "holding": 3, "blocked": 0}
-    assert report["anchors"][fp("b")] == {"selecting": 3, "holding": 0, "blocked": 1}
-    assert report["kinds"][KIND] == {
-        "managed": 3,
-        "stale": 2,
-        "empty": 0,
-        "invalid": 0,
-        "conflicting": 1,
-    }
-    assert report["observedBundles"] == ["b1@"]
+    # conflicting one is blocked (its owner's to fix) but cluster-scoped, so it is not
+    # excused: it holds the gate like the stale ones.
+    assert report.anchors[fp("a")] == convergence.AnchorCounts(3, 3, 0)
+    assert report.anchors[fp("b")] == convergence.AnchorCounts(3, 0, 0)
+    row = report.kinds[KIND]
+    assert (row.managed, row.current, row.stale, row.blocked) == (3, 0, 2, 1)
+    assert [(lag.name, lag.state) for lag in row.lagging] == [
+        ("conflicting", "blocked"),
+        (first.name, "stale"),
+        ("stale", "stale"),
+    ]
+    assert "argo" in (row.lagging[0].reason or "")
+    # Two syncs raised (the loop retries them): until they return, the view is partial.
+    assert not report.complete and report.observed == frozenset()
+    assert not convergence.converged(report, fp("a"))
     assert ctrl.metrics.objects(KIND, "conflicting") == 1
     assert ctrl.metrics.objects("ConfigMap", "managed") == 0  # every kind starts at 0
 
@@ -134,8 +150,10 @@ def test_the_report_lease_is_created_then_renewed_by_our_identity() -> None:
         ),
         Events(),
         registry=CollectorRegistry(),
-        report=ReportLease("ns", "service-serving-signer-injector-convergence", "pod-1"),
+        report=LeaseRef("ns", "service-serving-signer-injector-convergence"),
+        identity="pod-1",
     )
+    lead(ctrl)
     ctrl.sync(target.key)
     ctrl.write_report()
     ctrl.write_report()
@@ -147,6 +165,8 @@ def test_the_report_lease_is_created_then_renewed_by_our_identity() -> None:
     assert client.lease is not None
     assert client.lease["spec"]["holderIdentity"] == "pod-1"
     assert client.lease["spec"]["renewTime"].endswith("Z")
-    report = json.loads(client.lease["metadata"]["annotations"][convergence.ANNOTATION])
-    assert report["anchors"][fp("a")] == {"selecting": 1, "holding": 1, "blocked": 0}
-    assert report["observedBundles"] == ["b1@"]  # what some object may select, no more
+    report = convergence.parse(client.lease["metadata"]["annotations"][convergence.ANNOTATION])
+    assert report.anchors[fp("a")] == convergence.AnchorCounts(1, 1, 0)
+    # Every signer's bundles are observed: an anchor nothing selects converges.
+    assert report.observed == {fp("a"), fp("b")}
+    assert convergence.converged(report, fp("a")) and convergence.converged(report, fp("b"))

@@ -18,7 +18,6 @@ from injector.controller import (
     JSON_PATCH,
     InjectorController,
 )
-from injector.convergence import fingerprints
 from injector.targets import (
     API_SERVICE,
     MUTATING_WEBHOOK,
@@ -39,7 +38,7 @@ from tests.unit.injector.builders import (
     webhook_config,
 )
 from tests.unit.injector.harness import FakeClient, controller
-from trust.bundle import normalize_bundle
+from trust.bundle import fingerprints, normalize_bundle
 
 # the sync, against seeded caches ------------------------------------------------------
 

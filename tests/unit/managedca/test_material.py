@@ -15,9 +15,10 @@ from kube.client import Client
 from managedca import decide as d
 from managedca.codec import ca_info, encode
 from managedca.material import NEXT_KEY, ApiMaterialSource, Loaded
-from managedca.report import CONVERGENCE, Liveness, injector_view, parse_report
+from managedca.report import Liveness, injector_view, parse_report
 from signer.authority import issue_probe
 from trust.ca import cert_pem, generate_ca, key_pem
+from trust.convergence import ANNOTATION as CONVERGENCE
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 INVALID = "service_serving_ca_controller_material_invalid"
@@ -191,7 +192,11 @@ def test_the_injectors_report_converges_an_anchor_every_selecting_object_holds()
     lease: dict[str, Any] = {
         "metadata": {
             "name": "service-serving-signer-injector-convergence",
-            "annotations": {CONVERGENCE: json.dumps({"anchors": counts, "kinds": {}})},
+            "annotations": {
+                CONVERGENCE: json.dumps(
+                    {"complete": True, "anchors": counts, "observedAnchors": [B_FP, F_FP]}
+                )
+            },
         },
         "spec": {"holderIdentity": "inj", "renewTime": "2026-01-01T00:00:00.000000Z"},
     }
