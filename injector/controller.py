@@ -71,9 +71,9 @@ from kube.workqueue import RateLimitingQueue
 from trust.bundle import fingerprints
 from trust.consumers import bundle_record, text_digest
 from trust.convergence import (
-    ANNOTATION,
     DURATION_SECONDS,
     RENEW_SECONDS,
+    REPORT_ANNOTATION,
     ObjectConvergence,
     encode,
     summarise,
@@ -364,7 +364,7 @@ class InjectorController:
             holder=self.identity,
             duration_seconds=DURATION_SECONDS,
             now=datetime.now(UTC),
-            annotations={ANNOTATION: self.report_value()},
+            annotations={REPORT_ANNOTATION: self.report_value()},
         )
 
     # the sync ------------------------------------------------------------------------

@@ -337,11 +337,11 @@ def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:
     renewed = liveness.unchanged(f"injector/{name}", str(spec.get("renewTime")))
     live = renewed < convergence.DURATION_SECONDS
     # Shipped empty (config/injector/leases.yaml, the chart): never written yet.
-    reported = bool(spec.get("renewTime")) or bool(annotations.get(convergence.ANNOTATION))
+    reported = bool(spec.get("renewTime")) or bool(annotations.get(convergence.REPORT_ANNOTATION))
     if not reported:
         return InjectorView(live, frozenset(), reported=False)
     try:
-        report = convergence.parse(annotations.get(convergence.ANNOTATION))
+        report = convergence.parse(annotations.get(convergence.REPORT_ANNOTATION))
     except convergence.ReportError as err:
         log.warning("the injector's convergence report is unreadable", extra={"err": str(err)})
         return InjectorView(live, frozenset())

@@ -20,9 +20,9 @@ Public API:
 * **When**: the writer renews every `RENEW_SECONDS`; the reader counts the report live
   for `DURATION_SECONDS` after it last saw its renewTime change (its own clock). The
   written `leaseDurationSeconds` is informative only: a report cannot stretch it.
-* **What**: `ANNOTATION` on that Lease holds `encode(ConvergenceReport)`; `parse(text)`
-  gives it back or raises `ReportError` (never anything else: every count, name, list
-  and the text itself is bounded, see the `MAX_*` constants). Anchors are named by
+* **What**: `REPORT_ANNOTATION` on that Lease holds `encode(ConvergenceReport)`;
+  `parse(text)` gives it back or raises `ReportError` (never anything else: every count,
+  name, list and the text itself is bounded, see the `MAX_*` constants). Anchors are named by
   `trust.bundle.fingerprint` (sha256 of the DER, lowercase hex), the project's one.
 * **The writer's side**: one `ObjectConvergence` per managed object (state, what it
   selects and holds, why it is blocked), summed by `summarise(...)`.
@@ -66,7 +66,7 @@ from typing import Any
 
 from kube.leases import LeaseRef
 
-ANNOTATION = "service-serving-signer/convergence"
+REPORT_ANNOTATION = "service-serving-signer/convergence"
 """The report Lease's annotation: `encode(ConvergenceReport)`."""
 
 REPORT_NAME = "service-serving-signer-injector-convergence"

@@ -24,7 +24,7 @@ from tests.integration.injector_harness import (
 )
 from tests.integration.signer_harness import eventually
 from trust.bundle import fingerprints, normalize_bundle
-from trust.convergence import ANNOTATION
+from trust.convergence import REPORT_ANNOTATION
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ def lease(client: Client, namespace: str, name: str) -> dict[str, Any] | None:
 def report_of(obj: dict[str, Any] | None) -> dict[str, Any]:
     if obj is None:
         return {}
-    value = (obj["metadata"].get("annotations") or {}).get(ANNOTATION)
+    value = (obj["metadata"].get("annotations") or {}).get(REPORT_ANNOTATION)
     parsed: dict[str, Any] = json.loads(value) if value else {}
     return parsed
 

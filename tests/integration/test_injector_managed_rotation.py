@@ -21,7 +21,7 @@ from tests.integration.injector_harness import VWC_PATH, delete_quietly, validat
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.test_managed_ca import LEASE, Managed
 from trust.consumers import ANNOTATION, LABEL
-from trust.convergence import ANNOTATION as REPORT
+from trust.convergence import REPORT_ANNOTATION as REPORT
 
 pytestmark = pytest.mark.integration
 

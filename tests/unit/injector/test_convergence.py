@@ -165,7 +165,9 @@ def test_the_report_lease_is_created_then_renewed_by_our_identity() -> None:
     assert client.lease is not None
     assert client.lease["spec"]["holderIdentity"] == "pod-1"
     assert client.lease["spec"]["renewTime"].endswith("Z")
-    report = convergence.parse(client.lease["metadata"]["annotations"][convergence.ANNOTATION])
+    report = convergence.parse(
+        client.lease["metadata"]["annotations"][convergence.REPORT_ANNOTATION]
+    )
     assert report.anchors[fp("a")] == convergence.AnchorCounts(1, 1, 0)
     # Every signer's bundles are observed: an anchor nothing selects converges.
     assert report.observed == {fp("a"), fp("b")}

@@ -18,7 +18,7 @@ from managedca.material import NEXT_KEY, ApiMaterialSource, Loaded
 from managedca.report import Liveness, injector_view, parse_report
 from signer.authority import issue_probe
 from trust.ca import cert_pem, generate_ca, key_pem
-from trust.convergence import ANNOTATION as CONVERGENCE
+from trust.convergence import REPORT_ANNOTATION as CONVERGENCE
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 INVALID = "service_serving_ca_controller_material_invalid"

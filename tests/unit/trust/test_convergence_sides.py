@@ -20,14 +20,14 @@ from tests.unit.fakes import FakeCache
 from tests.unit.injector.builders import b64, ctb, pem, webhook_config
 from tests.unit.managedca import test_decide as tdec
 from trust.bundle import fingerprints, normalize_bundle
-from trust.convergence import ANNOTATION
+from trust.convergence import REPORT_ANNOTATION
 
 
 def view(report: str) -> Any:
     lease = {
         "metadata": {
             "name": "service-serving-signer-injector-convergence",
-            "annotations": {ANNOTATION: report},
+            "annotations": {REPORT_ANNOTATION: report},
         },
         "spec": {"holderIdentity": "inj", "renewTime": "2026-01-01T00:00:00.000000Z"},
     }
