@@ -1,16 +1,31 @@
-"""Kubernetes' two wire forms of a time, written and read in one place.
+"""Kubernetes' two wire forms of a time, written and read in one place, and how long ago
+a time was, said one way.
 
 - `format_time`: `metav1.Time`, RFC 3339 in whole seconds, UTC (`2026-12-04T16:30:00Z`):
   conditions, a request's notBefore/notAfter, our annotations.
 - `micro_time`: `metav1.MicroTime`, RFC 3339 with microseconds, UTC: Lease renew times,
   an Event's eventTime, a replica's report.
-- `parse_time`: either form (and any RFC 3339 offset) back to an aware datetime; None for
-  an absent or unreadable value, as a reader of someone else's object wants.
+- `parse_time`: either form (and any RFC 3339 offset) back to an aware UTC datetime; None
+  for an absent or unreadable value, as a reader of someone else's object wants.
+  `read_time` is the same parser for a value that must be there: it raises `TimeError`.
+  Only RFC 3339 date-times are read (a date alone, a time without an offset, ISO 8601's
+  other spellings are not), so a result is never naive.
+- `span(delta)`: a duration for people (`45s`, `12m`, `2h05m`, `3d`); `relative(t, now)`:
+  `<RFC 3339>, 2h05m ago` or `<RFC 3339>, in 4m`.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
+
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
+)
+
+
+class TimeError(ValueError):
+    """A value that is not an RFC 3339 date-time."""
 
 
 def format_time(value: datetime) -> str:
@@ -33,11 +48,46 @@ def _seconds(v: datetime) -> str:
     return f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}"
 
 
-def parse_time(value: object) -> datetime | None:
-    """An RFC 3339 time as the API server writes it; None when absent or unreadable."""
-    if not value:
-        return None
+def read_time(value: object) -> datetime:
+    """An RFC 3339 date-time as the API server writes it, in UTC; `TimeError` otherwise."""
+    text = value if isinstance(value, str) else ""
+    if not _RFC3339.fullmatch(text):
+        raise TimeError(f"not an RFC 3339 time: {str(value)[:40]!r}")
+    fraction = re.search(r"\.(\d+)", text)
+    if fraction is not None and len(fraction.group(1)) > 6:  # nanoseconds: keep micro
+        text = text[: fraction.start()] + "." + fraction.group(1)[:6] + text[fraction.end() :]
     try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
+        parsed = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+        return parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise TimeError(f"not an RFC 3339 time: {text[:40]!r}") from None
+
+
+def parse_time(value: object) -> datetime | None:
+    """An RFC 3339 time as the API server writes it, in UTC; None when absent or
+    unreadable."""
+    try:
+        return read_time(value)
+    except TimeError:
         return None
+
+
+def span(delta: timedelta) -> str:
+    """A duration for people, never negative: `45s`, `12m`, `2h05m`, `3d`."""
+    seconds = max(0, int(delta.total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d"
+
+
+def relative(value: datetime, now: datetime) -> str:
+    """`value` with how long ago or how soon: `<RFC 3339>, 2h05m ago`, `<…>, in 4m` (now
+    is `0s ago`)."""
+    delta = value - now
+    if delta <= timedelta(0):
+        return f"{format_time(value)}, {span(-delta)} ago"
+    return f"{format_time(value)}, in {span(delta)}"

@@ -16,12 +16,12 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from cryptography import x509
 
-from kube.times import format_time
+from kube.times import format_time, read_time
 from managedca.decide import CaInfo, Previous, State
 from managedca.layout import (
     ANNOTATION_PREFIX,
@@ -83,17 +83,13 @@ class Stored:
     next_key: bytes | None = field(default=None, repr=False)
 
 
-def parse_time(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-
-
 def ca_info(pem: bytes) -> CaInfo:
     cert = x509.load_pem_x509_certificate(pem)
     return CaInfo(fingerprint(pem)[0], cert.not_valid_before_utc, cert.not_valid_after_utc)
 
 
 def _time_or_none(text: str | None) -> datetime | None:
-    return parse_time(text) if text else None
+    return read_time(text) if text else None
 
 
 def decode(secret: Mapping[str, Any]) -> Stored:
@@ -156,9 +152,9 @@ def _previous(by_fp: Mapping[str, CaInfo], annotation: str | None) -> tuple[Prev
         if entry is None:
             out.append(Previous(info, info.not_before, None))
             continue
-        retire = parse_time(entry["retireAt"]) if entry.get("retireAt") else None
+        retire = read_time(entry["retireAt"]) if entry.get("retireAt") else None
         lifetime = _seconds(entry.get("lifetimeSeconds"))
-        out.append(Previous(info, parse_time(entry["swappedAt"]), retire, lifetime))
+        out.append(Previous(info, read_time(entry["swappedAt"]), retire, lifetime))
     return tuple(out)
 
 

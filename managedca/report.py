@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kube.client import ApiError, Client, is_conflict, is_not_found, path_segment
-from kube.times import micro_time
+from kube.times import micro_time, read_time
 from managedca.decide import InjectorView, Report
 from managedca.layout import ANNOTATION_PREFIX
 from managedca.material import Loaded
@@ -68,10 +68,6 @@ def leases_path(namespace: str) -> str:
 
 def report_name(secret_name: str, identity: str) -> str:
     return f"{secret_name}-replica-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
-
-
-def _parsemicro_time(text: str) -> datetime:
-    return datetime.strptime(text.replace("Z", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -116,7 +112,7 @@ def read_report(lease: Mapping[str, Any]) -> ReportLease:
     annotations = meta.get("annotations") or {}
     try:
         renew_time = str(spec["renewTime"])
-        renewed = _parsemicro_time(renew_time)
+        renewed = read_time(renew_time)
         seconds = int(spec["leaseDurationSeconds"])
     except (KeyError, ValueError, TypeError, OverflowError) as err:
         raise ReportError(f"no renewTime or leaseDurationSeconds ({type(err).__name__})") from None

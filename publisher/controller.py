@@ -55,7 +55,6 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -70,6 +69,7 @@ from kube.client import (
 )
 from kube.controller import Cache, Loop, Requeue
 from kube.factory import InformerFactory
+from kube.times import parse_time
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from publisher.metrics import PublisherMetrics
@@ -332,7 +332,7 @@ def _another_replicas_newer(obj: JSON, bundle: TrustBundle, publisher_id: str) -
         return False
     if (metadata.get("annotations") or {}).get(PUBLISHED_BY_ANNOTATION) == publisher_id:
         return False
-    created = _timestamp(metadata.get("creationTimestamp"))
+    created = parse_time(metadata.get("creationTimestamp"))
     # creationTimestamp has whole seconds: compare with the mtime's second.
     if created is None or created < bundle.modified.replace(microsecond=0):
         return False
@@ -370,16 +370,6 @@ def _union(bundle: TrustBundle, kept: list[JSON]) -> str:
         return normalize_bundle(bundle.pem + "".join(pems))
     except BundleError:
         return bundle.pem
-
-
-def _timestamp(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _name(obj: JSON) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from kube.times import format_time
+from kube.times import format_time, read_time
 from managedca.codec import (
     EMERGENCY,
     EMERGENCY_REQUESTED_AT,
@@ -36,7 +36,6 @@ from managedca.codec import (
     REVOKE,
     SWAPPED_AT,
     ca_info,
-    parse_time,
 )
 from managedca.layout import (
     CONFIRMED_AT,
@@ -134,7 +133,7 @@ def read_ca_secret(secret: Mapping[str, Any]) -> CaSecret:
         if not text:
             return None
         try:
-            return parse_time(str(text))
+            return read_time(str(text))
         except ValueError:
             problems.append(f"annotation {key} is not a time")
             return None

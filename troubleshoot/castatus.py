@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from kube.times import parse_time
+from kube.times import parse_time, span
 
 if TYPE_CHECKING:
     from kube.client import Client
@@ -316,16 +316,7 @@ def _ago(text: str | None, now: datetime) -> str:
     t = parse_time(text)
     if t is None:
         return str(text)
-    seconds = (t - now).total_seconds()
-    span = _span(abs(seconds))
-    return f"{text} ({'in ' + span if seconds > 0 else span + ' ago'})"
-
-
-def _span(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
+    return f"{text} ({'in ' + span(t - now) if t > now else span(now - t) + ' ago'})"
 
 
 def lines(status: CaStatus, now: datetime) -> list[str]:
@@ -337,7 +328,7 @@ def lines(status: CaStatus, now: datetime) -> list[str]:
         state = "holding" if leader.held else "EXPIRED: no leader right now"
         who = (
             f"{leader.identity} (Lease {leader.lease}, renewed "
-            f"{_span(leader.renewed_seconds_ago or 0)} ago, {state})"
+            f"{span(timedelta(seconds=leader.renewed_seconds_ago or 0))} ago, {state})"
         )
     out = [f"Secret:  {status.secret}", f"Leader:  {who}"]
     out.append(f"Phase:   {status.phase or 'unknown (no leader has published a decision)'}")

@@ -54,7 +54,7 @@ from cryptography import x509
 
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.presence import State as PresenceLeaseState
-from kube.times import format_time, parse_time
+from kube.times import format_time, parse_time, span
 from kube.types import JSON
 from signer import policy
 from signer import presence as signer_presence
@@ -458,7 +458,7 @@ class Explainer:
             else:
                 cleanup = (
                     f"kube-controller-manager deletes it {span(deadline - now)} from now "
-                    f"(at {rfc3339(deadline)}) unless it is decided first; kubelet then "
+                    f"(at {format_time(deadline)}) unless it is decided first; kubelet then "
                     "makes a new request"
                 )
         report = replace(report, cleanup=cleanup)
@@ -625,7 +625,7 @@ def not_acting_text(health: Health) -> str:
         last = ""
         if found.renew_time is not None:
             ago = span(timedelta(seconds=found.age_seconds or 0))
-            last = f" since {rfc3339(found.renew_time)} ({ago} ago)"
+            last = f" since {format_time(found.renew_time)} ({ago} ago)"
         return (
             f"no signer runs: no signer process has renewed {where}{last}; the last was "
             f"{found.holder or 'unknown'}"
@@ -715,18 +715,3 @@ def projected_volume(pod: JSON, signer_name: str) -> str | None:
             if (source.get("podCertificate") or {}).get("signerName") == signer_name:
                 return str(volume.get("name") or "")
     return None
-
-
-def rfc3339(value: datetime) -> str:
-    return format_time(value)
-
-
-def span(delta: timedelta) -> str:
-    seconds = max(0, int(delta.total_seconds()))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    if seconds < 172800:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    return f"{seconds // 86400}d"

@@ -14,31 +14,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kube.presence import State as PresenceLeaseState
+from kube.times import format_time, relative, span
 from signer import presence as signer_presence
-from troubleshoot.explain import (
-    Report,
-    RequestReport,
-    no_leader_text,
-    not_acting_text,
-    rfc3339,
-    span,
-)
+from troubleshoot.explain import Report, RequestReport, no_leader_text, not_acting_text
 from troubleshoot.leasehealth import Anchor, Health, Leader, ManagedCA, PresenceState
 
 
 def _time(value: datetime | None) -> str | None:
-    return rfc3339(value) if value else None
+    return format_time(value) if value else None
 
 
 def _ago(value: datetime | None, now: datetime) -> str:
-    return f"{rfc3339(value)}, {span(now - value)} ago" if value else "unknown"
-
-
-def _in(value: datetime, now: datetime) -> str:
-    delta = value - now
-    if delta < timedelta(0):
-        return f"{rfc3339(value)}, {span(-delta)} ago"
-    return f"{rfc3339(value)}, in {span(delta)}"
+    return relative(value, now) if value else "unknown"
 
 
 # text ----------------------------------------------------------------------------------
@@ -73,7 +60,7 @@ def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
         lines.append(f"bundle: unknown: {bundle.problem} (check: {bundle.problem.can_i()})")
     elif bundle.names and full:
         expiry = bundle.ca_not_after
-        shown = f"; CA expires {_in(expiry, now)}" if expiry else ""
+        shown = f"; CA expires {relative(expiry, now)}" if expiry else ""
         lines.append(f"bundle: published as ClusterTrustBundle {', '.join(bundle.names)}{shown}")
         lines += [f"  anchor: {_anchor(a, now)}" for a in bundle.anchors]
     elif full or bundle.published is False:
@@ -135,7 +122,7 @@ def managed_ca_line(ca: ManagedCA, now: datetime) -> str:
 
 
 def _anchor(anchor: Anchor, now: datetime) -> str:
-    return f"{anchor.subject}, expires {_in(anchor.not_after, now)}"
+    return f"{anchor.subject}, expires {relative(anchor.not_after, now)}"
 
 
 def request_lines(request: RequestReport, now: datetime, indent: str = "  ") -> list[str]:
@@ -150,8 +137,8 @@ def request_lines(request: RequestReport, now: datetime, indent: str = "  ") -> 
         ("acting", request.acting),
         ("acting: unknown", request.acting_unknown),
         ("names", ", ".join(request.dns_names + request.ip_addresses)),
-        ("notAfter", request.not_after and _in(request.not_after, now)),
-        ("beginRefreshAt", request.begin_refresh_at and _in(request.begin_refresh_at, now)),
+        ("notAfter", request.not_after and relative(request.not_after, now)),
+        ("beginRefreshAt", request.begin_refresh_at and relative(request.begin_refresh_at, now)),
         ("reason", request.reason),
         ("message", request.message),
         ("fix", request.fix),
