@@ -7,12 +7,10 @@ annotation prefix, and how a certificate is named (sha256 of its DER, lowercase 
 from __future__ import annotations
 
 import base64
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
-
+from trust.bundle import fingerprint as trust_fingerprint
 from trust.bundle import normalize_bundle, parse_anchors
 
 DEFAULT_SECRET_NAME = "service-serving-signer-managed-ca"
@@ -49,7 +47,4 @@ def bundle_pem(data: Mapping[str, bytes]) -> bytes:
 
 def fingerprint(pem: bytes | str) -> list[str]:
     """sha256 (lowercase hex) of each certificate's DER in `pem`."""
-    return [
-        hashlib.sha256(c.public_bytes(serialization.Encoding.DER)).hexdigest()
-        for c in parse_anchors(normalize_bundle(pem))
-    ]
+    return [trust_fingerprint(c) for c in parse_anchors(normalize_bundle(pem))]

@@ -516,7 +516,7 @@ class ApiMaterialSource:
             extra={
                 "secret": f"{self.namespace}/{self.name}",
                 "resourceVersion": self._resource_version,
-                "trustBundle": bundle_now.fingerprint,
+                "trustBundle": bundle_now.digest,
                 "signingCertificate": material_now.signing_fingerprint if material_now else None,
             },
         )

@@ -255,7 +255,7 @@ class PublisherController:
                 "keeping a newer ClusterTrustBundle of another replica that holds anchors our "
                 "trust-bundle file lacks (is this replica's ConfigMap volume stale?) until the "
                 "file changes",
-                extra={"bundle": other, "trustBundle": bundle.fingerprint},
+                extra={"bundle": other, "trustBundle": bundle.digest},
             )
         self._kept = kept
 

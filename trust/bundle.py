@@ -219,7 +219,8 @@ class TrustBundle:
     modified: datetime
 
     @property
-    def fingerprint(self) -> str:
+    def digest(self) -> str:
+        """`bundle_digest` of the bundle (not a certificate's `fingerprint`)."""
         return bundle_digest(self.pem)
 
 

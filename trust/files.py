@@ -280,8 +280,8 @@ class FileMaterialSource:
             "trust bundle reloaded",
             extra={
                 "file": self.bundle_path,
-                "trustBundle": bundle.fingerprint,
-                "previous": previous.fingerprint,
+                "trustBundle": bundle.digest,
+                "previous": previous.digest,
                 "anchors": len(bundle.anchors),
             },
         )
@@ -355,7 +355,7 @@ class FileMaterialSource:
             return
         self._metrics.reloads.labels("invalid").inc()
         with self._lock:
-            in_use = self._bundle.fingerprint if unit == "bundle" else self._in_use_fingerprint()
+            in_use = self._bundle.digest if unit == "bundle" else self._in_use_fingerprint()
         log.error(
             "signing material rejected; still using the previous set"
             if unit == "signing"

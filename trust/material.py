@@ -42,7 +42,14 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from trust.bundle import BundleError, TrustBundle, decode_pem, normalize_bundle, parse_anchors
+from trust.bundle import (
+    BundleError,
+    TrustBundle,
+    decode_pem,
+    fingerprint,
+    normalize_bundle,
+    parse_anchors,
+)
 from trust.keys import PrivateKey
 from trust.probe import chain_problem
 
@@ -99,7 +106,7 @@ class SigningMaterial:
     @functools.cached_property
     def signing_fingerprint(self) -> str:
         """sha256 of the signing certificate's DER, lowercase hex."""
-        return hashlib.sha256(self.chain[0].public_bytes(serialization.Encoding.DER)).hexdigest()
+        return fingerprint(self.chain[0])
 
     @functools.cached_property
     def issuer_chain_pem(self) -> bytes:

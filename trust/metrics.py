@@ -42,4 +42,4 @@ class MaterialMetrics:
     def show(self, bundle: TrustBundle, material: SigningMaterial | None) -> None:
         self.info.clear()
         signing = material.signing_fingerprint if material is not None else ""
-        self.info.labels(bundle.fingerprint, signing).set(1)
+        self.info.labels(bundle.digest, signing).set(1)

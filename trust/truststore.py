@@ -32,7 +32,6 @@ What it decides:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import (
@@ -43,7 +42,7 @@ from cryptography.hazmat.primitives.serialization import (
     pkcs12,
 )
 
-from trust.bundle import parse_anchors
+from trust.bundle import fingerprint, parse_anchors
 
 MAX_BYTES = 1 << 20
 """A ConfigMap holds at most 1 MiB; nothing larger is a truststore of ours."""
@@ -89,7 +88,7 @@ def truststore_anchors(data: bytes, password: str = "") -> frozenset[bytes] | No
 
 
 def _alias(cert: x509.Certificate) -> str:
-    return hashlib.sha256(cert.public_bytes(Encoding.DER)).hexdigest()
+    return fingerprint(cert)
 
 
 def kdf_iterations(data: bytes) -> list[int] | None:

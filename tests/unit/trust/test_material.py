@@ -470,7 +470,7 @@ def test_bundle_only_source_needs_no_key_or_cert(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         source.current()
     assert info_labels(registry) == {
-        "trust_bundle": source.trust_bundle().fingerprint,
+        "trust_bundle": source.trust_bundle().digest,
         "signing_certificate": "",
     }
 
