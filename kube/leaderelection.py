@@ -51,7 +51,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from kube import _metrics
-from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.client import ApiError, Client, is_not_found
+from kube.leases import LeaseRef
 from kube.times import micro_time
 from kube.types import JSON
 
@@ -111,10 +112,7 @@ class LeaderElector:
         self.on_stopped_leading = on_stopped_leading
         self.release_on_cancel = release_on_cancel
         self.health_tolerance = health_tolerance
-        self.path = (
-            f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(namespace)}"
-            f"/leases/{path_segment(name)}"
-        )
+        self.path = LeaseRef(namespace, name).path
         self._clock = clock
         self._now = now
         self._rng = rng or random.Random()

@@ -28,6 +28,7 @@ from typing import Any
 
 from kube.client import ApiError, Client, is_conflict, is_not_found, path_segment
 from kube.events import ObjectRef, Recorder
+from kube.leases import LeaseRef
 from managedca import decide as d
 from managedca import revocations
 from managedca.codec import Stored, ca_info, decode
@@ -38,7 +39,6 @@ from managedca.report import (
     ReportError,
     ReportLease,
     injector_view,
-    leases_path,
     list_reports,
     read_report,
 )
@@ -254,7 +254,7 @@ class Observer:
     def _collect(self, name: str, resource_version: str) -> None:
         """Delete a dead replica's report, only as it was judged (a precondition on its
         resourceVersion: a replica that renewed it meanwhile keeps it)."""
-        path = f"{leases_path(self.namespace)}/{path_segment(name)}"
+        path = LeaseRef(self.namespace, name).path
         body = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",

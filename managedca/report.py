@@ -41,8 +41,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kube.client import ApiError, Client, is_conflict, is_not_found, path_segment
-from kube.times import micro_time, read_time
+from kube.client import ApiError, Client
+from kube.leases import LeaseRef, leases_path, write_report
+from kube.times import read_time
 from managedca.decide import InjectorView, Report
 from managedca.layout import ANNOTATION_PREFIX
 from managedca.material import Loaded
@@ -60,10 +61,6 @@ DECISION = ANNOTATION_PREFIX + "managed-ca-decision"
 decision_record`), so `ca status` needs no access to the CA Secret."""
 DEFAULT_PERIOD = 10.0
 DEFAULT_DURATION = 30
-
-
-def leases_path(namespace: str) -> str:
-    return f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(namespace)}/leases"
 
 
 def report_name(secret_name: str, identity: str) -> str:
@@ -243,7 +240,8 @@ class LoadedReporter:
         self.secret_name = secret_name
         self.identity = identity
         self.name = report_name(secret_name, identity)
-        self.path = f"{leases_path(namespace)}/{self.name}"
+        self.lease = LeaseRef(namespace, self.name)
+        self.path = self.lease.path
         self.period = period
         self.duration = duration
         self._loaded = loaded
@@ -278,7 +276,6 @@ class LoadedReporter:
 
     def report(self) -> None:
         loaded = self._loaded()
-        now = self._clock()
         annotations = {
             LOADED_ANCHORS: ",".join(loaded.anchors),
             SIGNING_CA: loaded.signing or "",
@@ -288,36 +285,16 @@ class LoadedReporter:
             annotations[DECISION] = self._decision
         if self.max_lifetime is not None:
             annotations[MAX_LIFETIME] = str(int(self.max_lifetime.total_seconds()))
-        spec = {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": self.duration,
-            "renewTime": micro_time(now),
-        }
-        body: dict[str, Any] = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "labels": {REPORT_LABEL: self.secret_name},
-                "annotations": annotations,
-            },
-            "spec": spec,
-        }
-        try:
-            current = self.client.get(self.path)
-        except ApiError as err:
-            if not is_not_found(err):
-                raise
-            self.client.create(leases_path(self.namespace), body)
-        else:
-            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            try:
-                self.client.replace(self.path, body)
-            except ApiError as err:
-                if not is_conflict(err):
-                    raise
-                return  # someone else wrote it (never expected); the next period retries
+        # A conflict (someone else wrote it, never expected): the next period retries.
+        write_report(
+            self.client,
+            self.lease,
+            holder=self.identity,
+            duration_seconds=self.duration,
+            now=self._clock(),
+            annotations=annotations,
+            labels={REPORT_LABEL: self.secret_name},
+        )
 
 
 def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:

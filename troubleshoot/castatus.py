@@ -114,11 +114,11 @@ def collect(
 
 
 def _leader(client: Client, namespace: str, name: str) -> Mapping[str, Any] | None:
-    from kube.client import ApiError, is_not_found, path_segment
+    from kube.client import ApiError, is_not_found
+    from kube.leases import LeaseRef
 
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(namespace)}/leases/"
     try:
-        lease = client.get(path + path_segment(name))
+        lease = client.get(LeaseRef(namespace, name).path)
     except ApiError as err:
         if is_not_found(err):
             return None

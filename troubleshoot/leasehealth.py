@@ -49,7 +49,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from kube import presence as kube_presence
-from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.client import ApiError, Client, is_not_found
+from kube.leases import LeaseRef, leases_path
 from kube.presence import Presence
 from kube.times import parse_time
 from kube.types import JSON
@@ -303,7 +304,7 @@ def read_presence(
 def _read_managed_ca(client: Client, lease: LeaseState) -> ManagedCA | None:
     try:
         listed = client.get(
-            f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(lease.namespace)}/leases",
+            leases_path(lease.namespace),
             {"labelSelector": REPORT_LABEL},
         )
     except ApiError as err:
@@ -339,10 +340,7 @@ def _text(value: object) -> str | None:
 
 def _read_lease(client: Client, namespace: str, name: str, now: datetime) -> LeaseState:
     try:
-        raw = client.get(
-            f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(namespace)}"
-            f"/leases/{path_segment(name)}"
-        )
+        raw = client.get(LeaseRef(namespace, name).path)
     except ApiError as err:
         if is_not_found(err):
             return lease_state(namespace, name, None, now)
