@@ -108,9 +108,10 @@ def _setup(
     signer_namespace: str,
     lease_name: str,
 ) -> tuple[Explainer, Health]:
-    from kube.discovery import bundle_version, served_version
+    from kube.discovery import served_version
     from troubleshoot.explain import Explainer
     from troubleshoot.leasehealth import read_health
+    from trust import clustertrustbundles
 
     client: Client = conn.client
     version = pcr_api_version
@@ -123,7 +124,7 @@ def _setup(
         )
         if not version:
             raise StartupError("the cluster serves no PodCertificateRequest API")
-    ctb_version = bundle_version(client)
+    ctb_version = clustertrustbundles.served_version(client)
     health = read_health(
         client,
         signer_name=signer_name,

@@ -480,27 +480,23 @@ def bundle_resolve(
 def _list_bundles(
     kubeconfig: str | None, context: str | None, *, name: str | None, signer_name: str | None
 ) -> list[dict[str, Any]]:
-    from kube.client import ApiError
-    from kube.discovery import bundle_version
+    from kube.client import ApiError, is_not_found, path_segment
+    from trust.clustertrustbundles import bundles_path, served_version, signer_bundles
 
     conn = Connection(kubeconfig, context)
     client = conn.client
     try:
-        version = bundle_version(client)
+        version = served_version(client)
         if version is None:
             raise StartupError("bundle resolve: the cluster serves no ClusterTrustBundle API")
-        base = f"/apis/certificates.k8s.io/{version}/clustertrustbundles"
         if name is not None:
-            from kube.client import is_not_found
-
             try:
-                return [client.get(f"{base}/{name}")]
+                return [client.get(f"{bundles_path(version)}/{path_segment(name)}")]
             except ApiError as err:
                 if is_not_found(err):
                     return []
                 raise
-        listed = client.get(base, {"fieldSelector": f"spec.signerName={signer_name}"})
-        return list(listed.get("items") or [])
+        return signer_bundles(client, version, signer_name or "")
     except ApiError as err:
         raise StartupError(f"bundle resolve: {conn.problem(err)}") from None
 

@@ -42,6 +42,7 @@ from kube.factory import InformerFactory
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from trust.bundle import BundleError
+from trust.clustertrustbundles import bundles_path
 from trust.consumers import ANNOTATION, FIELD_MANAGER, bundle_record
 from trust.selector import SelectorError, parse_selector_json, resolve_selector
 
@@ -106,7 +107,7 @@ def informers(factory: InformerFactory, *, namespace: str, ctb_version: str) -> 
             indexers={NAMESPACE_INDEX: _copy_namespace},
         ),
         bundles=factory.informer(
-            f"/apis/certificates.k8s.io/{ctb_version}/clustertrustbundles",
+            bundles_path(ctb_version),
             name="clustertrustbundles-distributor",
             transform=bundle_record,
         ),

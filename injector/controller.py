@@ -69,6 +69,7 @@ from kube.leases import LeaseRef, write_report
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from trust.bundle import fingerprints
+from trust.clustertrustbundles import bundles_path
 from trust.consumers import bundle_record, text_digest
 from trust.convergence import (
     DURATION_SECONDS,
@@ -147,7 +148,7 @@ def informers(factory: InformerFactory, *, ctb_version: str) -> Caches:
         indexers={SELECTION_INDEX: _selection_index},
     )
     bundles = factory.informer(
-        f"/apis/certificates.k8s.io/{ctb_version}/clustertrustbundles",
+        bundles_path(ctb_version),
         name="clustertrustbundles-injector",
         transform=bundle_record,
     )

@@ -7,8 +7,8 @@ that is served but lacks the resource is skipped too. Any other error is raised 
 caller decides whether to retry or fail start-up): "not served" and "could not ask"
 must not look alike.
 
-`bundle_version` is that question for ClusterTrustBundles, which the process and every
-read-only command ask (v1 first, then v1beta1: Kubernetes 1.33+ and older betas).
+For ClusterTrustBundles (certificates: `trust/`) the question is asked by
+`trust.clustertrustbundles.served_version`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 from kube.client import Client, is_not_found
 
 CERTIFICATES_GROUP = "certificates.k8s.io"
-CTB_VERSIONS = ("v1", "v1beta1")
 
 
 def served_version(client: Client, group: str, resource: str, preferred: list[str]) -> str | None:
@@ -33,8 +32,3 @@ def served_version(client: Client, group: str, resource: str, preferred: list[st
             if entry.get("name") == resource:
                 return version
     return None
-
-
-def bundle_version(client: Client) -> str | None:
-    """The served ClusterTrustBundle version (`CTB_VERSIONS` in order), or None."""
-    return served_version(client, CERTIFICATES_GROUP, "clustertrustbundles", list(CTB_VERSIONS))

@@ -43,6 +43,7 @@ from managedca.report import (
     read_report,
 )
 from trust.bundle import stable_bundle_name
+from trust.clustertrustbundles import bundles_path, pem_of, signer_bundles
 from trust.convergence import report_lease
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,8 @@ class Observer:
         self.monotonic = monotonic
         self.secrets_path = f"/api/v1/namespaces/{path_segment(namespace)}/secrets"
         self.secret_path = f"{self.secrets_path}/{path_segment(secret_name)}"
-        self.ctb_path = f"/apis/certificates.k8s.io/{ctb_version}/clustertrustbundles"
+        self.ctb_version = ctb_version
+        self.ctb_path = bundles_path(ctb_version)
         self.stable_name = stable_bundle_name(signer_name)
         self.injector_report = injector_report  # the convergence Lease's name, or None
         self.revoked = revoked  # what this process has seen revoked (its material source)
@@ -111,11 +113,8 @@ class Observer:
             secret = None
         stored = decode(secret) if secret is not None else None
         self.last_state = stored.state if stored is not None else None
-        listed = self.client.get(
-            self.ctb_path, {"fieldSelector": f"spec.signerName={self.signer_name}"}
-        )
-        items = list(listed.get("items") or [])
-        pems = tuple(str((i.get("spec") or {}).get("trustBundle", "")) for i in items)
+        items = signer_bundles(self.client, self.ctb_version, self.signer_name)
+        pems = tuple(pem_of(item) for item in items)
         stable = next(
             (i for i in items if (i.get("metadata") or {}).get("name") == self.stable_name),
             None,

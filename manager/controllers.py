@@ -38,11 +38,12 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import Client
 from kube.controller import Controller, Requeue
-from kube.discovery import CERTIFICATES_GROUP, CTB_VERSIONS, served_version
+from kube.discovery import CERTIFICATES_GROUP, served_version
 from kube.events import EventRecorder
 from kube.factory import InformerFactory
 from kube.leases import LeaseRef
 from manager.options import SIGNING_CONTROLLERS, Options
+from trust.clustertrustbundles import CTB_VERSIONS
 from trust.convergence import report_lease
 
 if TYPE_CHECKING:

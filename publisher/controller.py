@@ -82,6 +82,7 @@ from trust.bundle import (
     normalize_bundle,
     stable_bundle_name,
 )
+from trust.clustertrustbundles import bundles_path
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def informers(factory: InformerFactory, *, signer_name: str, ctb_version: str) -
     """Our signer's ClusterTrustBundles, whole (a bundle is small and few exist)."""
     return Caches(
         bundles=factory.informer(
-            f"/apis/{GROUP}/{ctb_version}/clustertrustbundles",
+            bundles_path(ctb_version),
             name="clustertrustbundles",
             field_selector=f"spec.signerName={signer_name}",
             transform=_whole,
@@ -158,7 +159,7 @@ class PublisherController:
         # identity; two processes on one host must differ).
         self.publisher_id = publisher_id or socket.gethostname()
         self.stable_name = stable_bundle_name(signer_name)
-        self.path = f"/apis/{GROUP}/{ctb_version}/clustertrustbundles"
+        self.path = bundles_path(ctb_version)
         self.metrics = PublisherMetrics(registry)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
         self.cache = caches.bundles

@@ -133,18 +133,12 @@ def _leader(client: Client, namespace: str, name: str) -> Mapping[str, Any] | No
 
 
 def _published(client: Client, signer_name: str) -> list[str]:
-    from kube.discovery import bundle_version
-    from managedca.material import anchors_of
+    from trust.clustertrustbundles import served_version, signer_anchors
 
-    version = bundle_version(client)
+    version = served_version(client)
     if version is None:
         raise CaStatusError("API server: certificates.k8s.io serves no clustertrustbundles")
-    path = f"/apis/certificates.k8s.io/{version}/clustertrustbundles"
-    listed = client.get(path, {"fieldSelector": f"spec.signerName={signer_name}"})
-    found: set[str] = set()
-    for item in listed.get("items") or []:
-        found |= anchors_of(str((item.get("spec") or {}).get("trustBundle", "")))
-    return sorted(found)
+    return sorted(signer_anchors(client, version, signer_name))
 
 
 def status_of(

@@ -58,6 +58,7 @@ from managedca.report import REPORT_LABEL, leading_decision, parse_report
 from signer import presence as signer_presence
 from troubleshoot.access import Forbidden, forbidden
 from trust.bundle import BundleError, normalize_bundle, parse_anchors
+from trust.clustertrustbundles import signer_bundles
 
 DEFAULT_LEASE_NAMESPACE = "service-serving-signer"
 DEFAULT_LEASE_NAME = "service-serving-signer"
@@ -263,10 +264,7 @@ def read_health(
         bundle = BundleState()
     else:
         try:
-            listed = client.get(
-                f"/apis/certificates.k8s.io/{bundle_version}/clustertrustbundles",
-                {"fieldSelector": f"spec.signerName={signer_name}"},
-            )
+            listed = signer_bundles(client, bundle_version, signer_name)
         except ApiError as err:
             if err.status != 403:
                 raise
@@ -276,7 +274,7 @@ def read_health(
                 )
             )
         else:
-            bundle = bundle_state(listed.get("items") or [])
+            bundle = bundle_state(listed)
     return Health(
         signer_name,
         lease,

@@ -16,11 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 import cli.ca
-import kube.discovery
 from cli.main import main
 from kube.client import ApiError
 from kube.times import format_time, micro_time
 from managedca.report import DECISION, LOADED_ANCHORS, REPORT_LABEL
+from trust import clustertrustbundles
 
 NS = "service-serving-signer"
 
@@ -108,7 +108,7 @@ class ViewOnly:
 def view_only(monkeypatch: pytest.MonkeyPatch) -> ViewOnly:
     api = ViewOnly()
     monkeypatch.setattr(cli.ca, "connect", lambda *_: SimpleNamespace(client=api, problem=str))
-    monkeypatch.setattr(kube.discovery, "bundle_version", lambda _client: "v1")
+    monkeypatch.setattr(clustertrustbundles, "served_version", lambda _client: "v1")
     return api
 
 
