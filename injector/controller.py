@@ -34,7 +34,6 @@ for a bad annotation, or for a selection that matches nothing (Warning Events sa
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -432,7 +431,7 @@ class InjectorController:
             self._refusals.pop(planned.key, None)  # gone, or written since
         contest = planned.contest
         if outcome == "applied" and planned.write is not None:
-            contest = dataclasses.replace(contest or decisions.Contest(), wrote=True)
+            contest = (contest or decisions.Contest()).landed()
         if planned.target is None or contest is None:
             self._contests.pop(planned.key, None)
         else:

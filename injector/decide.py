@@ -253,28 +253,27 @@ class Contest:
     quiet_until: float = 0.0
     wrote: bool = False
 
-
-def contested(target: Target, contest: Contest | None, now: float) -> Contest | None:
-    """The contest after this sync's look at `target`, whose slots do not hold what we
-    would write: a new retake when another manager's Update owns the field since our
-    last write landed (the back-off doubles from `CONTEST_FIRST`, at most `CONTEST_MAX`);
-    else unchanged."""
-    if contest is None or not contest.wrote or not target.taker:
-        return contest
-    retakes = contest.retakes + 1
-    delay = min(CONTEST_FIRST * 2 ** (retakes - 1), CONTEST_MAX)
-    return Contest(target.taker, retakes, now + delay, wrote=False)
+    def landed(self) -> Contest:
+        """The contest once a write of ours landed: the next retake counts."""
+        return Contest(self.manager, self.retakes, self.quiet_until, wrote=True)
 
 
 @dataclass(frozen=True)
 class Write:
-    """A write of `value` (the bundle `bundle`) and our `note` beside it: the act builds
-    its JSON patch with `Shape.write_ops` once it has any truststore's password."""
+    """A write of `value` (the bundle `bundle`, whose anchors and earliest notAfter are
+    `anchors` and `not_after`) and our `note` beside it: the act builds its JSON patch with
+    `Shape.write_ops` once it has any truststore's password."""
 
     value: str
     bundle: str
-    note: str
+    anchors: frozenset[str]
+    not_after: float
     sources: int
+
+    @property
+    def note(self) -> str:
+        """`targets.INJECTED_ANNOTATION` for this write."""
+        return injected_note(self.value, self.anchors, self.not_after)
 
 
 @dataclass(frozen=True)
@@ -298,7 +297,7 @@ class Plan:
     pending: ObjectConvergence | None = None
     """The status while the write is in flight, and after it failed."""
     contest: Contest | None = None
-    """The object's contest after this plan (`contested`); kept by the controller."""
+    """The object's contest after this plan; kept by the controller."""
     requeue_after: float | None = None
     """Seconds until the injector looks again (a contested field's back-off)."""
 
@@ -353,7 +352,13 @@ def plan(
             if refusal is not None and (refusal.resource_version, refusal.value) == written:
                 status = ObjectConvergence(kind, name, "stale", fps, held, blocked=refusal.reason)
                 return dataclasses.replace(base, status=status, expiry=held_until)
-            fight = contested(target, contest, now)
+            # A retake: another manager's Update owns the field since our last write
+            # landed. The back-off doubles from CONTEST_FIRST, at most CONTEST_MAX.
+            fight = contest
+            if contest is not None and contest.wrote and target.taker:
+                retakes = contest.retakes + 1
+                delay = min(CONTEST_FIRST * 2 ** (retakes - 1), CONTEST_MAX)
+                fight = Contest(target.taker, retakes, now + delay)
             if fight is not None and now < fight.quiet_until:
                 warn = fight != contest and fight.retakes == CONTEST_WARN
                 note = (
@@ -387,7 +392,7 @@ def plan(
                 expiry=expiry,
                 result="injected",
                 warnings=((REASON_HASH_NAMED, hashed),) if hashed else (),
-                write=Write(value, bundle, injected_note(value, fps, expiry), sources),
+                write=Write(value, bundle, fps, expiry, sources),
             )
         case Invalid(reason=reason, message=message, bundle=bundle):
             selecting = fingerprints(bundle) if bundle else frozenset()
