@@ -12,6 +12,7 @@ import pytest
 
 from controlplane import ControlPlane
 from kube.client import Client
+from signer.presence import presence_name
 from tests.integration.injector_harness import (
     VWC_PATH,
     b64,
@@ -109,13 +110,14 @@ def test_an_injector_deployment_leads_beside_the_signer_without_naming_a_lease(
         def names() -> set[str]:
             return {item["metadata"]["name"] for item in client.get(path)["items"]}
 
-        # Two leader Leases, and the injector leader's convergence report beside its own
-        # (named after it: docs/reference.md §11).
+        # Two leader Leases, the signer's presence Lease, and the injector leader's
+        # convergence report where the managed CA reads it (trust.convergence.report_lease).
         assert eventually(
             lambda: (
                 names()
                 == {
                     "service-serving-signer",
+                    presence_name("service-serving-signer"),
                     "service-serving-signer-injector",
                     "service-serving-signer-injector-convergence",
                 }
