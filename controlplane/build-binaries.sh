@@ -2,8 +2,9 @@
 # Build kube-apiserver, etcd, kustomize (and on request the node binaries and the benchmarks'
 # Go programs) from Go modules into OUT (a cache directory).
 # Usage: build-binaries.sh OUT K8S_VERSION ETCD_VERSION KUSTOMIZE_VERSION [what...]
-# what: any of kube-apiserver etcd kustomize helm kube-controller-manager hollow-node kubemark
-# peer-signer ceiling-signer bench-populate traefik (default: the first three; helm is for the chart tests; hollow-node is
+# what: any of kube-apiserver etcd kustomize helm kubectl crane kube-controller-manager hollow-node
+# kubemark peer-signer ceiling-signer bench-populate traefik (default: the first three; helm,
+# kubectl and crane are for the install tests, which run the documented commands; hollow-node is
 # kubemark's hollow kubelet, ported, with loopback-only ports: hollownode/; the last three
 # are the benchmarks' Go programs under bench/)
 # A binary already in OUT is kept, unless REBUILD (space-separated names) lists it: then it
@@ -13,6 +14,7 @@
 set -euo pipefail
 OUT=$1 KV=$2 EV=$3 ZV=$4
 HV=${HELM_VERSION:-v4.3.2}  # helm (chart tests): built like kustomize
+CV=${CRANE_VERSION:-v0.22.1}  # crane (go-containerregistry): the README's image push, and a registry
 # traefik (the Gateway tests' data plane) needs TRAEFIK_VERSION; OUT is then its own cache
 # directory (.../service-serving-signer/traefik/<version>), not a Kubernetes version's
 shift 4
@@ -116,6 +118,8 @@ for w in $WHAT; do
     etcd) have etcd || build_module_main "go.etcd.io/etcd/server/v3@$EV" go.etcd.io/etcd/server/v3 etcd ;;
     kustomize) have kustomize || build_module_main "sigs.k8s.io/kustomize/kustomize/v5@$ZV" sigs.k8s.io/kustomize/kustomize/v5 kustomize ;;
     helm) have helm || build_module_main "helm.sh/helm/v4@$HV" helm.sh/helm/v4/cmd/helm helm ;;
+    crane) have crane || build_module_main "github.com/google/go-containerregistry@$CV" github.com/google/go-containerregistry/cmd/crane crane ;;
+    kubectl) have kubectl || build_k8s cmd/kubectl kubectl ;;
     peer-signer) have peer-signer || build_k8s_main "$HERE/../bench/peer" peer-signer ;;
     ceiling-signer) have ceiling-signer || build_k8s_main "$HERE/../bench/ceiling" ceiling-signer ;;
     bench-populate) have bench-populate || build_k8s_main "$HERE/../bench/populate" bench-populate ;;

@@ -68,6 +68,19 @@ def test_the_namespace_is_its_own_tree_so_deleting_default_keeps_the_ca_secret(
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
+def test_the_namespace_is_never_selected_by_the_documented_prune(
+    default: list[dict[str, Any]],
+) -> None:
+    """docs/install.md upgrades with `kubectl apply -k config/default --prune -l
+    app.kubernetes.io/part-of=service-serving-signer`: a Namespace applied with that label
+    is pruned (Namespace is in kubectl's default prune allowlist), and the CA Secret with
+    it. config/default's objects carry the label; config/namespace's must not."""
+    (namespace,) = render(CONFIG / "namespace")
+    assert "app.kubernetes.io/part-of" not in namespace["metadata"].get("labels", {})
+    for obj in default:
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == NAMESPACE, obj["kind"]
+
+
 def test_cluster_role_is_exactly_the_spec(default: list[dict[str, Any]]) -> None:
     role = find(default, "ClusterRole", "service-serving-signer")
     assert rules_of(role) == sorted(
