@@ -48,6 +48,10 @@ if TYPE_CHECKING:
     from kube.client import Client
     from kube.types import JSON
 
+# The shortest CA `ca init` makes: its notBefore is backdated 5 minutes, and run refuses a
+# CA that expires; two hours let it sign at least one certificate of the 1h minimum.
+MIN_CA_VALIDITY = 2 * 3600.0
+
 
 def _options(f: F) -> F:
     for option in reversed(
@@ -454,7 +458,15 @@ def ca_init(
     """Write a new CA key, signing cert and trust bundle into --out."""
     import datetime as dt
 
+    from manager.options import format_duration
     from trust import ca
+
+    if validity < MIN_CA_VALIDITY:
+        raise StartupError(
+            f"ca init: --validity {format_duration(validity)}: must be at least "
+            f"{format_duration(MIN_CA_VALIDITY)}, so the CA outlives a certificate it signs "
+            "(run refuses an expired one)"
+        )
 
     try:
         files = ca.write_ca(
