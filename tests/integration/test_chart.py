@@ -293,11 +293,13 @@ def test_helm_install_creates_the_objects(
     [
         ("managedCA.retireMargin=1m", "managedCA.retireMargin: must be at least 5m0s"),
         ("managedCA.propagationDelay=1m", "managedCA.propagationDelay: must be at least 6m30s"),
-        ("managedCA.retireMargin=1.5h", "is not a duration of h, m and s"),
+        ("managedCA.lifetime=1y", "is not a duration"),
+        ("managedCA.lifetime=24h", "leaves 43200s after the rotation point"),
     ],
 )
 def test_the_chart_refuses_managed_ca_values_the_binary_refuses(value: str, complaint: str) -> None:
-    """Issue 29: a value `run` refuses must not install (a crash loop on a real cluster)."""
+    """A value `run` refuses must not install (a crash loop on a real cluster);
+    test_chart_values.py compares the two value by value."""
     result = helm(
         "template", RELEASE, str(CHART), "--set", "managedCA.enabled=true", "--set", value
     )

@@ -32,6 +32,16 @@ app.kubernetes.io/name: {{ include "sss.name" . }}
 app.kubernetes.io/component: controller
 {{- end -}}
 
+{{/* The signer's ServiceAccount: serviceAccount.name, else the full name. */}}
+{{- define "sss.serviceAccountName" -}}
+{{- default (include "sss.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The injector's ServiceAccount: injector.serviceAccount.name, else <fullname>-injector. */}}
+{{- define "sss.injectorServiceAccountName" -}}
+{{- default (printf "%s-injector" (include "sss.fullname" .)) .Values.injector.serviceAccount.name -}}
+{{- end -}}
+
 {{- define "sss.image" -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
@@ -48,6 +58,12 @@ app.kubernetes.io/component: controller
 
 {{/* Values that cannot work together fail the render (install and upgrade alike). */}}
 {{- define "sss.validate" -}}
+{{- /* The schema checks the signer name's shape; the domain's length is kube-apiserver's
+ValidateSignerName rule a JSON Schema pattern cannot say (manager/options.py). */ -}}
+{{- $domain := index (splitList "/" .Values.signerName) 0 -}}
+{{- if gt (len $domain) 253 -}}
+{{- fail (printf "signerName: domain %q is longer than 253 characters" $domain) -}}
+{{- end -}}
 {{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) -}}
 {{- fail (printf "leaderElection.enabled=false with replicaCount=%d: every replica would sign and publish at once; set replicaCount=1 or enable leader election" (int .Values.replicaCount)) -}}
 {{- end -}}

@@ -1,34 +1,71 @@
 {{/* The `run` flags of --ca-mode=managed (docs/managed-ca.md), from .Values.managedCA. */}}
 {{- define "sss.managedCAArgs" -}}
-{{- /* The binary's minimums (manager/options.py MIN_RETIRE_MARGIN and
-KUBELET_PROJECTION_WORST_CASE; tests/unit/deploy/test_chart_minimums.py keeps them equal),
-refused here so that a release never crash-loops on a value `run` refuses. */ -}}
-{{- $margin := include "sss.seconds" (dict "v" .Values.managedCA.retireMargin "name" "managedCA.retireMargin") | atoi -}}
-{{- if lt $margin 300 -}}
+{{- /* What `run` refuses (manager/options.py Options._validate_managed_ca: MIN_RETIRE_MARGIN,
+KUBELET_PROJECTION_WORST_CASE, the room left after the rotation point) is refused here, so
+a release never crash-loops on it; tests/integration/test_chart_values.py renders value by
+value and runs the binary's own validation on the same flags. */ -}}
+{{- $m := .Values.managedCA -}}
+{{- $margin := include "sss.seconds" (dict "v" $m.retireMargin "name" "managedCA.retireMargin") | float64 -}}
+{{- if lt $margin 300.0 -}}
 {{- fail "managedCA.retireMargin: must be at least 5m0s (run refuses less)" -}}
 {{- end -}}
-{{- $delay := include "sss.seconds" (dict "v" .Values.managedCA.propagationDelay "name" "managedCA.propagationDelay") | atoi -}}
-{{- if lt $delay 390 -}}
-{{- fail "managedCA.propagationDelay: must be at least 6m30s, kubelet's clusterTrustBundle projection refresh (run refuses less)" -}}
+{{- $short := $m.allowShortPropagationDelay -}}
+{{- $maxLifetime := 86400.0 -}}
+{{- range .Values.extraArgs -}}
+{{- if or (eq . "--managed-ca-allow-short-propagation-delay") (eq . "--managed-ca-allow-short-propagation-delay=true") -}}
+{{- $short = true -}}
+{{- else if hasPrefix "--max-certificate-lifetime=" . -}}
+{{- $maxLifetime = include "sss.seconds" (dict "v" (trimPrefix "--max-certificate-lifetime=" .) "name" "extraArgs --max-certificate-lifetime") | float64 -}}
+{{- end -}}
+{{- end -}}
+{{- $delay := include "sss.seconds" (dict "v" $m.propagationDelay "name" "managedCA.propagationDelay") | float64 -}}
+{{- if lt $delay 0.0 -}}
+{{- fail "managedCA.propagationDelay: must not be negative" -}}
+{{- end -}}
+{{- if and (lt $delay 390.0) (not $short) -}}
+{{- fail "managedCA.propagationDelay: must be at least 6m30s, kubelet's clusterTrustBundle projection refresh (run refuses less; managedCA.allowShortPropagationDelay accepts it)" -}}
+{{- end -}}
+{{- $lifetime := include "sss.seconds" (dict "v" $m.lifetime "name" "managedCA.lifetime") | float64 -}}
+{{- $left := mulf $lifetime (subf 1.0 (float64 $m.rotateAt)) -}}
+{{- $needed := addf $delay $maxLifetime -}}
+{{- if le $left $needed -}}
+{{- fail (printf "managedCA.lifetime: %s with rotateAt %v leaves %.0fs after the rotation point; at least propagationDelay + the certificate lifetime (%.0fs) is needed (run refuses less)" (toString $m.lifetime) $m.rotateAt $left $needed) -}}
 {{- end }}
 - --ca-mode=managed
-- --managed-ca-secret-name={{ .Values.managedCA.secretName }}
-- --managed-ca-key-type={{ .Values.managedCA.keyType }}
-- --managed-ca-lifetime={{ .Values.managedCA.lifetime }}
-- --managed-ca-rotate-at={{ .Values.managedCA.rotateAt }}
-- --managed-ca-propagation-delay={{ .Values.managedCA.propagationDelay }}
-- --managed-ca-retire-margin={{ .Values.managedCA.retireMargin }}
-- --managed-ca-keep-previous={{ .Values.managedCA.keepPrevious }}
+- --managed-ca-secret-name={{ $m.secretName }}
+- --managed-ca-key-type={{ $m.keyType }}
+- --managed-ca-lifetime={{ $m.lifetime }}
+- --managed-ca-rotate-at={{ $m.rotateAt }}
+- --managed-ca-propagation-delay={{ $m.propagationDelay }}
+- --managed-ca-retire-margin={{ $m.retireMargin }}
+- --managed-ca-keep-previous={{ $m.keepPrevious }}
+{{- if $m.allowShortPropagationDelay }}
+- --managed-ca-allow-short-propagation-delay=true
+{{- end }}
+{{- if ne $m.waitForInjector "auto" }}
+- --managed-ca-wait-for-injector={{ $m.waitForInjector }}
+{{- end }}
+{{- with $m.injectorReport }}
+- --managed-ca-injector-report={{ . }}
+{{- end }}
 {{- end }}
 
-{{/* A duration of h, m and s (Go's form, as `run` takes it) in whole seconds. */}}
+{{/* A duration as `run` takes it (Go's time.ParseDuration: 1h30m, 1.5h, 300ms, 0), in
+seconds (a float); anything else fails the render. */}}
 {{- define "sss.seconds" -}}
 {{- $v := toString .v -}}
-{{- if not (regexMatch "^([0-9]+h)?([0-9]+m)?([0-9]+s)?$" $v) -}}
-{{- fail (printf "%s: %q is not a duration of h, m and s (e.g. 1h30m)" .name $v) -}}
+{{- $part := "([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)" -}}
+{{- if not (regexMatch (printf "^[+-]?(0|(%s)+)$" $part) $v) -}}
+{{- fail (printf "%s: %q is not a duration (Go's form: 1h30m, 90m, 1.5h)" .name $v) -}}
 {{- end -}}
-{{- $h := regexFind "[0-9]+h" $v | trimSuffix "h" | default "0" | atoi -}}
-{{- $m := regexFind "[0-9]+m" $v | trimSuffix "m" | default "0" | atoi -}}
-{{- $s := regexFind "[0-9]+s" $v | trimSuffix "s" | default "0" | atoi -}}
-{{- add (mul $h 3600) (mul $m 60) $s -}}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "μs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll $part $v -1 -}}
+{{- $number := regexFind "^([0-9]+(\\.[0-9]*)?|\\.[0-9]+)" . -}}
+{{- $total = addf $total (mulf (float64 $number) (get $units (trimPrefix $number .))) -}}
+{{- end -}}
+{{- if hasPrefix "-" $v -}}
+{{- $total = mulf $total -1.0 -}}
+{{- end -}}
+{{- $total -}}
 {{- end -}}

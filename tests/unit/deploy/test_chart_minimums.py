@@ -1,5 +1,5 @@
-"""The chart refuses the managed-CA values `run` refuses (issue 29: `retireMargin=1m`
-installed and crash-looped): its template's minimums are the binary's constants."""
+"""The chart refuses the managed-CA values `run` refuses (`retireMargin=1m` installed and
+crash-looped): its template's minimums are the binary's constants."""
 
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ TEMPLATE = (
 
 
 def _minimum(variable: str) -> int:
-    found = re.findall(rf"if lt \${variable} (\d+)", TEMPLATE.read_text())
+    pattern = rf"if (?:and \()?lt \${variable} (\d+(?:\.\d+)?)\)?"
+    # `lt $delay 0.0` is the sign check, not the minimum.
+    found = [f for f in re.findall(pattern, TEMPLATE.read_text()) if float(f) > 0]
     assert len(found) == 1, f"one minimum for ${variable} in {TEMPLATE.name}"
-    return int(found[0])
+    return int(float(found[0]))
 
 
 def test_the_charts_managed_ca_minimums_are_the_binarys() -> None:
