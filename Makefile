@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: venv controlplane image release test test-unit test-integration test-faults lint demo bench soak clean
+.PHONY: venv controlplane image dist release test test-unit test-integration test-faults lint demo bench soak clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
@@ -19,8 +19,13 @@ controlplane: venv
 image:
 	hack/image.sh
 
-# The image, its SBOM (syft: SPDX + CycloneDX), the packaged chart, the image's digest and
-# labels, and SHA256SUMS, into dist/ (docs/release.md).
+# The CLI as a wheel and an sdist into dist/ (`pipx install dist/*.whl`; hack/dist.sh).
+dist:
+	hack/dist.sh
+
+# The image, its SBOM (syft: SPDX + CycloneDX), the wheel and sdist, the packaged chart,
+# the image's digest and labels, and SHA256SUMS, into dist/ (docs/release.md); prints the
+# digest and the command that pushes the image.
 release: venv
 	hack/release.sh
 

@@ -3,6 +3,8 @@
 #   service-serving-signer-<v>.oci.tar        the image (hack/image.sh; reused when current)
 #   service-serving-signer-<v>.spdx.json      its SBOM, SPDX 2.3 (hack/sbom.sh, syft)
 #   service-serving-signer-<v>.cdx.json       the same SBOM, CycloneDX
+#   service_serving_signer-<v>-py3-none-any.whl  the CLI and controller (hack/dist.sh)
+#   service_serving_signer-<v>.tar.gz         its sdist
 #   service-serving-signer-<v>.tgz            the chart (helm package)
 #   service-serving-signer-<v>.image.json     the image's manifest digest and OCI labels
 #   SHA256SUMS                                sha256 of every file above
@@ -28,6 +30,9 @@ archive=$(hack/image.sh | tail -1)
 
 log "SBOM of $archive (syft)"
 hack/sbom.sh "$archive" "dist/$NAME"
+
+log "wheel and sdist"
+hack/dist.sh >/dev/null
 
 log "helm package"
 HELM=${HELM:-$(.venv/bin/python -c 'from controlplane.binaries import tool; print(tool("helm"))')}
@@ -60,6 +65,19 @@ print(f"{desc['digest']} revision={labels['org.opencontainers.image.revision']}"
 PY
 
 log "checksums"
-files=("$NAME.oci.tar" "$NAME.spdx.json" "$NAME.cdx.json" "service-serving-signer-$CHART_VERSION.tgz" "$NAME.image.json")
+files=("$NAME.oci.tar" "$NAME.spdx.json" "$NAME.cdx.json" "service-serving-signer-$CHART_VERSION.tgz" "$NAME.image.json"
+  "service_serving_signer-$VERSION-py3-none-any.whl" "service_serving_signer-$VERSION.tar.gz")
 (cd dist && sha256sum "${files[@]}" > SHA256SUMS && sha256sum -c --quiet SHA256SUMS)
 (cd dist && ls -l "${files[@]}" SHA256SUMS) >&2
+
+# What to do with it (README "Quick install"): no image is published, so push this one.
+digest=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["digest"])' "dist/$NAME.image.json")
+cat <<EOF
+image digest: $digest
+push it with crane (go-containerregistry), then install by that digest:
+  mkdir -p dist/oci && tar -xf dist/$NAME.oci.tar -C dist/oci
+  crane push dist/oci REGISTRY/service-serving-signer:$VERSION    # prints REGISTRY/service-serving-signer@$digest
+  (cd config/image && kustomize edit set image service-serving-signer=REGISTRY/service-serving-signer@$digest)
+  helm install ... --set image.repository=REGISTRY/service-serving-signer --set image.digest=$digest
+the CLI: pipx install dist/service_serving_signer-$VERSION-py3-none-any.whl
+EOF
