@@ -33,6 +33,8 @@ from cli.common import (
     connection_options,
     emit,
     output_option,
+    refuse_namespace,
+    signer_namespace_option,
 )
 from manager import logs
 from manager.options import (
@@ -505,18 +507,82 @@ def _list_bundles(
 @output_option(
     "Output format; json and yaml keys are camelCase, as kubectl prints.", OUTPUT_FORMATS
 )
-def version_command(output: str) -> None:
-    """Print the version and the commit it was built from."""
+@click.option(
+    "--client",
+    "client_only",
+    is_flag=True,
+    help="Only the CLI's version; do not read the cluster.",
+)
+@connection_options
+@signer_namespace_option()
+def version_command(
+    output: str,
+    client_only: bool,
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    signer_namespace: str,
+) -> None:
+    """Print the CLI's version and commit, and the image each deployed signer and injector
+    Deployment in --signer-namespace runs (as `cmctl version`; `--client` for the CLI only).
+    A cluster that cannot be read is reported, not an error: the exit status is 0."""
     from manager import buildinfo
 
     info = buildinfo.current()
-    body = {"name": buildinfo.DISTRIBUTION, "version": info.version, "commit": info.commit}
+    body: dict[str, Any] = {
+        "name": buildinfo.DISTRIBUTION,
+        "version": info.version,
+        "commit": info.commit,
+    }
+    if not client_only:
+        refuse_namespace("version", namespace)
+        try:
+            body["deployed"] = _deployed(kubeconfig, context, signer_namespace)
+        except StartupError as err:
+            body["deployedError"] = err.format_message()
     if output == "json":
         click.echo(json.dumps(body))
     elif output == "yaml":
         emit(body, output)
     else:
         click.echo(_version_line())
+        if "deployedError" in body:
+            click.echo(f"deployed: unknown ({body['deployedError']})")
+        elif "deployed" in body and not body["deployed"]:
+            click.echo(f"deployed: no signer Deployment in namespace {signer_namespace}")
+        for deployed in body.get("deployed", []):
+            version = f" (version {deployed['version']})" if deployed["version"] else ""
+            click.echo(f"deployed: {deployed['deployment']}: {deployed['image']}{version}")
+
+
+DEPLOYMENT_NAMES = ("service-serving-signer", "service-serving-signer-injector")
+
+
+def _deployed(kubeconfig: str | None, context: str | None, namespace: str) -> list[dict[str, str]]:
+    """The signer's and the injector's Deployments in `namespace` (by their
+    app.kubernetes.io/name label, as config/ and the chart set it): name, image, version."""
+    from kube.client import ApiError
+
+    connection = Connection(kubeconfig, context)
+    selector = f"app.kubernetes.io/name in ({','.join(DEPLOYMENT_NAMES)})"
+    try:
+        listed = connection.client.get(
+            f"/apis/apps/v1/namespaces/{namespace}/deployments", {"labelSelector": selector}
+        )
+    except (ApiError, OSError) as err:
+        raise StartupError(connection.problem(err)) from None
+    found = []
+    for item in listed.get("items") or []:
+        meta = item["metadata"]
+        for container in item["spec"]["template"]["spec"]["containers"]:
+            found.append(
+                {
+                    "deployment": f"{meta['namespace']}/{meta['name']}",
+                    "image": str(container.get("image", "")),
+                    "version": str((meta.get("labels") or {}).get("app.kubernetes.io/version", "")),
+                }
+            )
+    return sorted(found, key=lambda d: d["deployment"])
 
 
 # `ca status` and `ca rotate` (cli.ca); `explain` and `status` (cli.explain),

@@ -26,7 +26,7 @@ def test_version_prints_version_and_the_checkouts_commit() -> None:
     assert info["name"] == "service-serving-signer"
     assert info["version"] == buildinfo.version()
     assert info["commit"] in (head, f"{head}-dirty")
-    text = CliRunner().invoke(main, ["version"]).stdout
+    text = CliRunner().invoke(main, ["version", "--client"]).stdout
     assert text == f"service-serving-signer {info['version']} (commit {info['commit']})\n"
 
 
