@@ -293,7 +293,7 @@ def test_helm_install_creates_the_objects(
     [
         ("managedCA.retireMargin=1m", "managedCA.retireMargin: must be at least 5m0s"),
         ("managedCA.propagationDelay=1m", "managedCA.propagationDelay: must be at least 6m30s"),
-        ("managedCA.lifetime=1y", "is not a duration"),
+        ("managedCA.lifetime=1y", "'1y' does not match pattern"),
         ("managedCA.lifetime=24h", "leaves 43200s after the rotation point"),
     ],
 )

@@ -36,7 +36,7 @@ FLAGS = {
 }
 LONG_DOMAIN = ".".join(["a" * 50] * 5) + ".io"  # 258 characters, labels of 50
 
-# (value path, value as --set-string takes it, or a number for --set; the other values set)
+# (value path, value as --set-string takes it, or a number for --set-json; the other values)
 CASES: list[tuple[str, Any, tuple[str, ...]]] = [
     ("signerName", "kubernetes.io/service-serving", ()),
     ("signerName", "example.com/serving", ()),
@@ -94,13 +94,17 @@ CASES: list[tuple[str, Any, tuple[str, ...]]] = [
 ]
 
 
-def render(*sets: str, strings: tuple[str, ...] = ()) -> tuple[list[str] | None, str]:
+def render(
+    *sets: str, strings: tuple[str, ...] = (), numbers: tuple[str, ...] = ()
+) -> tuple[list[str] | None, str]:
     """The signer container's args as the chart renders them, or None and helm's error."""
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
     for value in sets:
         args += ["--set", value]
     for value in strings:
         args += ["--set-string", value]
+    for value in numbers:  # --set reads 0.5 as a string; JSON keeps it a number
+        args += ["--set-json", value]
     result = helm(*args)
     if result.returncode != 0:
         return None, result.stderr
@@ -140,7 +144,7 @@ def test_the_chart_refuses_a_value_exactly_when_run_refuses_it(
     if isinstance(value, str):
         rendered, chart_error = render(*others, strings=(f"{path}={value}",))
     else:
-        rendered, chart_error = render(*others, f"{path}={value}")
+        rendered, chart_error = render(*others, numbers=(f"{path}={value}",))
     run_error = run_refuses(flags)
     if rendered is not None:
         assert f"{FLAGS[path]}={text}" in rendered or path == "managedCA.waitForInjector"
