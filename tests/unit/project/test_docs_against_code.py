@@ -135,6 +135,15 @@ def test_the_configuration_table_gives_each_run_flag_its_default() -> None:
     assert not wrong, f"docs/configuration.md's defaults differ from run's: {wrong}"
 
 
+def command_lines(text: str) -> Iterator[str]:
+    """The lines of the code blocks, and each inline code span as one line."""
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
+        yield from block.splitlines()
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for span in re.findall(r"`([^`]+)`", prose):
+        yield span.replace("\n", " ")
+
+
 def test_every_command_is_documented_and_every_documented_command_exists() -> None:
     text = docs_text()
     ours = [" ".join(path) for path in commands(cli)]
@@ -147,9 +156,12 @@ def test_every_command_is_documented_and_every_documented_command_exists() -> No
     groups = {" ".join(p) for p in commands(cli) if isinstance(command_of(p), click.Group)}
     every = set(cli.commands)  # the hidden ones too (`demo`)
     unknown = set()
-    # The program's name where a command line starts: a line, a `code span`, a `$ ` prompt.
-    invocation = r"(?:^[ \t]*|`|\$ |&& )service-serving-signer ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?"
-    for first, second in re.findall(invocation, text, re.M):
+    # The program's name where a command starts: a line of a code block, an inline code
+    # span, after `$ `, `&& `, `; `, `| ` or `(` (not `-n service-serving-signer …`).
+    invocation = re.compile(
+        r"(?:^\s*|\$ |&& |; |\| |\()service-serving-signer ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?"
+    )
+    for first, second in (m for line in command_lines(text) for m in invocation.findall(line)):
         if first not in every:
             unknown.add(first)
         elif first in groups and second and f"{first} {second}" not in ours:
