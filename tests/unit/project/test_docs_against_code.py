@@ -40,6 +40,8 @@ OTHER_PROGRAMS_FLAGS = {
     "--server-side", "--set", "--show-managed-fields", "--size", "--source",
     "--storage-driver", "--strict", "--timeout", "--tls-cert-file", "--tls-private-key-file",
     "--type", "--use-host-image-service", "--wait", "--workdir", "--workers",
+    "--dry-run", "--raw", "--replicas", "--n", "--versions", "--max-requests-inflight",
+    "--max-mutating-requests-inflight",
 }  # fmt: skip
 
 
