@@ -298,10 +298,15 @@ def code_annotations() -> set[str]:
         for path in sorted((ROOT / package).rglob("*.py")):
             source = path.read_text()
             found.update(re.findall(r"\"(service-serving-signer/[a-z][a-z0-9-]*)\"", source))
-            found.update(
-                "service-serving-signer/" + k
-                for k in re.findall(r"ANNOTATION_PREFIX\s*\+\s*\"([a-z][a-z0-9-]*)\"", source)
-            )
+            # KEY = PREFIX + "name", PREFIX being "service-serving-signer/" (here or imported
+            # as ANNOTATION_PREFIX).
+            names = {"ANNOTATION_PREFIX"}
+            names |= set(re.findall(r"\b(\w*PREFIX)\s*=\s*\"service-serving-signer/\"", source))
+            for name in names:
+                found.update(
+                    "service-serving-signer/" + k
+                    for k in re.findall(rf"\b{name}\s*\+\s*\"([a-z][a-z0-9-]*)\"", source)
+                )
     return found - NOT_ANNOTATIONS
 
 
