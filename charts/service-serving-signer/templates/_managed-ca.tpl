@@ -45,9 +45,6 @@ value and runs the binary's own validation on the same flags. */ -}}
 {{- if ne $m.waitForInjector "auto" }}
 - --managed-ca-wait-for-injector={{ $m.waitForInjector }}
 {{- end }}
-{{- with $m.injectorReport }}
-- --managed-ca-injector-report={{ . }}
-{{- end }}
 {{- end }}
 
 {{/* A duration as `run` takes it (Go's time.ParseDuration: 1h30m, 1.5h, 300ms, 0), in
