@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found, path_segment
+from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found
+from kube.leases import LeaseRef, leases_path
 from kube.times import micro_time, parse_time
 from kube.types import JSON
 
@@ -44,8 +45,7 @@ DEFAULT_DURATION = 40
 
 
 def lease_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/coordination.k8s.io/v1/namespaces/{path_segment(namespace)}/leases"
-    return f"{base}/{path_segment(name)}" if name else base
+    return LeaseRef(namespace, name).path if name else leases_path(namespace)
 
 
 class PresenceWriter:
