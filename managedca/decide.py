@@ -114,7 +114,7 @@ class State:
     # The roots retired lately (newest first, `RETIRED_KEPT`): a bundle still holding
     # one for a moment after its `Retire` is not a root to adopt back.
     retired: tuple[str, ...] = ()
-    # `ca rotate --skip-lagging-consumers`: the swap to this next CA (its fingerprint) no
+    # `ca skip-consumers`: the swap to this next CA (its fingerprint) no
     # longer waits for the injector's report; who asked, for the record.
     consumers_skipped_for: str | None = None
     consumers_skipped_by: str | None = None

@@ -319,9 +319,12 @@ def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:
         log.warning("the injector's convergence report is unreadable", extra={"err": str(err)})
         return InjectorView(live, frozenset())
     done = frozenset(fp for fp in report.observed if convergence.converged(report, fp))
+    # Only what holds the swap: a tenant's (namespaced) blocked object is excused, and a
+    # wait must not blame it.
     lagging = tuple(
         f"{kind} {lag.name}" + (f" (blocked: {lag.reason})" if lag.reason is not None else "")
         for kind, lag in report.lagging()
+        if lag.reason is None or "/" not in lag.name
     )
     if not report.complete:
         lagging = ("(the injector has not synced every object since it started leading)",)

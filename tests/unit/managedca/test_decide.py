@@ -502,7 +502,7 @@ def test_the_decision_ca_status_reads_names_revoked_roots_and_a_pending_request(
 
 def test_an_admin_may_skip_the_consumers_of_this_rotation_only() -> None:
     """The audited escape (docs/managed-ca.md): an admin-owned consumer that will never
-    take the new CA (`ca rotate --skip-lagging-consumers`, recorded with who asked): the
+    take the new CA (`ca skip-consumers`, recorded with who asked): the
     swap to *this* next CA stops waiting for the injector; every other gate stays, and a
     later rotation waits again. Never a default."""
     lagging = _with_injector(InjectorView(True, frozenset({"aa"})))

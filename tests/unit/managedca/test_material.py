@@ -257,3 +257,40 @@ def test_the_injectors_shipped_report_lease_never_written_is_not_a_report() -> N
     }
     view = injector_view(lease, Liveness(lambda: 0.0))
     assert not view.reported and view.converged == frozenset()
+
+
+def test_the_wait_names_the_consumers_that_hold_it_not_the_excused_tenant_ones() -> None:
+    """A tenant's ConfigMap whose write is refused is blocked and excused (it does not
+    hold the swap): the wait must not blame it. A blocked webhook configuration holds the
+    swap and is named, with the API's reason."""
+    from trust.convergence import (
+        REPORT_ANNOTATION,
+        AnchorCounts,
+        ConvergenceReport,
+        KindCounts,
+        Lagging,
+        encode,
+    )
+
+    report = ConvergenceReport(
+        complete=True,
+        anchors={B_FP: AnchorCounts(selecting=2, holding=0, blocked=1)},
+        kinds={
+            "ConfigMap": KindCounts(
+                managed=1, blocked=1, lagging=(Lagging("tenant/ca", "admission denied"),)
+            ),
+            "ValidatingWebhookConfiguration": KindCounts(
+                managed=1, blocked=1, lagging=(Lagging("hooks", "frozen by a policy"),)
+            ),
+        },
+        observed=frozenset({B_FP}),
+    )
+    lease: dict[str, Any] = {
+        "metadata": {
+            "name": "service-serving-signer-injector-convergence",
+            "annotations": {REPORT_ANNOTATION: encode(report)},
+        },
+        "spec": {"holderIdentity": "inj", "renewTime": "2026-01-01T00:00:00.000000Z"},
+    }
+    view = injector_view(lease, Liveness(lambda: 0.0))
+    assert view.lagging == ("ValidatingWebhookConfiguration hooks (blocked: frozen by a policy)",)
