@@ -26,6 +26,7 @@ from tests.integration.manifests import (
     ensure_monitoring_crds,
     ensure_namespace,
 )
+from trust.convergence import REPORT_NAME
 
 pytestmark = pytest.mark.integration
 
@@ -188,7 +189,7 @@ def test_helm_template_with_a_managed_ca_equals_config_managed() -> None:
     assert_same_objects(rendered, kustomize(CONFIG / "managed"))
 
 
-REPORT = "service-serving-signer-injector-convergence"  # the contract's one name
+REPORT = REPORT_NAME  # the contract's one name
 
 
 def test_another_release_names_the_injectors_leases_it_runs_with_and_ships_them() -> None:

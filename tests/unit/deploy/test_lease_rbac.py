@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.unit.deploy.kustomize import CONFIG, find, render
+from trust.convergence import REPORT_NAME  # one name, whatever the injector's Lease
 
 NAMESPACE = "service-serving-signer"
 SIGNER_SA = "service-serving-signer"
@@ -89,11 +90,6 @@ def lease_name(deployment: dict[str, Any]) -> str:
         if a.startswith("--leader-elect-resource-name=")
     ]
     return name
-
-
-REPORT_NAME = "service-serving-signer-injector-convergence"
-"""The injector's convergence report Lease: one name, whatever its leader Lease is called
-(the contract's rule, trust/convergence.py)."""
 
 
 def service_accounts(objects: list[dict[str, Any]]) -> set[str]:
