@@ -1,0 +1,289 @@
+"""The managed CA's injector gate engages in every documented install, through the
+arguments each install ships: one process (`--controllers=*,injector` added to
+config/managed's signer, docs/inject.md), the injector apart (an overlay of
+config/default with the managed-ca and injector components), config/managed with the
+injector component, and Helm with the injector on under a release name other than the
+default. Each install is rendered (kustomize, `helm template`); its Deployments'
+container args run as processes (`run`, admin credentials) with the Leases it ships.
+
+Only what does not choose the report or the gate is changed from the shipped args: the
+bind addresses (loopback ports), the namespace the Pod would be told (POD_NAMESPACE →
+the test's namespace), a per-test signer name (no other test's bundles on the plane)
+and a short propagation delay (the gate under test is the injector's, not the kubelet
+refresh's).
+
+One opted-in ValidatingWebhookConfiguration is frozen by a ValidatingAdmissionPolicy
+refusing its UPDATEs: the swap is held, `ca status` naming that object; once the policy
+is gone and the owner has touched the object, the injector writes the next CA and the
+swap follows."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controlplane import ControlPlane
+from kube.client import ApiError, Client
+from managedca.material import DEFAULT_SECRET_NAME, fingerprint
+from tests.integration.injector_harness import VWC_PATH, delete_quietly, validating_webhook
+from tests.integration.managed_ca_harness import ca_cli, edit, phase
+from tests.integration.manager_process import SignerProcess, eventually
+from tests.integration.test_chart import CHART, CONFIG, docs, helm, kustomize
+
+pytestmark = pytest.mark.integration
+
+POLICY_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+BINDING_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+# The test's own flags replace these of the shipped args (see the module's docstring).
+REPLACED = (
+    "--metrics-bind-address",
+    "--health-probe-bind-address",
+    "--log-format",
+    "--signer-name",
+    "--managed-ca-propagation-delay",
+)
+
+Install = list[dict[str, Any]]
+
+
+def _overlay(tmp_path: Path, resources: list[str], components: list[str]) -> Path:
+    directory = tmp_path / "overlay"
+    directory.mkdir()
+    rel = os.path.relpath(CONFIG, directory)
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [f"{rel}/{r}" for r in resources],
+                "components": [f"{rel}/{c}" for c in components],
+            }
+        )
+    )
+    return directory
+
+
+def one_process(tmp_path: Path) -> Install:
+    """docs/inject.md: config/managed's signer with `--controllers=*,injector`."""
+    objects = kustomize(CONFIG / "managed")
+    [signer] = deployments(objects)
+    signer["spec"]["template"]["spec"]["containers"][0]["args"].append("--controllers=*,injector")
+    return objects
+
+
+def injector_apart(tmp_path: Path) -> Install:
+    """An overlay of config/default with the managed-ca and injector components."""
+    return kustomize(_overlay(tmp_path, ["default"], ["managed-ca", "injector"]))
+
+
+def managed_with_injector(tmp_path: Path) -> Install:
+    """config/managed with the injector component."""
+    return kustomize(_overlay(tmp_path, ["managed"], ["injector"]))
+
+
+def helm_other_release(tmp_path: Path) -> Install:
+    """`helm install sss … --set managedCA.enabled=true --set injector.enabled=true`."""
+    result = helm(
+        "template",
+        "sss",
+        str(CHART),
+        "--namespace",
+        "ops",
+        "--set",
+        "managedCA.enabled=true",
+        "--set",
+        "injector.enabled=true",
+    )
+    assert result.returncode == 0, result.stderr
+    return docs(result.stdout)
+
+
+TOPOLOGIES: dict[str, Callable[[Path], Install]] = {
+    "one-process": one_process,
+    "injector-apart": injector_apart,
+    "managed-with-injector": managed_with_injector,
+    "helm-other-release": helm_other_release,
+}
+
+
+def deployments(objects: Install) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == "Deployment"]
+
+
+def container_args(deployment: dict[str, Any]) -> list[str]:
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return list(container.get("args", []))
+
+
+def flag(args: list[str], name: str) -> str | None:
+    values = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
+    return values[-1] if values else None
+
+
+def shipped_leases(client: Client, objects: Install, namespace: str) -> None:
+    """The Leases the install ships (empty), in the test's namespace."""
+    for lease in [o for o in objects if o["kind"] == "Lease"]:
+        body = copy.deepcopy(lease)
+        body["metadata"] = {"name": lease["metadata"]["name"], "namespace": namespace}
+        client.create(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", body)
+
+
+def freeze(client: Client, hook: str) -> str:
+    """A ValidatingAdmissionPolicy (and its binding) refusing every UPDATE of `hook`."""
+    name = f"freeze-{hook}"
+    client.create(
+        POLICY_PATH,
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["admissionregistration.k8s.io"],
+                            "apiVersions": ["*"],
+                            "operations": ["UPDATE"],
+                            "resources": ["validatingwebhookconfigurations"],
+                            "resourceNames": [hook],
+                        }
+                    ]
+                },
+                "validations": [{"expression": "false", "message": f"{hook} is frozen"}],
+            },
+        },
+    )
+    client.create(
+        BINDING_PATH,
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        },
+    )
+    return name
+
+
+def thaw(client: Client, name: str) -> None:
+    delete_quietly(client, BINDING_PATH, name)
+    delete_quietly(client, POLICY_PATH, name)
+
+
+def frozen(client: Client, hook: str) -> bool:
+    """The policy refuses an UPDATE of `hook` now (a server-side dry run)."""
+    vwc = client.get(f"{VWC_PATH}/{hook}")
+    vwc["metadata"].setdefault("labels", {})["probe"] = uuid.uuid4().hex[:6]
+    try:
+        client.replace(f"{VWC_PATH}/{hook}", vwc, params={"dryRun": "All"})
+    except ApiError:
+        return True
+    return False
+
+
+def _touch(vwc: dict[str, Any]) -> None:
+    vwc["metadata"].setdefault("annotations", {})["example.com/thawed"] = "true"
+
+
+def held(client: Client, hook: str) -> set[str]:
+    ca_bundle = client.get(f"{VWC_PATH}/{hook}")["webhooks"][0]["clientConfig"].get("caBundle")
+    return set(fingerprint(base64.b64decode(ca_bundle))) if ca_bundle else set()
+
+
+@pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
+def test_a_frozen_injected_webhook_holds_the_swap_in_every_documented_install(
+    topology: str, control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
+) -> None:
+    objects = TOPOLOGIES[topology](tmp_path)
+    signer_name = f"t{uuid.uuid4().hex[:10]}.example.com/managed"
+    own = [
+        f"--leader-elect-resource-namespace={namespace}",  # what POD_NAMESPACE tells the Pod
+        f"--signer-name={signer_name}",
+        "--managed-ca-propagation-delay=2s",
+        "--managed-ca-allow-short-propagation-delay",
+    ]
+    shipped_leases(client, objects, namespace)
+    processes: list[SignerProcess] = []
+    lease = "service-serving-signer"
+    for deployment in deployments(objects):
+        args = [a for a in container_args(deployment) if a.split("=", 1)[0] not in REPLACED]
+        if flag(args, "--ca-mode") == "managed":
+            lease = flag(args, "--leader-elect-resource-name") or lease
+            extra = own
+        else:  # the injector's own Deployment: no signer flags
+            extra = own[:1]
+        processes.append(
+            SignerProcess(
+                control_plane.kubeconfig,
+                None,
+                tmp_path / f"{deployment['metadata']['name']}.log",
+                *args,
+                *extra,
+                signer_name=None,
+            )
+        )
+    assert any("injector" in " ".join(p.args) for p in processes), "an injector runs"
+    secret_path = f"/api/v1/namespaces/{namespace}/secrets/{DEFAULT_SECRET_NAME}"
+
+    def ca(*args: str) -> Any:
+        return ca_cli(
+            control_plane.kubeconfig,
+            *args,
+            f"--signer-namespace={namespace}",
+            f"--signer-name={signer_name}",
+        )
+
+    def status() -> dict[str, Any]:
+        out = ca("status", "-o", "json", f"--lease-name={lease}")
+        assert out.returncode == 0, out.stderr
+        return dict(json.loads(out.stdout))
+
+    hook = f"gate-{uuid.uuid4().hex[:8]}"
+    selector = json.dumps({"signerName": signer_name, "labelSelector": {}})
+    client.create(VWC_PATH, validating_webhook(hook, f"unused-{hook}", "svc", selector))
+    policy = ""
+    try:
+        assert eventually(lambda: phase(client, secret_path) == "Stable", 60)
+        assert eventually(lambda: len(held(client, hook)) == 1, 30), "the webhook is injected"
+        [old] = held(client, hook)
+        policy = freeze(client, hook)
+        assert eventually(lambda: frozen(client, hook), 30), "the policy is in force"
+        assert ca("rotate").returncode == 0
+        seen: list[dict[str, Any]] = []
+
+        def waits_naming_the_hook() -> bool:
+            seen.append(status())
+            return seen[-1].get("reason") == "injector-not-converged" and hook in str(
+                seen[-1].get("waitingFor")
+            )
+
+        assert eventually(waits_naming_the_hook, 60), seen[-2:]
+        assert phase(client, secret_path) == "Staged", "held"
+        assert held(client, hook) == {old}, "the frozen webhook kept only the old root"
+        text = ca("status", f"--lease-name={lease}")
+        assert "[injector-not-converged]" in text.stdout and hook in text.stdout, text.stdout
+
+        # Thawed: the policy goes and the owner touches the object. A write the API
+        # refused is not sent again until the object or the bundle changes
+        # (injector/decide.py plan), so the policy's removal alone does not re-drive it.
+        thaw(client, policy)
+        assert eventually(lambda: not frozen(client, hook), 30), "the policy is gone"
+        edit(client, f"{VWC_PATH}/{hook}", _touch)
+        assert eventually(lambda: phase(client, secret_path) == "Retiring", 90), status()
+        assert len(held(client, hook)) == 2, "the swap followed the webhook holding both roots"
+    finally:
+        if policy:
+            thaw(client, policy)
+        for proc in processes:
+            proc.stop()
+        delete_quietly(client, VWC_PATH, hook)
