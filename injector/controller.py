@@ -7,10 +7,12 @@ test-guarded JSON patch under its own field manager (`service-serving-signer-inj
 that owns only the caBundle leaves (`injector.targets`). It never forces: a field another
 server-side apply manager owns is left alone with a Warning Event naming that manager
 (`decide.Conflict`). A write the API refuses as invalid is the object owner's to fix: a
-Warning Event and the `refused` count, not a retry (one tenant's mistake must not fire
-the cluster-wide sync-error alert). A failed `test` guard means the object changed since
-the cache saw it: nothing to do, its watch event re-drives it. Releasing removes our
-managedFields entries only; the values stay.
+Warning Event and the `refused` count, not an error retry (one tenant's mistake must not
+fire the cluster-wide sync-error alert); the same write is sent again only after a back-off
+(`decide.REFUSAL_FIRST` doubling to `decide.REFUSAL_MAX`), since what refused it, an
+admission policy say, may be mended outside the object. A failed `test` guard means the
+object changed since the cache saw it: nothing to do, its watch event re-drives it.
+Releasing removes our managedFields entries only; the values stay.
 
 Wiring, in kube-controller-manager's shape:
 
@@ -416,7 +418,12 @@ class InjectorController:
         if outcome.startswith("refused"):
             value = value_digest(write.value)
             reason = outcome.partition(":")[2].strip()
-            self._refusals[planned.key] = decisions.Refusal(target.resource_version, value, reason)
+            rv, now, last = target.resource_version, self.clock(), self._refusals.get(planned.key)
+            self._refusals[planned.key] = (
+                last.again(rv, value, reason, now)
+                if last is not None
+                else decisions.refused(rv, value, reason, now)
+            )
         return outcome.partition(":")[0]
 
     def _record(self, planned: decisions.Plan, outcome: str, started: int) -> None:
@@ -470,7 +477,8 @@ class InjectorController:
         (404, or 409: deleted and re-created), `guard` (a `test` failed, 422 without
         causes: it changed since the cache saw it, and its watch event re-drives it), or
         `refused: <why>` (the API refused the result, 422 with causes: a Warning Event,
-        and not sent again until the object or the bundle changes)."""
+        then held by `decide.Refusal` until the object or the bundle changes, or its
+        back-off ends)."""
         try:
             self.client.patch(
                 target.path,
@@ -488,7 +496,8 @@ class InjectorController:
                     self.recorder.warning(
                         _ref(target),
                         decisions.REASON_REFUSED,
-                        f"{refusal}; nothing injected until the object or the bundle changes",
+                        f"{refusal}; tried again when the object or the bundle changes, or after "
+                        "a back-off (1 min, doubling to 15 min)",
                         "InjectCABundle",
                     )
                     self.metrics.observe(kind.kind, "refused")

@@ -68,6 +68,10 @@ REASON_CONFLICT = "CABundleOwnedByAnotherManager"
 REASON_REFUSED = "CABundleWriteRefused"
 REASON_CONTESTED = "CABundleContested"
 
+REFUSAL_FIRST = 60.0
+"""Seconds a refused write waits before it is sent again unchanged (then doubling)."""
+REFUSAL_MAX = 900.0
+"""The longest wait between two sends of a write refused in a row."""
 CONTEST_FIRST = 5.0
 """Seconds the injector waits after the first retake of a field it wrote; each further
 retake doubles it, up to `CONTEST_MAX`."""
@@ -235,11 +239,27 @@ def _parse(target: Target) -> ClusterTrustBundleSelector | Invalid | None:
 @dataclass(frozen=True)
 class Refusal:
     """A write the API refused (422 with causes): of `value` (its digest) to the object
-    at `resource_version`, and why. Not sent again until either changes."""
+    at `resource_version`, and why. Not sent again until either changes or `until` (the
+    controller's clock) passes: what refused it may be mended outside the object (an
+    admission policy removed), so it is tried again after REFUSAL_FIRST, doubling with
+    each refusal in a row (`times`) to at most REFUSAL_MAX."""
 
     resource_version: str
     value: str
     reason: str
+    until: float = float("inf")
+    times: int = 1
+
+    def again(self, resource_version: str, value: str, reason: str, now: float) -> Refusal:
+        """The refusal of the next write: one more in a row when it is the same write."""
+        same = (resource_version, value) == (self.resource_version, self.value)
+        return refused(resource_version, value, reason, now, self.times + 1 if same else 1)
+
+
+def refused(resource_version: str, value: str, reason: str, now: float, times: int = 1) -> Refusal:
+    """A refusal held until its back-off (REFUSAL_FIRST doubling, at most REFUSAL_MAX) ends."""
+    delay = min(REFUSAL_FIRST * 2 ** (times - 1), REFUSAL_MAX)
+    return Refusal(resource_version, value, reason, now + delay, times)
 
 
 @dataclass(frozen=True)
@@ -349,9 +369,15 @@ def plan(
         case Inject(bundle=bundle, ca_bundle=value, sources=sources, hashed=hashed):
             fps = fingerprints(bundle)
             written = (target.resource_version, value_digest(value))
-            if refusal is not None and (refusal.resource_version, refusal.value) == written:
+            if (
+                refusal is not None
+                and (refusal.resource_version, refusal.value) == written
+                and now < refusal.until
+            ):
                 status = ObjectConvergence(kind, name, "stale", fps, held, blocked=refusal.reason)
-                return dataclasses.replace(base, status=status, expiry=held_until)
+                return dataclasses.replace(
+                    base, status=status, expiry=held_until, requeue_after=refusal.until - now
+                )
             # A retake: another manager's Update owns the field since our last write
             # landed. The back-off doubles from CONTEST_FIRST, at most CONTEST_MAX.
             fight = contest

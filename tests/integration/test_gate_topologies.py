@@ -274,8 +274,8 @@ def test_a_frozen_injected_webhook_holds_the_swap_in_every_documented_install(
         assert "[injector-not-converged]" in text.stdout and hook in text.stdout, text.stdout
 
         # Thawed: the policy goes and the owner touches the object. A write the API
-        # refused is not sent again until the object or the bundle changes
-        # (injector/decide.py plan), so the policy's removal alone does not re-drive it.
+        # refused is sent again at once when the object or the bundle changes, else only
+        # after its back-off (decide.REFUSAL_FIRST, a minute): the touch keeps this short.
         thaw(client, policy)
         assert eventually(lambda: not frozen(client, hook), 30), "the policy is gone"
         edit(client, f"{VWC_PATH}/{hook}", _touch)

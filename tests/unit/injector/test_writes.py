@@ -216,6 +216,33 @@ def test_a_refused_write_is_not_sent_again_until_the_object_or_the_bundle_change
     assert len(client.patches) == 3
 
 
+def test_a_refused_write_is_tried_again_after_its_back_off_when_nothing_changed() -> None:
+    """What refused it may be fixed outside the object (an admission policy removed, a
+    webhook mended): the refusal holds the write for REFUSAL_FIRST, doubling to
+    REFUSAL_MAX, and the sync asks to be woken then — never a write per resync."""
+    raw = webhook_config()
+    raw["metadata"]["resourceVersion"] = "7"
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    now = [1000.0]
+    ctrl, client, _, _ = controller(
+        [target], [ctb("b1", ["a"])], FakeClient(REFUSED), clock=lambda: now[0]
+    )
+    ctrl.sync(target.key)
+    assert len(client.patches) == 1
+    wake = ctrl.sync(target.key)  # still held: woken when the back-off ends
+    assert len(client.patches) == 1
+    assert wake is not None and wake.after == decisions.REFUSAL_FIRST
+    now[0] += decisions.REFUSAL_FIRST
+    ctrl.sync(target.key)  # the same object, the same value: tried again
+    assert len(client.patches) == 2
+    now[0] += decisions.REFUSAL_FIRST  # refused again: the back-off doubled
+    ctrl.sync(target.key)
+    assert len(client.patches) == 2
+    now[0] += decisions.REFUSAL_FIRST
+    ctrl.sync(target.key)
+    assert len(client.patches) == 3
+
+
 def retaken(theirs: str, rv: int, manager: str = "cainjector") -> Any:
     """The webhook configuration after another controller's Update wrote its caBundle."""
     raw = webhook_config(ca_bundles=(theirs,))
