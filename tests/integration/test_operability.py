@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -21,6 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 
 from controlplane import ControlPlane
 from kube.client import Client
+from kube.times import read_time
 from kube.types import JSON
 from tests.integration.manager_process import SignerProcess, eventually
 from trust.bundle import (
@@ -311,6 +313,12 @@ def test_the_compromised_key_procedure_leaves_only_the_new_root_published(
         ), before.log_path.read_text()[-2000:]
     finally:
         assert before.stop() == 0  # scaled to 0: nothing signs; the old root stays published
+    # The files are replaced after the old root's bundle was published, as in the
+    # procedure. creationTimestamp has whole seconds, so a file written within the second
+    # the bundle was created cannot be told from an older file and the publisher keeps
+    # that bundle (its point 4): write them once that second has passed.
+    created = max(read_time(b["metadata"]["creationTimestamp"]) for b in bundles_of(client, signer))
+    assert eventually(lambda: time.time() >= created.timestamp() + 1, 5)
     put(files.key, key_pem(new.key))
     put(files.cert, cert_pem(new.cert))
     put(files.trust_bundle, cert_pem(new.cert))
