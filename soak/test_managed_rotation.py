@@ -105,8 +105,9 @@ def test_a_real_time_managed_rotation_fails_no_handshake(
             rotated = ca_cli(
                 cluster.plane.kubeconfig,
                 "rotate",
-                "--namespace=kube-system",
+                "--signer-namespace=kube-system",
                 f"--secret-name={SECRET}",
+                f"--signer-name={SIGNER}",
             )
             assert rotated.returncode == 0, rotated.stderr
             assert eventually(lambda: phase(client, SECRET_PATH) == "Retiring", 120)
