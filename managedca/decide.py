@@ -165,6 +165,8 @@ class InjectorView:
     # The first objects holding the gate, e.g. "ValidatingWebhookConfiguration hooks
     # (blocked: <the API's refusal>)", named in the wait's `why`.
     lagging: tuple[str, ...] = ()
+    # The same objects as (kind, name), for `managed_ca_waiting_object`.
+    holding: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -307,12 +309,16 @@ gates a rotation under way is held at."""
 @dataclass(frozen=True)
 class Wait:
     """Nothing to do before `until` (None: until something changes). `reason` is one of
-    `WAIT_REASONS`; `why` says it in words, naming replicas, for `ca status`, logs and
-    Events (not part of equality: tables compare the reason)."""
+    `WAIT_REASONS`; `why` says it in words, naming replicas or objects, for `ca status`,
+    logs and Events; `objects` names the objects as (kind, name) for the metric (neither
+    is part of equality: tables compare the reason)."""
 
     until: datetime | None
     reason: str
     why: str = field(default="", compare=False)
+    # (kind, name) of each object named as holding it (at most the injector report's
+    # first lagging names: `managed_ca_waiting_object`'s series are bounded by them).
+    objects: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
 
 Action = (
@@ -512,6 +518,7 @@ def _injector_gate(new: CaInfo, obs: Observations, config: Config) -> Wait | Non
             None,
             "injector-not-converged",
             f"objects the injector manages do not hold the new CA yet{named}",
+            view.holding,
         )
     return None
 

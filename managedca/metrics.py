@@ -1,7 +1,8 @@
-"""The managed CA's metrics (docs/managed-ca.md "When an alert fires"): what it waits for
-and since when, its phase and since when, the CAs' expiry, when the rotation is due, and
-how long rotation steps took. Exported by the leader; kept through failed steps (the last
-state read), with `waiting{reason="sync-failing"}` while its steps fail."""
+"""The managed CA's metrics (docs/managed-ca.md "When an alert fires"): what it waits for,
+the objects named as holding that wait, and since when, its phase and since when, the CAs'
+expiry, when the rotation is due, and how long rotation steps took. Exported by the leader;
+kept through failed steps (the last state read), with `waiting{reason="sync-failing"}`
+while its steps fail."""
 
 from __future__ import annotations
 
@@ -31,6 +32,15 @@ class ManagedCAMetrics:
         )
         for reason in (*d.WAIT_REASONS, SYNC_FAILING):
             self.waiting.labels(reason)
+        self.waiting_object = Gauge(
+            f"{prefix}_waiting_object",
+            "1 for each object named as holding the current wait (injector-not-converged: "
+            "the consumers that do not hold the new CA, at most the convergence report's "
+            "first 10 names); no series while nothing is named.",
+            ["reason", "kind", "name"],
+            registry=registry,
+        )
+        self._named: frozenset[tuple[str, str, str]] = frozenset()
         self.waiting_since = Gauge(
             f"{prefix}_waiting_since_timestamp_seconds",
             "Since when the managed CA waits for its current reason (0: not waiting).",
@@ -68,10 +78,25 @@ class ManagedCAMetrics:
             registry=registry,
         )
 
-    def wait(self, reason: str | None, since: datetime | None) -> None:
+    def wait(
+        self,
+        reason: str | None,
+        since: datetime | None,
+        objects: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """Waiting for `reason` (None: not waiting) since `since`, held by `objects`
+        ((kind, name), bounded by the caller): each a `waiting_object` series, and the
+        series of objects no longer named are removed."""
         for known in (*d.WAIT_REASONS, SYNC_FAILING):
             self.waiting.labels(known).set(1 if known == reason else 0)
         self.waiting_since.set(since.timestamp() if reason and since else 0)
+        named = frozenset((reason, kind, name) for kind, name in objects) if reason else frozenset()
+        for gone in self._named - named:
+            with contextlib.suppress(KeyError):
+                self.waiting_object.remove(*gone)
+        for labels in named:
+            self.waiting_object.labels(*labels).set(1)
+        self._named = named
 
     def show(self, state: d.State | None, config: d.Config) -> None:
         for phase in d.PHASES:

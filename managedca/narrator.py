@@ -55,6 +55,7 @@ class Narrator:
         self.decision: Decision | None = None  # what `ca status` reads
         self.last_action: d.Action | None = None
         self._waiting: tuple[str, datetime] | None = None  # (reason, since)
+        self._named: frozenset[tuple[str, str]] = frozenset()  # named in this wait
 
     def record(
         self,
@@ -91,17 +92,25 @@ class Narrator:
         self, state: d.State | None, obs: d.Observations, action: d.Action, now: datetime
     ) -> None:
         """The waiting reason and since when, a Warning for a gate that holds, the Decision."""
-        reason = action.reason if isinstance(action, d.Wait) else None
+        wait = action if isinstance(action, d.Wait) else None
+        reason = wait.reason if wait is not None else None
+        objects = wait.objects if wait is not None else ()
+        started = reason is not None and (self._waiting is None or self._waiting[0] != reason)
         if reason is None:
             self._waiting = None
-        elif self._waiting is None or self._waiting[0] != reason:
+        elif started:
             self._waiting = (reason, now)
-            if reason in HELD and self.recorder is not None and isinstance(action, d.Wait):
-                # A gate that holds a rotation until something is mended: said once.
-                note = f"[{reason}] {action.why}"
+            self._named = frozenset()
+        if wait is not None and wait.reason in HELD and self.recorder is not None:
+            # A gate that holds a rotation until something is mended: said once, and
+            # again only when it names an object it had not named yet in this wait.
+            new = frozenset(objects) - self._named
+            if started or new:
+                note = f"[{wait.reason}] {wait.why}"
                 self.recorder.warning(self.secret, "ManagedCAWaiting", note, "Rotate")
+            self._named |= new
         since = self._waiting[1] if self._waiting else None
-        self.metrics.wait(reason, since)
+        self.metrics.wait(reason, since, objects)
         self._publish(Decision.of(state, obs, action, now, since, self.config))
 
     def failed(

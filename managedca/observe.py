@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,6 +42,7 @@ from managedca.report import (
     list_reports,
     read_report,
 )
+from trust import convergence
 from trust.bundle import stable_bundle_name
 from trust.clustertrustbundles import bundles_path, pem_of, signer_bundles
 from trust.convergence import report_lease
@@ -212,7 +213,8 @@ class Observer:
             if is_not_found(err):
                 return None
             raise
-        return injector_view(lease, self.liveness)
+        view = injector_view(lease, self.liveness)
+        return replace(view, holding=_holding(lease)) if view.lagging else view
 
     @staticmethod
     def _published_roots(pems: tuple[str, ...]) -> dict[str, bytes]:
@@ -267,3 +269,17 @@ class Observer:
                     "managed CA: could not delete a stale report",
                     extra={"lease": name, "err": str(err)},
                 )
+
+
+def _holding(lease: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(kind, name) of the objects the convergence report names as holding the swap —
+    those its wait names (`report.injector_view`), for `managed_ca_waiting_object`: none
+    from an incomplete or unreadable report, at most `MAX_LAGGING`."""
+    annotations = (lease.get("metadata") or {}).get("annotations") or {}
+    try:
+        report = convergence.parse(annotations.get(convergence.REPORT_ANNOTATION))
+    except convergence.ReportError:
+        return ()
+    if not report.complete:
+        return ()
+    return tuple((kind, lag.name) for kind, lag in report.holding())[: convergence.MAX_LAGGING]

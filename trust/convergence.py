@@ -130,6 +130,12 @@ class Lagging:
     def state(self) -> str:
         return "stale" if self.reason is None else "blocked"
 
+    @property
+    def excused(self) -> bool:
+        """A tenant's object (namespaced) blocked by its owner: it never holds the swap,
+        and a wait must not blame it (the same rule as `summarise`'s anchor counts)."""
+        return self.reason is not None and "/" in self.name
+
 
 @dataclass(frozen=True)
 class KindCounts:
@@ -150,6 +156,11 @@ class ConvergenceReport:
     def lagging(self) -> list[tuple[str, Lagging]]:
         """(kind, object) of every named lagging object, kinds in name order."""
         return [(kind, lag) for kind in sorted(self.kinds) for lag in self.kinds[kind].lagging]
+
+    def holding(self) -> list[tuple[str, Lagging]]:
+        """(kind, object) of every named lagging object that holds the swap (not
+        `excused`), kinds in name order."""
+        return [(kind, lag) for kind, lag in self.lagging() if not lag.excused]
 
 
 def converged(report: ConvergenceReport, fingerprint: str) -> bool:

@@ -13,9 +13,9 @@ and a short propagation delay (the gate under test is the injector's, not the ku
 refresh's).
 
 One opted-in ValidatingWebhookConfiguration is frozen by a ValidatingAdmissionPolicy
-refusing its UPDATEs: the swap is held, `ca status` naming that object; once the policy
-is gone and the owner has touched the object, the injector writes the next CA and the
-swap follows."""
+refusing its UPDATEs: the swap is held, `ca status` and the leader's
+`managed_ca_waiting_object` naming that object; once the policy is gone and the owner has
+touched the object, the injector writes the next CA and the swap follows."""
 
 from __future__ import annotations
 
@@ -51,6 +51,8 @@ REPLACED = (
     "--signer-name",
     "--managed-ca-propagation-delay",
 )
+
+WAITING_OBJECT = "service_serving_ca_controller_managed_ca_waiting_object"
 
 Install = list[dict[str, Any]]
 
@@ -272,6 +274,10 @@ def test_a_frozen_injected_webhook_holds_the_swap_in_every_documented_install(
         assert held(client, hook) == {old}, "the frozen webhook kept only the old root"
         text = ca("status", f"--lease-name={lease}")
         assert "[injector-not-converged]" in text.stdout and hook in text.stdout, text.stdout
+        named = (
+            f'kind="ValidatingWebhookConfiguration",name="{hook}",reason="injector-not-converged"'
+        )
+        assert eventually(lambda: any(p.metric(WAITING_OBJECT, named) == 1 for p in processes), 30)
 
         # Thawed: the policy goes and the owner touches the object. A write the API
         # refused is sent again at once when the object or the bundle changes, else only
@@ -281,6 +287,7 @@ def test_a_frozen_injected_webhook_holds_the_swap_in_every_documented_install(
         edit(client, f"{VWC_PATH}/{hook}", _touch)
         assert eventually(lambda: phase(client, secret_path) == "Retiring", 90), status()
         assert len(held(client, hook)) == 2, "the swap followed the webhook holding both roots"
+        assert not any(p.metric(WAITING_OBJECT, named) for p in processes), "no longer held"
     finally:
         if policy:
             thaw(client, policy)
