@@ -60,6 +60,7 @@ from injector.targets import (
     split_key,
     target_key,
     to_target,
+    unowned_note,
     value_digest,
 )
 from kube.client import ApiError, Client, is_conflict, is_not_found
@@ -455,6 +456,8 @@ class InjectorController:
                 self.recorder.warning(ref, reason, note, "InjectCABundle")
         if outcome == "applied":
             log.info(f"{planned.result} caBundle", extra={"object": planned.key})
+        if outcome == "applied" and planned.release is not None and target and target.unowned:
+            log.info(unowned_note(target), extra={"object": planned.key})
 
     def _password(self, target: Target) -> str | None:
         """A truststore's password, read from the object (the record keeps its digest):

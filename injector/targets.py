@@ -21,10 +21,14 @@ What it decides (pure; no client):
   while the annotation is on (server-side apply's list keys, owned by an apply of ours,
   made that a 422). No `force`: a patch takes nothing another manager applies, because
   the decision does not write when one does (`others`).
-* **The release** (`release_ops`): remove our own managedFields entries, guarded by a
-  `test` of each, and nothing else. The values stay (an admission webhook with
-  `failurePolicy: Fail`, an APIService or a Gateway's ConfigMap keeps working); the owner
-  is then free to change or drop them.
+* **The release** (`release_ops`): the values stay (an admission webhook with
+  `failurePolicy: Fail`, an APIService or a Gateway's ConfigMap keeps working) and each
+  caBundle leaf our entry owns is handed to the object's owner (`handover_of`): added to
+  the fieldsV1 of the owner's existing managedFields entry, in the same patch that removes
+  ours, so the owner's next server-side apply keeps the value if its configuration sets
+  one and removes it if not, like any field it applies. A leaf nobody else can take stays
+  unowned, as before (logged). A ConfigMap's `ca.crt` and truststore are released
+  unowned (the departed record keeps no managedFields).
 * **Who else applies our leaves** (`others`): the names of other `Apply` managers whose
   managedFields own a caBundle (or `ca.crt`, or the truststore key) we would write. Such
   an object is never written: its owner's configuration and ours would fight for ever.
@@ -146,6 +150,18 @@ class Slot:
 
 
 @dataclass(frozen=True, slots=True)
+class Handover:
+    """One caBundle leaf our managedFields entry owns, and the entry that takes it at the
+    release: the owner's entry at `index` (its `manager` and `operation` are tested
+    before the write) gets `f:caBundle` in the map at the fieldsV1 path `into`."""
+
+    index: int
+    manager: str
+    operation: str
+    into: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Truststore:
     """A ConfigMap's PKCS#12 truststore key: where, with which password (its digest), and
     what it was made from, as far as is known."""
@@ -192,6 +208,12 @@ class Target:
     """The earliest notAfter that note records (None: nothing known)."""
     marked: bool = False
     """A ConfigMap bearing `injector.configmaps.MARK_LABEL` (released with it)."""
+    handover: tuple[Handover, ...] = ()
+    """Where each caBundle leaf we own goes at the release (kept only while the
+    annotation is gone and we still own fields: `handover_of`)."""
+    unowned: tuple[str, ...] = ()
+    """The caBundle leaves we own that nobody else can take at the release (their
+    value stays, owned by no one; what the release's log line names)."""
 
     def with_holding(self, meta: Mapping[str, Any]) -> Target:
         """This record with what `meta`'s `INJECTED_ANNOTATION` says it holds."""
@@ -289,6 +311,79 @@ def _owns(fields: Mapping[str, Any], path: tuple[str, ...]) -> bool:
 WEBHOOK_LEAF = ("f:webhooks", "k:*", "f:clientConfig", "f:caBundle")
 API_SERVICE_LEAF = ("f:spec", "f:caBundle")
 CRD_LEAF = ("f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle")
+
+
+def handover_of(
+    kind: Kind, meta: Mapping[str, Any]
+) -> tuple[tuple[Handover, ...], tuple[str, ...]]:
+    """Who takes each caBundle leaf our entries own at the release, and the leaves nobody
+    takes (`Target.handover`, `Target.unowned`).
+
+    The owner of a leaf is the manager that owns where the server it verifies is named:
+    the webhook's `clientConfig` (its `url` or `service`), an APIService's `spec.service`,
+    a CRD's `spec.conversion.webhook.clientConfig`. Among the entries that own it (never
+    ours, never a subresource's): an `Apply` entry before an `Update` entry, then the
+    first manager name in byte order, then the first in managedFields. A leaf another
+    manager owns already is left to it (nothing to hand); a leaf nobody's entry can take
+    stays unowned."""
+    entries = [
+        (i, e)
+        for i, e in enumerate(meta.get("managedFields") or ())
+        if isinstance(e, Mapping) and isinstance(e.get("fieldsV1"), Mapping)
+    ]
+    ours = [e["fieldsV1"] for _, e in entries if e.get("manager") == FIELD_MANAGER]
+    others = [
+        (i, e) for i, e in entries if e.get("manager") != FIELD_MANAGER and not e.get("subresource")
+    ]
+    handed: list[Handover] = []
+    unowned: list[str] = []
+    for leaf, where, name in _our_leaves(kind, ours):
+        if any(_owns(e["fieldsV1"], leaf) for _, e in others):
+            continue
+        owners = sorted(
+            ((i, e) for i, e in others if _owns(e["fieldsV1"], where)),
+            key=lambda owner: (
+                owner[1].get("operation") != "Apply",
+                str(owner[1].get("manager", "")).encode(),
+                owner[0],
+            ),
+        )
+        if not owners:
+            unowned.append(name)
+            continue
+        index, entry = owners[0]
+        manager, operation = str(entry.get("manager", "")), str(entry.get("operation", ""))
+        handed.append(Handover(index, manager, operation, leaf[:-1]))
+    return tuple(handed), tuple(unowned)
+
+
+def _our_leaves(
+    kind: Kind, ours: list[Mapping[str, Any]]
+) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
+    """(leaf, what its owner owns, the leaf's name for a log line) of each caBundle leaf
+    one of `ours` (our entries' fieldsV1) owns, in a stable order."""
+    if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):
+        keys = sorted(
+            {
+                key
+                for fields in ours
+                for key, item in (fields.get("f:webhooks") or {}).items()
+                if isinstance(item, Mapping) and _owns(item, WEBHOOK_LEAF[2:])
+            }
+        )
+        hooks = [(WEBHOOK_LEAF[0], key, *WEBHOOK_LEAF[2:]) for key in keys]
+        return [
+            (hook, hook[:-1], f"webhooks[{_element_name(hook[1])}].clientConfig.caBundle")
+            for hook in hooks
+        ]
+    leaf: tuple[str, ...]
+    where: tuple[str, ...]
+    leaf, where = {
+        API_SERVICE: (API_SERVICE_LEAF, ("f:spec", "f:service")),
+        CRD: (CRD_LEAF, CRD_LEAF[:-1]),
+    }[kind]
+    name = ".".join(p[2:] for p in leaf)
+    return [(leaf, where, name)] if any(_owns(fields, leaf) for fields in ours) else []
 
 
 def injected_note(value: str, anchors: frozenset[str], not_after: float) -> str:
@@ -397,7 +492,36 @@ def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
         owned=owned_by_us(meta),
         **writers(meta, (leaf or (API_SERVICE_LEAF if kind == API_SERVICE else CRD_LEAF),)),
         resource_version=str(meta.get("resourceVersion", "")),
+        **releasing(kind, meta),
     ).with_holding(meta)
+
+
+def unowned_note(target: Target) -> str:
+    """The release's log line for the leaves nobody took (`Target.unowned`)."""
+    return (
+        f"released caBundle: no other managedFields entry owns where "
+        f"{', '.join(target.unowned)} point; the value stays, owned by no field manager "
+        "(a server-side-apply owner does not remove it by omitting it: set it in its "
+        "configuration, then omit it, or remove it with a patch)"
+    )
+
+
+def _element_name(key: str) -> str:
+    """The webhook name of a fieldsV1 list key `k:{"name":"..."}` (else the key)."""
+    try:
+        element = json.loads(key[2:])
+    except ValueError:
+        return key
+    return str(element.get("name", key)) if isinstance(element, dict) else key
+
+
+def releasing(kind: Kind, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """`Target` fields `handover` and `unowned`: only for an object the release is for
+    (no annotation, an entry of ours); none otherwise, the usual case."""
+    if annotation_of(meta) is not None or not owned_by_us(meta):
+        return {}
+    handover, unowned = handover_of(kind, meta)
+    return {"handover": handover, "unowned": unowned}
 
 
 def writers(meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
@@ -420,10 +544,19 @@ def is_current(target: Target, ca_bundle: str) -> bool:
 
 def release_ops(target: Target, operation: str | None = None) -> list[dict[str, Any]]:
     """The JSON patch that releases every field we own (or only our entries of
-    `operation`): remove each managedFields entry of ours (highest index first, each
-    guarded by a `test` of its manager), and nothing else, guarded by the uid (an object
-    deleted meanwhile is not re-created)."""
+    `operation`, handing nothing over): add each caBundle leaf of `target.handover` to its
+    owner's entry (guarded by a `test` of that entry's manager and operation; the map it
+    is added to exists, or the patch fails and the object's next event re-plans it), then
+    remove each managedFields entry of ours (highest index first, each guarded by a
+    `test` of its manager), and no value, guarded by the uid (an object deleted meanwhile
+    is not re-created)."""
     ops: list[dict[str, Any]] = [_test("/metadata/uid", target.uid)]
+    for hand in target.handover if operation is None else ():
+        entry = f"/metadata/managedFields/{hand.index}"
+        into = "/".join(pointer(key) for key in hand.into)
+        ops.append(_test(f"{entry}/manager", hand.manager))
+        ops.append(_test(f"{entry}/operation", hand.operation))
+        ops.append(_add(f"{entry}/fieldsV1/{into}/f:caBundle", {}))
     for index, op in sorted(target.owned, reverse=True):
         if operation is not None and op != operation:
             continue

@@ -2,13 +2,18 @@
 kube-apiserver with a real server-side-apply field manager `gitops` (what `kubectl apply
 --server-side --field-manager=gitops` sends): the injector's test-guarded JSON patches own
 only caBundle leaves, so the owner renames and removes webhooks while the annotation is
-on, and removes the annotation and a webhook in one apply; the release drops only the
-injector's managedFields entry, so every caBundle stays; and an owner whose own
-configuration sets caBundle is not forced over (Event naming it)."""
+on, and removes the annotation and a webhook in one apply; an owner whose own
+configuration sets caBundle is not forced over (Event naming it). The release keeps every
+caBundle and hands each to the object's owner: a server-side-apply owner's next apply
+keeps the value if its configuration sets one (no conflict) and removes it if not (an
+APIService made local, a webhook's caBundle dropped); a client-side owner (`kubectl
+apply`) keeps it, since kubectl removes only what its last-applied-configuration lists,
+until it moves to server-side apply, which then removes it when omitted."""
 
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +22,7 @@ import pytest
 
 from injector.decide import REASON_CONFLICT
 from injector.targets import FIELD_MANAGER
-from kube.client import Client
+from kube.client import ApiError, Client, is_not_found
 from tests.integration.injector_harness import (
     APISERVICE_PATH,
     CRD_PATH,
@@ -64,7 +69,9 @@ def managers(obj: dict[str, Any]) -> list[str]:
 
 
 def without_annotation(body: dict[str, Any]) -> dict[str, Any]:
-    stripped = copy.deepcopy(body)
+    """`body` without the opt-in annotation (a copy sharing nothing with it: the
+    harness's webhooks share one clientConfig)."""
+    stripped: dict[str, Any] = json.loads(json.dumps(body))
     stripped["metadata"].pop("annotations", None)
     return stripped
 
@@ -193,15 +200,162 @@ def test_owner_makes_an_apiservice_local_after_the_release(
     body = api_service(group, namespace, issuer.selector())
     with RunningInjector(client):
         released = inject_then_release(client, APISERVICE_PATH, body, [b64(issuer.bundle())])
-        # The caBundle stayed, owned by no one; a local APIService may not have one, so
-        # the owner takes it (same value: no conflict) and then applies it away.
+        # The caBundle stays through the release (the APIService keeps being verified) ...
         assert ca_bundles(released) == [b64(issuer.bundle())]
-        owned = without_annotation(body)
-        owned["spec"]["caBundle"] = b64(issuer.bundle())
-        apply(client, APISERVICE_PATH, name, owned)
+        # ... and is the owner's: its next apply, local and without one, removes it (a
+        # local APIService may not have a caBundle: kept, it would be a 422).
         local = without_annotation(body)
         del local["spec"]["service"]
         stored = apply(client, APISERVICE_PATH, name, local)
+        assert "service" not in stored["spec"] and "caBundle" not in stored["spec"]
+
+
+def test_owner_gives_a_webhook_its_own_ca_bundle_after_the_release(
+    client: Client, namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
+) -> None:
+    """Two webhooks: after the release the owner's next apply gives the first its own
+    caBundle and sets none on the second. No conflict (the field is the owner's own);
+    the first keeps the owner's value, the second's is gone, and the injector, no
+    longer asked, writes neither again."""
+    name = f"gitops-{uuid.uuid4().hex[:8]}"
+    cleanup.append((VWC_PATH, name))
+    body = validating_webhook(name, namespace, "absent", issuer.selector(), webhooks=2)
+    theirs = b64("the owner's own bundle")
+    with RunningInjector(client) as injector:
+        released = inject_then_release(client, VWC_PATH, body, [b64(issuer.bundle())] * 2)
+        assert ca_bundles(released) == [b64(issuer.bundle())] * 2
+        own = without_annotation(body)
+        own["webhooks"][0]["clientConfig"]["caBundle"] = theirs
+        stored = apply(client, VWC_PATH, name, own)
+        assert ca_bundles(stored) == [theirs, ""]
+        # The owner's apply is an event the injector has seen; it leaves the object be.
+        injector.delivered(
+            "ValidatingWebhookConfiguration", name, stored["metadata"]["resourceVersion"]
+        )
+        assert ca_bundles(client.get(f"{VWC_PATH}/{name}")) == [theirs, ""]
+        assert not ours(client.get(f"{VWC_PATH}/{name}"))
+
+
+def test_owner_removes_a_webhook_ca_bundle_by_omitting_it_after_the_release(
+    client: Client, namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
+) -> None:
+    name = f"gitops-{uuid.uuid4().hex[:8]}"
+    cleanup.append((VWC_PATH, name))
+    body = validating_webhook(name, namespace, "absent", issuer.selector(), webhooks=1)
+    with RunningInjector(client):
+        released = inject_then_release(client, VWC_PATH, body, [b64(issuer.bundle())])
+        # Nothing breaks the moment the annotation goes: the value is there, the owner's.
+        assert ca_bundles(released) == [b64(issuer.bundle())]
+        [hook] = released["webhooks"]
+        owner = [e for e in released["metadata"]["managedFields"] if e["manager"] == OWNER]
+        key = f'k:{{"name":"{hook["name"]}"}}'
+        assert "f:caBundle" in owner[0]["fieldsV1"]["f:webhooks"][key]["f:clientConfig"]
+        # Its next apply, whose configuration sets no caBundle, removes it.
+        stored = apply(client, VWC_PATH, name, without_annotation(body))
+        assert ca_bundles(stored) == [""]
+
+
+CLIENT_SIDE = "kubectl-client-side-apply"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def client_side_apply(client: Client, path: str, config: dict[str, Any]) -> dict[str, Any]:
+    """What `kubectl apply` (client-side) sends for `config`: a create carrying the
+    last-applied-configuration annotation, or a three-way merge patch (set what differs
+    from the live object, delete what the last-applied configuration had and `config`
+    has not; nothing else: kubectl never reads managedFields) carrying the new annotation,
+    both as field manager `kubectl-client-side-apply` (an Update)."""
+    name = config["metadata"]["name"]
+    annotated = copy.deepcopy(config)
+    annotated["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(
+        config, sort_keys=True
+    )
+    try:
+        live = client.get(f"{path}/{name}")
+    except ApiError as err:
+        if not is_not_found(err):
+            raise
+        return client.create(path, annotated, params={"fieldManager": CLIENT_SIDE})
+    last = json.loads(live["metadata"]["annotations"][LAST_APPLIED])
+    diff = three_way(last, annotated, live)
+    return client.patch(f"{path}/{name}", diff, params={"fieldManager": CLIENT_SIDE})
+
+
+def three_way(original: Any, modified: Any, current: Any) -> dict[str, Any]:
+    """kubectl's three-way merge of maps (the objects here have no lists it merges)."""
+    patch: dict[str, Any] = {}
+    for key, value in modified.items():
+        now = current.get(key) if isinstance(current, dict) else None
+        if isinstance(value, dict) and isinstance(now, dict):
+            inner = three_way((original or {}).get(key) or {}, value, now)
+            if inner:
+                patch[key] = inner
+        elif value != now:
+            patch[key] = value
+    for key in (original or {}).keys() - modified.keys():
+        patch[key] = None
+    return patch
+
+
+def upgrade_to_server_side(client: Client, path: str, manager: str) -> None:
+    """What `kubectl apply --server-side --field-manager=<manager>` does first on an
+    object client-side apply made (client-go util/csaupgrade): the
+    `kubectl-client-side-apply` Update entry becomes `manager`'s Apply entry, so the
+    fields it owned are the new manager's to keep or remove."""
+    live = client.get(path)
+    entries = live["metadata"]["managedFields"]
+    for entry in entries:
+        if entry["manager"] == CLIENT_SIDE and entry["operation"] == "Update":
+            entry["manager"], entry["operation"] = manager, "Apply"
+    client.patch(
+        path,
+        [
+            {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+            {
+                "op": "replace",
+                "path": "/metadata/resourceVersion",
+                "value": live["metadata"]["resourceVersion"],
+            },
+        ],
+        patch_type="application/json-patch+json",
+    )
+
+
+def test_a_client_side_owner_keeps_the_value_until_it_moves_to_server_side_apply(
+    client: Client, namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
+) -> None:
+    """`kubectl apply` (client-side) removes only fields its last-applied-configuration
+    lists, and the injector does not edit that annotation (an admission policy cannot
+    confine an edit inside it). So the released caBundle stays through every client-side
+    apply, like any field the owner's manifest never set: an APIService made local that
+    way is refused until the owner removes it. The release hands it to the owner's
+    `kubectl-client-side-apply` entry, so once the owner moves to server-side apply the
+    caBundle is its own, and its apply without one removes it."""
+    group = f"g{uuid.uuid4().hex[:8]}.example.com"
+    name = f"v1alpha1.{group}"
+    path = f"{APISERVICE_PATH}/{name}"
+    cleanup.append((APISERVICE_PATH, name))
+    body = api_service(group, namespace, issuer.selector())
+    expected = [b64(issuer.bundle())]
+    with RunningInjector(client):
+        client_side_apply(client, APISERVICE_PATH, body)
+        eventually(lambda: ca_bundles(client.get(path)) == expected, timeout=30)
+        client_side_apply(client, APISERVICE_PATH, without_annotation(body))
+        released = eventually(
+            lambda: (o := client.get(path)) and not ours(o) and o,
+            timeout=30,
+            what="the injector to release its fields",
+        )
+        assert ca_bundles(released) == expected
+        local = without_annotation(body)
+        del local["spec"]["service"]
+        with pytest.raises(ApiError) as refused:
+            client_side_apply(client, APISERVICE_PATH, local)
+        assert refused.value.status == 422 and "caBundle" in str(refused.value.body)
+        assert ca_bundles(client.get(path)) == expected
+        # The owner moves to server-side apply: the caBundle is its own to drop.
+        upgrade_to_server_side(client, path, "kubectl")
+        stored = client.patch(path, local, patch_type=APPLY, params={"fieldManager": "kubectl"})
         assert "service" not in stored["spec"] and "caBundle" not in stored["spec"]
 
 

@@ -1,0 +1,301 @@
+"""The release hands the caBundle leaves the injector owns to the object's owner, without a
+server: which managedFields entry takes each leaf (the one that owns where the server it
+verifies is named; `Apply` before `Update`, then by manager name), the one guarded JSON
+patch that adds each leaf to that entry and removes ours, and the leaves nobody can take
+(left unowned, as before, and named in a log line)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from injector import decide as decisions
+from injector.targets import (
+    API_SERVICE,
+    CRD,
+    FIELD_MANAGER,
+    VALIDATING_WEBHOOK,
+    Handover,
+    Target,
+    release_ops,
+    to_target,
+    unowned_note,
+)
+from tests.unit.injector.builders import api_service, crd, webhook_config
+
+W0, W1 = 'k:{"name":"w0.example.com"}', 'k:{"name":"w1.example.com"}'
+
+
+def hook_owner(manager: str, operation: str, *keys: str) -> dict[str, Any]:
+    """An entry owning each named webhook, its name and its clientConfig's service."""
+    return {
+        "manager": manager,
+        "operation": operation,
+        "fieldsV1": {
+            "f:webhooks": {
+                key: {".": {}, "f:name": {}, "f:clientConfig": {"f:service": {"f:name": {}}}}
+                for key in keys
+            }
+        },
+    }
+
+
+def ours(*keys: str) -> dict[str, Any]:
+    return {
+        "manager": FIELD_MANAGER,
+        "operation": "Update",
+        "fieldsV1": {
+            "f:metadata": {"f:annotations": {"f:service-serving-signer/injected": {}}},
+            "f:webhooks": {key: {"f:clientConfig": {"f:caBundle": {}}} for key in keys},
+        },
+    }
+
+
+def released(raw: dict[str, Any], *entries: dict[str, Any]) -> dict[str, Any]:
+    """`raw` without our annotation, with `entries` as its managedFields."""
+    out = copy.deepcopy(raw)
+    out["metadata"].pop("annotations", None)
+    out["metadata"]["managedFields"] = [copy.deepcopy(e) for e in entries]
+    return out
+
+
+def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 `test`, `add` and `remove` (what the release sends), as kube-apiserver
+    applies them: all or nothing, a failed test or a missing parent fails the patch."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [
+            p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]
+        ]
+        node = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        key: Any = int(last) if isinstance(node, list) else last
+        if op["op"] == "test":
+            if node[key] != op["value"]:
+                raise ValueError(f"test failed: {op['path']}")
+        elif op["op"] == "add":
+            if isinstance(node, list):
+                node.insert(key, op["value"])
+            else:
+                node[key] = op["value"]
+        elif op["op"] == "remove":
+            del node[key]
+        else:
+            raise AssertionError(op)
+    return doc
+
+
+def entry(obj: dict[str, Any], manager: str) -> dict[str, Any]:
+    [found] = [e for e in obj["metadata"]["managedFields"] if e["manager"] == manager]
+    return dict(found["fieldsV1"])
+
+
+def test_each_webhook_leaf_goes_to_the_manager_that_owns_its_client_config() -> None:
+    raw = released(
+        webhook_config(),
+        hook_owner("kubectl-edit", "Update", W1),
+        ours(W0, W1),
+        hook_owner("gitops", "Apply", W0),
+        hook_owner("argocd", "Apply", W1),
+    )
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    assert target.handover == (
+        Handover(2, "gitops", "Apply", ("f:webhooks", W0, "f:clientConfig")),
+        Handover(3, "argocd", "Apply", ("f:webhooks", W1, "f:clientConfig")),
+    )
+    assert target.unowned == ()
+    after = apply_json_patch(raw, release_ops(target))
+    assert FIELD_MANAGER not in [e["manager"] for e in after["metadata"]["managedFields"]]
+    assert entry(after, "gitops")["f:webhooks"][W0]["f:clientConfig"] == {
+        "f:service": {"f:name": {}},
+        "f:caBundle": {},
+    }
+    assert "f:caBundle" in entry(after, "argocd")["f:webhooks"][W1]["f:clientConfig"]
+    assert "f:caBundle" not in entry(after, "kubectl-edit")["f:webhooks"][W1]["f:clientConfig"]
+    # No value changes: the patch touches managedFields only.
+    assert after["webhooks"] == raw["webhooks"]
+
+
+def test_the_patch_tests_the_uid_and_each_entry_it_edits_then_removes_ours() -> None:
+    raw = released(webhook_config(), hook_owner("gitops", "Apply", W0, W1), ours(W0, W1))
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    ops = release_ops(target)
+    at = "/metadata/managedFields"
+    assert ops[0] == {"op": "test", "path": "/metadata/uid", "value": "uid-hooks"}
+    assert ops[1:4] == [
+        {"op": "test", "path": f"{at}/0/manager", "value": "gitops"},
+        {"op": "test", "path": f"{at}/0/operation", "value": "Apply"},
+        {
+            "op": "add",
+            "path": f'{at}/0/fieldsV1/f:webhooks/k:{{"name":"w0.example.com"}}'
+            "/f:clientConfig/f:caBundle",
+            "value": {},
+        },
+    ]
+    assert ops[-2:] == [
+        {"op": "test", "path": f"{at}/1/manager", "value": FIELD_MANAGER},
+        {"op": "remove", "path": f"{at}/1"},
+    ]
+    # Another writer moved the entries meanwhile: a test fails, nothing is written.
+    moved = copy.deepcopy(raw)
+    moved["metadata"]["managedFields"].reverse()
+    with pytest.raises(ValueError, match="test failed"):
+        apply_json_patch(moved, ops)
+
+
+def test_an_apiservice_leaf_goes_to_the_owner_of_spec_service() -> None:
+    raw = api_service(service={"namespace": "ns", "name": "svc"}, caBundle="Zm9v")
+    spec_owner = {
+        "manager": "gitops",
+        "operation": "Apply",
+        "fieldsV1": {"f:spec": {"f:group": {}, "f:service": {"f:name": {}}}},
+    }
+    helm = {"manager": "helm", "operation": "Update", "fieldsV1": {"f:spec": {"f:group": {}}}}
+    mine = {
+        "manager": FIELD_MANAGER,
+        "operation": "Update",
+        "fieldsV1": {"f:spec": {"f:caBundle": {}}},
+    }
+    raw = released(raw, helm, mine, spec_owner)
+    target = to_target(API_SERVICE, raw)
+    assert target.handover == (Handover(2, "gitops", "Apply", ("f:spec",)),)
+    after = apply_json_patch(raw, release_ops(target))
+    assert entry(after, "gitops")["f:spec"]["f:caBundle"] == {}
+    assert "f:caBundle" not in entry(after, "helm")["f:spec"]
+    assert [e["manager"] for e in after["metadata"]["managedFields"]] == ["helm", "gitops"]
+
+
+def test_a_crd_leaf_goes_to_the_owner_of_its_conversion_client_config() -> None:
+    where: dict[str, Any] = {
+        "f:spec": {"f:conversion": {"f:webhook": {"f:clientConfig": {"f:url": {}}}}}
+    }
+    leaf: dict[str, Any] = {
+        "f:spec": {"f:conversion": {"f:webhook": {"f:clientConfig": {"f:caBundle": {}}}}}
+    }
+    raw = released(
+        crd({"strategy": "Webhook", "webhook": {"clientConfig": {"url": "https://x"}}}),
+        {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": leaf},
+        {"manager": "flux", "operation": "Apply", "fieldsV1": where},
+    )
+    target = to_target(CRD, raw)
+    assert target.handover == (
+        Handover(1, "flux", "Apply", ("f:spec", "f:conversion", "f:webhook", "f:clientConfig")),
+    )
+    after = apply_json_patch(raw, release_ops(target))
+    assert entry(after, "flux") == {
+        "f:spec": {
+            "f:conversion": {"f:webhook": {"f:clientConfig": {"f:url": {}, "f:caBundle": {}}}}
+        }
+    }
+
+
+def test_apply_before_update_then_the_first_name_in_byte_order() -> None:
+    raw = released(
+        webhook_config(),
+        ours(W0),
+        hook_owner("zeta", "Apply", W0),
+        hook_owner("Alpha", "Update", W0),
+        hook_owner("beta", "Apply", W0),
+    )
+    assert to_target(VALIDATING_WEBHOOK, raw).handover[0].manager == "beta"
+    only_updates = released(webhook_config(), ours(W0), hook_owner("kubectl-create", "Update", W0))
+    [hand] = to_target(VALIDATING_WEBHOOK, only_updates).handover
+    assert (hand.manager, hand.operation) == ("kubectl-create", "Update")
+
+
+def test_a_subresource_entry_or_one_that_owns_only_the_name_takes_nothing() -> None:
+    status = hook_owner("gitops", "Apply", W0) | {"subresource": "status"}
+    name_only = {
+        "manager": "namer",
+        "operation": "Apply",
+        "fieldsV1": {"f:webhooks": {W0: {".": {}, "f:name": {}}}},
+    }
+    raw = released(webhook_config(), ours(W0), status, name_only)
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    assert target.handover == ()
+    assert target.unowned == ("webhooks[w0.example.com].clientConfig.caBundle",)
+    # Today's release, then: our entry removed, nothing else.
+    assert release_ops(target) == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-hooks"},
+        {"op": "test", "path": "/metadata/managedFields/0/manager", "value": FIELD_MANAGER},
+        {"op": "remove", "path": "/metadata/managedFields/0"},
+    ]
+    note = unowned_note(target)
+    assert "w0.example.com" in note and "owned by no field manager" in note
+
+
+def test_a_leaf_another_manager_owns_already_is_left_to_it() -> None:
+    shared = hook_owner("gitops", "Apply", W0)
+    shared["fieldsV1"]["f:webhooks"][W0]["f:clientConfig"]["f:caBundle"] = {}
+    raw = released(webhook_config(), ours(W0), shared)
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    assert (target.handover, target.unowned) == ((), ())
+
+
+def test_nothing_is_handed_while_the_annotation_is_on() -> None:
+    raw = webhook_config()
+    legacy = ours(W0) | {"operation": "Apply"}
+    raw["metadata"]["managedFields"] = [hook_owner("gitops", "Apply", W0), legacy]
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    assert (target.handover, target.unowned) == ((), ())
+    # The cleanup of an old apply entry of ours drops it and hands nothing over.
+    ops = release_ops(target, "Apply")
+    assert all("fieldsV1" not in op["path"] for op in ops)
+
+
+def test_the_plan_of_a_release_carries_the_handover() -> None:
+    raw = released(webhook_config(), hook_owner("gitops", "Apply", W0), ours(W0))
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    planned = decisions.plan(target.kind, target.key, target, None, [])
+    assert planned.result == "released"
+    assert planned.release == release_ops(target)
+    assert any(op["path"].endswith("/f:caBundle") for op in planned.release or [])
+
+
+NAMES = st.sampled_from(["gitops", "argocd", "helm", "kubectl-client-side-apply", "Zed"])
+
+
+@given(
+    owners=st.lists(
+        st.tuples(NAMES, st.sampled_from(["Apply", "Update"]), st.sets(st.sampled_from([W0, W1]))),
+        max_size=5,
+        unique_by=lambda o: (o[0], o[1]),
+    ),
+    mine=st.sets(st.sampled_from([W0, W1]), min_size=1),
+    position=st.integers(0, 5),
+)
+def test_the_release_patch_applies_and_leaves_every_leaf_owned_by_the_chosen_owner(
+    owners: list[tuple[str, str, set[str]]], mine: set[str], position: int
+) -> None:
+    entries = [hook_owner(m, op, *sorted(keys)) for m, op, keys in owners]
+    entries.insert(min(position, len(entries)), ours(*sorted(mine)))
+    raw = released(webhook_config(), *entries)
+    target: Target = to_target(VALIDATING_WEBHOOK, raw)
+    after = apply_json_patch(raw, release_ops(target))
+    managers = after["metadata"]["managedFields"]
+    assert FIELD_MANAGER not in [e["manager"] for e in managers]
+    assert after["webhooks"] == raw["webhooks"]
+    for key in mine:
+        candidates = [(op != "Apply", m.encode()) for m, op, keys in owners if key in keys]
+        holders = [
+            (e["operation"] != "Apply", e["manager"].encode())
+            for e in managers
+            if "f:caBundle" in e["fieldsV1"]["f:webhooks"].get(key, {}).get("f:clientConfig", {})
+        ]
+        assert holders == ([min(candidates)] if candidates else [])
+    # Every other entry is what it was, but for the caBundle leaves handed to it.
+    for before, now in zip(
+        [e for e in raw["metadata"]["managedFields"] if e["manager"] != FIELD_MANAGER],
+        managers,
+        strict=True,
+    ):
+        stripped = json.loads(json.dumps(now))
+        for item in stripped["fieldsV1"]["f:webhooks"].values():
+            item["f:clientConfig"].pop("f:caBundle", None)
+        assert stripped == before
