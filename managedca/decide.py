@@ -260,8 +260,9 @@ class MarkPublished:
 
 @dataclass(frozen=True)
 class RecordLifetime:
-    """A replica signs (or may sign) with the current CA for longer leaves than recorded:
-    record it, so the retire time of this CA counts what was issued."""
+    """A replica signs (or may sign) with the current CA, or with a previous root whose
+    retire is not scheduled yet, for longer leaves than recorded: record it on each, so
+    their retire times count what was issued."""
 
     lifetime: timedelta
 
@@ -393,7 +394,15 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
         ),
         max(state.current.lifetime, config.max_leaf_lifetime),
     )
-    if state.issued_lifetime is None or state.issued_lifetime < longest:
+    # A previous root without a retire time may still sign too (a replica that has not
+    # taken the swap up), and a report can land after its replica signed (it started
+    # just before the swap, or its first write failed): its retire counts it as well.
+    unscheduled = [p for p in state.previous if p.retire_at is None]
+    if (
+        state.issued_lifetime is None
+        or state.issued_lifetime < longest
+        or any(p.lifetime is None or p.lifetime < longest for p in unscheduled)
+    ):
         return RecordLifetime(longest)
     if state.next is not None:
         return _staged(state, state.next, obs, now, config)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from kube.times import format_time
 from managedca import decide as d
@@ -237,7 +237,7 @@ def apply(state: d.State | None, action: d.Action, made: d.CaInfo | None = None)
             raise ValueError("a stage needs the CA made for it")
         return staged(state, made, action.at)
     if isinstance(action, d.RecordLifetime):
-        return replace(state, issued_lifetime=action.lifetime)
+        return lifetime_recorded(state, action.lifetime)
     if isinstance(action, d.MarkPublished):
         return marked_published(state, action.at, action.swap_not_before)
     if isinstance(action, d.Swap):
@@ -265,6 +265,19 @@ def staged(state: d.State, nxt: d.CaInfo, at: datetime) -> d.State:
         published_at=None,
         swap_not_before=None,
         rotate_requested_at=None,
+    )
+
+
+def lifetime_recorded(state: d.State, lifetime: timedelta) -> d.State:
+    """The current CA, and every previous root whose retire is not scheduled yet, may
+    have signed leaves of `lifetime`: never lowered."""
+    return replace(
+        state,
+        issued_lifetime=max(lifetime, state.issued_lifetime or lifetime),
+        previous=tuple(
+            replace(p, lifetime=max(lifetime, p.lifetime or lifetime)) if p.retire_at is None else p
+            for p in state.previous
+        ),
     )
 
 

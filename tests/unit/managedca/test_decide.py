@@ -247,12 +247,24 @@ CASES = [
         ScheduleRetire(T0 + 3 * DAY + 6 * H, CFG.retire_at(T0 + 3 * DAY + 6 * H)),
     ),
     (
-        "roots adopted at bootstrap get their retire time once the new CA signs everywhere",
+        "roots adopted at bootstrap first record the longest lifetime that may sign with them",
         State(
             current=B,
             confirmed_at=T0 + 6 * H,
             issued_lifetime=LIFE,
             previous=(Previous(A, T0, None),),
+        ),
+        obs("aa", "bb", reports=LIVE_SWAPPED),
+        T0 + 6 * H,
+        RecordLifetime(LIFE),
+    ),
+    (
+        "roots adopted at bootstrap get their retire time once the new CA signs everywhere",
+        State(
+            current=B,
+            confirmed_at=T0 + 6 * H,
+            issued_lifetime=LIFE,
+            previous=(Previous(A, T0, None, LIFE),),
         ),
         obs("aa", "bb", reports=LIVE_SWAPPED),
         T0 + 6 * H,
