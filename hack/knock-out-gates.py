@@ -1,8 +1,9 @@
 """Remove each gate and rule of the managed CA in turn and run its unit tests
 (tests/unit/managedca: the property model of test_properties.py — its random
 interleavings and its scenarios — and the tests of the controller, the source, the
-codec and the reports) against the weakened code: every gate must make at least one
-test fail (exit 1 if one survives). The test that fails is named, the random test
+codec and the reports; and, for a rule outside managedca/, its own module's tests:
+`ALSO_TESTS`) against the weakened code: every gate must make at least one test fail
+(exit 1 if one survives). The test that fails is named, the random test
 (`test_no_interleaving_breaks_an_invariant`) included, and the scenarios by name.
 Checks implied by another gate in the model (`SUBSUMED`) are run too and reported, not
 counted. Files are edited in place and restored after each run, and the hypothesis
@@ -22,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DECIDE = "managedca/decide.py"
 STEP = "managedca/step.py"
 MATERIAL = "managedca/material.py"
+REPORT = "managedca/report.py"
+CONTROLLERS = "manager/controllers.py"
 TESTS = "tests/unit/managedca"
 
 # gate name -> [(file, text in it, what it becomes without the gate), ...]
@@ -38,6 +41,13 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
             DECIDE,
             "    if state.issued_lifetime is None or state.issued_lifetime < longest:\n",
             "    if False:\n",
+        ),
+    ],
+    "a report landing after the swap records its lifetime on the unscheduled old root": [
+        (
+            DECIDE,
+            "        or any(p.lifetime is None or p.lifetime < longest for p in unscheduled)\n",
+            "",
         ),
     ],
     "the retire time counts the root's recorded lifetime": [
@@ -118,6 +128,19 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
             "unready: list[str] = []",
         ),
     ],
+    "a shipped report Lease never written is a visible wait (injector-report-missing)": [
+        (DECIDE, "    if not view.reported:\n", "    if False:\n"),
+    ],
+    "the report Lease as shipped (empty) reads as never written": [
+        (REPORT, "    if not reported:\n", "    if False:\n"),
+    ],
+    "an injector in this process makes a missing report a wait (auto)": [
+        (
+            CONTROLLERS,
+            'if opts.managed_ca_wait_for_injector == "auto" and "injector" in opts.controllers',
+            "if False",
+        ),
+    ],
     "injected targets hold the new CA (injector report)": [
         (
             DECIDE,
@@ -165,6 +188,11 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
             "adopt = tuple(sorted(obs.published_cas))",
         ),
     ],
+}
+
+# Rules outside managedca/ are also run against the tests of their own module.
+ALSO_TESTS: dict[str, tuple[str, ...]] = {
+    CONTROLLERS: ("tests/unit/manager/test_controllers.py",),
 }
 
 # Kept in decide as defence in depth, but implied by a gate above in the model: removing
@@ -218,6 +246,7 @@ def main(argv: list[str]) -> int:
                         "no:cacheprovider",
                         "--hypothesis-seed=1",
                         TESTS,
+                        *(t for f in originals for t in ALSO_TESTS.get(f, ())),
                     ],
                     capture_output=True,
                     text=True,
