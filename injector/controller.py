@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -57,11 +57,10 @@ from injector.targets import (
     KINDS_BY_NAME,
     Kind,
     Target,
-    split_key,
+    read,
     target_key,
     to_target,
     unowned_note,
-    value_digest,
 )
 from kube.client import ApiError, Client, is_conflict, is_not_found
 from kube.controller import Cache, Loop, Requeue
@@ -93,6 +92,8 @@ DEPARTED_PAGE = 10
 """Objects per page of the departed informer's LIST (when the server refuses streaming
 lists): a page of 1 MiB tenant ConfigMaps is then ~10 MiB."""
 JSON_PATCH = "application/json-patch+json"
+ACTION = "InjectCABundle"
+"""The action of every Warning Event the injector records."""
 
 
 class Recorder(Protocol):
@@ -212,11 +213,10 @@ class InjectorController:
         self._status_lock = threading.Lock()
         self._status_changed = threading.Event()
         self.metrics.count_objects(self.statuses)
-        # The last refused write per key (`decide.Refusal`); only the worker syncing the
-        # key touches its entry (the queue gives a key to one worker at a time).
-        self._refusals: dict[str, decisions.Refusal] = {}
-        # Another writer retaking a field we wrote, per key (`decide.Contest`): same rule.
-        self._contests: dict[str, decisions.Contest] = {}
+        # What the injector remembers of an object between syncs, per key (`decide.Memory`:
+        # its last refused write, its contest with another writer); only the worker
+        # syncing the key touches its entry (the queue gives a key to one worker at a time).
+        self._memory: dict[str, decisions.Memory] = {}
         self.clock = clock
         self.loop = Loop(
             self.name,
@@ -373,91 +373,93 @@ class InjectorController:
     # the sync ------------------------------------------------------------------------
 
     def sync(self, key: str) -> Requeue | None:
-        """Read the caches for one `<Kind>/<name>` key, plan (`injector.decide.plan`), send
-        the plan's patches, record. Raises `ApiError` (the loop retries). A sync that
-        returns counts for the convergence report from the moment it started."""
+        """Read the caches for one `<Kind>/<name>` key (`injector.targets.read`), plan
+        (`injector.decide.plan`, pure), act (send the plan's patches), record. Raises
+        `ApiError` (the loop retries). A sync that returns counts for the convergence
+        report from the moment it started."""
         started = next(self.progress.ticks)
-        kind, name = split_key(key)
-        target = self.caches[kind.kind].get(name)
-        departed = self.departed.get(name) if self.departed is not None else None
-        planned = decisions.plan(
-            kind.kind,
-            key,
-            target,
-            departed,
-            self.bundles.list(),
-            self._refusals.get(key),
-            self._contests.get(key),
-            self.clock(),
-        )
-        outcome = self._act(kind, planned)
-        self._record(planned, outcome, started)
+        seen = read(key, self.caches, self.departed)
+        planned = decisions.plan(seen, self.bundles.list(), self._memory.get(key), self.clock())
+        sent = self._act(planned)
+        self._record(planned, sent, started)
         return Requeue(planned.requeue_after) if planned.requeue_after is not None else None
 
-    def _act(self, kind: Kind, planned: decisions.Plan) -> str:
-        """Send the plan's patches: `none` when it has none, else the last one's outcome
-        (`_patch`)."""
-        target = planned.target
+    def _act(self, planned: decisions.Plan) -> Sent:
+        """Send the plan's patches in order (an old apply entry of ours to drop, then the
+        release or the write), each a JSON patch under our field manager, and say how the
+        last one ended (`Sent`). A write's patch is made here, with a truststore's password
+        read from the object (the record keeps only its digest)."""
+        target, write = planned.target, planned.write
         if target is None:
-            return "none"
-        if planned.cleanup is not None:
-            # An apply entry of ours from before JSON patches owns webhooks[].name keys:
-            # drop it (values stay) so the owner may rename and remove webhooks.
-            self._patch(kind, target, planned.cleanup)
-        if planned.release is not None:
-            return self._patch(kind, target, planned.release).partition(":")[0]
-        write = planned.write
-        if write is None:
-            return "none"
-        self._set_status(planned.key, planned.pending)  # until the write lands
-        password = self._password(target)
-        if password is None:
-            return "guard"  # changed since the cache saw it: its watch event re-drives it
-        shape = decisions.SHAPES[kind.kind]
-        ops = shape.write_ops(target, write.value, write.bundle, write.note, password)
-        outcome = self._patch(kind, target, ops)
-        if outcome.startswith("refused"):
-            value = value_digest(write.value)
-            reason = outcome.partition(":")[2].strip()
-            rv, now, last = target.resource_version, self.clock(), self._refusals.get(planned.key)
-            self._refusals[planned.key] = (
-                last.again(rv, value, reason, now)
-                if last is not None
-                else decisions.refused(rv, value, reason, now)
-            )
-        return outcome.partition(":")[0]
+            return Sent("none")
+        patches = [ops for ops in (planned.cleanup, planned.release) if ops is not None]
+        password = None
+        if write is not None:
+            self._set_status(planned.key, write.pending)  # until the write lands
+            password = self._password(target)
+            if password is not None:
+                shape = decisions.SHAPES[target.kind]
+                patches.append(
+                    shape.write_ops(target, write.value, write.bundle, write.note, password)
+                )
+        result, refusals = "none", []
+        for ops in patches:
+            try:
+                self.client.patch(
+                    target.path,
+                    ops,
+                    patch_type=JSON_PATCH,
+                    params={"fieldManager": FIELD_MANAGER},
+                    discard_response=True,
+                )
+                result = "applied"
+            except ApiError as err:
+                result, why = _not_applied(err)
+                refusals += [why] if why else []
+        if write is not None and password is None:
+            result = "guard"  # changed since the cache saw it: its watch event re-drives it
+        return Sent(result, tuple(refusals))
 
-    def _record(self, planned: decisions.Plan, outcome: str, started: int) -> None:
-        """Status, expiry, the result's count, the Warning Events and a log line of a
-        write or release that landed. No Normal Event per write: a rotation re-writes
-        every injected object at once, and an Event each would double the writes under
-        --kube-api-qps (the log line and the `injected` count record it)."""
-        refusal = self._refusals.get(planned.key)
-        self._set_status(planned.key, planned.after(outcome, refusal.reason if refusal else None))
-        self.progress.synced(planned.key, started, gone=planned.target is None)
-        if planned.target is None or (outcome == "applied" and planned.write is not None):
-            self._refusals.pop(planned.key, None)  # gone, or written since
-        contest = planned.contest
-        if outcome == "applied" and planned.write is not None:
-            contest = (contest or decisions.Contest()).landed()
-        if planned.target is None or contest is None:
-            self._contests.pop(planned.key, None)
-        else:
-            self._contests[planned.key] = contest
-        landed = outcome in ("applied", "none")
-        if landed:
-            self.metrics.keep_expiry(planned.key, planned.expiry)
-        if landed and planned.result is not None:
-            self.metrics.observe(planned.kind, planned.result)
-        target = planned.target
+    def _record(self, planned: decisions.Plan, sent: Sent, started: int) -> None:
+        """The Warning Events (one per refusal, and the plan's), the status, what to
+        remember of the object, the sync's progress, the expiry, the result's count and a
+        log line of a write or release that landed. No Normal Event per write: a rotation
+        re-writes every injected object at once, and an Event each would double the writes
+        under --kube-api-qps (the log line and the `injected` count record it)."""
+        key, target, write = planned.key, planned.target, planned.write
         if target is not None:
             ref = _ref(target)
+            for why in sent.refusals:
+                note = f"{why}; tried again when the object or the bundle changes, or after "
+                note += "a back-off (1 min, doubling to 15 min)"
+                self.recorder.warning(ref, decisions.REASON_REFUSED, note, ACTION)
             for reason, note in planned.warnings:
-                self.recorder.warning(ref, reason, note, "InjectCABundle")
-        if outcome == "applied":
-            log.info(f"{planned.result} caBundle", extra={"object": planned.key})
-        if outcome == "applied" and planned.release is not None and target and target.unowned:
-            log.info(unowned_note(target), extra={"object": planned.key})
+                self.recorder.warning(ref, reason, note, ACTION)
+        status, memory = planned.status, planned.memory
+        if write is not None and sent.result == "applied":
+            memory = write.landed
+        elif write is not None:  # it did not land
+            status = write.pending
+            if sent.result == "refused":
+                status = replace(status, blocked=sent.reason)
+                refusal = replace(write.refusal, reason=sent.reason)
+                memory = replace(memory, refusal=refusal)
+        self._set_status(key, status)
+        if memory == decisions.Memory():  # nothing to remember
+            self._memory.pop(key, None)
+        else:
+            self._memory[key] = memory
+        self.progress.synced(key, started, gone=target is None)
+        for _ in sent.refusals:
+            self.metrics.observe(planned.kind, "refused")
+        if sent.result in ("applied", "none"):
+            self.metrics.keep_expiry(key, planned.expiry)
+            if planned.result is not None:
+                self.metrics.observe(planned.kind, planned.result)
+        if sent.result == "applied":
+            log.info(f"{planned.result} caBundle", extra={"object": key})
+        if sent.result == "applied" and planned.release is not None and target and target.unowned:
+            log.info(unowned_note(target), extra={"object": key})
 
     def _password(self, target: Target) -> str | None:
         """A truststore's password, read from the object (the record keeps its digest):
@@ -475,39 +477,35 @@ class InjectorController:
         password = str(annotations.get(configmaps.TRUSTSTORE_PASSWORD_ANNOTATION) or "")
         return password if text_digest(password) == store.password_digest else None
 
-    def _patch(self, kind: Kind, target: Target, ops: list[JSON]) -> str:
-        """One JSON patch under our field manager: `applied`, or why it was not: `gone`
-        (404, or 409: deleted and re-created), `guard` (a `test` failed, 422 without
-        causes: it changed since the cache saw it, and its watch event re-drives it), or
-        `refused: <why>` (the API refused the result, 422 with causes: a Warning Event,
-        then held by `decide.Refusal` until the object or the bundle changes, or its
-        back-off ends)."""
-        try:
-            self.client.patch(
-                target.path,
-                ops,
-                patch_type=JSON_PATCH,
-                params={"fieldManager": FIELD_MANAGER},
-                discard_response=True,
-            )
-        except ApiError as err:
-            if is_not_found(err) or is_conflict(err):
-                return "gone"
-            if err.status == 422:
-                if _causes(err):
-                    refusal = f"the API refused the write: {str(err)[:400]}"
-                    self.recorder.warning(
-                        _ref(target),
-                        decisions.REASON_REFUSED,
-                        f"{refusal}; tried again when the object or the bundle changes, or after "
-                        "a back-off (1 min, doubling to 15 min)",
-                        "InjectCABundle",
-                    )
-                    self.metrics.observe(kind.kind, "refused")
-                    return f"refused: {refusal}"
-                return "guard"
-            raise
-        return "applied"
+
+@dataclass(frozen=True)
+class Sent:
+    """How the act ended: `result` is `none` (nothing to send), `applied`, or why the last
+    patch did not land — `gone` (404, or 409: deleted and re-created), `guard` (a `test`
+    failed, 422 without causes: it changed since the cache saw it, and its watch event
+    re-drives it) or `refused` (the API refused the result, 422 with causes: a Warning
+    Event, then held by `decide.Refusal` until the object or the bundle changes, or its
+    back-off ends). `refusals`: why the API refused each patch it refused, in order."""
+
+    result: str
+    refusals: tuple[str, ...] = ()
+
+    @property
+    def reason(self) -> str:
+        """Why the API refused the last patch ("" when it did not)."""
+        return self.refusals[-1] if self.result == "refused" else ""
+
+
+def _not_applied(err: ApiError) -> tuple[str, str]:
+    """Why a patch did not land (`Sent.result`) and, when the API refused it, the reason;
+    else `err` raised again (the loop retries it)."""
+    if is_not_found(err) or is_conflict(err):
+        return "gone", ""
+    if err.status != 422:
+        raise err
+    if not _causes(err):
+        return "guard", ""
+    return "refused", f"the API refused the write: {str(err)[:400]}"
 
 
 def _transform_for(kind: Kind) -> Callable[[JSON], Target]:

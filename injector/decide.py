@@ -44,11 +44,10 @@ from injector.targets import (
     CONFIG_MAP,
     KINDS,
     MAX_ANNOTATION,
+    Seen,
     Shape,
     Target,
     injected_note,
-    known_holding,
-    release_ops,
     value_digest,
 )
 from trust.bundle import BundleError, earliest_expiry, fingerprints, hash_named_stable_name
@@ -279,16 +278,32 @@ class Contest:
 
 
 @dataclass(frozen=True)
+class Memory:
+    """What the injector keeps of one object from one sync to the next: the last refused
+    write to it and its contest with another writer."""
+
+    refusal: Refusal | None = None
+    contest: Contest | None = None
+
+
+@dataclass(frozen=True)
 class Write:
     """A write of `value` (the bundle `bundle`, whose anchors and earliest notAfter are
     `anchors` and `not_after`) and our `note` beside it: the act builds its JSON patch with
-    `Shape.write_ops` once it has any truststore's password."""
+    `Shape.write_ops` once it has any truststore's password; and what follows from it
+    for the record."""
 
     value: str
     bundle: str
     anchors: frozenset[str]
     not_after: float
     sources: int
+    pending: ObjectConvergence
+    """The object's status while the write is in flight, and if it did not land."""
+    landed: Memory
+    """What to remember of the object once the write landed."""
+    refusal: Refusal
+    """What to remember, with the API's reason, if the API refuses the write."""
 
     @property
     def note(self) -> str:
@@ -300,9 +315,10 @@ class Write:
 class Plan:
     """Everything one sync does for one key: the patches to send (an old apply entry of
     ours to drop first, a write, or a release), and what to record — the object's
-    convergence status once the act is done (or while a write is in flight, or after the
-    API refused it), the expiry gauge's value, the result to count, the Warning Events.
-    `target` is the record written to (None: nothing to write)."""
+    convergence status once the act is done and what to remember of it (`status`,
+    `memory`; a write that does not land says its own), the expiry gauge's value, the
+    result to count, the Warning Events. `target` is the record written to (None: nothing
+    to write)."""
 
     kind: str
     key: str
@@ -314,56 +330,38 @@ class Plan:
     cleanup: list[dict[str, Any]] | None = None
     write: Write | None = None
     release: list[dict[str, Any]] | None = None
-    pending: ObjectConvergence | None = None
-    """The status while the write is in flight, and after it failed."""
-    contest: Contest | None = None
-    """The object's contest after this plan; kept by the controller."""
+    memory: Memory = Memory()
+    """What to remember of the object after this sync, unless its write landed or was
+    refused."""
     requeue_after: float | None = None
     """Seconds until the injector looks again (a contested field's back-off)."""
 
-    def after(self, outcome: str, refusal: str | None = None) -> ObjectConvergence | None:
-        """The status to keep once the act ended with `outcome` (`applied`, `none`,
-        `refused` — blocked, for `refusal`, the API's reason —, or anything else: the
-        write did not land)."""
-        if outcome in ("applied", "none") or self.pending is None:
-            return self.status
-        if outcome != "refused":
-            return self.pending
-        return dataclasses.replace(self.pending, blocked=refusal or "the API refused the write")
 
-
-def plan(
-    kind: str,
-    key: str,
-    target: Target | None,
-    departed: Target | None,
-    bundles: list[Any],
-    refusal: Refusal | None = None,
-    contest: Contest | None = None,
-    now: float = 0.0,
-) -> Plan:
+def plan(seen: Seen, bundles: list[Any], memory: Memory | None = None, now: float = 0.0) -> Plan:
     """The whole of one sync's decision (pure): for an object gone from its cache (forget
-    it; release a departed ConfigMap), or for `target` given every cached bundle and the
-    last refusal of a write to it (a write refused already stays blocked, unsent) and its
-    contest with another writer at `now` (monotonic seconds): a field another manager
-    keeps retaking is left alone until the back-off ends."""
+    it; release a departed ConfigMap), or for `seen.target` given every cached bundle, what
+    the injector remembers of it (a write refused already stays blocked, unsent; a field
+    another manager keeps retaking is left alone until the back-off ends) and `now`
+    (monotonic seconds)."""
+    kind, key = seen.kind.kind, seen.key
+    target = seen.target
+    refusal, contest = (memory.refusal, memory.contest) if memory is not None else (None, None)
     if target is None:
-        released = departed is not None and kind == CONFIG_MAP.kind
+        departed = seen.departed if seen.kind == CONFIG_MAP else None
+        if departed is None:
+            return Plan(kind, key)
         return Plan(
-            kind,
-            key,
-            departed if released else None,
-            release=release_ops(departed) if released and departed is not None else None,
-            result="released" if released else None,
+            kind, key, departed, release=seen.release, result="released", memory=Memory(refusal)
         )
-    held, held_until = known_holding(target)
-    release = release_ops(target)
+    held, held_until = seen.held, seen.held_until
+    # An apply entry of ours from before JSON patches owns webhooks[].name keys: drop it
+    # (values stay) so the owner may rename and remove webhooks.
     cleanup = (
-        release_ops(target, "Apply")
+        seen.cleanup
         if target.annotation is not None and any(op == "Apply" for _, op in target.owned)
         else None
     )
-    base = Plan(kind, key, target, cleanup=cleanup, contest=contest)
+    base = Plan(kind, key, target, cleanup=cleanup, memory=Memory(refusal, contest))
     name = key.partition("/")[2]  # the report's name: `<namespace>/<name>` or `<name>`
     match decide(target, bundles):
         case Inject(bundle=bundle, ca_bundle=value, sources=sources, hashed=hashed):
@@ -407,18 +405,33 @@ def plan(
                     expiry=held_until,
                     result="contested" if fight != contest else None,
                     warnings=((REASON_CONTESTED, note),) if warn else (),
-                    contest=fight,
+                    memory=Memory(refusal, fight),
                     requeue_after=fight.quiet_until - now,
                 )
             expiry = earliest_expiry(bundle).timestamp()
+            # The refusal this write becomes if the API refuses it (the record adds the
+            # API's reason): one more in a row when it is the same write.
+            again = (
+                refusal.again(*written, "", now)
+                if refusal is not None
+                else refused(*written, "", now)
+            )
             return dataclasses.replace(
                 base,
                 status=ObjectConvergence(kind, name, "current", fps, fps),
-                pending=ObjectConvergence(kind, name, "stale", fps, held),
                 expiry=expiry,
                 result="injected",
                 warnings=((REASON_HASH_NAMED, hashed),) if hashed else (),
-                write=Write(value, bundle, fps, expiry, sources),
+                write=Write(
+                    value,
+                    bundle,
+                    fps,
+                    expiry,
+                    sources,
+                    pending=ObjectConvergence(kind, name, "stale", fps, held),
+                    landed=Memory(contest=(contest or Contest()).landed()),
+                    refusal=again,
+                ),
             )
         case Invalid(reason=reason, message=message, bundle=bundle):
             selecting = fingerprints(bundle) if bundle else frozenset()
@@ -458,5 +471,5 @@ def plan(
                 warnings=((REASON_CONFLICT, message),),
             )
         case Release():
-            return dataclasses.replace(base, release=release, result="released")
+            return dataclasses.replace(base, release=seen.release, result="released")
     return base  # Ignore: not ours

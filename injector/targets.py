@@ -248,6 +248,54 @@ def split_key(key: str) -> tuple[Kind, str]:
     return KINDS_BY_NAME[kind], name
 
 
+class Records(Protocol):
+    """An informer's cache of `Target` records, as `read` looks one up."""
+
+    def get(self, key: str) -> Target | None: ...
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What one sync reads for its key before it plans (`read`): the object's record,
+    what our note says it holds, and the patches that would give up our fields."""
+
+    kind: Kind
+    key: str
+    target: Target | None
+    """The object's record; None: gone from its kind's cache."""
+    departed: Target | None = None
+    """Without `target`: the record of a ConfigMap that still bears our mark label."""
+    held: frozenset[str] = frozenset()
+    """The anchors our note says `target` holds (`known_holding`)."""
+    held_until: float | None = None
+    """The earliest notAfter that note records (None: nothing known)."""
+    release: list[dict[str, Any]] | None = None
+    """`release_ops` of `target`, or of `departed` without it; None: neither."""
+    cleanup: list[dict[str, Any]] | None = None
+    """`release_ops` of `target`'s `Apply` entries only."""
+
+
+def read(key: str, caches: Mapping[str, Records], departed: Records | None) -> Seen:
+    """Everything a sync of `key` (`target_key`) reads from the caches: `caches` by kind,
+    `departed` the cache of ConfigMaps bearing our mark without the opt-in label (None:
+    none are released)."""
+    kind, name = split_key(key)
+    target = caches[kind.kind].get(name)
+    if target is None:
+        gone = departed.get(name) if departed is not None else None
+        return Seen(kind, key, None, gone, release=release_ops(gone) if gone is not None else None)
+    held, held_until = known_holding(target)
+    return Seen(
+        kind,
+        key,
+        target,
+        held=held,
+        held_until=held_until,
+        release=release_ops(target),
+        cleanup=release_ops(target, "Apply"),
+    )
+
+
 def owned_by_us(meta: Mapping[str, Any]) -> tuple[tuple[int, str], ...]:
     """(index, operation) of the first `MAX_MANAGERS` `metadata.managedFields` entries of
     the injector's manager (the API keeps one per operation; more are a tenant's: the

@@ -22,6 +22,7 @@ from injector.targets import (
     VALIDATING_WEBHOOK,
     Handover,
     Target,
+    read,
     release_ops,
     to_target,
     unowned_note,
@@ -252,7 +253,7 @@ def test_nothing_is_handed_while_the_annotation_is_on() -> None:
 def test_the_plan_of_a_release_carries_the_handover() -> None:
     raw = released(webhook_config(), hook_owner("gitops", "Apply", W0), ours(W0))
     target = to_target(VALIDATING_WEBHOOK, raw)
-    planned = decisions.plan(target.kind, target.key, target, None, [])
+    planned = decisions.plan(read(target.key, {target.kind: {target.name: target}}, None), [])
     assert planned.result == "released"
     assert planned.release == release_ops(target)
     assert any(op["path"].endswith("/f:caBundle") for op in planned.release or [])

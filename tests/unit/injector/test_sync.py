@@ -27,6 +27,7 @@ from injector.targets import (
     to_target,
 )
 from kube.client import ApiError
+from kube.controller import Requeue
 from tests.unit import pki
 from tests.unit.fakes import FakeCache
 from tests.unit.injector.builders import (
@@ -251,3 +252,95 @@ def test_name_selector_on_the_stable_bundle_is_quiet() -> None:
     ctrl, client, events, _ = controller([target], [ctb(STABLE_NAMED, ["a"])])
     ctrl.sync(target.key)
     assert len(client.patches) == 1 and events.events == []
+
+
+# what a write that does not land leaves behind -----------------------------------------
+
+REFUSED = ApiError(
+    422,
+    "Invalid",
+    {"message": "denied by policy", "details": {"causes": [{"field": "webhooks"}]}},
+)
+KIND = "ValidatingWebhookConfiguration"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def status_of(ctrl: InjectorController) -> Any:
+    [status] = ctrl.statuses()
+    return status
+
+
+def test_a_refused_write_is_blocked_with_the_apis_reason_and_held_for_a_doubling_back_off() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    clock = Clock()
+    ctrl, client, events, _ = controller(
+        [target], [ctb("b1", ["a"])], FakeClient(REFUSED), clock=clock
+    )
+    ctrl.sync(target.key)
+    assert len(client.patches) == 1
+    [(type_, _, reason, note)] = events.events
+    assert (type_, reason) == ("Warning", decisions.REASON_REFUSED)
+    assert "denied by policy" in note
+    assert status_of(ctrl).state == "stale" and "denied by policy" in status_of(ctrl).blocked
+    assert ctrl.metrics.count(KIND, "refused") == 1
+    assert ctrl.metrics.count(KIND, "injected") == 0
+    # Held, unsent, until the back-off (REFUSAL_FIRST) ends; the sync asks to look again then.
+    clock.now += decisions.REFUSAL_FIRST - 1
+    assert ctrl.sync(target.key) == Requeue(1.0)
+    assert len(client.patches) == 1 and "denied by policy" in status_of(ctrl).blocked
+    clock.now += 1
+    ctrl.sync(target.key)
+    assert len(client.patches) == 2
+    # Refused again, the same write: the back-off doubles.
+    clock.now += 2 * decisions.REFUSAL_FIRST - 1
+    ctrl.sync(target.key)
+    assert len(client.patches) == 2
+    clock.now += 1
+    client.error = None
+    ctrl.sync(target.key)
+    assert len(client.patches) == 3
+    assert status_of(ctrl).state == "current" and not status_of(ctrl).blocked
+    assert ctrl.metrics.count(KIND, "injected") == 1
+    # Written: nothing of the refusal is kept, the next sync writes at once.
+    ctrl.sync(target.key)
+    assert len(client.patches) == 4
+
+
+def test_a_write_whose_guard_failed_leaves_the_object_stale_and_unblocked() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    guard = ApiError(422, "Invalid", {"message": "the test failed", "details": {}})
+    ctrl, client, events, _ = controller([target], [ctb("b1", ["a"])], FakeClient(guard))
+    ctrl.sync(target.key)
+    ctrl.sync(target.key)
+    assert len(client.patches) == 2  # not held: its watch event re-drives it
+    assert events.events == []
+    assert status_of(ctrl).state == "stale" and not status_of(ctrl).blocked
+    assert ctrl.metrics.count(KIND, "refused") == 0
+    assert ctrl.metrics.count(KIND, "injected") == 0
+
+
+def test_a_field_retaken_after_our_write_is_left_alone_for_a_doubling_back_off() -> None:
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    clock = Clock()
+    ctrl, client, events, caches = controller([target], [ctb("b1", ["a"])], clock=clock)
+    retaken = dataclasses.replace(target, taker="helm")
+    for retakes in (1, 2):
+        caches[KIND].items["hooks"] = target
+        ctrl.sync(target.key)  # our write lands
+        caches[KIND].items["hooks"] = retaken
+        delay = decisions.CONTEST_FIRST * 2 ** (retakes - 1)
+        assert ctrl.sync(target.key) == Requeue(delay)
+        assert len(client.patches) == retakes
+        assert status_of(ctrl).state == "conflicting"
+        assert status_of(ctrl).blocked == "contested by helm"
+        assert ctrl.metrics.count(KIND, "contested") == retakes
+        clock.now += delay
+    [(_, _, reason, note)] = events.events  # at the second retake, not the first
+    assert reason == decisions.REASON_CONTESTED and "helm" in note
