@@ -16,6 +16,7 @@ import base64
 import json
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,11 @@ class RunningInjector:
             report=report,
             identity=identity,
         )
+        # After the controller's own handlers: what `delivered` waits on.
+        caches: dict[str, Any] = {**self.controller.caches, "bundles": self.controller.bundles}
+        if self.controller.departed is not None:
+            caches["departed"] = self.controller.departed
+        self.deliveries = {name: Delivered(cache, cache_key) for name, cache in caches.items()}
         self.stop = threading.Event()
         self.thread = threading.Thread(
             target=self.controller.run, args=(self.stop,), name="injector", daemon=True
@@ -171,32 +177,75 @@ class RunningInjector:
         self.thread.join(30)
         self.recorder.stop()
 
-    def delivered(self, cache: str, key: str, resource_version: str) -> None:
-        """Wait for the fact a test's own write caused: the informer `cache` (a kind, or
-        `bundles`) holds `key` at `resource_version` or later, and the queue is idle — so
-        every sync that version can cause has run (not merely an idle queue, which holds
-        before the write's event has even arrived)."""
-        informer: Any = (
-            self.controller.bundles if cache == "bundles" else self.controller.caches[cache]
+    def delivered(self, cache: str, key: str, resource_version: str | None) -> None:
+        """Wait for the fact a test's own write caused: the informer `cache` (a kind,
+        `bundles` or `departed`) has handed `key` at `resource_version` or later (None: its
+        deletion) to its handlers, and the queue is idle — so every sync that version can
+        cause has run (not merely an idle queue, which holds before the write's event has
+        even arrived)."""
+        self.deliveries[cache].wait(key, resource_version, self.controller.queue.idle)
+
+
+class Delivered:
+    """Which version of each object an informer has handed to its handlers. Added after
+    the controller's own handlers, and handlers run in order on the informer's thread:
+    once this one has been handed a version, the controller's has enqueued what that
+    version concerns. (The cache alone is no such fact: the informer stores a record
+    before it calls the handlers.)"""
+
+    def __init__(self, informer: Any, key_of: Callable[[Any], str]) -> None:
+        self.informer = informer
+        self.key_of = key_of
+        self._lock = threading.Lock()
+        self._handed: dict[str, tuple[str, bool]] = {}  # key -> (resourceVersion, present)
+        informer.add_handler(self._present, lambda _, new: self._present(new), self._gone)
+
+    def _present(self, record: Any) -> None:
+        self._note(record, present=True)
+
+    def _gone(self, record: Any) -> None:
+        self._note(record, present=False)
+
+    def _note(self, record: Any, *, present: bool) -> None:
+        # On the informer's thread: the version it applies now is this event's (or, for
+        # the first list, the list's).
+        version = str(self.informer.resource_version)
+        with self._lock:
+            self._handed[self.key_of(record)] = (version, present)
+
+    def handed(self, key: str, resource_version: str | None) -> bool:
+        """`key` at `resource_version` or later (None: its deletion) reached the handlers."""
+        with self._lock:
+            version, present = self._handed.get(key, ("", False))
+        if resource_version is None:
+            return bool(version) and not present
+        return present and at_or_after(version, resource_version)
+
+    def wait(self, key: str, resource_version: str | None, idle: Callable[[], bool]) -> None:
+        """Until `handed(key, resource_version)` and `idle()` (the controller's queue)."""
+        eventually(
+            lambda: self.handed(key, resource_version) and idle(),
+            timeout=30,
+            what=f"{key} at {resource_version or 'its deletion'} handed over and synced",
         )
 
-        def at_or_after(record: Any) -> bool:
-            seen = (
-                str((record.get("metadata") or {}).get("resourceVersion", ""))
-                if isinstance(record, dict)
-                else record.resource_version
-            )
-            if seen == resource_version:
-                return True
-            return (
-                seen.isdigit() and resource_version.isdigit() and int(seen) > int(resource_version)
-            )
 
-        def settled() -> bool:
-            record = informer.get(key)
-            return bool(record is not None and at_or_after(record) and self.controller.queue.idle())
+def at_or_after(seen: str, resource_version: str) -> bool:
+    """`seen` is `resource_version` or a later one (resourceVersions compared as numbers,
+    as kube-apiserver's etcd revisions are; otherwise only equal ones)."""
+    if seen == resource_version:
+        return True
+    return seen.isdigit() and resource_version.isdigit() and int(seen) > int(resource_version)
 
-        eventually(settled, timeout=30, what=f"{cache} {key} at {resource_version}, synced")
+
+def cache_key(record: Any) -> str:
+    """The informer's cache key of a record: `namespace/name`, or `name`."""
+    if isinstance(record, dict):
+        meta = record.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name", ""))
+    else:
+        namespace, name = record.namespace, record.name
+    return f"{namespace}/{name}" if namespace else name
 
 
 # the annotated objects ------------------------------------------------------------------

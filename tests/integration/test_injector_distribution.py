@@ -27,7 +27,7 @@ from kube.client import ApiError, Client, is_already_exists, is_not_found
 from kube.events import EventRecorder
 from kube.factory import InformerFactory
 from tests.integration.identities import can, service_account_token
-from tests.integration.injector_harness import RunningInjector
+from tests.integration.injector_harness import Delivered, RunningInjector, cache_key
 from tests.integration.manager_process import SignerProcess
 from tests.integration.manifests import apply as apply_manifest
 from tests.integration.manifests import ensure_namespace
@@ -79,6 +79,12 @@ class RunningDistributor:
             self.recorder,
             namespace=namespace,
         )
+        # After the controller's own handlers: what `delivered` waits on.
+        self.deliveries = {
+            "namespaces": Delivered(self.controller.namespaces, lambda ns: str(ns.name)),
+            "configs": Delivered(self.controller.configs, lambda d: f"{namespace}/{d.name}"),
+            "copies": Delivered(self.controller.copies, cache_key),
+        }
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.controller.run, args=(self.stop,), daemon=True)
 
@@ -92,6 +98,12 @@ class RunningDistributor:
         self.stop.set()
         self.thread.join(30)
         self.recorder.stop()
+
+    def delivered(self, cache: str, key: str, resource_version: str | None) -> None:
+        """As `RunningInjector.delivered`: the informer `cache` (`namespaces`, `configs`,
+        `copies`) has handed `key` at `resource_version` or later (None: its deletion) to
+        its handlers, and the queue is idle."""
+        self.deliveries[cache].wait(key, resource_version, self.controller.queue.idle)
 
 
 @pytest.fixture
@@ -264,8 +276,9 @@ def test_distributes_as_the_injector_with_only_the_components_rbac(
 
 def configuration(
     client: Client, home: str, name: str, target: str, selector: str, team: str
-) -> None:
-    client.create(
+) -> str:
+    """Create a distribution configuration; return its resourceVersion."""
+    created = client.create(
         f"/api/v1/namespaces/{home}/configmaps",
         {
             "metadata": {
@@ -279,6 +292,7 @@ def configuration(
             },
         },
     )
+    return str(created["metadata"]["resourceVersion"])
 
 
 def test_a_tenant_label_cannot_make_the_distributor_delete_or_overwrite(
@@ -319,21 +333,12 @@ def test_a_tenant_label_cannot_make_the_distributor_delete_or_overwrite(
         assert client.get(f"{path}/coredns")["data"] == victim["data"]
         # The configuration goes, and the namespace stops matching: nothing is deleted.
         client.delete(f"/api/v1/namespaces/{namespace}/configmaps/trust")
-        client.patch(f"/api/v1/namespaces/{tenant}", {"metadata": {"labels": {"trust": "no"}}})
-
-        # Judged once the caches hold both changes (not merely an idle queue).
-        def cached() -> bool:
-            seen = running.controller.namespaces.get(tenant)
-            return not running.controller.configs.list() and (
-                seen is not None and dict(seen.labels).get("trust") == "no"
-            )
-
-        eventually(
-            cached,
-            timeout=30,
-            what="the caches to hold both changes",
+        moved = client.patch(
+            f"/api/v1/namespaces/{tenant}", {"metadata": {"labels": {"trust": "no"}}}
         )
-        eventually(running.controller.queue.idle, timeout=30)
+        # Judged once the distributor has handled both changes.
+        running.delivered("configs", f"{namespace}/trust", None)
+        running.delivered("namespaces", tenant, moved["metadata"]["resourceVersion"])
         for key in running.controller.every_namespace():
             running.controller.sync(key)
         assert client.get(f"{path}/coredns")["data"] == victim["data"]
@@ -418,12 +423,8 @@ def test_a_mark_computed_from_readable_data_owns_nothing(
 
         eventually(reported, timeout=30, what="ConfigMapNotOurs")
         client.delete(f"/api/v1/namespaces/{namespace}/configmaps/trust")
-        eventually(
-            lambda: not running.controller.configs.list(),
-            timeout=30,
-            what="the cache to lose the configuration",
-        )
-        eventually(running.controller.queue.idle, timeout=30)
+        # Judged once the distributor has handled the configuration's deletion.
+        running.delivered("configs", f"{namespace}/trust", None)
         for key in running.controller.every_namespace():
             running.controller.sync(key)
         assert get_or_none(client, f"{path}/service-ca.crt") is not None
@@ -459,7 +460,8 @@ def test_copies_stay_ours_when_the_injectors_namespace_is_re_created_with_its_ke
             timeout=30,
             what="the copy",
         )
-    made = client.get(copy_path)["metadata"]["uid"]
+    copy_meta = client.get(copy_path)["metadata"]
+    made, copy_version = copy_meta["uid"], copy_meta["resourceVersion"]
     backup = client.get(f"/api/v1/namespaces/{home}/secrets/{KEY_SECRET}")["data"]
     client.delete(f"/api/v1/namespaces/{home}")
     eventually(
@@ -475,10 +477,12 @@ def test_copies_stay_ours_when_the_injectors_namespace_is_re_created_with_its_ke
         f"/api/v1/namespaces/{home}/secrets",
         {"metadata": {"name": KEY_SECRET}, "type": "Opaque", "data": backup},
     )
-    configuration(client, home, "trust", "service-ca.crt", selector, team)
+    configured = configuration(client, home, "trust", "service-ca.crt", selector, team)
     with RunningDistributor(client, home) as running:
-        # The copy was judged: every namespace from the first list is synced once.
-        eventually(running.controller.queue.idle, timeout=30)
+        # The copy was judged: the distributor has handled the new configuration and the
+        # copy the first installation made.
+        running.delivered("configs", f"{home}/trust", configured)
+        running.delivered("copies", f"{target}/service-ca.crt", copy_version)
         assert client.get(copy_path)["metadata"]["uid"] == made
         assert running.controller.metrics.count("not_ours") == 0
         client.delete(f"/api/v1/namespaces/{home}/configmaps/trust")

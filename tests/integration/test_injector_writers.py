@@ -147,6 +147,10 @@ def test_a_replace_that_drops_ca_bundle_is_repaired_at_once(
                 webhook["clientConfig"].pop("caBundle", None)
             live["metadata"].pop("managedFields", None)
             client.replace(f"{VWC_PATH}/{hook}", live, params={"fieldManager": "kubectl-replace"})
-            eventually(lambda: ca_bundles(client.get(f"{VWC_PATH}/{hook}")) == [wanted])
+            repaired = eventually(
+                lambda: (o := client.get(f"{VWC_PATH}/{hook}")) and ca_bundles(o) == [wanted] and o
+            )
+        # Judged once the injector has handled the event of its own repair too.
+        injector.delivered(KIND, hook, repaired["metadata"]["resourceVersion"])
         assert events_about(client, hook, REASON_CONTESTED) == []
         assert injector.controller.metrics.count(KIND, "contested") == 0
