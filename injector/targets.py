@@ -9,6 +9,9 @@ What it decides (pure; no client):
   (at most `MAX_ANNOTATION` characters of it), the SHA-256 of each slot's current
   caBundle, and the few fields that say whether a caBundle may be set at all. Digests,
   never content: a CRD's schema can be hundreds of KiB, and a ConfigMap 1 MiB.
+* **What a sync reads for one key** (`read`, over the informers' caches): the record
+  (or a departed ConfigMap's), what our note says it holds, and the patches that would
+  give up our fields — everything the plan (`injector.decide.plan`) reads of the object.
 * **When a caBundle cannot be set**, so the object is left alone with a reason instead
   of a write kube-apiserver would reject: a local APIService (no `spec.service`), an
   APIService with `insecureSkipTLSVerify: true` (validation forbids both together), a
