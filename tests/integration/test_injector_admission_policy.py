@@ -16,6 +16,7 @@ version adds fails here instead of passing unchecked."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import uuid
@@ -32,6 +33,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from controlplane import ControlPlane, binaries
 from distributor import decide as distribute
 from distributor.key import KEY_SECRET
+from injector.targets import API_SERVICE, CRD, VALIDATING_WEBHOOK, Kind, release_ops, to_target
 from kube.client import ApiError, Client, is_not_found
 from tests.integration.identities import can, service_account_token
 from tests.integration.injector_harness import (
@@ -243,6 +245,8 @@ FOREIGN_ENTRY = {
 
 MSG_META = "may not change ownerReferences, finalizers or generateName"
 MSG_MANAGED = "may not add a managedFields entry for another manager"
+MSG_OTHERS = "may change another manager's managedFields entry only"
+MSG_OWN = "may not add to its own managedFields entry"
 MSG_LABELS = "may change only its own labels"
 MSG_ANNOTATIONS = "may change only its own annotations"
 MSG_HOOKS = "may change only webhooks[].clientConfig.caBundle"
@@ -265,6 +269,11 @@ class Objects:
     crd: str
     cms: str
     """The ConfigMaps' collection path (in the test's namespace)."""
+    released_vwc: str
+    released_api: str
+    released_crd: str
+    """Objects the injector wrote (the first webhook's caBundle of two; the APIService's;
+    the CRD's) whose annotation an administrator then removed: to be released."""
 
 
 @pytest.fixture
@@ -273,7 +282,7 @@ def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
     (validating and mutating), one that never opted in, an opted-in APIService and CRD,
     and ConfigMaps: labelled `trust`, unlabelled `app`, a tenant's labelled `web-ca`, a
     distributor copy `copy`, and `lookalike` (a copy's label and mark, and a key of its
-    own)."""
+    own); and one of each caBundle kind to release (`Objects.released_vwc`)."""
     admin = installed.admin
     suffix = uuid.uuid4().hex[:6]
     selector = '{"signerName": "example.com/policy", "labelSelector": {}}'
@@ -284,6 +293,9 @@ def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
         apiservice=f"v1alpha1.p{suffix}.policy.example.com",
         crd=f"things.p{suffix}.policy.example.com",
         cms=f"/api/v1/namespaces/{plane_namespace}/configmaps",
+        released_vwc=f"policy-released-{suffix}",
+        released_api=f"v1alpha1.r{suffix}.policy.example.com",
+        released_crd=f"things.r{suffix}.policy.example.com",
     )
     admin.create(VWC_PATH, validating_webhook(made.vwc, f"unused-{suffix}", "svc", selector))
     admin.create(VWC_PATH, validating_webhook(made.plain_vwc, f"unused-{suffix}", "svc", None))
@@ -321,9 +333,27 @@ def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
     )
     admin.create(made.cms, copy_shaped("copy"))
     admin.create(made.cms, copy_shaped("lookalike", Corefile=".:53 {}"))
+    released = f"r{suffix}.policy.example.com"
+    admin.create(
+        VWC_PATH,
+        validating_webhook(made.released_vwc, f"unused-{suffix}", "svc", selector, webhooks=2),
+    )
+    admin.create(APISERVICES, api_service(released, f"unused-{suffix}", selector))
+    admin.create(CRDS, conversion_crd(released, f"unused-{suffix}", selector))
+    ca = b64(generate_ca("released").cert.public_bytes(Encoding.PEM))
+    for path, leaf in (
+        (f"{VWC_PATH}/{made.released_vwc}", "/webhooks/0/clientConfig/caBundle"),
+        (f"{APISERVICES}/{made.released_api}", "/spec/caBundle"),
+        (f"{CRDS}/{made.released_crd}", "/spec/conversion/webhook/clientConfig/caBundle"),
+    ):
+        patch(installed.injector, path, {"op": "add", "path": leaf, "value": ca})
+        admin.patch(path, {"metadata": {"annotations": {ANNOTATION: None}}})
     try:
         yield made
     finally:
+        delete_quietly(admin, VWC_PATH, made.released_vwc)
+        delete_quietly(admin, APISERVICES, made.released_api)
+        delete_quietly(admin, CRDS, made.released_crd)
         delete_quietly(admin, VWC_PATH, made.vwc)
         delete_quietly(admin, VWC_PATH, made.plain_vwc)
         delete_quietly(admin, MWC_PATH, made.mwc)
@@ -367,7 +397,100 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
     def create(body: dict[str, Any]) -> Callable[[], Any]:
         return lambda: injector.create(o.cms, body)
 
+    def entries(
+        path: str, change: Callable[[list[dict[str, Any]]], Any], release: bool = False
+    ) -> Callable[[], Any]:
+        """`change` made to the object's managedFields (and our entries removed, for
+        `release`): one replace of the list."""
+
+        def write() -> Any:
+            managed = copy.deepcopy(injector.get(path)["metadata"]["managedFields"])
+            change(managed)
+            if release:
+                managed = [e for e in managed if e["manager"] != FIELD_MANAGER]
+            return patch(
+                injector,
+                path,
+                {"op": "replace", "path": "/metadata/managedFields", "value": managed},
+            )
+
+        return write
+
+    def other(managed: list[dict[str, Any]]) -> dict[str, Any]:
+        """The fieldsV1 of the administrator's entry (what made the object; not the
+        API server's status entry)."""
+        fields: dict[str, Any] = next(
+            e for e in managed if e["manager"] != FIELD_MANAGER and not e.get("subresource")
+        )["fieldsV1"]
+        return fields
+
+    def mine(managed: list[dict[str, Any]]) -> dict[str, Any]:
+        """The fieldsV1 of the injector's entry (made, if an earlier write took it)."""
+        found = [e for e in managed if e["manager"] == FIELD_MANAGER]
+        if not found:
+            found = [{**managed[0], "manager": FIELD_MANAGER, "operation": "Update"}]
+            managed.append(found[0])
+        fields: dict[str, Any] = found[0].setdefault("fieldsV1", {})
+        return fields
+
+    def hook_config(fields: dict[str, Any], index: int) -> dict[str, Any]:
+        """The clientConfig of the `index`th webhook in `fields` (by name)."""
+        hooks = fields["f:webhooks"]
+        item: dict[str, Any] = hooks[sorted(k for k in hooks if k.startswith("k:"))[index]]
+        config: dict[str, Any] = item.setdefault("f:clientConfig", {})
+        return config
+
+    def own_a_label(managed: list[dict[str, Any]]) -> None:
+        other(managed).setdefault("f:metadata", {})["f:labels"] = {"f:team": {}}
+
+    def forget_rules(managed: list[dict[str, Any]]) -> None:
+        for item in other(managed)["f:webhooks"].values():
+            item.pop("f:rules", None)
+
+    def hand(index: int) -> Callable[[list[dict[str, Any]]], None]:
+        def change(managed: list[dict[str, Any]]) -> None:
+            hook_config(other(managed), index)["f:caBundle"] = {}
+
+        return change
+
+    def hand_with_url(managed: list[dict[str, Any]]) -> None:
+        hook_config(other(managed), 0).update({"f:caBundle": {}, "f:url": {}})
+
+    def hand_api_with_skip(managed: list[dict[str, Any]]) -> None:
+        other(managed)["f:spec"].update({"f:caBundle": {}, "f:insecureSkipTLSVerify": {}})
+
+    def hand_crd_with_versions(managed: list[dict[str, Any]]) -> None:
+        spec = other(managed)["f:spec"]
+        spec["f:conversion"]["f:webhook"]["f:clientConfig"]["f:caBundle"] = {}
+        spec["f:preserveUnknownFields"] = {}
+
+    def claim_second(managed: list[dict[str, Any]]) -> None:
+        mine(managed).setdefault("f:webhooks", {}).update(
+            {
+                k: {"f:clientConfig": {"f:caBundle": {}}}
+                for k in other(managed)["f:webhooks"]
+                if k.startswith("k:")
+            }
+        )
+
+    def forged_own_entry(managed: list[dict[str, Any]]) -> None:
+        keys = [k for k in other(managed)["f:webhooks"] if k.startswith("k:")]
+        managed.append(
+            {
+                "manager": FIELD_MANAGER,
+                "operation": "Update",
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "time": "2026-01-01T00:00:00Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {
+                    "f:webhooks": {k: {"f:clientConfig": {"f:caBundle": {}}} for k in keys}
+                },
+            }
+        )
+
     hook = "/webhooks/0"
+    done = f"{VWC_PATH}/{o.released_vwc}"
+    done_api, done_crd = f"{APISERVICES}/{o.released_api}", f"{CRDS}/{o.released_crd}"
     return {
         # ownerReferences (the garbage collector deletes an object whose owner is gone),
         # finalizers (they block deletion), on every kind, opted in or not.
@@ -413,6 +536,48 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
         # managedFields: another manager made the owner of fields it never applied.
         "webhook: managedFields entry for another manager": (forged_manager(vwc), MSG_MANAGED),
         "ConfigMap: managedFields entry for another manager": (forged_manager(trust), MSG_MANAGED),
+        # managedFields: another manager's entry changed, beyond the release's handover
+        # (an owner made to own a field applies it away; one made to forget a field can
+        # no longer remove it).
+        "webhook: another manager made to own a label": (entries(vwc, own_a_label), MSG_OTHERS),
+        "webhook: another manager made to forget its rules": (
+            entries(vwc, forget_rules),
+            MSG_OTHERS,
+        ),
+        "APIService: another manager made to own a label": (
+            entries(api, own_a_label),
+            MSG_OTHERS,
+        ),
+        "CRD: another manager made to own a label": (entries(crd, own_a_label), MSG_OTHERS),
+        "released webhook: caBundle handed over, the injector's entry kept": (
+            entries(done, hand(0)),
+            MSG_OTHERS,
+        ),
+        "released webhook: a caBundle the injector never owned handed over": (
+            entries(done, hand(1), release=True),
+            MSG_OTHERS,
+        ),
+        "released webhook: url handed over with the caBundle": (
+            entries(done, hand_with_url, release=True),
+            MSG_OTHERS,
+        ),
+        "released APIService: insecureSkipTLSVerify handed over with the caBundle": (
+            entries(done_api, hand_api_with_skip, release=True),
+            MSG_OTHERS,
+        ),
+        "released CRD: preserveUnknownFields handed over with the caBundle": (
+            entries(done_crd, hand_crd_with_versions, release=True),
+            MSG_OTHERS,
+        ),
+        # ... or first made the injector's own, to be handed over next.
+        "never-opted webhook: an entry of the injector's owning its caBundle": (
+            entries(plain, forged_own_entry),
+            MSG_OWN,
+        ),
+        "released webhook: the injector's entry made to own another caBundle": (
+            entries(done, claim_second),
+            MSG_OWN,
+        ),
         # other labels and annotations
         "webhook: another label": (add(vwc, "/metadata/labels", {"team": "attacker"}), MSG_LABELS),
         "webhook: its opt-in annotation removed": (
@@ -512,8 +677,9 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
     }
 
 
-def admitted_writes(injector: Client, o: Objects) -> dict[str, Callable[[], Any]]:
-    """What the injector and the distributor write, as they write it."""
+def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Callable[[], Any]]:
+    """What the injector and the distributor write, as they write it (the release by the
+    injector's own code: `injector.targets.release_ops`)."""
     vwc, mwc = f"{VWC_PATH}/{o.vwc}", f"{MWC_PATH}/{o.mwc}"
     api, crd = f"{APISERVICES}/{o.apiservice}", f"{CRDS}/{o.crd}"
     trust, copy_ = f"{o.cms}/trust", f"{o.cms}/copy"
@@ -534,6 +700,23 @@ def admitted_writes(injector: Client, o: Objects) -> dict[str, Callable[[], Any]
                 ]
         assert ops, "nothing of ours to release"
         return patch(injector, path, *ops)
+
+    def release_handing_over(kind: Kind, path: str) -> Any:
+        target = to_target(kind, injector.get(path))
+        assert target.handover, f"nothing to hand over on {path}"
+        patch(injector, path, *release_ops(target))
+        after = injector.get(path)["metadata"]["managedFields"]
+        assert FIELD_MANAGER not in [e["manager"] for e in after]
+        return after
+
+    def take_back_a_hand_edit() -> Any:
+        # An administrator edits the caBundle by hand (their own entry owns it now); the
+        # injector restores it, and the server moves the leaf out of their entry.
+        hand_edit = {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": b64("x")}
+        admin.patch(mwc, [hand_edit], patch_type=JSON_PATCH)
+        return patch(
+            injector, mwc, {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": ca}
+        )
 
     def fill_key() -> Any:
         secret = injector.get(KEY_PATH)
@@ -568,6 +751,16 @@ def admitted_writes(injector: Client, o: Objects) -> dict[str, Callable[[], Any]
             {"op": "add", "path": f"/metadata/labels/{escape(MARK_LABEL)}", "value": "true"},
         ),
         "webhook: the release": lambda: release(vwc),
+        "mutating webhook: caBundle taken back from a hand edit": take_back_a_hand_edit,
+        "released webhook: the release hands the caBundle to the owner": lambda: (
+            release_handing_over(VALIDATING_WEBHOOK, f"{VWC_PATH}/{o.released_vwc}")
+        ),
+        "released APIService: the release hands the caBundle to the owner": lambda: (
+            release_handing_over(API_SERVICE, f"{APISERVICES}/{o.released_api}")
+        ),
+        "released CRD: the release hands the caBundle to the owner": lambda: release_handing_over(
+            CRD, f"{CRDS}/{o.released_crd}"
+        ),
         "labelled ConfigMap: the release": lambda: release(trust),
         "copy: re-annotated and re-labelled": lambda: injector.patch(
             copy_,
@@ -615,7 +808,8 @@ def test_every_write_the_injector_and_distributor_make_is_admitted(
     installed: Installed, objects: Objects
 ) -> None:
     outcome = {
-        case: refused(write) for case, write in admitted_writes(installed.injector, objects).items()
+        case: refused(write)
+        for case, write in admitted_writes(installed.injector, objects, installed.admin).items()
     }
     assert not any(outcome.values()), json.dumps({k: v for k, v in outcome.items() if v}, indent=1)
     # Filled once; replacing or removing the key is refused.
@@ -706,7 +900,8 @@ def test_the_injector_and_distributor_refuse_nothing_under_the_policy(
 ) -> None:
     """The real process (`--controllers=injector,trust-distributor`) under the token, the
     policy on: first writes on every kind, a copy created filled, re-labelled, deleted,
-    the key filled, a release — and not one request refused."""
+    the key filled, a ConfigMap's release and a webhook configuration's (its caBundle
+    handed to the owner) — and not one request refused."""
     admin, namespace = installed.admin, plane_namespace
     suffix = uuid.uuid4().hex[:8]
     signer = f"p{suffix}.example.com/roots"
@@ -818,6 +1013,16 @@ def test_the_injector_and_distributor_refuse_nothing_under_the_policy(
             timeout=30,
             what="the release",
         )
+        # And a webhook configuration's: its caBundle handed to the administrator's entry.
+        admin.patch(f"{VWC_PATH}/{hook}", {"metadata": {"annotations": {ANNOTATION: None}}})
+
+        def handed_over() -> bool:
+            managed = get(f"{VWC_PATH}/{hook}")["metadata"]["managedFields"]
+            owners = [e for e in managed if "f:caBundle" in json.dumps(e["fieldsV1"])]
+            return [e["manager"] for e in owners] == ["service-serving-signer"]
+
+        eventually(handed_over, timeout=30, what="the webhook's release")
+        assert ca_of(f"{VWC_PATH}/{hook}") == b64(pem)
         denied = [
             line
             for line in process.log_lines()
