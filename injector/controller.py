@@ -64,7 +64,7 @@ from injector.targets import (
 )
 from kube.client import ApiError, Client, is_conflict, is_not_found
 from kube.controller import Cache, Loop, Requeue
-from kube.events import ObjectRef
+from kube.events import ObjectRef, Recorder
 from kube.factory import InformerFactory
 from kube.leases import LeaseRef, write_report
 from kube.types import JSON
@@ -94,12 +94,6 @@ lists): a page of 1 MiB tenant ConfigMaps is then ~10 MiB."""
 JSON_PATCH = "application/json-patch+json"
 ACTION = "InjectCABundle"
 """The action of every Warning Event the injector records."""
-
-
-class Recorder(Protocol):
-    """The part of `kube.events.EventRecorder` the injector uses."""
-
-    def warning(self, regarding: ObjectRef, reason: str, note: str, action: str) -> None: ...
 
 
 class TargetCache(Cache[Target], Protocol):

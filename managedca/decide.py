@@ -136,12 +136,13 @@ class State:
 
 
 @dataclass(frozen=True)
-class Report:
-    """One replica's report (its Lease): the anchors of the bundle it has loaded, the CA
-    it signs with, and the staged CA it has validated as a signing set ("ready to sign
-    with": key matches, valid now and for the lead time, a probe leaf verifies). `live`
-    is the leader's judgement (`managedca.report.Liveness`: renewals seen on its own
-    monotonic clock), never a comparison of the replica's clock with the leader's."""
+class ReplicaView:
+    """One replica's report (its Lease, `managedca.report.ReplicaReport`) as the leader
+    judged it: the anchors of the bundle it has loaded, the CA it signs with, and the
+    staged CA it has validated as a signing set ("ready to sign with": key matches, valid
+    now and for the lead time, a probe leaf verifies). `live` is the leader's judgement
+    (`managedca.report.Liveness`: renewals seen on its own monotonic clock), never a
+    comparison of the replica's clock with the leader's."""
 
     replica: str
     anchors: frozenset[str]  # fingerprints
@@ -172,7 +173,7 @@ class InjectorView:
 @dataclass(frozen=True)
 class Observations:
     published: frozenset[str]  # fingerprints of the anchors in the bundle read back
-    reports: tuple[Report, ...] = ()
+    reports: tuple[ReplicaView, ...] = ()
     published_cas: tuple[CaInfo, ...] = ()  # the same anchors, for an adopting bootstrap
     # How long this leader has seen the read-back hold every root the state publishes,
     # on its own monotonic clock (None: not tracked, e.g. `ca status`). The propagation

@@ -94,7 +94,7 @@ from managedca.layout import (
     secret_data as secret_data,
 )
 from managedca.layout import split_pem
-from trust.bundle import BundleError, TrustBundle
+from trust.bundle import TrustBundle
 from trust.material import (
     DEFAULT_DOMAIN,
     MIN_REMAINING,
@@ -551,11 +551,3 @@ def dropped_roots(
     keep = {a.fingerprint for a in roots if now < a.not_after}
     gone = keep - {a.fingerprint for a in state.anchors()}
     return frozenset(gone - set(state.retired) - state.revoked - revoked)
-
-
-def anchors_of(pem: str) -> frozenset[str]:
-    """Fingerprints of the anchors in a published bundle's PEM (empty if unparseable)."""
-    try:
-        return frozenset(fingerprint(pem))
-    except BundleError:
-        return frozenset()

@@ -33,18 +33,17 @@ from managedca import decide as d
 from managedca import revocations
 from managedca.codec import Stored, ca_info, decode
 from managedca.layout import split_pem
-from managedca.material import anchors_of
 from managedca.report import (
     Liveness,
+    ReplicaReport,
     ReportError,
-    ReportLease,
     injector_view,
     list_reports,
     read_report,
 )
 from trust import convergence
 from trust.bundle import stable_bundle_name
-from trust.clustertrustbundles import bundles_path, pem_of, signer_bundles
+from trust.clustertrustbundles import anchors_of, bundles_path, pem_of, signer_bundles
 from trust.convergence import report_lease
 
 log = logging.getLogger(__name__)
@@ -151,7 +150,7 @@ class Observer:
         self._remember_revoked(seen)
         return seen
 
-    def _readable_reports(self, state: d.State | None) -> list[ReportLease]:
+    def _readable_reports(self, state: d.State | None) -> list[ReplicaReport]:
         """The reports that read as reports and say nothing out of bounds (a leaf
         lifetime beyond the current CA's included); each other one is ignored, with a
         Warning Event on its Lease once per distinct problem."""
@@ -245,7 +244,7 @@ class Observer:
         return timedelta(seconds=mono - self._published_since[1])
 
     @staticmethod
-    def _old(lease: ReportLease, now: datetime) -> bool:
+    def _old(lease: ReplicaReport, now: datetime) -> bool:
         """A report that says it was last renewed over `REPORT_GC_AFTER` ago (the replica's
         clock: a bound, never the judgement of liveness). It is collected (a replica
         killed without a clean stop) once it has also not changed for its duration on our

@@ -44,7 +44,7 @@ from typing import Any
 from kube.client import ApiError, Client
 from kube.leases import LeaseRef, leases_path, write_report
 from kube.times import read_time
-from managedca.decide import InjectorView, Report
+from managedca.decide import InjectorView, ReplicaView
 from managedca.layout import ANNOTATION_PREFIX
 from managedca.material import Loaded
 from trust import convergence
@@ -68,8 +68,9 @@ def report_name(secret_name: str, identity: str) -> str:
 
 
 @dataclass(frozen=True)
-class ReportLease:
-    """A report Lease as read: what it says, and what liveness and collection need."""
+class ReplicaReport:
+    """One replica's report Lease as read: what it says, and what liveness and collection
+    need. The leader judges it into a `managedca.decide.ReplicaView`."""
 
     name: str
     replica: str
@@ -102,7 +103,7 @@ MAX_ANCHORS = 64
 _FINGERPRINT = re.compile(r"[0-9a-f]{64}")
 
 
-def read_report(lease: Mapping[str, Any]) -> ReportLease:
+def read_report(lease: Mapping[str, Any]) -> ReplicaReport:
     """The report `lease` says, every value bounded (`ReportError` otherwise)."""
     spec = lease.get("spec") or {}
     meta = lease.get("metadata") or {}
@@ -132,7 +133,7 @@ def read_report(lease: Mapping[str, Any]) -> ReportLease:
         decision = json.loads(annotations[DECISION]) if annotations.get(DECISION) else None
     except (ValueError, RecursionError):
         decision = None
-    return ReportLease(
+    return ReplicaReport(
         name,
         str(spec.get("holderIdentity") or name),
         Loaded(anchors, signing, ready),
@@ -145,7 +146,7 @@ def read_report(lease: Mapping[str, Any]) -> ReportLease:
     )
 
 
-def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
+def parse_report(lease: Mapping[str, Any]) -> ReplicaReport | None:
     """`read_report`, or None for a Lease that is not a readable report."""
     try:
         return read_report(lease)
@@ -154,8 +155,8 @@ def parse_report(lease: Mapping[str, Any]) -> ReportLease | None:
 
 
 def leading_decision(
-    reports: Iterable[ReportLease], holder: str | None
-) -> tuple[ReportLease | None, bool]:
+    reports: Iterable[ReplicaReport], holder: str | None
+) -> tuple[ReplicaReport | None, bool]:
     """The report whose decision to show: the leader's (`holder`, the leader-election
     Lease's holder), else the most recently renewed one that carries a decision (a
     leader that has just lost its Lease). The flag says whether it is the leader's."""
@@ -187,7 +188,7 @@ class Liveness:
         self._monotonic = monotonic
         self._seen: dict[str, tuple[str, float]] = {}
 
-    def unchanged_for(self, lease: ReportLease) -> float:
+    def unchanged_for(self, lease: ReplicaReport) -> float:
         """Seconds (our clock) since `lease`'s renewTime was last seen to change."""
         return self.unchanged(lease.name, lease.renew_time)
 
@@ -200,10 +201,10 @@ class Liveness:
             return 0.0
         return now - last[1]
 
-    def report(self, lease: ReportLease) -> Report:
+    def report(self, lease: ReplicaReport) -> ReplicaView:
         live = self.unchanged_for(lease) < lease.duration.total_seconds()
         got = lease.loaded
-        return Report(
+        return ReplicaView(
             lease.replica, frozenset(got.anchors), got.signing, got.ready, live, lease.max_lifetime
         )
 

@@ -23,7 +23,7 @@ from kube.times import parse_time, span
 
 if TYPE_CHECKING:
     from kube.client import Client
-    from managedca.report import ReportLease
+    from managedca.report import ReplicaReport
     from managedca.status import Decision
 
 
@@ -142,7 +142,7 @@ def _published(client: Client, signer_name: str) -> list[str]:
 
 
 def status_of(
-    leases: Sequence[ReportLease],
+    leases: Sequence[ReplicaReport],
     leader: Mapping[str, Any] | None,
     published: Sequence[str],
     now: datetime,

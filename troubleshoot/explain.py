@@ -151,7 +151,10 @@ class RequestReport:
 
 
 @dataclass(frozen=True)
-class Report:
+class Explanation:
+    """What `explain` found for one Pod (or one request's Pod): each request, the signer's
+    health, and who owns the Pod."""
+
     namespace: str
     pod: str
     signer_name: str
@@ -243,7 +246,7 @@ class Explainer:
         """The Pod as served, read once per run (the decision reads the same copy)."""
         return self._pods.get_raw(f"{namespace}/{name}")
 
-    def explain_pcr(self, namespace: str, name: str) -> Report:
+    def explain_pcr(self, namespace: str, name: str) -> Explanation:
         what = f"PodCertificateRequest {namespace}/{name}"
         raw = self._read(
             f"{self.pcr_base(namespace)}/{path_segment(name)}",
@@ -259,11 +262,11 @@ class Explainer:
             pod_raw = None
         owner = self.owner_of(namespace, pcr.pod_name, pod_raw)
         request = self.request(pcr, raw, pod_raw, owner)
-        return Report(
+        return Explanation(
             namespace, pcr.pod_name, self.signer_name, (request,), owner=owner, health=self.health
         )
 
-    def explain_pod(self, namespace: str, name: str) -> Report:
+    def explain_pod(self, namespace: str, name: str) -> Explanation:
         pod_raw = self.pod_raw(namespace, name)
         if pod_raw is None:
             raise ExplainError(f"Pod {namespace}/{name} not found")
@@ -301,7 +304,7 @@ class Explainer:
                 if projects
                 else f"the Pod projects no podCertificate volume for {self.signer_name}"
             )
-        return Report(
+        return Explanation(
             namespace,
             name,
             self.signer_name,

@@ -16,7 +16,7 @@ from typing import Any
 from kube.presence import State as PresenceLeaseState
 from kube.times import format_time, relative, span
 from signer import presence as signer_presence
-from troubleshoot.explain import Report, RequestReport, no_leader_text, not_acting_text
+from troubleshoot.explain import Explanation, RequestReport, no_leader_text, not_acting_text
 from troubleshoot.leasehealth import Anchor, Health, Leader, ManagedCA, PresenceState
 
 
@@ -157,7 +157,7 @@ def request_lines(request: RequestReport, now: datetime, indent: str = "  ") -> 
     return lines
 
 
-def render_text(report: Report, now: datetime | None = None) -> str:
+def render_text(report: Explanation, now: datetime | None = None) -> str:
     now = now or datetime.now(UTC)
     lines = [
         f"Pod {report.namespace}/{report.pod} (signer {report.signer_name}): {report.outcome.label}"
@@ -274,7 +274,7 @@ def request_json(request: RequestReport) -> dict[str, Any]:
     }
 
 
-def report_json(report: Report) -> dict[str, Any]:
+def report_json(report: Explanation) -> dict[str, Any]:
     owner = report.owner
     return {
         "namespace": report.namespace,

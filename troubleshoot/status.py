@@ -85,7 +85,10 @@ class Shown:
 
 
 @dataclass
-class Status:
+class SignerStatus:
+    """What `status` shows: the signer's health and its requests, grouped and counted
+    (not the API's `Status` kind, nor the managed CA's `troubleshoot.castatus.CaStatus`)."""
+
     health: Health
     namespace: str | None
     counts: Counter[str] = field(default_factory=Counter)  # state → requests
@@ -154,9 +157,9 @@ def collect(
     *,
     namespace: str | None,
     max_shown: int = MAX_SHOWN,
-) -> Status:
+) -> SignerStatus:
     """List the signer's requests and decide the oldest `max_shown` that are not issued."""
-    status = Status(health, namespace)
+    status = SignerStatus(health, namespace)
     pending: list[JSON] = []
     newest_issued: tuple[str, str] | None = None  # (creationTimestamp, chain)
     for raw in _requests(explainer, namespace):
@@ -227,7 +230,7 @@ def _signing_cert(chain: str, anchors: tuple[Anchor, ...]) -> Anchor | None:
     return next((a for a in anchors if a.subject == issuer), None)
 
 
-def status_json(status: Status) -> dict[str, Any]:
+def status_json(status: SignerStatus) -> dict[str, Any]:
     return {
         "signer": health_json(status.health),
         "namespace": status.namespace,
@@ -262,7 +265,7 @@ def status_json(status: Status) -> dict[str, Any]:
     }
 
 
-def render_status(status: Status, now: datetime | None = None) -> str:
+def render_status(status: SignerStatus, now: datetime | None = None) -> str:
     now = now or datetime.now(UTC)
     lines = [f"Signer {status.health.signer_name}"]
     lines += [f"  {line}" for line in health_lines(status.health, now, full=True)]

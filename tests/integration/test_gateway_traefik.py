@@ -32,7 +32,6 @@ from controlplane.traefik import Traefik
 from injector.configmaps import CA_KEY, LABEL
 from injector.targets import ANNOTATION
 from kube.client import Client
-from managedca.material import anchors_of
 from tests.integration.injector_harness import RunningInjector
 from tests.integration.managed_ca_harness import ca_cli, move_retire_time_to_the_past, phase
 from tests.integration.manager_process import SignerProcess
@@ -52,6 +51,7 @@ from tests.integration.traefik_harness import (
 )
 from trust.bundle import bundle_name, normalize_bundle, stable_bundle_name
 from trust.ca import generate_ca
+from trust.clustertrustbundles import anchors_of
 from trust.selector import resolve_selector
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client, is_not_found
 from managedca.codec import PREVIOUS, decode
-from managedca.material import DEFAULT_SECRET_NAME, anchors_of, fingerprint
+from managedca.material import DEFAULT_SECRET_NAME, fingerprint
 from tests.integration.managed_ca_harness import (
     ca_cli,
     edit,
@@ -31,6 +31,7 @@ from tests.integration.managed_ca_harness import (
     phase,
 )
 from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
+from trust.clustertrustbundles import anchors_of
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,6 @@ from controlplane import ControlPlane
 from kube.client import Client, is_not_found, path_segment
 from kube.factory import InformerFactory
 from kube.types import JSON
-from managedca.material import anchors_of
 from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, PublisherController, informers
 from tests.integration.signer_harness import (
     RunningSigner,
@@ -35,6 +34,7 @@ from tests.integration.signer_harness import (
 )
 from trust.bundle import anchor_ders, bundle_name, normalize_bundle, stable_bundle_name
 from trust.ca import cert_pem, generate_ca, key_pem, write_ca
+from trust.clustertrustbundles import anchors_of
 from trust.files import FileMaterialSource
 
 

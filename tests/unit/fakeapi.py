@@ -605,7 +605,7 @@ def _now() -> str:
 
 
 @dataclass
-class Recorder:
+class FakeHandlers:
     """Collects informer handler calls for assertions (thread-safe)."""
 
     calls: list[tuple[str, Any]] = field(default_factory=list)

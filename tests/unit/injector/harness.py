@@ -57,7 +57,14 @@ class Events:
     def __init__(self) -> None:
         self.events: list[tuple[str, ObjectRef, str, str]] = []
 
-    def warning(self, regarding: ObjectRef, reason: str, note: str, action: str) -> None:
+    def warning(
+        self,
+        regarding: ObjectRef,
+        reason: str,
+        note: str,
+        action: str,
+        related: ObjectRef | None = None,
+    ) -> None:
         self.events.append(("Warning", regarding, reason, note))
 
 

@@ -19,7 +19,7 @@ from kube.client import Client
 from kube.credentials import Credentials
 from kube.informer import Backoff, Informer
 from kube.types import JSON
-from tests.unit.fakeapi import FakeApi, Gate, Recorder, Stall, bookmark, event, gone
+from tests.unit.fakeapi import FakeApi, FakeHandlers, Gate, Stall, bookmark, event, gone
 from tests.unit.kube.test_http1 import ScriptedServer
 
 PODS = "/api/v1/namespaces/ns/pods"
@@ -77,7 +77,7 @@ def names(objs: list[Any]) -> list[str]:
 def test_initial_list_is_paged_and_fills_the_cache_before_synced(fake: FakeApi) -> None:
     for i in range(7):
         fake.put(PODS, pod(f"p{i}"))
-    rec = Recorder()
+    rec = FakeHandlers()
     inf = informer(fake, page_size=3)
     inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
     assert not inf.has_synced()
@@ -115,7 +115,7 @@ def test_watch_events_fire_add_update_delete_and_update_the_cache(fake: FakeApi)
     fake.script_watch(
         PODS, event("ADDED", b), event("MODIFIED", b2), event("DELETED", a_gone), Stall()
     )
-    rec = Recorder()
+    rec = FakeHandlers()
     inf = informer(fake)
     inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
     with running(inf):
@@ -134,7 +134,7 @@ def test_gone_error_event_relists_and_fires_deletes_and_updates_for_changes(
     fake: FakeApi,
 ) -> None:
     changed = three_pods_then_gone(fake)
-    rec = Recorder()
+    rec = FakeHandlers()
     inf = informer(fake)
     inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
     with running(inf):
@@ -174,7 +174,7 @@ def test_stalled_watch_is_detected_by_the_read_timeout_and_reestablished(
         ),
         Stall(),
     )
-    rec = Recorder()
+    rec = FakeHandlers()
     inf = informer(fake, read_timeout=0.3)
     inf.add_handler(on_add=rec.on_add)
     with running(inf):
@@ -234,7 +234,7 @@ def test_transform_keeps_a_compact_record_keyed_from_raw_metadata_with_indexes(
     a_del = {**pod("a"), "metadata": {**pod("a")["metadata"], "resourceVersion": "401"}}
     go = threading.Event()
     fake.script_watch(PODS, Gate(go), event("MODIFIED", moved), event("DELETED", a_del), Stall())
-    rec = Recorder()
+    rec = FakeHandlers()
     inf: Informer[PodRecord] = Informer(
         fake.client(),
         PODS,
@@ -293,7 +293,7 @@ def test_late_handler_gets_cached_objects_as_adds_and_a_failing_handler_is_conta
 
     inf.add_handler(on_add=explode)
     with running(inf):
-        rec = Recorder()
+        rec = FakeHandlers()
         inf.add_handler(on_add=rec.on_add)
         assert names(rec.of("add")) == ["a"]
         go.set()
@@ -318,7 +318,7 @@ def test_expired_continue_token_falls_back_to_one_full_list_at_once(fake: FakeAp
         fake.put(PODS, pod(f"p{i}"))
     fake.fail("GET", PODS, 410, when=lambda r: bool(r.query.get("continue")))
     inf = informer(fake, page_size=3, backoff_initial=5.0, backoff_max=5.0)
-    rec = Recorder()
+    rec = FakeHandlers()
     inf.add_handler(rec.on_add)
     with running(inf):
         assert sorted(inf.keys()) == [f"ns/p{i}" for i in range(7)]
@@ -341,7 +341,7 @@ def test_relist_keeps_unchanged_records_and_reports_only_changed_ones(
         transformed.append(raw["metadata"]["name"])
         return PodRecord(raw["metadata"]["name"], raw["spec"]["nodeName"])
 
-    rec = Recorder()
+    rec = FakeHandlers()
     inf: Informer[PodRecord] = Informer(
         fake.client(), PODS, name="pods", transform=transform, page_size=2
     )
@@ -390,7 +390,7 @@ def test_a_streaming_list_syncs_without_a_list_request_and_watches_on_the_same_s
         ),
         Gate(hold := threading.Event()),  # the stream stays open until the end
     )
-    rec = Recorder()
+    rec = FakeHandlers()
     inf = streaming(fake)
     inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
     with running(inf):
@@ -422,7 +422,7 @@ def test_a_server_that_refuses_streaming_lists_gets_paged_lists_from_then_on(
 
 def test_a_streaming_relist_reports_only_what_changed(fake: FakeApi) -> None:
     changed = three_pods_then_gone(fake)  # after the first sync: 410 on its stream
-    rec = Recorder()
+    rec = FakeHandlers()
     inf = streaming(fake)
     inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
     with running(inf):

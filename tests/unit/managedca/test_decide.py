@@ -18,7 +18,7 @@ from managedca.decide import (
     Observations,
     Previous,
     RecordLifetime,
-    Report,
+    ReplicaView,
     Retire,
     ScheduleRetire,
     Stage,
@@ -51,10 +51,10 @@ def report(
     live: bool = True,
     signing: str | None = "aa",
     ready: str | None = "bb",
-) -> Report:
+) -> ReplicaView:
     """A replica's report: the anchors it has loaded, the CA it signs with, the next CA it
     has validated as ready to sign with (by default: signs with A, ready with B)."""
-    return Report(name, frozenset(fps), signing=signing, ready=ready, live=live)
+    return ReplicaView(name, frozenset(fps), signing=signing, ready=ready, live=live)
 
 
 STABLE = State(current=A, confirmed_at=T0, issued_lifetime=LIFE)
@@ -69,7 +69,7 @@ ADOPTING = State(current=CaInfo("bb", T0, B.not_after), previous=(Previous(A, T0
 ADOPTING_PUBLISHED = marked_published(ADOPTING, T0 + H, T0 + H + timedelta(minutes=10))
 
 
-def obs(*fps: str, reports: tuple[Report, ...] = ()) -> Observations:
+def obs(*fps: str, reports: tuple[ReplicaView, ...] = ()) -> Observations:
     return Observations(frozenset(fps), reports)
 
 

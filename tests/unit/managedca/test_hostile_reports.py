@@ -123,7 +123,7 @@ def test_a_reported_lifetime_longer_than_the_ca_itself_is_not_recorded() -> None
     says it may issue 31,700-year leaves must not become the CA's recorded lifetime."""
     a = d.CaInfo("aa", T0, T0 + timedelta(days=100))
     state = d.State(current=a, confirmed_at=T0, issued_lifetime=24 * H)
-    forged = d.Report("forged", frozenset({"aa"}), "aa", None, True, timedelta(seconds=10**12))
+    forged = d.ReplicaView("forged", frozenset({"aa"}), "aa", None, True, timedelta(seconds=10**12))
     action = d.decide(state, d.Observations(frozenset({"aa"}), (forged,)), T0 + H, CFG)
     assert not (isinstance(action, d.RecordLifetime) and action.lifetime > a.lifetime), action
 
@@ -140,7 +140,7 @@ def test_a_recorded_lifetime_out_of_datetime_range_does_not_wedge_the_retire() -
         swapped_at=T0 + 2 * H,
         issued_lifetime=24 * H,
     )
-    live = d.Report("r1", frozenset({"aa", "bb"}), "bb", None, True)
+    live = d.ReplicaView("r1", frozenset({"aa", "bb"}), "bb", None, True)
     action = d.decide(state, d.Observations(frozenset({"aa", "bb"}), (live,)), T0 + 3 * H, CFG)
     assert isinstance(action, d.ScheduleRetire), action
     assert action.retire_at <= T0 + 3 * H + a.lifetime + CFG.retire_margin

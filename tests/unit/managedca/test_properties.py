@@ -65,7 +65,7 @@ from managedca.decide import (
     Emergency,
     InjectorView,
     Observations,
-    Report,
+    ReplicaView,
     State,
     Wait,
     decide,
@@ -260,7 +260,7 @@ class World:
                 requested = state.revoke or frozenset({state.current.fingerprint})
             self.remembered |= state.revoked | requested
         reports = tuple(
-            Report(
+            ReplicaView(
                 f"r{i}",
                 _anchors(r.served),
                 signing=r.signing.fingerprint if r.signing is not None else None,
@@ -275,7 +275,7 @@ class World:
             # Anyone who can write Leases: a live report agreeing with everything, and
             # claiming leaves of 31,700 years.
             nxt = state.next or state.current
-            forged = Report(
+            forged = ReplicaView(
                 "forged",
                 self.published,
                 state.current.fingerprint,

@@ -22,7 +22,7 @@ from troubleshoot.leasehealth import (
     lease_state,
 )
 from troubleshoot.render import health_json, health_lines
-from troubleshoot.status import Status
+from troubleshoot.status import SignerStatus
 
 NOW = datetime(2026, 12, 6, 2, 0, 0, tzinfo=UTC)
 SIGNER = "kubernetes.io/service-serving"
@@ -121,7 +121,7 @@ def test_whether_a_signer_acts(
 def test_status_exit_code(
     lease: dict[str, Any] | None, found: PresenceState, bundle: BundleState, code: int
 ) -> None:
-    assert Status(health(lease, found, bundle), None).exit_status == code
+    assert SignerStatus(health(lease, found, bundle), None).exit_status == code
 
 
 def test_with_nothing_installed_status_says_no_signer_runs() -> None:
