@@ -11,6 +11,12 @@ each managed-CA replica's report are written with `write_report`.
 - `write_report(client, ref, ...)`: create the Lease, or replace it under the
   resourceVersion just read, with the given holder, duration, renewTime, labels and
   annotations. The writer owns its whole Lease: annotations it no longer sends go.
+- `renewal(lease, now)`: what a Lease says of its last renewal, judged on a reader's
+  wall clock: holder, renewTime, duration, age, and `fresh` (renewTime +
+  leaseDurationSeconds not yet past). For a reader that sees a Lease once (`status`,
+  `explain`, a presence check); a controller that watches one judges on its own
+  monotonic clock instead (`kube.leaderelection`, `managedca.report.Liveness`), so that
+  clock skew cannot matter.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from kube.client import ApiError, Client, is_conflict, is_not_found, path_segment
-from kube.times import micro_time
+from kube.times import micro_time, parse_time
 from kube.types import JSON
 
 API_VERSION = "coordination.k8s.io/v1"
@@ -95,3 +102,37 @@ def _written(write: Callable[[], object]) -> bool:
             return False
         raise
     return True
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """A Lease's last renewal as a reader judged it: who renewed it (`holder`, "" when
+    released or never held), when (`renew_time`), for how long (`duration_seconds`),
+    and how long before the reader's `now` (`age_seconds`); None where the Lease does
+    not say."""
+
+    holder: str = ""
+    renew_time: datetime | None = None
+    duration_seconds: float | None = None
+    age_seconds: float | None = None
+
+    @property
+    def fresh(self) -> bool:
+        """Renewed within its duration by the reader's clock: renewTime +
+        leaseDurationSeconds is not yet past. A Lease without either is not fresh. Says
+        nothing of the holder: a released Lease renewed a moment ago is fresh."""
+        if self.age_seconds is None or self.duration_seconds is None:
+            return False
+        return self.age_seconds <= self.duration_seconds
+
+
+def renewal(lease: Mapping[str, Any], now: datetime) -> Renewal:
+    """Judge `lease` (a Lease object) at the reader's wall-clock `now`. Pure. A reader
+    whose clock runs a duration ahead of the writer's sees a renewing Lease stale:
+    callers show the age so that a person can tell."""
+    spec: Mapping[str, Any] = lease.get("spec") or {}
+    renew = parse_time(spec.get("renewTime"))
+    raw = spec.get("leaseDurationSeconds")
+    duration = float(raw) if isinstance(raw, int | float) else None
+    age = (now - renew).total_seconds() if renew is not None else None
+    return Renewal(str(spec.get("holderIdentity") or ""), renew, duration, age)

@@ -17,10 +17,11 @@ What it decides:
 * **Annotations** carry what a reader shows beside "alive" (the writer chooses them: a
   name it serves, its version, whether it elects a leader); they are rewritten on every
   renewal, so the last renewer's are shown.
-* **Judging** (`judge`) compares `renewTime + leaseDurationSeconds` with the reader's
-  clock: the duration (`DEFAULT_DURATION`, four periods) leaves room for a missed renewal
-  and for clocks some seconds apart. A reader never reports a renewing process absent
-  unless its clock runs a duration ahead of the writer's.
+* **Judging** (`judge`, with `kube.leases.renewal`) compares `renewTime +
+  leaseDurationSeconds` with the reader's clock: the duration (`DEFAULT_DURATION`, four
+  periods) leaves room for a missed renewal and for clocks some seconds apart. A reader
+  never reports a renewing process absent unless its clock runs a duration ahead of the
+  writer's.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found
-from kube.leases import LeaseRef, leases_path
-from kube.times import micro_time, parse_time
+from kube.leases import LeaseRef, Renewal, leases_path, renewal
+from kube.times import micro_time
 from kube.types import JSON
 
 log = logging.getLogger(__name__)
@@ -138,10 +139,7 @@ class Presence:
     namespace: str
     name: str
     state: State
-    holder: str = ""
-    renew_time: datetime | None = None
-    duration_seconds: float | None = None
-    age_seconds: float | None = None  # since renewTime, by the reader's clock
+    renewal: Renewal = field(default_factory=Renewal)  # by the reader's clock
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -153,21 +151,13 @@ def judge(namespace: str, name: str, lease: JSON | None, now: datetime) -> Prese
     """Classify a presence Lease (None: it does not exist). Pure."""
     if lease is None:
         return Presence(namespace, name, State.MISSING)
-    spec: Mapping[str, Any] = lease.get("spec") or {}
-    renew = parse_time(spec.get("renewTime"))
-    raw = spec.get("leaseDurationSeconds")
-    duration = float(raw) if isinstance(raw, int | float) else None
-    age = (now - renew).total_seconds() if renew is not None else None
-    alive = age is not None and duration is not None and age <= duration
+    renewed = renewal(lease, now)
     annotations = (lease.get("metadata") or {}).get("annotations") or {}
     return Presence(
         namespace,
         name,
-        State.ALIVE if alive else State.EXPIRED,
-        str(spec.get("holderIdentity") or ""),
-        renew,
-        duration,
-        age,
+        State.ALIVE if renewed.fresh else State.EXPIRED,
+        renewed,
         {str(k): str(v) for k, v in annotations.items()},
     )
 

@@ -151,6 +151,7 @@ def status_of(
     """The status from the replicas' report Leases (the leader's carries its decision,
     read back as a typed `managedca.status.Decision`), the leader-election Lease and the
     published anchors."""
+    from kube.leases import renewal
     from managedca.report import leading_decision
     from managedca.status import Decision
 
@@ -158,15 +159,14 @@ def status_of(
     decision = Decision.from_json(chosen.decision) if chosen else None
     view = None
     if leader is not None:
-        renewed = parse_time(leader.get("renewTime"))
-        duration = float(leader.get("leaseDurationSeconds") or 0)
-        age = (now - renewed).total_seconds() if renewed else None
+        renewed = renewal({"spec": leader}, now)  # `leader` carries the spec's times
+        age = renewed.age_seconds
         view = LeaderView(
             lease=str(leader.get("lease")),
             identity=leader.get("identity"),
             renew_time=leader.get("renewTime"),
-            duration=duration,
-            held=age is not None and age < duration,
+            duration=renewed.duration_seconds or 0.0,
+            held=renewed.fresh,
             renewed_seconds_ago=round(age, 1) if age is not None else None,
         )
     status = CaStatus(

@@ -470,10 +470,10 @@ class Explainer:
             return report
         lease = health.lease
         if lease.acting:
-            return _stuck(report, age, f"while {lease.holder} holds the Lease")
+            return _stuck(report, age, f"while {lease.renewal.holder} holds the Lease")
         acting = health.acting
         if acting and health.presence is not None and health.presence.presence is not None:
-            by = health.presence.presence.holder
+            by = health.presence.presence.renewal.holder
             return _stuck(report, age, f"while signer {by} runs without leader election")
         if acting is False and not health.presence_missing:
             # The presence is readable and says no signer acts: no trace can say otherwise
@@ -619,19 +619,19 @@ def not_acting_text(health: Health) -> str:
             f"signer of that name runs there (--signer-name, --signer-namespace)"
         )
     if found.alive:
-        ago = span(timedelta(seconds=found.age_seconds or 0))
+        ago = span(timedelta(seconds=found.renewal.age_seconds or 0))
         return (
-            f"a signer process renewed {where} {ago} ago ({found.holder}), yet none leads: "
+            f"a signer process renewed {where} {ago} ago ({found.renewal.holder}), yet none leads: "
             + no_leader_text(lease.leader, lease.namespace, lease.name)
         )
     if found.state is PresenceLeaseState.EXPIRED:
         last = ""
-        if found.renew_time is not None:
-            ago = span(timedelta(seconds=found.age_seconds or 0))
-            last = f" since {format_time(found.renew_time)} ({ago} ago)"
+        if found.renewal.renew_time is not None:
+            ago = span(timedelta(seconds=found.renewal.age_seconds or 0))
+            last = f" since {format_time(found.renewal.renew_time)} ({ago} ago)"
         return (
             f"no signer runs: no signer process has renewed {where}{last}; the last was "
-            f"{found.holder or 'unknown'}"
+            f"{found.renewal.holder or 'unknown'}"
         )
     if lease.leader is not Leader.MISSING:
         # A leader Lease without a presence: a signer older than the presence report ran.

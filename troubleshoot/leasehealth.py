@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,7 +50,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from kube import presence as kube_presence
 from kube.client import ApiError, Client, is_not_found
-from kube.leases import LeaseRef, leases_path
+from kube.leases import LeaseRef, Renewal, leases_path, renewal
 from kube.presence import Presence
 from kube.times import parse_time
 from kube.types import JSON
@@ -77,10 +77,7 @@ class LeaseState:
     namespace: str
     name: str
     leader: Leader
-    holder: str = ""
-    renew_time: datetime | None = None
-    duration_seconds: float | None = None
-    age_seconds: float | None = None  # since renewTime, by our clock
+    renewal: Renewal = field(default_factory=Renewal)  # by our clock
     problem: Forbidden | None = None
     acquire_time: datetime | None = None  # when the holder took it
     transitions: int | None = None  # leaseTransitions: leader changes so far
@@ -195,14 +192,10 @@ def lease_state(namespace: str, name: str, lease: JSON | None, now: datetime) ->
     if lease is None:
         return LeaseState(namespace, name, Leader.MISSING)
     spec: Mapping[str, Any] = lease.get("spec") or {}
-    holder = str(spec.get("holderIdentity") or "")
-    renew = parse_time(spec.get("renewTime"))
-    duration = spec.get("leaseDurationSeconds")
-    seconds = float(duration) if isinstance(duration, int | float) else None
-    age = (now - renew).total_seconds() if renew is not None else None
-    if not holder:
+    renewed = renewal(lease, now)
+    if not renewed.holder:
         leader = Leader.RELEASED
-    elif age is None or seconds is None or age > seconds:
+    elif not renewed.fresh:
         leader = Leader.EXPIRED
     else:
         leader = Leader.RENEWING
@@ -211,10 +204,7 @@ def lease_state(namespace: str, name: str, lease: JSON | None, now: datetime) ->
         namespace,
         name,
         leader,
-        holder,
-        renew,
-        seconds,
-        age,
+        renewed,
         acquire_time=parse_time(spec.get("acquireTime")),
         transitions=int(transitions) if isinstance(transitions, int) else None,
     )
@@ -309,7 +299,7 @@ def _read_managed_ca(client: Client, lease: LeaseState) -> ManagedCA | None:
         if err.status in (403, 404):
             return None
         raise
-    return managed_ca_state(listed.get("items") or [], lease.holder)
+    return managed_ca_state(listed.get("items") or [], lease.renewal.holder)
 
 
 def managed_ca_state(leases: Sequence[JSON], holder: str) -> ManagedCA | None:

@@ -36,8 +36,8 @@ def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
     where = f"Lease {lease.namespace}/{lease.name}"
     presence = health.presence
     if lease.leader is Leader.RENEWING:
-        age = span(timedelta(seconds=lease.age_seconds or 0))
-        leader = f"leader: {lease.holder} (renewed {age} ago, {where})"
+        age = span(timedelta(seconds=lease.renewal.age_seconds or 0))
+        leader = f"leader: {lease.renewal.holder} (renewed {age} ago, {where})"
     elif presence is not None and presence.alive and presence.leader_elect is False:
         leader = "leader: none needed: the signer runs with leader election off"
     elif lease.leader is Leader.UNKNOWN:
@@ -45,9 +45,9 @@ def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
         leader = f"leader: unknown: {lease.problem} (check: {lease.problem.can_i()})"
     else:
         leader = f"leader: none: {no_leader_text(lease.leader, lease.namespace, lease.name)}"
-        if lease.renew_time is not None:
+        if lease.renewal.renew_time is not None:
             when = "released" if lease.leader is Leader.RELEASED else "last renewed"
-            leader += f"; {when} {_ago(lease.renew_time, now)}"
+            leader += f"; {when} {_ago(lease.renewal.renew_time, now)}"
     lines = [leader]
     if full and lease.leader is Leader.RENEWING and lease.acquire_time is not None:
         changes = "" if lease.transitions is None else f"; {lease.transitions} leader changes"
@@ -84,12 +84,12 @@ def presence_line(state: PresenceState, health: Health, now: datetime) -> str:
         assert state.problem is not None
         return f"signer process: unknown: {state.problem} (check: {state.problem.can_i()})"
     if state.alive:
-        age = span(timedelta(seconds=found.age_seconds or 0))
+        age = span(timedelta(seconds=found.renewal.age_seconds or 0))
         version = found.annotations.get(signer_presence.VERSION)
         built = f", version {version}" if version else ""
         return (
             f"signer process: running (presence Lease {found.namespace}/{found.name} renewed "
-            f"{age} ago by {found.holder}{built})"
+            f"{age} ago by {found.renewal.holder}{built})"
         )
     if health.acting:
         # The leader Lease is renewed though the presence is not (a signer older than the
@@ -188,9 +188,9 @@ def health_json(health: Health) -> dict[str, Any]:
             "namespace": lease.namespace,
             "name": lease.name,
             "leader": lease.leader.value,
-            "holderIdentity": lease.holder or None,
-            "renewTime": _time(lease.renew_time),
-            "leaseDurationSeconds": lease.duration_seconds,
+            "holderIdentity": lease.renewal.holder or None,
+            "renewTime": _time(lease.renewal.renew_time),
+            "leaseDurationSeconds": lease.renewal.duration_seconds,
             "acquireTime": _time(lease.acquire_time),
             "leaseTransitions": lease.transitions,
             "forbidden": str(lease.problem) if lease.problem else None,
@@ -216,9 +216,9 @@ def presence_json(state: PresenceState) -> dict[str, Any]:
         "name": state.name,
         "state": found.state.value if found else "unknown",
         "alive": state.alive,
-        "holderIdentity": (found.holder or None) if found else None,
-        "renewTime": _time(found.renew_time) if found else None,
-        "leaseDurationSeconds": found.duration_seconds if found else None,
+        "holderIdentity": (found.renewal.holder or None) if found else None,
+        "renewTime": _time(found.renewal.renew_time) if found else None,
+        "leaseDurationSeconds": found.renewal.duration_seconds if found else None,
         "annotations": dict(found.annotations) if found else {},
         "forbidden": str(state.problem) if state.problem else None,
     }

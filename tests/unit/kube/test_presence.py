@@ -85,7 +85,7 @@ def test_read_finds_what_the_writer_wrote(api: FakeApi) -> None:
     assert read(api.client(), "sss", "signer-presence", NOW).state is State.MISSING
     writer(api, "a").renew()
     found = read(api.client(), "sss", "signer-presence", NOW + timedelta(seconds=5))
-    assert found.alive and found.holder == "a"
+    assert found.alive and found.renewal.holder == "a"
     assert found.annotations == {"example.com/serves": "x"}
     later = read(api.client(), "sss", "signer-presence", NOW + timedelta(minutes=5))
     assert later.state is State.EXPIRED

@@ -43,7 +43,7 @@ def test_a_signer_process_renews_its_presence_with_what_it_serves(
     assert writer is not None and writer.renew()
     lease = api.get(LEASES, "service-serving-signer-presence")
     found = judge("sss", "service-serving-signer-presence", lease, datetime.now(UTC))
-    assert found.state is State.ALIVE and found.holder == "pod-a_1", found
+    assert found.state is State.ALIVE and found.renewal.holder == "pod-a_1", found
     assert found.annotations[presence.SIGNER_NAME] == "example.com/s"
     assert found.annotations[presence.LEADER_ELECT] == str(leader_elect).lower()
     assert found.annotations[presence.VERSION]
