@@ -168,6 +168,8 @@ class InjectorView:
     lagging: tuple[str, ...] = ()
     # The same objects as (kind, name), for `managed_ca_waiting_object`.
     holding: tuple[tuple[str, str], ...] = ()
+    # Why the report is ignored (unreadable, or out of the contract's bounds), if it is.
+    ignored: str | None = None
 
 
 @dataclass(frozen=True)

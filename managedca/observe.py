@@ -101,6 +101,7 @@ class Observer:
         self.collect_in: float | None = None  # seconds until a dead report can be collected
         self._published_since: tuple[frozenset[str], float] | None = None
         self._bad_reports: dict[str, str] = {}  # report Lease -> why it is ignored
+        self._injector_ignored: str | None = None  # why the injector's report is, if it is
 
     def observe(self, *, collect: bool = True) -> Observed:
         """Read the Secret, the published bundles and the reports (quorum reads). With
@@ -213,6 +214,11 @@ class Observer:
                 return None
             raise
         view = injector_view(lease, self.liveness)
+        if view.ignored is not None and view.ignored != self._injector_ignored:
+            meta = lease.get("metadata") or {}
+            name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
+            self._ignored(ObjectRef("Lease", self.namespace, name, uid), view.ignored)
+        self._injector_ignored = view.ignored
         return replace(view, holding=_holding(lease)) if view.lagging else view
 
     @staticmethod

@@ -301,24 +301,26 @@ class LoadedReporter:
 def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:
     """The injector's convergence report Lease as the swap gate reads it
     (`trust.convergence`): live while its renewTime keeps changing (our clock, for the
-    contract's `DURATION_SECONDS` whatever the Lease says), the anchors it says have
-    converged (`trust.convergence.converged`) and the objects it names as lagging. An
-    unreadable report converges nothing."""
+    Lease's `leaseDurationSeconds` within the contract's bounds,
+    `trust.convergence.lease_duration`), the anchors it says have converged
+    (`trust.convergence.converged`) and the objects it names as lagging. A report that is
+    unreadable or out of bounds converges nothing, and `ignored` says why."""
     spec = lease.get("spec") or {}
     meta = lease.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     name = str(meta.get("name", ""))
     renewed = liveness.unchanged(f"injector/{name}", str(spec.get("renewTime")))
-    live = renewed < convergence.DURATION_SECONDS
     # Shipped empty (config/injector/leases.yaml, the chart): never written yet.
     reported = bool(spec.get("renewTime")) or bool(annotations.get(convergence.REPORT_ANNOTATION))
-    if not reported:
-        return InjectorView(live, frozenset(), reported=False)
     try:
+        live = renewed < convergence.lease_duration(spec.get("leaseDurationSeconds"))
+        if not reported:
+            return InjectorView(live, frozenset(), reported=False)
         report = convergence.parse(annotations.get(convergence.REPORT_ANNOTATION))
     except convergence.ReportError as err:
-        log.warning("the injector's convergence report is unreadable", extra={"err": str(err)})
-        return InjectorView(live, frozenset())
+        log.warning("the injector's convergence report is ignored", extra={"err": str(err)})
+        live = renewed < convergence.DURATION_SECONDS
+        return InjectorView(live, frozenset(), reported=reported, ignored=str(err))
     done = frozenset(fp for fp in report.observed if convergence.converged(report, fp))
     # Only what holds the swap: a tenant's (namespaced) blocked object is excused, and a
     # wait must not blame it.

@@ -17,9 +17,12 @@ Public API:
   `--controllers` set and no Helm release name, so the writer and the reader agree in
   every documented install (one process; config/injector beside config/default or
   config/managed; the chart under any release name) with no flag passed.
-* **When**: the writer renews every `RENEW_SECONDS`; the reader counts the report live
-  for `DURATION_SECONDS` after it last saw its renewTime change (its own clock). The
-  written `leaseDurationSeconds` is informative only: a report cannot stretch it.
+* **When**: the writer renews every `RENEW_SECONDS` and gives `leaseDurationSeconds:
+  DURATION_SECONDS`; the reader counts the report live for the Lease's
+  `leaseDurationSeconds` (`lease_duration`: `DURATION_SECONDS` when it gives none) after
+  it last saw its renewTime change (its own clock, never the writer's). A duration
+  outside `MIN_DURATION_SECONDS..MAX_DURATION_SECONDS` is a `ReportError`: the report is
+  ignored (it converges nothing; the managed CA says so in a Warning Event).
 * **What**: `REPORT_ANNOTATION` on that Lease holds `encode(ConvergenceReport)`;
   `parse(text)` gives it back or raises `ReportError` (never anything else: every count,
   name, list and the text itself is bounded, see the `MAX_*` constants). Anchors are named by
@@ -75,7 +78,14 @@ REPORT_NAME = "service-serving-signer-injector-convergence"
 RENEW_SECONDS = 10.0
 """The writer renews at least this often (and at once, at most once a second, on change)."""
 DURATION_SECONDS = 45
-"""The reader counts a report live this long after its renewTime last changed."""
+"""The writer's `leaseDurationSeconds`: the reader counts a report live this long after
+its renewTime last changed (and this long for a Lease that gives no duration)."""
+MIN_DURATION_SECONDS = 15
+MAX_DURATION_SECONDS = 300
+"""The `leaseDurationSeconds` a reader honours. Shorter than `MIN_DURATION_SECONDS` (a
+renewal every `RENEW_SECONDS`, with room for one late) a live report would flap stale;
+longer than `MAX_DURATION_SECONDS` a dead (or forged) report would stay live for that
+long: the managed CA's replica reports are bounded alike (`managedca.report`)."""
 
 MAX_TEXT = 256 * 1024  # the API's limit on all of an object's annotations together
 MAX_ANCHORS = 1024
@@ -98,6 +108,22 @@ def report_lease(namespace: str, name: str = REPORT_NAME) -> LeaseRef:
     """Where the convergence report lives: THE rule, applied by the writer and the reader
     alike (module docstring, "Where")."""
     return LeaseRef(namespace, name or REPORT_NAME)
+
+
+def lease_duration(value: object) -> int:
+    """How long (seconds) the reader counts the report live after its renewTime last
+    changed: the Lease's `leaseDurationSeconds` (`value`; None: `DURATION_SECONDS`).
+    Raises `ReportError` for anything but a whole number within the bounds."""
+    if value is None:
+        return DURATION_SECONDS
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ReportError(f"leaseDurationSeconds {str(value)[:40]!r} is not a whole number")
+    if not MIN_DURATION_SECONDS <= value <= MAX_DURATION_SECONDS:
+        raise ReportError(
+            f"leaseDurationSeconds {value} is outside "
+            f"{MIN_DURATION_SECONDS}..{MAX_DURATION_SECONDS}"
+        )
+    return value
 
 
 # --- the report ------------------------------------------------------------------------

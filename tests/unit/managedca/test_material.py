@@ -206,7 +206,9 @@ def test_the_injectors_report_converges_an_anchor_every_selecting_object_holds()
     assert not injector_view(lease, liveness).live, "not renewed for 45 s: stale"
     lease["metadata"]["annotations"][CONVERGENCE] = "{not json"
     lease["spec"]["renewTime"] = "2026-01-01T00:01:00.000000Z"
-    assert injector_view(lease, liveness) == d.InjectorView(True, frozenset())
+    unreadable = injector_view(lease, liveness)
+    assert (unreadable.live, unreadable.converged) == (True, frozenset())
+    assert unreadable.ignored is not None and "not JSON" in unreadable.ignored
 
 
 def _body(state: d.State, key: bytes, rv: str) -> dict[str, Any]:
