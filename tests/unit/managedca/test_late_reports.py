@@ -22,7 +22,7 @@ B = d.CaInfo("bb", T0 - timedelta(days=1), T0 + timedelta(days=99))
 BOTH = frozenset({"aa", "bb"})
 
 
-def _run(state: d.State, reports: tuple[d.Report, ...], now: datetime) -> d.State:
+def _run(state: d.State, reports: tuple[d.ReplicaView, ...], now: datetime) -> d.State:
     """Decide and apply until the leader waits; returns the state it waits in."""
     for _ in range(10):
         action = d.decide(state, d.Observations(BOTH, reports, published_for=H), now, CFG)
@@ -44,7 +44,7 @@ def test_a_leaf_signed_before_its_replicas_report_landed_keeps_its_root_until_it
         swap_not_before=T0 - H + CFG.propagation_delay,
         issued_lifetime=24 * H,
     )
-    ready = d.Report("r1", BOTH, signing="aa", ready="bb", max_lifetime=24 * H)
+    ready = d.ReplicaView("r1", BOTH, signing="aa", ready="bb", max_lifetime=24 * H)
     # r2 (--max-certificate-lifetime=48h) started at T0 - 1s and signed a 48 h leaf with A
     # at once; the leader's reads before the swap did not list its report yet.
     leaf_not_after = T0 - timedelta(seconds=1) + 48 * H
@@ -53,10 +53,10 @@ def test_a_leaf_signed_before_its_replicas_report_landed_keeps_its_root_until_it
     state = apply(staged, swap, None)
     assert state is not None
 
-    late = d.Report("r2", BOTH, signing="aa", ready=None, max_lifetime=48 * H)
+    late = d.ReplicaView("r2", BOTH, signing="aa", ready=None, max_lifetime=48 * H)
     took_the_swap = (
-        d.Report("r1", BOTH, signing="bb", max_lifetime=24 * H),
-        d.Report("r2", BOTH, signing="bb", max_lifetime=48 * H),
+        d.ReplicaView("r1", BOTH, signing="bb", max_lifetime=24 * H),
+        d.ReplicaView("r2", BOTH, signing="bb", max_lifetime=48 * H),
     )
     state = _run(state, (took_the_swap[0], late), T0 + timedelta(seconds=5))
     state = _run(state, took_the_swap, T0 + timedelta(seconds=10))
