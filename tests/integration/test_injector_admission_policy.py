@@ -443,6 +443,9 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
     def own_a_label(managed: list[dict[str, Any]]) -> None:
         other(managed).setdefault("f:metadata", {})["f:labels"] = {"f:team": {}}
 
+    def forget_the_opt_in(managed: list[dict[str, Any]]) -> None:
+        other(managed)["f:metadata"]["f:annotations"].pop(f"f:{ANNOTATION}")
+
     def forget_rules(managed: list[dict[str, Any]]) -> None:
         for item in other(managed)["f:webhooks"].values():
             item.pop("f:rules", None)
@@ -542,6 +545,10 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
         "webhook: another manager made to own a label": (entries(vwc, own_a_label), MSG_OTHERS),
         "webhook: another manager made to forget its rules": (
             entries(vwc, forget_rules),
+            MSG_OTHERS,
+        ),
+        "webhook: another manager made to forget its annotation": (
+            entries(vwc, forget_the_opt_in),
             MSG_OTHERS,
         ),
         "APIService: another manager made to own a label": (
@@ -718,6 +725,12 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
             injector, mwc, {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": ca}
         )
 
+    def take_back_the_note() -> Any:
+        # An administrator writes the injector's note annotation (their entry owns it
+        # now); the injector's next write takes it back.
+        admin.patch(api, {"metadata": {"annotations": {INJECTED: "by hand"}}})
+        return patch(injector, api, {**injected, "value": '{"sha256": "x"}'})
+
     def fill_key() -> Any:
         secret = injector.get(KEY_PATH)
         secret["data"] = {"key": b64("k" * 32)}
@@ -752,6 +765,7 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
         ),
         "webhook: the release": lambda: release(vwc),
         "mutating webhook: caBundle taken back from a hand edit": take_back_a_hand_edit,
+        "APIService: its note annotation taken back from a hand edit": take_back_the_note,
         "released webhook: the release hands the caBundle to the owner": lambda: (
             release_handing_over(VALIDATING_WEBHOOK, f"{VWC_PATH}/{o.released_vwc}")
         ),
