@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from injector.targets import (
     unowned_note,
 )
 from tests.unit.injector.builders import api_service, crd, webhook_config
+from tests.unit.injector.harness import controller
 
 W0, W1 = 'k:{"name":"w0.example.com"}', 'k:{"name":"w1.example.com"}'
 
@@ -300,3 +302,31 @@ def test_the_release_patch_applies_and_leaves_every_leaf_owned_by_the_chosen_own
         for item in stripped["fieldsV1"]["f:webhooks"].values():
             item["f:clientConfig"].pop("f:caBundle", None)
         assert stripped == before
+
+
+def test_a_release_that_leaves_a_leaf_unowned_says_so_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    name_only = {
+        "manager": "namer",
+        "operation": "Apply",
+        "fieldsV1": {"f:webhooks": {W0: {".": {}, "f:name": {}}}},
+    }
+    lonely = to_target(VALIDATING_WEBHOOK, released(webhook_config(), ours(W0), name_only))
+    ctrl, client, _, _ = controller([lonely], [])
+    with caplog.at_level(logging.INFO, logger="injector.controller"):
+        ctrl.sync(lonely.key)
+    assert client.patches, "the release was sent"
+    [line] = [r.getMessage() for r in caplog.records if "owned by no field manager" in r.message]
+    assert "webhooks[w0.example.com].clientConfig.caBundle" in line
+    # A release that hands every leaf over logs no such line.
+    caplog.clear()
+    handed = to_target(
+        VALIDATING_WEBHOOK,
+        released(webhook_config(), ours(W0), hook_owner("gitops", "Apply", W0)),
+    )
+    ctrl, client, _, _ = controller([handed], [])
+    with caplog.at_level(logging.INFO, logger="injector.controller"):
+        ctrl.sync(handed.key)
+    assert client.patches
+    assert not [r for r in caplog.records if "owned by no field manager" in r.getMessage()]
