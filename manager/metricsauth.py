@@ -26,7 +26,6 @@ authorization):
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import ipaddress
@@ -34,11 +33,10 @@ import logging
 import os
 import socket
 import ssl
-import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -48,6 +46,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kube.client import ApiError, Client
+from trust.memfile import memory_file
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +260,7 @@ class ServingCert:
             context.load_cert_chain(self.cert_file, self.key_file)
         else:
             cert, key = self_signed()
-            with _memory_file(cert + key) as path:
+            with memory_file(cert + key, "metrics-tls") as path:
                 context.load_cert_chain(path)
         return context
 
@@ -295,23 +294,3 @@ def self_signed(now: dt.datetime | None = None) -> tuple[bytes, bytes]:
         serialization.NoEncryption(),
     )
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
-
-
-@contextlib.contextmanager
-def _memory_file(data: bytes) -> Iterator[str]:
-    """A path OpenSSL can read `data` from: an anonymous memory file (Linux), else a
-    private temporary file removed at once."""
-    memfd_create: Callable[[str], int] | None = getattr(os, "memfd_create", None)
-    if memfd_create is not None:
-        fd = memfd_create("metrics-tls")
-        try:
-            os.write(fd, data)
-            yield f"/proc/self/fd/{fd}"
-        finally:
-            os.close(fd)
-        return
-    with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "tls.pem")
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-            f.write(data)
-        yield path

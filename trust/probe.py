@@ -28,11 +28,8 @@ Decisions:
 from __future__ import annotations
 
 import functools
-import os
 import ssl
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -40,6 +37,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
+
+from trust.memfile import memory_file
 
 PROBE_SERVICE = "service-serving-signer-probe"
 PROBE_NAMESPACE = "default"
@@ -105,23 +104,6 @@ def _one_line(err: object) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-@contextmanager
-def _memory_file(data: bytes) -> Iterator[str]:
-    """A path OpenSSL can open that holds `data`: a memfd where Linux has them."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("service-serving-signer-probe")
-        try:
-            os.write(fd, data)
-            yield f"/proc/self/fd/{fd}"
-        finally:
-            os.close(fd)
-        return
-    with tempfile.NamedTemporaryFile(prefix="probe-") as f:  # pragma: no cover (non-Linux)
-        f.write(data)
-        f.flush()
-        yield f.name
-
-
 def _openssl_problem(
     chain_pem: str, key: ec.EllipticCurvePrivateKey, anchors_pem: str, hostname: str
 ) -> str | None:
@@ -129,7 +111,11 @@ def _openssl_problem(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    with _memory_file(chain_pem.encode("ascii")) as cert_path, _memory_file(key_pem) as key_path:
+    name = "service-serving-signer-probe"
+    with (
+        memory_file(chain_pem.encode("ascii"), name) as cert_path,
+        memory_file(key_pem, name) as key_path,
+    ):
         server.load_cert_chain(cert_path, key_path)
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.verify_flags |= ssl.VERIFY_X509_STRICT
