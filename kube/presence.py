@@ -126,7 +126,9 @@ class PresenceWriter:
             stop.wait(self.period)
 
 
-class State(enum.Enum):
+class PresenceVerdict(enum.Enum):
+    """What a reader makes of a presence Lease (`judge`)."""
+
     ALIVE = "alive"
     EXPIRED = "expired"
     MISSING = "missing"
@@ -138,25 +140,25 @@ class Presence:
 
     namespace: str
     name: str
-    state: State
+    state: PresenceVerdict
     renewal: Renewal = field(default_factory=Renewal)  # by the reader's clock
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def alive(self) -> bool:
-        return self.state is State.ALIVE
+        return self.state is PresenceVerdict.ALIVE
 
 
 def judge(namespace: str, name: str, lease: JSON | None, now: datetime) -> Presence:
     """Classify a presence Lease (None: it does not exist). Pure."""
     if lease is None:
-        return Presence(namespace, name, State.MISSING)
+        return Presence(namespace, name, PresenceVerdict.MISSING)
     renewed = renewal(lease, now)
     annotations = (lease.get("metadata") or {}).get("annotations") or {}
     return Presence(
         namespace,
         name,
-        State.ALIVE if renewed.fresh else State.EXPIRED,
+        PresenceVerdict.ALIVE if renewed.fresh else PresenceVerdict.EXPIRED,
         renewed,
         {str(k): str(v) for k, v in annotations.items()},
     )

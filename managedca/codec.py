@@ -33,7 +33,7 @@ from managedca.layout import (
     PREVIOUS_CERTS,
     RETIRED,
     REVOKED,
-    fingerprint,
+    pem_fingerprints,
     secret_data,
     split_pem,
 )
@@ -85,7 +85,7 @@ class Stored:
 
 def ca_info(pem: bytes) -> CaInfo:
     cert = x509.load_pem_x509_certificate(pem)
-    return CaInfo(fingerprint(pem)[0], cert.not_valid_before_utc, cert.not_valid_after_utc)
+    return CaInfo(pem_fingerprints(pem)[0], cert.not_valid_before_utc, cert.not_valid_after_utc)
 
 
 def _time_or_none(text: str | None) -> datetime | None:

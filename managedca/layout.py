@@ -45,6 +45,6 @@ def bundle_pem(data: Mapping[str, bytes]) -> bytes:
     return b"".join(data.get(k, b"") for k in (CURRENT_CERT, NEXT_CERT, PREVIOUS_CERTS))
 
 
-def fingerprint(pem: bytes | str) -> list[str]:
-    """sha256 (lowercase hex) of each certificate's DER in `pem`."""
+def pem_fingerprints(pem: bytes | str) -> list[str]:
+    """`trust.bundle.fingerprint` of each certificate in `pem`, in order."""
     return [trust_fingerprint(c) for c in parse_anchors(normalize_bundle(pem))]

@@ -88,7 +88,7 @@ from managedca.layout import (
     bundle_pem as bundle_pem,
 )
 from managedca.layout import (
-    fingerprint as fingerprint,
+    pem_fingerprints as pem_fingerprints,
 )
 from managedca.layout import (
     secret_data as secret_data,
@@ -273,7 +273,7 @@ class ApiMaterialSource:
         is validated as a signing set."""
         with self._lock:
             bundle, material, ready = self._bundle, self._material, self._ready
-        anchors = tuple(sorted(fingerprint(bundle.pem))) if bundle is not None else ()
+        anchors = tuple(sorted(pem_fingerprints(bundle.pem))) if bundle is not None else ()
         return Loaded(
             anchors,
             material.signing_fingerprint if material is not None else None,
@@ -413,7 +413,7 @@ class ApiMaterialSource:
         kept = [
             pem
             for pem in split_pem(bundle.pem.encode())
-            if fingerprint(pem)[0] not in self._revoked
+            if pem_fingerprints(pem)[0] not in self._revoked
         ]
         if len(kept) == len(split_pem(bundle.pem.encode())):
             return

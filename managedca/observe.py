@@ -36,7 +36,7 @@ from managedca.layout import split_pem
 from managedca.report import (
     Liveness,
     ReplicaReport,
-    ReportError,
+    ReplicaReportError,
     injector_view,
     list_reports,
     read_report,
@@ -162,10 +162,10 @@ class Observer:
                 parsed = read_report(lease)
                 limit = state.current.lifetime if state is not None else None
                 if parsed.max_lifetime is not None and limit and parsed.max_lifetime > limit:
-                    raise ReportError(
+                    raise ReplicaReportError(
                         f"max-certificate-lifetime {parsed.max_lifetime} outlives the CA ({limit})"
                     )
-            except ReportError as err:
+            except ReplicaReportError as err:
                 meta = lease.get("metadata") or {}
                 name = str(meta.get("name", "?"))
                 bad[name] = str(err)

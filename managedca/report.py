@@ -83,7 +83,7 @@ class ReplicaReport:
     max_lifetime: timedelta | None = None
 
 
-class ReportError(ValueError):
+class ReplicaReportError(ValueError):
     """A report Lease that does not read as one, or says something out of bounds. Any
     writer of Leases in the namespace can write one: it is ignored (the leader says so
     in a Warning Event), never trusted and never a crash."""
@@ -104,7 +104,7 @@ _FINGERPRINT = re.compile(r"[0-9a-f]{64}")
 
 
 def read_report(lease: Mapping[str, Any]) -> ReplicaReport:
-    """The report `lease` says, every value bounded (`ReportError` otherwise)."""
+    """The report `lease` says, every value bounded (`ReplicaReportError` otherwise)."""
     spec = lease.get("spec") or {}
     meta = lease.get("metadata") or {}
     annotations = meta.get("annotations") or {}
@@ -113,21 +113,23 @@ def read_report(lease: Mapping[str, Any]) -> ReplicaReport:
         renewed = read_time(renew_time)
         seconds = int(spec["leaseDurationSeconds"])
     except (KeyError, ValueError, TypeError, OverflowError) as err:
-        raise ReportError(f"no renewTime or leaseDurationSeconds ({type(err).__name__})") from None
+        raise ReplicaReportError(
+            f"no renewTime or leaseDurationSeconds ({type(err).__name__})"
+        ) from None
     if not EARLIEST <= renewed < LATEST:
-        raise ReportError(f"renewTime {renew_time} is not a time a clock gives")
+        raise ReplicaReportError(f"renewTime {renew_time} is not a time a clock gives")
     if not 0 < seconds <= MAX_DURATION.total_seconds():
-        raise ReportError(
+        raise ReplicaReportError(
             f"leaseDurationSeconds {seconds} is outside 1..{int(MAX_DURATION.total_seconds())}"
         )
     anchors = tuple(a for a in str(annotations.get(LOADED_ANCHORS, "")).split(",") if a)
     if len(anchors) > MAX_ANCHORS:
-        raise ReportError(f"{len(anchors)} loaded anchors (at most {MAX_ANCHORS})")
+        raise ReplicaReportError(f"{len(anchors)} loaded anchors (at most {MAX_ANCHORS})")
     signing = str(annotations.get(SIGNING_CA) or "") or None
     ready = str(annotations.get(READY_TO_SIGN) or "") or None
     for fp in (*anchors, signing, ready):
         if fp is not None and not _FINGERPRINT.fullmatch(fp):
-            raise ReportError(f"{fp[:80]!r} is not a sha256 fingerprint")
+            raise ReplicaReportError(f"{fp[:80]!r} is not a sha256 fingerprint")
     name = str(meta.get("name", "?"))
     try:
         decision = json.loads(annotations[DECISION]) if annotations.get(DECISION) else None
@@ -150,7 +152,7 @@ def parse_report(lease: Mapping[str, Any]) -> ReplicaReport | None:
     """`read_report`, or None for a Lease that is not a readable report."""
     try:
         return read_report(lease)
-    except ReportError:
+    except ReplicaReportError:
         return None
 
 
@@ -172,9 +174,11 @@ def _lifetime(value: object) -> timedelta | None:
     try:
         seconds = int(str(value))
     except ValueError:
-        raise ReportError(f"max-certificate-lifetime {str(value)[:40]!r} is not seconds") from None
+        raise ReplicaReportError(
+            f"max-certificate-lifetime {str(value)[:40]!r} is not seconds"
+        ) from None
     if not 0 < seconds <= MAX_REPORTED_LIFETIME.total_seconds():
-        raise ReportError(f"max-certificate-lifetime {str(value)[:40]} s is out of range")
+        raise ReplicaReportError(f"max-certificate-lifetime {str(value)[:40]} s is out of range")
     return timedelta(seconds=seconds)
 
 

@@ -53,7 +53,7 @@ from typing import Any
 from cryptography import x509
 
 from kube.client import ApiError, Client, is_not_found, path_segment
-from kube.presence import State as PresenceLeaseState
+from kube.presence import PresenceVerdict
 from kube.times import format_time, parse_time, span
 from kube.types import JSON
 from signer import policy
@@ -624,7 +624,7 @@ def not_acting_text(health: Health) -> str:
             f"a signer process renewed {where} {ago} ago ({found.renewal.holder}), yet none leads: "
             + no_leader_text(lease.leader, lease.namespace, lease.name)
         )
-    if found.state is PresenceLeaseState.EXPIRED:
+    if found.state is PresenceVerdict.EXPIRED:
         last = ""
         if found.renewal.renew_time is not None:
             ago = span(timedelta(seconds=found.renewal.age_seconds or 0))

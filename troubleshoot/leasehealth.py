@@ -184,7 +184,7 @@ class Health:
         """The presence Lease does not exist (a signer older than the presence report may
         still run: its traces count)."""
         found = self.presence.presence if self.presence is not None else None
-        return found is not None and found.state is kube_presence.State.MISSING
+        return found is not None and found.state is kube_presence.PresenceVerdict.MISSING
 
 
 def lease_state(namespace: str, name: str, lease: JSON | None, now: datetime) -> LeaseState:
@@ -229,11 +229,11 @@ def bundle_state(items: Sequence[JSON]) -> BundleState:
             der = cert.public_bytes(Encoding.DER)
             if der not in seen:
                 seen.add(der)
-                anchors.append(describe(cert))
+                anchors.append(describe_anchor(cert))
     return BundleState(tuple(sorted(names)), tuple(anchors))
 
 
-def describe(cert: x509.Certificate) -> Anchor:
+def describe_anchor(cert: x509.Certificate) -> Anchor:
     return Anchor(cert.subject.rfc4514_string(), cert.not_valid_after_utc)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kube.presence import State as PresenceLeaseState
+from kube.presence import PresenceVerdict
 from kube.times import format_time, relative, span
 from signer import presence as signer_presence
 from troubleshoot.explain import Explanation, RequestReport, no_leader_text, not_acting_text
@@ -98,7 +98,7 @@ def presence_line(state: PresenceState, health: Health, now: datetime) -> str:
             f"signer process: running (holds the leader Lease; presence Lease "
             f"{found.namespace}/{found.name} {found.state.value})"
         )
-    if found.state is PresenceLeaseState.MISSING and health.lease.leader is not Leader.MISSING:
+    if found.state is PresenceVerdict.MISSING and health.lease.leader is not Leader.MISSING:
         # A leader Lease but no presence: a signer older than the presence report, or none.
         return (
             f"signer process: presence Lease {found.namespace}/{found.name} does not exist "

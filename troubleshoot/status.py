@@ -44,7 +44,7 @@ from signer.records import pcr_record, terminal_condition
 from troubleshoot import advice
 from troubleshoot.access import denied_or_raise
 from troubleshoot.explain import Explainer, Outcome, RequestReport
-from troubleshoot.leasehealth import Anchor, Health, Leader, describe
+from troubleshoot.leasehealth import Anchor, Health, Leader, describe_anchor
 from troubleshoot.render import health_json, health_lines, request_json, request_lines
 
 PAGE_SIZE = 500
@@ -225,7 +225,7 @@ def _signing_cert(chain: str, anchors: tuple[Anchor, ...]) -> Anchor | None:
     except ValueError:
         return None
     if len(certs) > 1:
-        return describe(certs[1])
+        return describe_anchor(certs[1])
     issuer = certs[0].issuer.rfc4514_string()
     return next((a for a in anchors if a.subject == issuer), None)
 

@@ -19,7 +19,7 @@ from controlplane.workload import BUNDLE_FILE, CHAIN_FILE, KEY_FILE, VolumeFiles
 from kube.client import ApiError, Client, is_conflict, is_not_found
 from kube.times import format_time
 from managedca.codec import PHASE, PREVIOUS
-from managedca.material import fingerprint
+from managedca.material import pem_fingerprints
 
 
 def ca_cli(kubeconfig: object, *args: str) -> subprocess.CompletedProcess[str]:
@@ -69,7 +69,7 @@ def move_retire_time_to_the_past(client: Client, secret_path: str) -> None:
 
 
 def roots(files: VolumeFiles) -> set[str]:
-    return set(fingerprint(files.read(BUNDLE_FILE)))
+    return set(pem_fingerprints(files.read(BUNDLE_FILE)))
 
 
 def handshake(server: VolumeFiles, client: VolumeFiles, hostname: str) -> None:

@@ -33,7 +33,7 @@ import yaml
 
 from controlplane import ControlPlane
 from kube.client import ApiError, Client
-from managedca.material import DEFAULT_SECRET_NAME, fingerprint
+from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
 from tests.integration.injector_harness import VWC_PATH, delete_quietly, validating_webhook
 from tests.integration.managed_ca_harness import ca_cli, edit, phase
 from tests.integration.manager_process import SignerProcess, eventually
@@ -199,7 +199,7 @@ def _touch(vwc: dict[str, Any]) -> None:
 
 def held(client: Client, hook: str) -> set[str]:
     ca_bundle = client.get(f"{VWC_PATH}/{hook}")["webhooks"][0]["clientConfig"].get("caBundle")
-    return set(fingerprint(base64.b64decode(ca_bundle))) if ca_bundle else set()
+    return set(pem_fingerprints(base64.b64decode(ca_bundle))) if ca_bundle else set()
 
 
 @pytest.mark.parametrize("topology", sorted(TOPOLOGIES))

@@ -16,7 +16,7 @@ import pytest
 
 from controlplane import ControlPlane
 from kube.client import Client
-from managedca.material import fingerprint
+from managedca.material import pem_fingerprints
 from tests.integration.injector_harness import VWC_PATH, delete_quietly, validating_webhook
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.test_managed_ca import LEASE, Managed
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 def held(client: Client, hook: str) -> set[str]:
     ca_bundle = client.get(f"{VWC_PATH}/{hook}")["webhooks"][0]["clientConfig"].get("caBundle")
-    return set(fingerprint(base64.b64decode(ca_bundle))) if ca_bundle else set()
+    return set(pem_fingerprints(base64.b64decode(ca_bundle))) if ca_bundle else set()
 
 
 def report(client: Client, namespace: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pytest
 from controlplane.cluster import Cluster
 from controlplane.workload import CHAIN_FILE, VolumeFiles
 from kube.client import Client
-from managedca.material import fingerprint
+from managedca.material import pem_fingerprints
 from tests.integration.managed_ca_harness import (
     Prober,
     ca_cli,
@@ -77,7 +77,7 @@ def test_handshakes_never_fail_through_a_managed_rotation(
         serving_pod(cluster, client, ns, name, app="web", signer_name=SIGNER)
     _, old_server = running_files(cluster, client, ns, "web-old")
     _, trusting = running_files(cluster, client, ns, "client")
-    old_root = set(fingerprint(_current_cert(client)))
+    old_root = set(pem_fingerprints(_current_cert(client)))
     assert roots(trusting) == old_root
 
     with Prober(trusting, f"web.{ns}.svc") as prober:
@@ -131,4 +131,4 @@ def _issued_by_root(server: VolumeFiles, client: Client) -> set[str]:
     leaf = x509.load_pem_x509_certificates(server.read(CHAIN_FILE))[0]
     ca = x509.load_pem_x509_certificate(_current_cert(client))
     leaf.verify_directly_issued_by(ca)
-    return set(fingerprint(_current_cert(client)))
+    return set(pem_fingerprints(_current_cert(client)))

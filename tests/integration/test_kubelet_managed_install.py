@@ -18,7 +18,7 @@ import pytest
 from controlplane.cluster import Cluster
 from controlplane.workload import BUNDLE_FILE, CHAIN_FILE
 from kube.client import ApiError, Client, is_not_found
-from managedca.material import DEFAULT_SECRET_NAME, fingerprint
+from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
 from tests.integration.manager_process import eventually
 from tests.integration.nodes import create_service, running_files, serving_pod
 from tests.integration.shipped import (
@@ -79,7 +79,8 @@ def _first_certificate(
     assert secret is not None, "the signer made its CA Secret"
     assert files.exists(CHAIN_FILE) and files.exists(BUNDLE_FILE)
     ca = base64.b64decode(secret["data"]["ca.crt"])
-    assert fingerprint(ca)[0] in fingerprint(files.read(BUNDLE_FILE)), log.read_text()[-2000:]
+    held = pem_fingerprints(files.read(BUNDLE_FILE))
+    assert pem_fingerprints(ca)[0] in held, log.read_text()[-2000:]
     return elapsed
 
 

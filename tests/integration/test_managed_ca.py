@@ -23,7 +23,7 @@ from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client, is_not_found
 from managedca.codec import PREVIOUS, decode
-from managedca.material import DEFAULT_SECRET_NAME, fingerprint
+from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
 from tests.integration.managed_ca_harness import (
     ca_cli,
     edit,
@@ -132,7 +132,7 @@ class Managed:
         leaf = x509.load_pem_x509_certificates(status["certificateChain"].encode())[0]
         # Every CA seen in the Secret so far (it may be gone for a moment: deleted).
         for ca_pem in _all_ca_pems(self.secret() or {}):
-            self.ca_pems[fingerprint(ca_pem)[0]] = ca_pem
+            self.ca_pems[pem_fingerprints(ca_pem)[0]] = ca_pem
         for fp in self.published():
             if fp in self.ca_pems and _signed_by(leaf, self.ca_pems[fp]):
                 return fp
@@ -194,7 +194,7 @@ def test_a_move_from_file_mode_keeps_the_published_roots_until_their_leaves_expi
 
     kubelet.create_service("web", managed.namespace, selector={"app": "web"})
     files = write_ca(tmp_path / "file-ca")
-    old = fingerprint(files.trust_bundle.read_bytes())[0]
+    old = pem_fingerprints(files.trust_bundle.read_bytes())[0]
     file_mode = SignerProcess(
         managed.control_plane.kubeconfig,
         files.key.parent,

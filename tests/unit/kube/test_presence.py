@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kube.presence import PresenceWriter, State, judge, lease_path, read
+from kube.presence import PresenceVerdict, PresenceWriter, judge, lease_path, read
 from kube.times import micro_time
 from tests.unit.fakeapi import FakeApi
 
@@ -63,9 +63,16 @@ def test_a_refused_renewal_is_reported_not_raised(api: FakeApi) -> None:
 
 @pytest.mark.parametrize(
     ("renewed_ago", "state"),
-    [(0, State.ALIVE), (39.9, State.ALIVE), (40, State.ALIVE), (40.1, State.EXPIRED)],
+    [
+        (0, PresenceVerdict.ALIVE),
+        (39.9, PresenceVerdict.ALIVE),
+        (40, PresenceVerdict.ALIVE),
+        (40.1, PresenceVerdict.EXPIRED),
+    ],
 )
-def test_a_reader_judges_by_renew_time_and_duration(renewed_ago: float, state: State) -> None:
+def test_a_reader_judges_by_renew_time_and_duration(
+    renewed_ago: float, state: PresenceVerdict
+) -> None:
     lease = {
         "spec": {
             "holderIdentity": "a",
@@ -77,15 +84,17 @@ def test_a_reader_judges_by_renew_time_and_duration(renewed_ago: float, state: S
 
 
 def test_a_lease_without_times_is_expired_and_none_is_missing() -> None:
-    assert judge("sss", "p", {"spec": {"holderIdentity": "a"}}, NOW).state is State.EXPIRED
-    assert judge("sss", "p", None, NOW).state is State.MISSING
+    assert (
+        judge("sss", "p", {"spec": {"holderIdentity": "a"}}, NOW).state is PresenceVerdict.EXPIRED
+    )
+    assert judge("sss", "p", None, NOW).state is PresenceVerdict.MISSING
 
 
 def test_read_finds_what_the_writer_wrote(api: FakeApi) -> None:
-    assert read(api.client(), "sss", "signer-presence", NOW).state is State.MISSING
+    assert read(api.client(), "sss", "signer-presence", NOW).state is PresenceVerdict.MISSING
     writer(api, "a").renew()
     found = read(api.client(), "sss", "signer-presence", NOW + timedelta(seconds=5))
     assert found.alive and found.renewal.holder == "a"
     assert found.annotations == {"example.com/serves": "x"}
     later = read(api.client(), "sss", "signer-presence", NOW + timedelta(minutes=5))
-    assert later.state is State.EXPIRED
+    assert later.state is PresenceVerdict.EXPIRED

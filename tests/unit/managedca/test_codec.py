@@ -11,7 +11,7 @@ import pytest
 from kube.client import Client
 from managedca import decide as d
 from managedca.codec import PHASE, StoreError, ca_info, decode, encode
-from managedca.material import CONFIRMED_AT, ApiMaterialSource, fingerprint
+from managedca.material import CONFIRMED_AT, ApiMaterialSource, pem_fingerprints
 from signer.authority import issue_probe
 from trust.ca import cert_pem, generate_ca, key_pem
 
@@ -79,12 +79,12 @@ def test_an_unconfirmed_ca_is_published_but_not_signed_with() -> None:
     source = _source()
     source.apply(_secret(d.State(current=ca_info(A)), rv="5"))
     assert source.has_bundle() and not source.has_signing_set()
-    assert fingerprint(source.trust_bundle().pem) == fingerprint(A)
+    assert pem_fingerprints(source.trust_bundle().pem) == pem_fingerprints(A)
     with pytest.raises(RuntimeError, match="no confirmed managed CA"):
         source.current()
     source.apply(_secret(d.State(current=ca_info(A), confirmed_at=NOW), rv="6"))
     assert source.current().signing_fingerprint == ca_info(A).fingerprint
-    assert source.loaded().anchors == tuple(fingerprint(A))
+    assert source.loaded().anchors == tuple(pem_fingerprints(A))
     assert source.loaded().signing == ca_info(A).fingerprint
 
 
@@ -93,7 +93,7 @@ def test_an_older_secret_does_not_undo_a_newer_one() -> None:
     staged = d.State(current=ca_info(A), confirmed_at=NOW, next=ca_info(B), staged_at=NOW)
     source.apply(_secret(staged, B_KEY, rv="10"))
     source.apply(_secret(d.State(current=ca_info(A), confirmed_at=NOW), rv="9"))
-    assert sorted(source.loaded().anchors) == sorted(fingerprint(A + B))
+    assert sorted(source.loaded().anchors) == sorted(pem_fingerprints(A + B))
 
 
 def test_a_previous_root_without_its_annotation_entry_is_kept_not_dropped() -> None:

@@ -24,7 +24,7 @@ from managedca.report import (
     READY_TO_SIGN,
     REPORT_LABEL,
     SIGNING_CA,
-    ReportError,
+    ReplicaReportError,
     parse_report,
     read_report,
 )
@@ -105,7 +105,7 @@ def _lease(
 def test_a_report_with_an_out_of_range_value_is_refused_not_a_crash(
     lease: dict[str, Any],
 ) -> None:
-    with pytest.raises(ReportError):
+    with pytest.raises(ReplicaReportError):
         read_report(lease)
     assert parse_report(lease) is None
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client import CollectorRegistry
 
 from kube.client import path_segment
-from managedca.layout import REVOKED_ROOTS, fingerprint
+from managedca.layout import REVOKED_ROOTS, pem_fingerprints
 from publisher.controller import REVOKED_ROOTS_ANNOTATION, Caches, PublisherController
 from tests.unit.publisher.test_sync import FakeClient, cached, ctb, trust_bundle
 from trust.bundle import anchor_ders, bundle_name, normalize_bundle, stable_bundle_name
@@ -62,7 +62,7 @@ def _stable_after_sync(remembered: str) -> set[bytes]:
 
 
 def test_a_lagging_publishers_bundle_does_not_keep_a_revoked_root_published() -> None:
-    assert not _stable_after_sync(fingerprint(COMPROMISED)[0])
+    assert not _stable_after_sync(pem_fingerprints(COMPROMISED)[0])
 
 
 def test_without_a_revocation_a_newer_bundle_of_another_replica_is_still_kept() -> None:

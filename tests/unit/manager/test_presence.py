@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kube.presence import State, judge, lease_path
+from kube.presence import PresenceVerdict, judge, lease_path
 from manager.app import Process, make_registry, presence_writer
 from manager.ops import Checks
 from manager.options import Options
@@ -43,7 +43,7 @@ def test_a_signer_process_renews_its_presence_with_what_it_serves(
     assert writer is not None and writer.renew()
     lease = api.get(LEASES, "service-serving-signer-presence")
     found = judge("sss", "service-serving-signer-presence", lease, datetime.now(UTC))
-    assert found.state is State.ALIVE and found.renewal.holder == "pod-a_1", found
+    assert found.state is PresenceVerdict.ALIVE and found.renewal.holder == "pod-a_1", found
     assert found.annotations[presence.SIGNER_NAME] == "example.com/s"
     assert found.annotations[presence.LEADER_ELECT] == str(leader_elect).lower()
     assert found.annotations[presence.VERSION]
