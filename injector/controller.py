@@ -29,9 +29,11 @@ Wiring, in kube-controller-manager's shape:
   resync re-drives every annotated object (the safety net against a missed event, and
   the repair of a hand-edited caBundle whose watch event was lost).
 
-`sync(key)` reads only the caches and writes at most one JSON patch, only when a slot
-differs (`injector.decide`). Nothing is written for an object without the annotation,
-for a bad annotation, or for a selection that matches nothing (Warning Events say why).
+`sync(key)` reads only the caches, plans (`injector.decide.plan`), then sends the plan's
+patches: a release, or the write (only when a slot differs) with before it at most one
+clean-up of an old apply entry of ours; each patch is test-guarded and stands alone.
+Nothing is written for an object without the annotation, for a bad annotation, or for a
+selection that matches nothing (Warning Events say why).
 """
 
 from __future__ import annotations
