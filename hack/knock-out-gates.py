@@ -43,7 +43,16 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
             "    if False:\n",
         ),
     ],
-    "a report landing after the swap records its lifetime on the unscheduled old root": [
+    "a recorded lifetime also goes onto the previous roots not scheduled yet (a report "
+    "landing after the swap)": [
+        (
+            STEP,
+            "            replace(p, lifetime=max(lifetime, p.lifetime or lifetime)) if p.retire_at "
+            "is None else p\n",
+            "            p\n",
+        ),
+    ],
+    "a previous root whose lifetime is unknown or shorter records it before its retire": [
         (
             DECIDE,
             "        or any(p.lifetime is None or p.lifetime < longest for p in unscheduled)\n",
