@@ -4,7 +4,10 @@ config/managed's signer, docs/inject.md), the injector apart (an overlay of
 config/default with the managed-ca and injector components), config/managed with the
 injector component, and Helm with the injector on under a release name other than the
 default. Each install is rendered (kustomize, `helm template`); its Deployments'
-container args run as processes (`run`, admin credentials) with the Leases it ships.
+container args run as processes (`run`) with the Leases it ships, each as its
+Deployment's ServiceAccount (a TokenRequest token) with the RBAC the install ships
+applied (and, for one process, the injector's ClusterRole bound to the signer's
+ServiceAccount, as docs/inject.md says): the gates hold where RBAC is what it ships.
 
 Only what does not choose the report or the gate is changed from the shipped args: the
 bind addresses (loopback ports), the namespace the Pod would be told (POD_NAMESPACE →
@@ -20,6 +23,7 @@ touched the object, the injector writes the next CA and the swap follows."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import json
 import os
@@ -32,11 +36,14 @@ import pytest
 import yaml
 
 from controlplane import ControlPlane
+from controlplane.process import PRODUCT_SIGNER
 from kube.client import ApiError, Client
 from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
+from tests.integration import identities
 from tests.integration.injector_harness import VWC_PATH, delete_quietly, validating_webhook
 from tests.integration.managed_ca_harness import ca_cli, edit, phase
 from tests.integration.manager_process import SignerProcess, eventually
+from tests.integration.manifests import apply, object_path
 from tests.integration.test_chart import CHART, CONFIG, docs, helm, kustomize
 
 pytestmark = pytest.mark.integration
@@ -53,6 +60,7 @@ REPLACED = (
 )
 
 WAITING_OBJECT = "service_serving_ca_controller_managed_ca_waiting_object"
+RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 
 Install = list[dict[str, Any]]
 
@@ -75,11 +83,32 @@ def _overlay(tmp_path: Path, resources: list[str], components: list[str]) -> Pat
 
 
 def one_process(tmp_path: Path) -> Install:
-    """docs/inject.md: config/managed's signer with `--controllers=*,injector`."""
+    """docs/inject.md: config/managed's signer with `--controllers=*,injector`, and the
+    injector's ClusterRole bound to the signer's ServiceAccount too."""
     objects = kustomize(CONFIG / "managed")
     [signer] = deployments(objects)
-    signer["spec"]["template"]["spec"]["containers"][0]["args"].append("--controllers=*,injector")
-    return objects
+    pod = signer["spec"]["template"]["spec"]
+    pod["containers"][0]["args"].append("--controllers=*,injector")
+    role = yaml.safe_load((CONFIG / "injector" / "cluster_role.yaml").read_text())
+    account = pod["serviceAccountName"]
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"{account}-injector"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": role["metadata"]["name"],
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": account,
+                "namespace": signer["metadata"]["namespace"],
+            }
+        ],
+    }
+    return [*objects, role, binding]
 
 
 def injector_apart(tmp_path: Path) -> Install:
@@ -129,6 +158,49 @@ def container_args(deployment: dict[str, Any]) -> list[str]:
 def flag(args: list[str], name: str) -> str | None:
     values = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
     return values[-1] if values else None
+
+
+def grant(client: Client, objects: Install, namespace: str, signer_name: str) -> list[str]:
+    """The install's RBAC on the plane as it would be in `namespace`: ServiceAccounts,
+    Roles and RoleBindings there; its ClusterRoles and ClusterRoleBindings under names of
+    this test's own (other tests apply the shipped ones), the signer's `sign`/`attest`
+    rule naming this test's signer as the shipped one names the product's (what
+    `--signer-name` asks of an install). Returns the cluster-scoped objects' paths."""
+    suffix = uuid.uuid4().hex[:6]
+    made = []
+    for obj in [o for o in objects if o["kind"] in RBAC_KINDS]:
+        body = copy.deepcopy(obj)
+        cluster = body["kind"].startswith("Cluster")
+        if cluster:
+            body["metadata"]["name"] += f"-{suffix}"
+        ref = body.get("roleRef") or {}
+        if ref.get("kind") == "ClusterRole":
+            ref["name"] += f"-{suffix}"
+        for subject in body.get("subjects") or []:
+            if subject.get("kind") == "ServiceAccount":
+                subject["namespace"] = namespace
+        for rule in body.get("rules") or []:
+            if "signers" in rule.get("resources", []):
+                names = rule.get("resourceNames", [])
+                rule["resourceNames"] = [signer_name if n == PRODUCT_SIGNER else n for n in names]
+        apply(client, body, dry_run=False, namespace=namespace)
+        if cluster:
+            made.append(object_path(body))
+    return made
+
+
+def kubeconfig_of(
+    control_plane: ControlPlane,
+    client: Client,
+    deployment: dict[str, Any],
+    namespace: str,
+    directory: Path,
+) -> Path:
+    """A kubeconfig holding a TokenRequest token of the Deployment's ServiceAccount."""
+    account = deployment["spec"]["template"]["spec"].get("serviceAccountName", "default")
+    token = identities.service_account_token(client, namespace, account)
+    path = directory / f"{account}.kubeconfig"
+    return Path(control_plane.write_kubeconfig(path, token=token))
 
 
 def shipped_leases(client: Client, objects: Install, namespace: str) -> None:
@@ -215,6 +287,7 @@ def test_a_frozen_injected_webhook_holds_the_swap_in_every_documented_install(
         "--managed-ca-allow-short-propagation-delay",
     ]
     shipped_leases(client, objects, namespace)
+    granted = grant(client, objects, namespace, signer_name)
     processes: list[SignerProcess] = []
     lease = "service-serving-signer"
     for deployment in deployments(objects):
@@ -226,7 +299,7 @@ def test_a_frozen_injected_webhook_holds_the_swap_in_every_documented_install(
             extra = own[:1]
         processes.append(
             SignerProcess(
-                control_plane.kubeconfig,
+                kubeconfig_of(control_plane, client, deployment, namespace, tmp_path),
                 None,
                 tmp_path / f"{deployment['metadata']['name']}.log",
                 *args,
@@ -287,6 +360,14 @@ def test_a_frozen_injected_webhook_holds_the_swap_in_every_documented_install(
         edit(client, f"{VWC_PATH}/{hook}", _touch)
         assert eventually(lambda: phase(client, secret_path) == "Retiring", 90), status()
         assert len(held(client, hook)) == 2, "the swap followed the webhook holding both roots"
+        # RBAC's refusals name the ServiceAccount (the frozen webhook's are the policy's).
+        refused = [
+            line
+            for p in processes
+            for line in p.log_lines()
+            if "system:serviceaccount:" in line and " cannot " in line
+        ]
+        assert not refused, refused[:3]
         assert not any(p.metric(WAITING_OBJECT, named) for p in processes), "no longer held"
     finally:
         if policy:
@@ -294,3 +375,6 @@ def test_a_frozen_injected_webhook_holds_the_swap_in_every_documented_install(
         for proc in processes:
             proc.stop()
         delete_quietly(client, VWC_PATH, hook)
+        for path in granted:
+            with contextlib.suppress(ApiError):
+                client.delete(path)
