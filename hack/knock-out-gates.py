@@ -37,11 +37,7 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
         ),
     ],
     "record the longest lifetime a replica may sign with (RecordLifetime)": [
-        (
-            DECIDE,
-            "    if state.issued_lifetime is None or state.issued_lifetime < longest:\n",
-            "    if False:\n",
-        ),
+        (DECIDE, "        return RecordLifetime(longest)\n", "        pass\n"),
     ],
     "a recorded lifetime also goes onto the previous roots not scheduled yet (a report "
     "landing after the swap)": [
