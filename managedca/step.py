@@ -176,8 +176,14 @@ def describe(state: d.State | None, new: d.State, action: d.Action) -> tuple[str
         return (
             "ManagedCALifetimeRecorded",
             f"leaves of up to {action.lifetime} may be signed with CA "
-            f"{state.current.fingerprint}: it stays published that long after it is "
-            "swapped out, whatever --max-certificate-lifetime is then",
+            f"{state.current.fingerprint}"
+            + (
+                " and the previous roots not scheduled to retire yet"
+                if any(p.retire_at is None for p in state.previous)
+                else ""
+            )
+            + ": each stays published that long after it is swapped out, whatever "
+            "--max-certificate-lifetime is then",
         )
     if isinstance(action, d.MarkPublished):
         return (
