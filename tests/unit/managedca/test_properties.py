@@ -148,6 +148,7 @@ class Replica:
     revoked: frozenset[str] = frozenset()  # every root a state it loaded revoked
     lifetime: timedelta = LEAF  # its --max-certificate-lifetime (reported)
     served: State | None = None  # the state whose bundle it serves (its source's)
+    served_at: datetime = T0  # when what it serves last changed (its bundle's "mtime")
 
 
 @dataclass
@@ -385,6 +386,8 @@ class World:
                 r.signing = None
             return
         r.view = rv
+        if view != r.served:
+            r.served_at = self.true_now
         r.served = view
         if r.signing is not None and r.signing.fingerprint in r.revoked:
             r.signing = None  # the product's source stops signing with it at once
@@ -534,7 +537,11 @@ def run(steps: list[Step]) -> World:
             leader = w.replicas[w.leader]
             state = w.states[leader.view]
             if state is not None:
-                w.publish(_anchors(state) - leader.revoked)
+                # The publisher keeps another replica's bundle published since what it
+                # serves last changed, when it holds an anchor ours lacks (a leader whose
+                # watch lags a re-created Secret: publisher/controller.py, point 4).
+                newer = {fp for fp, t in w.published_since.items() if t >= leader.served_at}
+                w.publish((_anchors(state) | newer) - leader.revoked)
         elif op == "sign" and w.replicas[arg].alive:
             lifetime = w.replicas[arg].lifetime
             ca = w.replicas[arg].signing
