@@ -52,7 +52,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from kube import _metrics
 from kube.client import ApiError, Client, is_not_found
-from kube.leases import LeaseRef
+from kube.leases import API_VERSION, LeaseRef
 from kube.times import micro_time
 from kube.types import JSON
 
@@ -112,7 +112,8 @@ class LeaderElector:
         self.on_stopped_leading = on_stopped_leading
         self.release_on_cancel = release_on_cancel
         self.health_tolerance = health_tolerance
-        self.path = LeaseRef(namespace, name).path
+        self.ref = LeaseRef(namespace, name)
+        self.path = self.ref.path
         self._clock = clock
         self._now = now
         self._rng = rng or random.Random()
@@ -273,7 +274,7 @@ class LeaderElector:
 
     def _create(self, wall: str, sent: float, timeout: float) -> bool:
         body: JSON = {
-            "apiVersion": "coordination.k8s.io/v1",
+            "apiVersion": API_VERSION,
             "kind": "Lease",
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": {
@@ -284,7 +285,7 @@ class LeaderElector:
                 "leaseTransitions": 0,
             },
         }
-        collection = self.path.rsplit("/", 1)[0]
+        collection = self.ref.collection
         try:
             created = self.client.create(collection, body, timeout=timeout)
         except ApiError as err:

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found
-from kube.leases import LeaseRef, Renewal, leases_path, renewal
+from kube.leases import API_VERSION, LeaseRef, Renewal, renewal
 from kube.times import micro_time
 from kube.types import JSON
 
@@ -43,10 +43,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PERIOD = 10.0
 DEFAULT_DURATION = 40
-
-
-def lease_path(namespace: str, name: str = "") -> str:
-    return LeaseRef(namespace, name).path if name else leases_path(namespace)
 
 
 class PresenceWriter:
@@ -77,16 +73,16 @@ class PresenceWriter:
 
     def renew(self) -> bool:
         """One renewal; True when this process's write (or another's, racing it) stands."""
-        path = lease_path(self.namespace, self.name)
+        lease = LeaseRef(self.namespace, self.name)
         try:
             try:
-                lease = self.client.get(path)
+                found = self.client.get(lease.path)
             except ApiError as err:
                 if not is_not_found(err):
                     raise
-                self.client.create(lease_path(self.namespace), self._object(None))
+                self.client.create(lease.collection, self._object(None))
                 return True
-            self.client.replace(path, self._object(lease))
+            self.client.replace(lease.path, self._object(found))
             return True
         except ApiError as err:
             if is_conflict(err) or is_already_exists(err):
@@ -110,7 +106,7 @@ class PresenceWriter:
             renewTime=micro_time(self._clock()),
         )
         return {
-            "apiVersion": "coordination.k8s.io/v1",
+            "apiVersion": API_VERSION,
             "kind": "Lease",
             "metadata": meta,
             "spec": spec,
@@ -167,7 +163,7 @@ def judge(namespace: str, name: str, lease: JSON | None, now: datetime) -> Prese
 def read(client: Client, namespace: str, name: str, now: datetime | None = None) -> Presence:
     """GET and judge the presence Lease; a 404 is `MISSING`, other errors propagate."""
     try:
-        lease = client.get(lease_path(namespace, name))
+        lease = client.get(LeaseRef(namespace, name).path)
     except ApiError as err:
         if not is_not_found(err):
             raise

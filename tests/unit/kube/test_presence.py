@@ -8,12 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kube.presence import PresenceVerdict, PresenceWriter, judge, lease_path, read
+from kube.leases import leases_path
+from kube.presence import PresenceVerdict, PresenceWriter, judge, read
 from kube.times import micro_time
 from tests.unit.fakeapi import FakeApi
 
 NOW = datetime(2026, 12, 6, 2, 0, 0, tzinfo=UTC)
-LEASES = lease_path("sss")
+LEASES = leases_path("sss")
 
 
 @pytest.fixture

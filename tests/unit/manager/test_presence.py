@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
-from kube.presence import PresenceVerdict, judge, lease_path
+from kube.leases import leases_path
+from kube.presence import PresenceVerdict, judge
 from manager.app import Process, make_registry, presence_writer
 from manager.ops import Checks
 from manager.options import Options
 from signer import presence
 from tests.unit.fakeapi import FakeApi
 
-LEASES = lease_path("sss")
+LEASES = leases_path("sss")
 BASE = Options("/ca/tls.key", "/ca/tls.crt", "/ca/trust-bundle.pem")
 
 
