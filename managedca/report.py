@@ -33,7 +33,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -48,6 +47,7 @@ from managedca.decide import InjectorView, ReplicaView
 from managedca.layout import ANNOTATION_PREFIX
 from managedca.material import Loaded
 from trust import convergence
+from trust.bundle import is_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,6 @@ LATEST = datetime(3000, 1, 1, tzinfo=UTC)
 """`renewTime` outside these is not a clock, it is a forgery (or a bug); inside them any
 replica clock is accepted: liveness never compares it with the leader's."""
 MAX_ANCHORS = 64
-_FINGERPRINT = re.compile(r"[0-9a-f]{64}")
 
 
 def read_report(lease: Mapping[str, Any]) -> ReplicaReport:
@@ -128,7 +127,7 @@ def read_report(lease: Mapping[str, Any]) -> ReplicaReport:
     signing = str(annotations.get(SIGNING_CA) or "") or None
     ready = str(annotations.get(READY_TO_SIGN) or "") or None
     for fp in (*anchors, signing, ready):
-        if fp is not None and not _FINGERPRINT.fullmatch(fp):
+        if fp is not None and not is_fingerprint(fp):
             raise ReplicaReportError(f"{fp[:80]!r} is not a sha256 fingerprint")
     name = str(meta.get("name", "?"))
     try:

@@ -236,6 +236,15 @@ def fingerprint(certificate: x509.Certificate | bytes) -> str:
     return hashlib.sha256(der).hexdigest()
 
 
+_FINGERPRINT = re.compile(r"[0-9a-f]{64}")
+
+
+def is_fingerprint(text: str) -> bool:
+    """Whether `text` is what `fingerprint` gives (64 lowercase hex digits): the test a
+    reader applies to a fingerprint another process wrote (a report Lease, an annotation)."""
+    return _FINGERPRINT.fullmatch(text) is not None
+
+
 @functools.lru_cache(maxsize=256)
 def fingerprints(bundle: str) -> frozenset[str]:
     """`fingerprint` of every certificate of a PEM bundle (normalised or not)."""

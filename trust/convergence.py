@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kube.leases import LeaseRef
+from trust.bundle import is_fingerprint
 
 REPORT_ANNOTATION = "service-serving-signer/convergence"
 """The report Lease's annotation: `encode(ConvergenceReport)`."""
@@ -95,7 +96,6 @@ MAX_COUNT = 10_000_000
 MAX_NAME = 317  # <namespace (63)>/<name (253)>
 MAX_REASON = 512
 
-_FINGERPRINT = re.compile(r"[0-9a-f]{64}")
 _KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
 STATES = ("current", "stale", "blocked")
 
@@ -375,7 +375,7 @@ def _list(value: object, where: str, limit: int) -> list[Any]:
 
 
 def _fingerprint(value: object, where: str) -> str:
-    if not isinstance(value, str) or not _FINGERPRINT.fullmatch(value):
+    if not isinstance(value, str) or not is_fingerprint(value):
         raise ReportError(f"{where}: {str(value)[:80]!r} is not a sha256 fingerprint")
     return value
 

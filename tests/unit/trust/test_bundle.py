@@ -198,3 +198,11 @@ def test_bundle_name_changes_with_content() -> None:
 def test_earliest_expiry_is_the_minimum_not_after() -> None:
     normalized = normalize_bundle(cert_pem(*roots()))
     assert earliest_expiry(normalized) == min(c.not_valid_after_utc for c in roots())
+
+
+def test_a_fingerprint_is_what_fingerprint_gives_and_nothing_else() -> None:
+    from trust.bundle import fingerprint, is_fingerprint
+
+    assert is_fingerprint(fingerprint(b"any DER"))
+    for text in ("", "A" * 64, "a" * 63, "a" * 65, "sha256:" + "a" * 64, "g" * 64, "a" * 64 + "\n"):
+        assert not is_fingerprint(text), text
