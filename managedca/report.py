@@ -315,15 +315,15 @@ def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:
     renewed = liveness.unchanged(f"injector/{name}", str(spec.get("renewTime")))
     # Shipped empty (config/injector/leases.yaml, the chart): never written yet.
     reported = bool(spec.get("renewTime")) or bool(annotations.get(convergence.REPORT_ANNOTATION))
+    live = renewed < convergence.DURATION_SECONDS  # until the Lease's own duration is read
+    if not reported:
+        return InjectorView(live, frozenset(), reported=False)
     try:
         live = renewed < convergence.lease_duration(spec.get("leaseDurationSeconds"))
-        if not reported:
-            return InjectorView(live, frozenset(), reported=False)
         report = convergence.parse(annotations.get(convergence.REPORT_ANNOTATION))
     except convergence.ReportError as err:
         log.warning("the injector's convergence report is ignored", extra={"err": str(err)})
-        live = renewed < convergence.DURATION_SECONDS
-        return InjectorView(live, frozenset(), reported=reported, ignored=str(err))
+        return InjectorView(live, frozenset(), ignored=str(err))
     done = frozenset(fp for fp in report.observed if convergence.converged(report, fp))
     # Only what holds the swap: a tenant's (namespaced) blocked object is excused, and a
     # wait must not blame it.
