@@ -30,8 +30,10 @@ What it decides (pure; no client):
   the fieldsV1 of the owner's existing managedFields entry, in the same patch that removes
   ours, so the owner's next server-side apply keeps the value if its configuration sets
   one and removes it if not, like any field it applies. A leaf nobody else can take stays
-  unowned, as before (logged). A ConfigMap's `ca.crt` and truststore are released
-  unowned (the departed record keeps no managedFields).
+  unowned, as before (logged). The same patch removes our note (`INJECTED_ANNOTATION`,
+  tested against its value: `Target.note`) unless another manager owns it. A ConfigMap's
+  `ca.crt` and truststore are released unowned and its note stays (the departed record
+  keeps no managedFields and no note; the mark label goes).
 * **Who else applies our leaves** (`others`): the names of other `Apply` managers whose
   managedFields own a caBundle (or `ca.crt`, or the truststore key) we would write. Such
   an object is never written: its owner's configuration and ours would fight for ever.
@@ -217,6 +219,10 @@ class Target:
     unowned: tuple[str, ...] = ()
     """The caBundle leaves we own that nobody else can take at the release (their
     value stays, owned by no one; what the release's log line names)."""
+    note: str | None = None
+    """Our `INJECTED_ANNOTATION` on an object the release is for, while no other
+    managedFields entry owns it (at most `MAX_INJECTED` characters): the release removes
+    it, tested against this value (`released_note`); None otherwise, the usual case."""
 
     def with_holding(self, meta: Mapping[str, Any]) -> Target:
         """This record with what `meta`'s `INJECTED_ANNOTATION` says it holds."""
@@ -572,7 +578,28 @@ def releasing(kind: Kind, meta: Mapping[str, Any]) -> dict[str, Any]:
     if annotation_of(meta) is not None or not owned_by_us(meta):
         return {}
     handover, unowned = handover_of(kind, meta)
-    return {"handover": handover, "unowned": unowned}
+    return {"handover": handover, "unowned": unowned, "note": released_note(meta)}
+
+
+NOTE_LEAF = ("f:metadata", "f:annotations", f"f:{INJECTED_ANNOTATION}")
+"""Where a managedFields entry owns `INJECTED_ANNOTATION`."""
+
+
+def released_note(meta: Mapping[str, Any]) -> str | None:
+    """Our note (`INJECTED_ANNOTATION`) for the release to remove: it says what we
+    injected and when, which is no longer so once we own nothing. None when it is absent,
+    longer than `MAX_INJECTED` (not ours), or another manager's entry owns it (their
+    configuration sets it: their next apply would put it back, so it is theirs)."""
+    value = (meta.get("annotations") or {}).get(INJECTED_ANNOTATION)
+    if not isinstance(value, str) or len(value) > MAX_INJECTED:
+        return None
+    for entry in meta.get("managedFields") or ():
+        if not isinstance(entry, Mapping) or entry.get("manager") == FIELD_MANAGER:
+            continue
+        fields = entry.get("fieldsV1")
+        if isinstance(fields, Mapping) and _owns(fields, NOTE_LEAF):
+            return None
+    return value
 
 
 def writers(meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
@@ -599,8 +626,8 @@ def release_ops(target: Target, operation: str | None = None) -> list[dict[str, 
     owner's entry (guarded by a `test` of that entry's manager and operation; the map it
     is added to exists, or the patch fails and the object's next event re-plans it), then
     remove each managedFields entry of ours (highest index first, each guarded by a
-    `test` of its manager), and no value, guarded by the uid (an object deleted meanwhile
-    is not re-created)."""
+    `test` of its manager), and our note (`target.note`, tested) and mark label, and no
+    value, guarded by the uid (an object deleted meanwhile is not re-created)."""
     ops: list[dict[str, Any]] = [_test("/metadata/uid", target.uid)]
     for hand in target.handover if operation is None else ():
         entry = f"/metadata/managedFields/{hand.index}"
@@ -613,6 +640,9 @@ def release_ops(target: Target, operation: str | None = None) -> list[dict[str, 
             continue
         ops.append(_test(f"/metadata/managedFields/{index}/manager", FIELD_MANAGER))
         ops.append({"op": "remove", "path": f"/metadata/managedFields/{index}"})
+    if target.note is not None and operation is None:
+        note = f"/metadata/annotations/{pointer(INJECTED_ANNOTATION)}"
+        ops += [_test(note, target.note), {"op": "remove", "path": note}]
     if target.marked and operation is None:
         mark = f"/metadata/labels/{pointer(MARK_LABEL)}"
         ops += [_test(mark, "true"), {"op": "remove", "path": mark}]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from injector.decide import REASON_CONFLICT
-from injector.targets import FIELD_MANAGER
+from injector.targets import FIELD_MANAGER, INJECTED_ANNOTATION
 from kube.client import ApiError, Client, is_not_found
 from tests.integration.injector_harness import (
     APISERVICE_PATH,
@@ -84,13 +84,17 @@ def inject_then_release(
     name = body["metadata"]["name"]
     apply(client, path, name, body)
     eventually(lambda: ca_bundles(client.get(f"{path}/{name}")) == expected, timeout=30)
-    assert FIELD_MANAGER in managers(client.get(f"{path}/{name}"))
+    injected = client.get(f"{path}/{name}")
+    assert FIELD_MANAGER in managers(injected)
+    assert INJECTED_ANNOTATION in injected["metadata"]["annotations"]
     apply(client, path, name, without_annotation(body))
     released: dict[str, Any] = eventually(
         lambda: (o := client.get(f"{path}/{name}")) and FIELD_MANAGER not in managers(o) and o,
         timeout=30,
         what="the injector to release its fields",
     )
+    # Its note goes in the same patch (it would say the object is still injected).
+    assert INJECTED_ANNOTATION not in (released["metadata"].get("annotations") or {})
     return released
 
 

@@ -15,11 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from injector import configmaps
 from injector import decide as decisions
 from injector.targets import (
     API_SERVICE,
     CRD,
     FIELD_MANAGER,
+    INJECTED_ANNOTATION,
+    MAX_INJECTED,
     VALIDATING_WEBHOOK,
     Handover,
     Target,
@@ -239,6 +242,103 @@ def test_a_leaf_another_manager_owns_already_is_left_to_it() -> None:
     raw = released(webhook_config(), ours(W0), shared)
     target = to_target(VALIDATING_WEBHOOK, raw)
     assert (target.handover, target.unowned) == ((), ())
+
+
+NOTE = '{"anchors":[],"notAfter":1800000000,"sha256":"abc"}'
+NOTE_PATH = "/metadata/annotations/service-serving-signer~1injected"
+
+
+def noted(raw: dict[str, Any], note: str = NOTE) -> dict[str, Any]:
+    """`raw` bearing our note and an annotation of someone else's."""
+    raw["metadata"]["annotations"] = {INJECTED_ANNOTATION: note, "example.com/team": "a"}
+    return raw
+
+
+def test_the_release_removes_our_note_tested_against_its_value() -> None:
+    raw = noted(released(webhook_config(), hook_owner("gitops", "Apply", W0), ours(W0)))
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    assert target.note == NOTE
+    ops = release_ops(target)
+    assert ops[-2:] == [
+        {"op": "test", "path": NOTE_PATH, "value": NOTE},
+        {"op": "remove", "path": NOTE_PATH},
+    ]
+    after = apply_json_patch(raw, ops)
+    # The note goes (it says what we injected, and we own nothing now); every value and
+    # every other annotation stays.
+    assert after["metadata"]["annotations"] == {"example.com/team": "a"}
+    assert after["webhooks"] == raw["webhooks"]
+    # A note rewritten meanwhile fails the patch: nothing is written, the next event re-plans.
+    rewritten = copy.deepcopy(raw)
+    rewritten["metadata"]["annotations"][INJECTED_ANNOTATION] = "{}"
+    with pytest.raises(ValueError, match="test failed"):
+        apply_json_patch(rewritten, ops)
+
+
+def test_the_release_of_an_apiservice_and_a_crd_removes_our_note() -> None:
+    mine = {
+        "manager": FIELD_MANAGER,
+        "operation": "Update",
+        "fieldsV1": {"f:spec": {"f:caBundle": {}}},
+    }
+    api = noted(
+        released(api_service(service={"namespace": "ns", "name": "svc"}, caBundle="Zm9v"), mine)
+    )
+    leaf: dict[str, Any] = {
+        "f:spec": {"f:conversion": {"f:webhook": {"f:clientConfig": {"f:caBundle": {}}}}}
+    }
+    conversion = {"strategy": "Webhook", "webhook": {"clientConfig": {"url": "https://x"}}}
+    definition = noted(
+        released(
+            crd(conversion), {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": leaf}
+        )
+    )
+    for kind, raw in ((API_SERVICE, api), (CRD, definition)):
+        after = apply_json_patch(raw, release_ops(to_target(kind, raw)))
+        assert after["metadata"]["annotations"] == {"example.com/team": "a"}
+        assert after["spec"] == raw["spec"]
+
+
+def test_a_note_another_manager_owns_or_none_at_all_is_left_alone() -> None:
+    theirs = hook_owner("gitops", "Apply", W0)
+    theirs["fieldsV1"]["f:metadata"] = {"f:annotations": {f"f:{INJECTED_ANNOTATION}": {}}}
+    for raw in (
+        noted(released(webhook_config(), theirs, ours(W0))),
+        released(webhook_config(), hook_owner("gitops", "Apply", W0), ours(W0)),
+        noted(released(webhook_config(), ours(W0)), "x" * (MAX_INJECTED + 1)),
+    ):
+        target = to_target(VALIDATING_WEBHOOK, raw)
+        assert target.note is None
+        assert all("annotations" not in op["path"] for op in release_ops(target))
+        apply_json_patch(raw, release_ops(target))  # and the patch applies
+
+
+def test_the_note_stays_while_the_annotation_is_on_and_through_a_cleanup() -> None:
+    raw = webhook_config()
+    raw["metadata"]["annotations"][INJECTED_ANNOTATION] = NOTE
+    raw["metadata"]["managedFields"] = [ours(W0) | {"operation": "Apply"}]
+    target = to_target(VALIDATING_WEBHOOK, raw)
+    assert target.note is None
+    assert all("annotations" not in op["path"] for op in release_ops(target, "Apply"))
+
+
+def test_a_departed_config_map_keeps_its_note_and_loses_its_mark() -> None:
+    """The ConfigMap release removes the mark label (what says "injected" on a ConfigMap)
+    and keeps the note: its record is kept small (anyone may set the mark) and does not
+    keep the note a guarded removal would test."""
+    raw = {
+        "metadata": {
+            "name": "c",
+            "namespace": "n",
+            "uid": "u",
+            "labels": {configmaps.MARK_LABEL: "true"},
+            "annotations": {INJECTED_ANNOTATION: NOTE},
+            "managedFields": [{"manager": FIELD_MANAGER, "operation": "Update"}],
+        }
+    }
+    after = apply_json_patch(raw, release_ops(configmaps.departed_record(raw)))
+    assert after["metadata"]["labels"] == {}
+    assert after["metadata"]["annotations"] == {INJECTED_ANNOTATION: NOTE}
 
 
 def test_nothing_is_handed_while_the_annotation_is_on() -> None:
