@@ -73,6 +73,8 @@ PATHS = {
 }
 MARK_LABEL = "service-serving-signer/ca-injected"
 INJECTED = "service-serving-signer/injected"
+TEAM = "example.com/team"
+"""An annotation of the administrator's on the objects to release."""
 VERSIONS = [binaries.KUBERNETES_VERSION, binaries.NEXT_VERSION]
 on_both = pytest.mark.parametrize(
     "plane", VERSIONS, indirect=True, ids=lambda v: "kube-" + ".".join(v[1:].split(".")[:2])
@@ -275,7 +277,8 @@ class Objects:
     released_api: str
     released_crd: str
     """Objects the injector wrote (the first webhook's caBundle of two; the APIService's;
-    the CRD's) whose annotation an administrator then removed: to be released."""
+    the CRD's; each with its note annotation) whose annotation an administrator then
+    removed, adding an annotation `TEAM` of their own: to be released."""
 
 
 @pytest.fixture
@@ -348,8 +351,9 @@ def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
         (f"{APISERVICES}/{made.released_api}", "/spec/caBundle"),
         (f"{CRDS}/{made.released_crd}", "/spec/conversion/webhook/clientConfig/caBundle"),
     ):
-        patch(installed.injector, path, {"op": "add", "path": leaf, "value": ca})
-        admin.patch(path, {"metadata": {"annotations": {ANNOTATION: None}}})
+        note = {"op": "add", "path": f"/metadata/annotations/{escape(INJECTED)}", "value": "{}"}
+        patch(installed.injector, path, {"op": "add", "path": leaf, "value": ca}, note)
+        admin.patch(path, {"metadata": {"annotations": {ANNOTATION: None, TEAM: "a"}}})
     try:
         yield made
     finally:
@@ -415,6 +419,18 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
                 path,
                 {"op": "replace", "path": "/metadata/managedFields", "value": managed},
             )
+
+        return write
+
+    team = f"/metadata/annotations/{escape(TEAM)}"
+
+    def released_and(kind: Kind, path: str, *more: dict[str, Any]) -> Callable[[], Any]:
+        """The injector's own release of `path` (`release_ops`), with `more` in its patch."""
+
+        def write() -> Any:
+            target = to_target(kind, injector.get(path))
+            assert target.note is not None, f"no note to remove on {path}"
+            return patch(injector, path, *release_ops(target), *more)
 
         return write
 
@@ -578,6 +594,15 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
             entries(done_crd, hand_crd_with_versions, release=True),
             MSG_OTHERS,
         ),
+        # The release removes the injector's note annotation, never another one.
+        "released webhook: the release removes another annotation too": (
+            released_and(VALIDATING_WEBHOOK, done, {"op": "remove", "path": team}),
+            MSG_ANNOTATIONS,
+        ),
+        "released APIService: the release rewrites another annotation": (
+            released_and(API_SERVICE, done_api, {"op": "replace", "path": team, "value": "b"}),
+            MSG_ANNOTATIONS,
+        ),
         # ... or first made the injector's own, to be handed over next.
         "never-opted webhook: an entry of the injector's owning its caBundle": (
             entries(plain, forged_own_entry),
@@ -713,9 +738,12 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
     def release_handing_over(kind: Kind, path: str) -> Any:
         target = to_target(kind, injector.get(path))
         assert target.handover, f"nothing to hand over on {path}"
+        assert target.note is not None, f"no note to remove on {path}"
         patch(injector, path, *release_ops(target))
-        after = injector.get(path)["metadata"]["managedFields"]
-        assert FIELD_MANAGER not in [e["manager"] for e in after]
+        after = injector.get(path)["metadata"]
+        assert FIELD_MANAGER not in [e["manager"] for e in after["managedFields"]]
+        # The release removes the injector's note, and no other annotation.
+        assert after["annotations"] == {TEAM: "a"}
         return after
 
     def take_back_a_hand_edit() -> Any:
