@@ -137,7 +137,12 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
         (DECIDE, "    if not view.reported:\n", "    if False:\n"),
     ],
     "the report Lease as shipped (empty) reads as never written": [
-        (REPORT, "    if not reported:\n", "    if False:\n"),
+        (
+            REPORT,
+            '    reported = bool(spec.get("renewTime")) or bool(annotations.get(convergence.'
+            "REPORT_ANNOTATION))\n",
+            "    reported = True\n",
+        ),
     ],
     "an injector in this process makes a missing report a wait (auto)": [
         (
