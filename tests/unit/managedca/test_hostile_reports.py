@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client
-from kube.times import micro_time
 from managedca import decide as d
 from managedca.codec import ca_info, decode, encode
 from managedca.controller import ManagedCAController
@@ -22,29 +21,13 @@ from managedca.report import (
     LOADED_ANCHORS,
     MAX_LIFETIME,
     READY_TO_SIGN,
-    REPORT_LABEL,
     SIGNING_CA,
     ReplicaReportError,
     parse_report,
     read_report,
 )
 from tests.unit.fakes import FakeRecorder
-from trust.ca import cert_pem, generate_ca, key_pem
-
-NOW = datetime.now(UTC).replace(microsecond=0)
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-H = timedelta(hours=1)
-CFG = d.Config(
-    ca_lifetime=timedelta(days=100),
-    propagation_delay=timedelta(minutes=10),
-    max_leaf_lifetime=24 * H,
-    retire_margin=H,
-)
-
-
-def _ca(name: str, days: int = 100) -> tuple[bytes, bytes]:
-    ca = generate_ca(name, validity=timedelta(days=days), not_before=NOW - timedelta(days=1))
-    return key_pem(ca.key), cert_pem(ca.cert)
+from tests.unit.managedca.builders import CFG, NOW, T0, H, ca_pems, replica_lease
 
 
 def _lease(
@@ -60,20 +43,7 @@ def _lease(
     annotations = {LOADED_ANCHORS: anchors, SIGNING_CA: signing, READY_TO_SIGN: ready}
     if lifetime is not None:
         annotations[MAX_LIFETIME] = lifetime
-    return {
-        "metadata": {
-            "name": name,
-            "uid": f"uid-{name}",
-            "resourceVersion": "1",
-            "labels": {REPORT_LABEL: "ca"},
-            "annotations": annotations,
-        },
-        "spec": {
-            "holderIdentity": name,
-            "leaseDurationSeconds": duration,
-            "renewTime": renew if isinstance(renew, str) else micro_time(renew),
-        },
-    }
+    return replica_lease(name, annotations, renew, duration=duration)
 
 
 # parsing -------------------------------------------------------------------------------
@@ -200,8 +170,8 @@ def _controller(api: Api, recorder: FakeRecorder | None = None, **kw: Any) -> Ma
 def _poisoned() -> tuple[Api, str, str]:
     """The Secret as a forged 10**12 s lifetime left it on an older version (swapped, the
     previous root's lifetime 10**12 s), both roots published, one healthy replica."""
-    _, a_pem = _ca("a")
-    b_key, b_pem = _ca("b")
+    _, a_pem = ca_pems("a")
+    b_key, b_pem = ca_pems("b")
     a, b = ca_info(a_pem), ca_info(b_pem)
     state = d.State(
         current=b,

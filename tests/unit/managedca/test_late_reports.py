@@ -4,19 +4,12 @@ write failed) must be counted in that CA's retire time, not only in the next CA'
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from managedca import decide as d
 from managedca.step import apply
+from tests.unit.managedca.builders import CFG, T0, H
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-H = timedelta(hours=1)
-CFG = d.Config(
-    ca_lifetime=timedelta(days=100),
-    propagation_delay=timedelta(minutes=10),
-    max_leaf_lifetime=24 * H,
-    retire_margin=H,
-)
 A = d.CaInfo("aa", T0 - timedelta(days=50), T0 + timedelta(days=50))
 B = d.CaInfo("bb", T0 - timedelta(days=1), T0 + timedelta(days=99))
 BOTH = frozenset({"aa", "bb"})

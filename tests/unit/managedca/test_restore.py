@@ -24,23 +24,16 @@ from managedca.controller import ManagedCAController
 from managedca.layout import PREVIOUS_CERTS, REVOKED_ROOTS
 from managedca.material import ApiMaterialSource
 from signer.authority import issue_probe
+from tests.unit.managedca.builders import NOW, H, ca_pems
 from trust.bundle import stable_bundle_name
-from trust.ca import cert_pem, generate_ca, key_pem
 
-NOW = datetime.now(UTC).replace(microsecond=0)
-H = timedelta(hours=1)
 SIGNER = "example.com/x"
 INVALID = "service_serving_ca_controller_material_invalid"
 
 
-def _ca(name: str) -> tuple[bytes, bytes]:
-    ca = generate_ca(name, validity=timedelta(days=100), not_before=NOW - timedelta(days=1))
-    return key_pem(ca.key), cert_pem(ca.cert)
-
-
-A_KEY, A = _ca("a")
-B_KEY, B = _ca("b")
-C_KEY, C = _ca("c")
+A_KEY, A = ca_pems("a")
+B_KEY, B = ca_pems("b")
+C_KEY, C = ca_pems("c")
 AI, BI, CI = ca_info(A), ca_info(B), ca_info(C)
 CERTS = {AI.fingerprint: A, BI.fingerprint: B, CI.fingerprint: C}
 

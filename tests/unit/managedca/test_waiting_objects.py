@@ -9,24 +9,20 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, cast
 
 from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError, Client
-from kube.times import micro_time
 from managedca import decide as d
 from managedca.codec import ca_info, encode
 from managedca.controller import ManagedCAController
-from managedca.report import LOADED_ANCHORS, READY_TO_SIGN, REPORT_LABEL, SIGNING_CA
+from managedca.report import LOADED_ANCHORS, READY_TO_SIGN, SIGNING_CA
 from tests.unit.fakes import FakeRecorder
+from tests.unit.managedca.builders import CFG, NOW, H, ca_pems, replica_lease
 from trust import convergence as c
-from trust.ca import cert_pem, generate_ca, key_pem
 
-NOW = datetime.now(UTC).replace(microsecond=0)
-H = timedelta(hours=1)
-CFG = d.Config(ca_lifetime=timedelta(days=100), max_leaf_lifetime=24 * H, retire_margin=H)
 REPORT = c.REPORT_NAME
 WAITING_OBJECT = "service_serving_ca_controller_managed_ca_waiting_object"
 HELD = "injector-not-converged"
@@ -39,8 +35,8 @@ class Api:
     convergence report is what the test sets (`report`)."""
 
     def __init__(self) -> None:
-        a_key, a_pem = _ca("a")
-        b_key, b_pem = _ca("b")
+        a_key, a_pem = ca_pems("a")
+        b_key, b_pem = ca_pems("b")
         self.a, self.b = ca_info(a_pem), ca_info(b_pem)
         state = d.State(
             current=self.a,
@@ -72,9 +68,9 @@ class Api:
         self.renewals += 1  # every Lease is renewed between every two looks: live
         renewed = NOW + timedelta(seconds=self.renewals)
         if path.endswith("/leases"):
-            return {"items": [_lease("ca-replica-1", dict(self.replica), renewed)]}
+            return {"items": [replica_lease("ca-replica-1", dict(self.replica), renewed)]}
         if path.endswith(f"/leases/{REPORT}") and self.report is not None:
-            return _lease(REPORT, {c.REPORT_ANNOTATION: c.encode(self.report)}, renewed)
+            return replica_lease(REPORT, {c.REPORT_ANNOTATION: c.encode(self.report)}, renewed)
         raise ApiError(404, "NotFound")
 
     def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,28 +98,6 @@ class Api:
         }
         anchors = {self.b.fingerprint: c.AnchorCounts(len(objects), 0, excused)}
         self.report = c.ConvergenceReport(True, anchors, rows, frozenset({self.b.fingerprint}))
-
-
-def _ca(name: str) -> tuple[bytes, bytes]:
-    ca = generate_ca(name, validity=timedelta(days=100), not_before=NOW - timedelta(days=1))
-    return key_pem(ca.key), cert_pem(ca.cert)
-
-
-def _lease(name: str, annotations: dict[str, str], renewed: datetime = NOW) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "uid": f"uid-{name}",
-            "resourceVersion": "1",
-            "labels": {REPORT_LABEL: "ca"},
-            "annotations": annotations,
-        },
-        "spec": {
-            "holderIdentity": name,
-            "leaseDurationSeconds": 30,
-            "renewTime": micro_time(renewed),
-        },
-    }
 
 
 def _controller(api: Api, recorder: FakeRecorder) -> ManagedCAController:
