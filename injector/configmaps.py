@@ -40,6 +40,7 @@ What it decides:
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,13 +49,13 @@ from typing import Any
 from injector.targets import (
     CONFIG_MAP,
     INJECTED_ANNOTATION,
-    Slot,
     Target,
     Truststore,
     annotation_of,
     owned_by_us,
     pointer,
     shared,
+    single_slot,
     value_digest,
     writers,
 )
@@ -78,6 +79,15 @@ MAX_RECORDED = 129
 """`DIGEST_ANNOTATION` is two SHA-256 hex digests and a colon; a longer one is not ours."""
 
 DEPARTED_SELECTOR = f"{MARK_LABEL}=true,{LABEL}!=true"
+
+MAPS = ("data", "binaryData", "annotations")
+"""The maps a record says exist (`Target.maps`), in this order."""
+
+_MAP_SETS = {
+    present: tuple(n for n, there in zip(MAPS, present, strict=True) if there)
+    for present in itertools.product((False, True), repeat=len(MAPS))
+}
+"""Which of a ConfigMap's maps exist, by presence: one tuple for each of the 8 answers."""
 
 _CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
@@ -117,7 +127,7 @@ def to_target(raw: Mapping[str, Any]) -> Target:
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
         annotation=annotation_of(meta),
-        slots=(Slot(None, value_digest(str(data.get(CA_KEY) or ""))),),
+        slots=single_slot(str(data.get(CA_KEY) or "")),
         not_applicable=not_applicable,
         owned=owned_by_us(meta),
         namespace=shared(str(meta.get("namespace", ""))),
@@ -125,15 +135,12 @@ def to_target(raw: Mapping[str, Any]) -> Target:
         **writers(meta, leaves),
         marked=_marked(meta),
         resource_version=str(meta.get("resourceVersion", "")),
-        maps=tuple(
-            name
-            for name, value in (
-                ("data", raw.get("data")),
-                ("binaryData", raw.get("binaryData")),
-                ("annotations", annotations),
+        maps=_MAP_SETS[
+            tuple(
+                isinstance(value, Mapping) and bool(value)
+                for value in (raw.get("data"), raw.get("binaryData"), annotations)
             )
-            if isinstance(value, Mapping) and value
-        ),
+        ],
     ).with_holding(meta)
 
 

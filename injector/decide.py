@@ -48,6 +48,7 @@ from injector.targets import (
     Shape,
     Target,
     injected_note,
+    shared,
     value_digest,
 )
 from trust.bundle import BundleError, earliest_expiry, fingerprints, hash_named_stable_name
@@ -149,8 +150,8 @@ def selector_of(target: Target) -> ClusterTrustBundleSelector | None:
 def selection_keys(selector: ClusterTrustBundleSelector) -> list[str]:
     """Index values: which ClusterTrustBundle events can change what `selector` picks."""
     if selector.name is not None:
-        return [f"name:{selector.name}"]
-    return [f"signer:{selector.signer_name}"]
+        return [shared(f"name:{selector.name}")]
+    return [shared(f"signer:{selector.signer_name}")]
 
 
 def bundle_keys(bundle: Mapping[str, Any]) -> list[str]:

@@ -144,6 +144,19 @@ def value_digest(value: str) -> str:
     return text_digest(value)
 
 
+def single_slot(value: str) -> tuple[Slot, ...]:
+    """The slots of an object with one caBundle field holding `value`: one tuple for
+    every record whose field has the same text (every object holding one bundle, every
+    unset field), as `shared` keeps texts."""
+    digest = shared(value_digest(value))
+    slots = _single_slots.get(digest)
+    if slots is None:
+        if len(_single_slots) >= SHARED_TEXTS:
+            _single_slots.clear()
+        slots = _single_slots[digest] = (Slot(None, digest),)
+    return slots
+
+
 @dataclass(frozen=True, slots=True)
 class Slot:
     """One caBundle field: `webhook` names the webhook of a configuration (None for the
@@ -477,16 +490,24 @@ def holding_of(meta: Mapping[str, Any], slots: tuple[Slot, ...]) -> tuple[bytes,
     return (b"".join(held) if len(held) <= MAX_HELD else b""), until
 
 
+NOTHING_HELD: frozenset[str] = frozenset()
+"""One empty set for every object known to hold nothing (each empty frozenset made from an
+iterable is a new 216-byte object, and statuses keep it)."""
+
+
 def known_holding(target: Target) -> tuple[frozenset[str], float | None]:
     """What our annotation says the object holds, if its slots still have the digest it
     records: (anchor fingerprints, earliest notAfter); else (empty, None)."""
     held = target.held
+    if not held:
+        return NOTHING_HELD, target.held_until
     return frozenset(held[i : i + 32].hex() for i in range(0, len(held), 32)), target.held_until
 
 
 SHARED_TEXTS = 4096
 """How many distinct texts `shared` keeps (then it starts again)."""
 _shared: dict[str, str] = {}
+_single_slots: dict[str, tuple[Slot, ...]] = {}
 
 
 def shared(text: str) -> str:
@@ -519,7 +540,7 @@ def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
         if not slots:
             not_applicable = "the configuration has no webhooks"
     elif kind == API_SERVICE:
-        slots = (Slot(None, value_digest(str(spec.get("caBundle") or ""))),)
+        slots = single_slot(str(spec.get("caBundle") or ""))
         if not spec.get("service"):
             not_applicable = (
                 "a local APIService (no spec.service) is served by kube-apiserver itself "
@@ -610,8 +631,8 @@ def writers(meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...]) -> dic
 
 def _ca_bundle_digest(client_config: Any) -> str:
     if not isinstance(client_config, Mapping):
-        return value_digest("")
-    return value_digest(str(client_config.get("caBundle") or ""))
+        return shared(value_digest(""))
+    return shared(value_digest(str(client_config.get("caBundle") or "")))
 
 
 def is_current(target: Target, ca_bundle: str) -> bool:

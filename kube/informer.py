@@ -211,7 +211,7 @@ class Informer(Generic[T]):
         self._lock = threading.RLock()
         self._items: dict[str, T] = {}
         self._index: dict[str, dict[str, set[str]]] = {n: {} for n in self._indexers}
-        self._index_values: dict[str, dict[str, list[str]]] = {n: {} for n in self._indexers}
+        self._index_values: dict[str, dict[str, tuple[str, ...]]] = {n: {} for n in self._indexers}
         self._handlers: list[_Handler[T]] = []
         self._synced = threading.Event()
         self._resource_version = ""
@@ -572,10 +572,10 @@ class Informer(Generic[T]):
         self._items[key] = record
         for name, fn in self._indexers.items():
             try:
-                values = list(fn(record))
+                values = tuple(fn(record))
             except Exception:
                 log.exception("informer %s: indexer %s failed on %s", self.name, name, key)
-                values = []
+                values = ()
             self._index_values[name][key] = values
             for value in values:
                 self._index[name].setdefault(value, set()).add(key)
@@ -587,7 +587,7 @@ class Informer(Generic[T]):
 
     def _unindex(self, key: str) -> None:
         for name in self._indexers:
-            for value in self._index_values[name].pop(key, []):
+            for value in self._index_values[name].pop(key, ()):
                 keys = self._index[name].get(value)
                 if keys is not None:
                     keys.discard(key)

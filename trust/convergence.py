@@ -203,7 +203,7 @@ def converged(report: ConvergenceReport, fingerprint: str) -> bool:
 # --- the writer's side -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObjectConvergence:
     """One managed object as its last sync left it. `state` is the injector's own
     (`current`, `stale`, `empty`, `invalid`, `conflicting`: its metrics count them);

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from injector import configmaps
+from injector import configmaps, decide
 from injector.controller import SELECTION_INDEX, Caches, InjectorController
 from injector.targets import (
     FIELD_MANAGER,
@@ -202,3 +202,51 @@ def test_a_marked_config_map_without_the_opt_in_label_is_released_from_the_infor
     assert client.patches == [(departed.path, release_ops(departed))]
     assert {"op": "remove", "path": "/metadata/managedFields/0"} in release_ops(departed)
     assert ctrl.metrics.count("ConfigMap", "released") == 1
+
+
+def test_what_the_injector_keeps_per_synced_tenant_config_map_beside_its_record() -> None:
+    """After a sync the injector keeps, per object, its status (for the report and the
+    gauge) and when it was last synced, and nothing per object of what objects have in
+    common (the empty set of anchors held, digests of one value, index values): with the
+    record, a tenant's labelled ConfigMap costs under 2 KB."""
+    raw = hostile_config_map()
+    raw["metadata"]["annotations"][configmaps.ANNOTATION] = json.dumps({"name": "none"})
+    raw["data"] = {"app.conf": "x"}
+    texts = [
+        json.dumps({**raw, "metadata": {**raw["metadata"], "name": f"t-{i:05d}".ljust(63, "n")}})
+        for i in range(COUNT)
+    ]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        records = [configmaps.to_target(json.loads(text)) for text in texts]
+        cache = FakeCache[Target](
+            records,
+            key=lambda t: f"{t.namespace}/{t.name}",
+            indexers={SELECTION_INDEX: configmap_selection},
+        )
+        ctrl = InjectorController(
+            cast(Client, NoLists()),
+            Caches({"ConfigMap": cache}, FakeCache([], key=lambda b: b["metadata"]["name"])),
+            NoEvents(),
+            registry=CollectorRegistry(),
+        )
+        ctrl.progress.begin()
+        synced = tracemalloc.get_traced_memory()[0]
+        for record in records:
+            ctrl.sync(record.key)
+        kept = (tracemalloc.get_traced_memory()[0] - synced) / COUNT
+        total = (tracemalloc.get_traced_memory()[0] - before) / COUNT
+    finally:
+        tracemalloc.stop()
+    assert ctrl.metrics.count("ConfigMap", "empty") == COUNT
+    assert kept <= 512, f"{kept:,.0f} bytes per object beside its record"
+    assert total <= 2_048, f"{total:,.0f} bytes per object in all"
+
+
+COUNT = 500
+
+
+def configmap_selection(target: Target) -> list[str]:
+    selector = decide.selector_of(target)
+    return decide.selection_keys(selector) if selector is not None else []
