@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from controlplane import ControlPlane
+from controlplane.binaries import tool
 from injector.decide import REASON_CONFLICT
 from injector.targets import FIELD_MANAGER, INJECTED_ANNOTATION
 from kube.client import ApiError, Client, is_not_found
@@ -325,6 +328,16 @@ def upgrade_to_server_side(client: Client, path: str, manager: str) -> None:
     )
 
 
+def annotated_api_service(
+    namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
+) -> tuple[str, str, dict[str, Any]]:
+    """A new APIService's name, path and manifest selecting `issuer`'s bundle (deleted
+    after the test)."""
+    name = f"v1alpha1.g{uuid.uuid4().hex[:8]}.example.com"
+    cleanup.append((APISERVICE_PATH, name))
+    return name, f"{APISERVICE_PATH}/{name}", api_service(name[9:], namespace, issuer.selector())
+
+
 def test_a_client_side_owner_keeps_the_value_until_it_moves_to_server_side_apply(
     client: Client, namespace: str, issuer: Issuer, cleanup: list[tuple[str, str]]
 ) -> None:
@@ -335,11 +348,7 @@ def test_a_client_side_owner_keeps_the_value_until_it_moves_to_server_side_apply
     way is refused until the owner removes it. The release hands it to the owner's
     `kubectl-client-side-apply` entry, so once the owner moves to server-side apply the
     caBundle is its own, and its apply without one removes it."""
-    group = f"g{uuid.uuid4().hex[:8]}.example.com"
-    name = f"v1alpha1.{group}"
-    path = f"{APISERVICE_PATH}/{name}"
-    cleanup.append((APISERVICE_PATH, name))
-    body = api_service(group, namespace, issuer.selector())
+    _, path, body = annotated_api_service(namespace, issuer, cleanup)
     expected = [b64(issuer.bundle())]
     with RunningInjector(client):
         client_side_apply(client, APISERVICE_PATH, body)
@@ -360,6 +369,57 @@ def test_a_client_side_owner_keeps_the_value_until_it_moves_to_server_side_apply
         # The owner moves to server-side apply: the caBundle is its own to drop.
         upgrade_to_server_side(client, path, "kubectl")
         stored = client.patch(path, local, patch_type=APPLY, params={"fieldManager": "kubectl"})
+        assert "service" not in stored["spec"] and "caBundle" not in stored["spec"]
+
+
+def kubectl(plane: ControlPlane, *args: str, manifest: dict[str, Any] | None = None) -> str:
+    """The real kubectl against `plane` (its stdin `manifest` as JSON): stdout, or the
+    failure's stderr raised as CalledProcessError."""
+    done = subprocess.run(
+        [str(tool("kubectl")), f"--kubeconfig={plane.kubeconfig}", *args],
+        input=None if manifest is None else json.dumps(manifest),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, args, done.stdout, done.stderr)
+    return done.stdout
+
+
+def test_the_documented_kubectl_patch_lets_a_client_side_owner_make_an_apiservice_local(
+    control_plane: ControlPlane,
+    client: Client,
+    namespace: str,
+    issuer: Issuer,
+    cleanup: list[tuple[str, str]],
+) -> None:
+    """docs/inject.md's way out for a client-side owner, with the real kubectl: after the
+    release its `kubectl apply` of a local APIService is refused for the caBundle it never
+    set; the page's `kubectl patch --type=json` removing /spec/caBundle is admitted, and
+    the same apply then makes the APIService local."""
+    name, path, body = annotated_api_service(namespace, issuer, cleanup)
+    expected = [b64(issuer.bundle())]
+    with RunningInjector(client):
+        kubectl(control_plane, "apply", "-f", "-", manifest=body)
+        eventually(lambda: ca_bundles(client.get(path)) == expected, timeout=30)
+        kubectl(control_plane, "apply", "-f", "-", manifest=without_annotation(body))
+        eventually(
+            lambda: not ours(client.get(path)),
+            timeout=30,
+            what="the injector to release its fields",
+        )
+        local = without_annotation(body)
+        del local["spec"]["service"]
+        with pytest.raises(subprocess.CalledProcessError) as refused:
+            kubectl(control_plane, "apply", "-f", "-", manifest=local)
+        assert "caBundle" in refused.value.stderr
+        assert ca_bundles(client.get(path)) == expected
+        remove = '[{"op":"remove","path":"/spec/caBundle"}]'
+        kubectl(control_plane, "patch", "apiservice", name, "--type=json", "-p", remove)
+        kubectl(control_plane, "apply", "-f", "-", manifest=local)
+        stored = client.get(path)
         assert "service" not in stored["spec"] and "caBundle" not in stored["spec"]
 
 
