@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,7 +41,6 @@ from managedca.report import (
     list_reports,
     read_report,
 )
-from trust import convergence
 from trust.bundle import stable_bundle_name
 from trust.clustertrustbundles import anchors_of, bundles_path, pem_of, signer_bundles
 from trust.convergence import report_lease
@@ -219,7 +218,7 @@ class Observer:
             name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
             self._ignored(ObjectRef("Lease", self.namespace, name, uid), view.ignored)
         self._injector_ignored = view.ignored
-        return replace(view, holding=_holding(lease)) if view.lagging else view
+        return view
 
     @staticmethod
     def _published_roots(pems: tuple[str, ...]) -> dict[str, bytes]:
@@ -274,17 +273,3 @@ class Observer:
                     "managed CA: could not delete a stale report",
                     extra={"lease": name, "err": str(err)},
                 )
-
-
-def _holding(lease: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """(kind, name) of the objects the convergence report names as holding the swap —
-    those its wait names (`report.injector_view`), for `managed_ca_waiting_object`: none
-    from an incomplete or unreadable report, at most `MAX_LAGGING`."""
-    annotations = (lease.get("metadata") or {}).get("annotations") or {}
-    try:
-        report = convergence.parse(annotations.get(convergence.REPORT_ANNOTATION))
-    except convergence.ReportError:
-        return ()
-    if not report.complete:
-        return ()
-    return tuple((kind, lag.name) for kind, lag in report.holding())[: convergence.MAX_LAGGING]

@@ -325,13 +325,16 @@ def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:
         log.warning("the injector's convergence report is ignored", extra={"err": str(err)})
         return InjectorView(live, frozenset(), ignored=str(err))
     done = frozenset(fp for fp in report.observed if convergence.converged(report, fp))
+    if not report.complete:
+        waiting = "(the injector has not synced every object since it started leading)"
+        return InjectorView(live, done, lagging=(waiting,))
     # Only what holds the swap: a tenant's (namespaced) blocked object is excused, and a
     # wait must not blame it.
+    holding = report.holding()[: convergence.MAX_LAGGING]
     lagging = tuple(
         f"{kind} {lag.name}" + (f" (blocked: {lag.reason})" if lag.reason is not None else "")
-        for kind, lag in report.lagging()
-        if lag.reason is None or "/" not in lag.name
+        for kind, lag in holding
     )
-    if not report.complete:
-        lagging = ("(the injector has not synced every object since it started leading)",)
-    return InjectorView(live, done, lagging=lagging[: convergence.MAX_LAGGING])
+    return InjectorView(
+        live, done, lagging=lagging, holding=tuple((kind, lag.name) for kind, lag in holding)
+    )
