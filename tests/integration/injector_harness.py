@@ -191,13 +191,24 @@ class Delivered:
     the controller's own handlers, and handlers run in order on the informer's thread:
     once this one has been handed a version, the controller's has enqueued what that
     version concerns. (The cache alone is no such fact: the informer stores a record
-    before it calls the handlers.)"""
+    before it calls the handlers.)
+
+    A relist (after 410 Gone) hands over only the records that changed
+    (kube/informer.py, "Relisting"): a write whose event the relist folded in and whose
+    record equals the cached one reaches no handler. Its fact holds all the same — the
+    handlers have seen the key as it is at the relist's version — so the key also counts
+    as handed at the informer's version while the cache still holds the very record
+    instance last handed here. Identity, not `==`: the informer stores a new instance for
+    every event and keeps the cached one only when a relist found it unchanged, so an
+    event whose record is equal to the cached one, stored but not yet handed, does not
+    count."""
 
     def __init__(self, informer: Any, key_of: Callable[[Any], str]) -> None:
         self.informer = informer
         self.key_of = key_of
         self._lock = threading.Lock()
-        self._handed: dict[str, tuple[str, bool]] = {}  # key -> (resourceVersion, present)
+        # key -> (resourceVersion, present, the record handed)
+        self._handed: dict[str, tuple[str, bool, Any]] = {}
         informer.add_handler(self._present, lambda _, new: self._present(new), self._gone)
 
     def _present(self, record: Any) -> None:
@@ -208,18 +219,26 @@ class Delivered:
 
     def _note(self, record: Any, *, present: bool) -> None:
         # On the informer's thread: the version it applies now is this event's (or, for
-        # the first list, the list's).
+        # a list, the list's).
         version = str(self.informer.resource_version)
         with self._lock:
-            self._handed[self.key_of(record)] = (version, present)
+            self._handed[self.key_of(record)] = (version, present, record)
 
     def handed(self, key: str, resource_version: str | None) -> bool:
         """`key` at `resource_version` or later (None: its deletion) reached the handlers."""
         with self._lock:
-            version, present = self._handed.get(key, ("", False))
+            version, present, record = self._handed.get(key, ("", False, None))
         if resource_version is None:
             return bool(version) and not present
-        return present and at_or_after(version, resource_version)
+        if not present:
+            return False
+        if at_or_after(version, resource_version):
+            return True
+        # Read the version before the record: the record handed was stored before it
+        # was handed, and an instance once replaced never comes back, so finding it
+        # cached now means it was the key's record at that version too.
+        current = str(self.informer.resource_version)
+        return at_or_after(current, resource_version) and self.informer.get(key) is record
 
     def wait(self, key: str, resource_version: str | None, idle: Callable[[], bool]) -> None:
         """Until `handed(key, resource_version)` and `idle()` (the controller's queue)."""
