@@ -22,6 +22,7 @@ from cryptography import x509
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client, is_not_found
+from kube.leases import leases_path
 from managedca.codec import PREVIOUS, decode
 from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
 from tests.integration.managed_ca_harness import (
@@ -31,6 +32,7 @@ from tests.integration.managed_ca_harness import (
     phase,
 )
 from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
+from trust import convergence
 from trust.clustertrustbundles import anchors_of
 
 pytestmark = pytest.mark.integration
@@ -57,7 +59,8 @@ class Managed:
         self.tmp_path = tmp_path
         self.signer_name = f"t{uuid.uuid4().hex[:10]}.example.com/managed"
         self.lease = f"ca-{uuid.uuid4().hex[:8]}"
-        self.processes: list[SignerProcess] = []
+        self.processes: list[SignerProcess] = []  # the signer's replicas
+        self.helpers: list[SignerProcess] = []  # other processes (an injector)
         self.ca_pems: dict[str, bytes] = {}
         self.secret_path = f"/api/v1/namespaces/{namespace}/secrets/{DEFAULT_SECRET_NAME}"
 
@@ -80,8 +83,23 @@ class Managed:
         self.processes.append(proc)
         return proc
 
+    def start_injector(self) -> SignerProcess:
+        """A `--controllers=injector` process reporting its convergence in this namespace
+        (the default report name), under its own leader Lease: stopped by `stop_all`."""
+        proc = SignerProcess(
+            self.control_plane.kubeconfig,
+            None,
+            self.tmp_path / "injector.log",
+            "--controllers=injector",
+            f"--leader-elect-resource-namespace={self.namespace}",
+            *LEASE,
+            signer_name=None,
+        )
+        self.helpers.append(proc)
+        return proc
+
     def stop_all(self) -> None:
-        for proc in self.processes:
+        for proc in [*self.processes, *self.helpers]:
             proc.stop()
 
     def secret(self) -> dict[str, Any] | None:
@@ -234,12 +252,25 @@ def test_a_move_from_file_mode_keeps_the_published_roots_until_their_leaves_expi
 def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
     managed: Managed, kubelet: Kubelet
 ) -> None:
+    """The staged phase is held by a gate the test controls, not by the clock: an
+    injector is installed (its convergence report Lease shipped empty, as config/injector
+    ships it) but not running, so the swap waits for its report however long the checks
+    of the staged phase take; the injector is started once they are done."""
     kubelet.create_service("web", managed.namespace, selector={"app": "web"})
     managed.start("a")
     managed.start("b")
     assert eventually(lambda: managed.phase() == "Stable", 30)
     old = managed.ca()
     assert managed.issue(kubelet, "before") == old
+    managed.client.create(
+        leases_path(managed.namespace),
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": convergence.REPORT_NAME},
+            "spec": {},
+        },
+    )
 
     rotated = managed.ca_cli("rotate")
     asked = time.monotonic()
@@ -265,7 +296,21 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
     assert text.returncode == 0 and "Phase:   Staged" in text.stdout, text.stdout
     assert "Waiting:" in text.stdout or "Next step:" in text.stdout
 
-    assert eventually(lambda: managed.phase() == "Retiring", 30), managed.annotations()
+    def waits_for_the_injector() -> bool:
+        shown = managed.ca_cli("status", "-o", "json")
+        return shown.returncode == 0 and json.loads(shown.stdout).get("reason") == (
+            "injector-report-missing"
+        )
+
+    # Every other gate is open (the replicas have loaded the new CA): only the injector's
+    # report holds the swap now.
+    assert eventually(waits_for_the_injector, 30), managed.ca_cli("status").stdout
+    assert managed.phase() == "Staged"
+    injector = managed.start_injector()
+    assert eventually(lambda: managed.phase() == "Retiring", 30), (
+        managed.annotations(),
+        injector.log_lines()[-20:],
+    )
     swapped_seen = time.monotonic()
     notes = managed.annotations()
     staged_at = _time(notes, "staged-at")
