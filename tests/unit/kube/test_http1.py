@@ -146,7 +146,8 @@ class ScriptedServer:
         self.requests: list[bytes] = []
         self.connections = 0
         self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     @property
     def url(self) -> str:
@@ -186,7 +187,15 @@ class ScriptedServer:
                 self.script(conn, n)
 
     def close(self) -> None:
+        """Stop accepting, and return once the accepting thread has ended. Closing the
+        listener alone does not wake a thread blocked in accept(): it stayed there, on the
+        descriptor number the next socket opened reuses, and took connections meant for
+        later tests' servers (a FakeApi client got this server's scripted answer)."""
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes accept() with an error
         self.listener.close()
+        self._acceptor.join(10)
+        assert not self._acceptor.is_alive(), "the scripted server still accepts"
 
     def client(self) -> Client:
         configuration = k8s_client.Configuration()
