@@ -56,6 +56,10 @@ class FreezingProxy:
     def close(self) -> None:
         self._closed.set()
         with contextlib.suppress(OSError):
+            # Closing alone leaves a thread blocked in accept(); one such thread in the
+            # unit tests took connections meant for a later server of the same session.
+            self._listener.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
             self._listener.close()
         with self._lock:
             pairs, self._pairs = self._pairs, []
