@@ -13,7 +13,9 @@ change enqueues every namespace.
 Writes: a create (POST, never an apply: an existing ConfigMap of that name is never
 overwritten; AlreadyExists → Warning Event on the configuration (at most one per
 configuration per `NOT_OURS_RETRY`, every namespace logged and counted), and no second
-POST for that ConfigMap for `NOT_OURS_RETRY` seconds unless the configuration changes), a merge
+POST for that ConfigMap for `NOT_OURS_RETRY` seconds unless the configuration changes;
+a namespace whose ResourceQuota is full → counted, a Warning Event on the configuration at
+most once an hour, no sync error, posted again at the next resync), a merge
 patch of the copied annotations and a delete, both conditional on the copy's uid and
 resourceVersion (a ConfigMap re-created by someone else under the same name, or a key
 added to ours after the cache saw it, is not deleted). Only ConfigMaps that are ours
@@ -148,8 +150,9 @@ class DistributionController:
         # a create refused with AlreadyExists: not posted again before NOT_OURS_RETRY
         # into that namespace (one made again under the name has another uid).
         self._refused: dict[tuple[str, str], tuple[str, distribute.Distribution, float]] = {}
-        # configuration name → (configuration, monotonic time) of its last NotOurs Event.
-        self._warned: dict[str, tuple[distribute.Distribution, float]] = {}
+        # (Event reason, configuration name) → (configuration, monotonic time) of the
+        # last such Event on it (`_warn_hourly`).
+        self._warned: dict[tuple[str, str], tuple[distribute.Distribution, float]] = {}
         self._refused_lock = threading.Lock()
         self.namespaces.add_handler(self._on_namespace, self._on_namespace_update, None)
         self.copies.add_handler(self._on_copy, self._on_copy_update, self._on_copy)
@@ -321,21 +324,45 @@ class DistributionController:
             f"this installation ({why}); left as it is"
         )
         log.info(what, extra={"configuration": distribution.name})
-        # One Warning per configuration per NOT_OURS_RETRY: a lost key (or a name every
-        # team already uses) makes every namespace not ours at once.
-        now = time.monotonic()
-        with self._refused_lock:
-            last = self._warned.get(distribution.name)
-            if last is not None and last[0] == distribution and now - last[1] < NOT_OURS_RETRY:
-                return
-            self._warned[distribution.name] = (distribution, now)
-        self.recorder.warning(
-            self._ref(distribution),
+        # A lost key (or a name every team already uses) makes every namespace not ours
+        # at once.
+        self._warn_hourly(
+            distribution,
             distribute.REASON_NOT_OURS,
             f"{what}. Further namespaces within the hour are logged and counted in "
             f'trust_distributor_actions_total{{action="not_ours"}}, not reported again',
-            "Distribute",
         )
+
+    def _over_quota(
+        self, distribution: distribute.Distribution, namespace: str, err: ApiError
+    ) -> None:
+        """The namespace's ResourceQuota has no room for the copy: the namespace's
+        matter, not a distributor failure (no raise, so no sync error). Counted, logged,
+        one Warning an hour on the configuration; the next resync posts again."""
+        self.metrics.refuse("quota")
+        what = (
+            f"ConfigMap {namespace}/{distribution.config_map_name} not created: the "
+            f"namespace's ResourceQuota has no room for it ({err}); created once it has"
+        )
+        log.warning(what, extra={"configuration": distribution.name})
+        self._warn_hourly(
+            distribution,
+            distribute.REASON_QUOTA,
+            f"{what}. Further namespaces within the hour are logged and counted in "
+            f'trust_distributor_refusals_total{{reason="quota"}}, not reported again',
+        )
+
+    def _warn_hourly(self, distribution: distribute.Distribution, reason: str, note: str) -> None:
+        """A Warning on the configuration, unless one of `reason` went to the same
+        configuration less than `NOT_OURS_RETRY` ago: what many namespaces meet at once
+        is one Event, not one per namespace per resync."""
+        now = time.monotonic()
+        with self._refused_lock:
+            last = self._warned.get((reason, distribution.name))
+            if last is not None and last[0] == distribution and now - last[1] < NOT_OURS_RETRY:
+                return
+            self._warned[(reason, distribution.name)] = (distribution, now)
+        self.recorder.warning(self._ref(distribution), reason, note, "Distribute")
 
     def _create(
         self, distribution: distribute.Distribution, namespace: str, installation: str
@@ -357,6 +384,9 @@ class DistributionController:
                 return
             if is_not_found(err) or _namespace_terminating(err):
                 return  # the namespace went away meanwhile
+            if _over_quota(err):
+                self._over_quota(distribution, namespace, err)
+                return
             raise
         self.metrics.observe("created")
         log.info(
@@ -412,6 +442,11 @@ class DistributionController:
 
 def _namespace_terminating(err: ApiError) -> bool:
     return err.status == 403 and "being terminated" in str(err)
+
+
+def _over_quota(err: ApiError) -> bool:
+    """ResourceQuota admission's refusal: `… is forbidden: exceeded quota: <name>, …`."""
+    return err.status == 403 and "exceeded quota" in str(err)
 
 
 def _namespace(raw: Any) -> distribute.Namespace:

@@ -69,6 +69,7 @@ COPIED_ANNOTATIONS = (
 REASON_INVALID = "InvalidDistribution"
 REASON_NOT_OURS = "ConfigMapNotOurs"
 REASON_CLASH = "DistributionClash"
+REASON_QUOTA = "ConfigMapQuotaExceeded"
 OUR_KEYS = (consumers.CA_KEY,)
 
 Pairs = tuple[tuple[str, str], ...]

@@ -276,6 +276,54 @@ def test_any_other_refusal_of_the_create_is_retried() -> None:
     ctrl, _, _ = distributor([config()], Client(error=refused))
     with pytest.raises(ApiError):
         ctrl.sync("apps")
+    assert ctrl.metrics.refusals("quota") == 0
+
+
+# What kube-apiserver's ResourceQuota admission answers a POST into a namespace whose
+# count/configmaps quota is used up.
+QUOTA = ApiError(
+    403,
+    "Forbidden",
+    {
+        "reason": "Forbidden",
+        "message": 'configmaps "trust-bundle" is forbidden: exceeded quota: cms, requested: '
+        "count/configmaps=1, used: count/configmaps=10, limited: count/configmaps=10",
+    },
+)
+
+
+def test_a_namespace_at_its_config_map_quota_is_an_event_and_a_count_not_a_sync_error() -> None:
+    """A tenant whose namespace's ConfigMap quota is full gets no copy: that is the
+    tenant's to fix, not a distributor failure. The sync ends without raising (so no sync
+    error and no ServiceServingSignerTrustDistributorFailing), counts
+    `trust_distributor_refusals_total{reason="quota"}`, warns once on the configuration,
+    and posts again at the next resync: once the quota has room, the copy is made."""
+    client = Client(error=QUOTA)
+    ctrl, warnings, _ = distributor([config()], client)
+    for _ in range(3):  # three resyncs
+        assert ctrl.sync("apps") is None
+    assert client.posts == 3 and client.created == []
+    assert ctrl.metrics.refusals("quota") == 3 and ctrl.metrics.count("created") == 0
+    assert warnings.reasons == [distribute.REASON_QUOTA]
+    client.error = None  # the tenant deleted a ConfigMap of its own
+    ctrl.sync("apps")
+    assert [path for path, _ in client.created] == ["/api/v1/namespaces/apps/configmaps"]
+    assert ctrl.metrics.count("created") == 1
+
+
+def test_many_namespaces_at_their_quota_make_one_event_an_hour_per_configuration() -> None:
+    """Every namespace at its quota is counted and logged; the configuration gets one
+    Warning an hour, not one per namespace per resync."""
+    client = Client(error=QUOTA)
+    ctrl, warnings, _ = distributor([config()], client)
+    names = [f"team-{i}" for i in range(20)]
+    for ns in names:
+        ctrl.namespaces.put(namespace(ns))  # type: ignore[attr-defined]
+    for _ in range(2):  # two resyncs
+        for ns in names:
+            assert ctrl.sync(ns) is None
+    assert warnings.reasons == [distribute.REASON_QUOTA]
+    assert ctrl.metrics.refusals("quota") == 2 * len(names)
 
 
 # ownership that cannot be forged (issue 30 item 3) -------------------------------------
