@@ -115,6 +115,13 @@ def object_key(raw: JSON) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+def key_namespace(key: str) -> str:
+    """The namespace of an `object_key` (`""` for a cluster-scoped key): a work queue's
+    flow when namespaces are to be served fairly (`kube.workqueue`)."""
+    namespace, sep, _ = key.partition("/")
+    return namespace if sep else ""
+
+
 def _rv(raw: JSON) -> str:
     return str((raw.get("metadata") or {}).get("resourceVersion", ""))
 

@@ -4,6 +4,12 @@ What it decides:
 
 * **Fair and stingy.** Keys are handed out in FIFO order; a key waits in the queue at
   most once however often it is added (the *dirty* set).
+* **Fair across flows (optional).** Given `flow` (a key → flow function, e.g. the key's
+  namespace), each flow keeps its own FIFO and the flows with keys waiting are served
+  round-robin, one key per turn: a flood of keys in one flow delays another flow's key
+  by at most one key per busy flow, not by the whole flood — the client-side twin of
+  API Priority and Fairness's `ByNamespace` distinguisher. Dedup, processing, delays,
+  retries and shutdown are the same; only the order of hand-out changes.
 * **Never on two workers.** A key handed out by `get()` is *processing* until `done(key)`.
   Adding it meanwhile marks it dirty only; `done` then puts it back at the tail, so the
   worker that picks it up next sees every change made before the add.
@@ -183,6 +189,44 @@ def _make_families(registry: CollectorRegistry | None) -> _Families:
 # the queue -------------------------------------------------------------------------
 
 
+class _Flows(Generic[K]):
+    """FIFO per flow; flows with keys waiting are served round-robin. With one flow (no
+    `flow` function) it is a plain FIFO. Not thread-safe: the queue's lock guards it."""
+
+    def __init__(self, flow: Callable[[K], Hashable] | None) -> None:
+        self._flow = flow
+        self._fifos: dict[Hashable, deque[K]] = {}
+        self._turns: deque[Hashable] = deque()  # flows with keys waiting, next first
+        self._len = 0
+
+    def append(self, key: K) -> None:
+        flow = self._flow(key) if self._flow is not None else None
+        fifo = self._fifos.get(flow)
+        if fifo is None:
+            fifo = self._fifos[flow] = deque()
+            self._turns.append(flow)
+        fifo.append(key)
+        self._len += 1
+
+    def popleft(self) -> K:
+        flow = self._turns.popleft()
+        fifo = self._fifos[flow]
+        key = fifo.popleft()
+        if fifo:
+            self._turns.append(flow)
+        else:
+            del self._fifos[flow]
+        self._len -= 1
+        return key
+
+    def __len__(self) -> int:
+        return self._len
+
+    def flows(self) -> int:
+        """How many flows have keys waiting."""
+        return len(self._turns)
+
+
 class RateLimitingQueue(Generic[K]):
     """client-go's `TypedRateLimitingInterface[K]` (see the module docstring)."""
 
@@ -192,6 +236,7 @@ class RateLimitingQueue(Generic[K]):
         registry: CollectorRegistry | None = None,
         *,
         rate_limiter: RateLimiter | None = None,
+        flow: Callable[[K], Hashable] | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         self.name = name
@@ -200,7 +245,7 @@ class RateLimitingQueue(Generic[K]):
         lock = threading.Lock()
         self._cond = threading.Condition(lock)  # getters and drainers wait here
         self._delay_cond = threading.Condition(lock)  # the delay thread waits here
-        self._queue: deque[K] = deque()
+        self._queue: _Flows[K] = _Flows(flow)
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
         self._shutting_down = False
@@ -246,6 +291,11 @@ class RateLimitingQueue(Generic[K]):
     def __len__(self) -> int:
         with self._cond:
             return len(self._queue)
+
+    def waiting_flows(self) -> int:
+        """How many flows have keys waiting (1 at most without a `flow` function)."""
+        with self._cond:
+            return self._queue.flows()
 
     def idle(self) -> bool:
         """Nothing waiting and nothing being processed (delayed `add_after` keys aside)."""

@@ -19,7 +19,10 @@ outcome, once:
   with backoff (counted as `error`, Warning `SignerCertificateExpiring`).
 
 Losing a write race (409) to another replica is not an error: the request is re-read, and
-if it is already terminal nothing is counted. Event handlers only enqueue keys.
+if it is already terminal nothing is counted. Event handlers only enqueue keys; the work
+queue hands them out round-robin across namespaces (`kube.workqueue` flows), so one
+namespace's storm of requests delays another namespace's request by one sync per worker,
+not by the storm.
 
 API versions: the controller watches one version (the manager resolves `auto`); the
 status write goes through it (the API server keeps the spec from storage).
@@ -41,6 +44,7 @@ from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.controller import Cache, Loop, Requeue, SyncFailed
 from kube.events import ObjectRef, Recorder
 from kube.factory import InformerFactory
+from kube.informer import key_namespace
 from kube.times import format_time
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
@@ -150,7 +154,11 @@ class SignerController:
             oldest_pending=self.index.oldest_age,
             signer_not_after=self._signer_not_after,
         )
-        self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
+        # Served fairly across namespaces: one namespace's storm of requests does not
+        # queue every other namespace's first certificate behind it.
+        self.queue: RateLimitingQueue[str] = RateLimitingQueue(
+            QUEUE_NAME, registry, flow=key_namespace
+        )
 
         self.caches = caches
         self.pcrs = caches.pcrs

@@ -280,3 +280,67 @@ def test_metrics_are_exported_per_queue_name_on_a_shared_registry() -> None:
         assert any(
             line.startswith(family + "{") and 'name="second"' in line for line in text.splitlines()
         ), family
+
+
+# fairness across flows ---------------------------------------------------------------------
+
+
+def namespace_of(key: str) -> str:
+    return key.partition("/")[0]
+
+
+def test_without_flows_keys_are_handed_out_in_arrival_order() -> None:
+    q: RateLimitingQueue[str] = RateLimitingQueue("fifo")
+    for key in ("storm/1", "storm/2", "quiet/1", "storm/3"):
+        q.add(key)
+    assert [get_now(q) for _ in range(4)] == ["storm/1", "storm/2", "quiet/1", "storm/3"]
+
+
+def test_flows_are_served_round_robin_so_a_flood_does_not_queue_another_flow_behind_it() -> None:
+    """A key of a quiet flow added behind 1,000 keys of a busy one is handed out second:
+    one key per flow per turn, each flow in its own arrival order."""
+    q: RateLimitingQueue[str] = RateLimitingQueue("fair", flow=namespace_of)
+    for i in range(1000):
+        q.add(f"storm/{i}")
+    q.add("quiet/probe")
+    assert q.waiting_flows() == 2
+    assert [get_now(q), get_now(q), get_now(q)] == ["storm/0", "quiet/probe", "storm/1"]
+    assert len(q) == 998
+    assert q.waiting_flows() == 1
+
+
+def test_flows_keep_dedup_and_one_worker_per_key() -> None:
+    q: RateLimitingQueue[str] = RateLimitingQueue("fair-dedup", flow=namespace_of)
+    q.add("a/1")
+    q.add("a/1")
+    q.add("b/1")
+    assert len(q) == 2
+    assert get_now(q) == "a/1"
+    q.add("a/1")  # while processing: dirty only
+    assert len(q) == 1
+    assert get_now(q) == "b/1"
+    assert q.get(timeout=0.01) == (None, False)
+    q.done("a/1")  # requeued at its flow's tail
+    assert get_now(q) == "a/1"
+
+
+def test_a_requeued_key_goes_behind_the_other_flows_waiting() -> None:
+    q: RateLimitingQueue[str] = RateLimitingQueue("fair-requeue", flow=namespace_of)
+    q.add("a/1")
+    q.add("a/2")
+    q.add("b/1")
+    assert get_now(q) == "a/1"
+    q.add("a/1")
+    q.done("a/1")
+    assert [get_now(q), get_now(q), get_now(q)] == ["b/1", "a/2", "a/1"]
+
+
+def test_flows_drain_after_shutdown_and_refuse_new_keys() -> None:
+    q: RateLimitingQueue[str] = RateLimitingQueue("fair-shutdown", flow=namespace_of)
+    q.add("a/1")
+    q.add("b/1")
+    q.shut_down()
+    q.add("c/1")
+    assert q.get(timeout=1) == ("a/1", False)
+    assert q.get(timeout=1) == ("b/1", False)
+    assert q.get(timeout=1) == (None, True)

@@ -1114,3 +1114,34 @@ def test_a_denied_request_ends_its_pods_wait(h: Harness) -> None:
     assert pod_wait(h) is not None
     h.controller._on_pcr_update(pcr, dataclasses.replace(pcr, terminal="Denied"))
     assert pod_wait(h) is None
+
+
+def test_a_second_namespaces_request_is_issued_while_a_storm_in_another_is_still_queued(
+    h: Harness,
+) -> None:
+    """Requests are served round-robin across namespaces: one namespace's 1,000-request
+    storm, queued first, delays another namespace's single request by one sync, not by
+    the whole storm (the client-side twin of API Priority and Fairness's ByNamespace)."""
+    pod = h.pod()
+    service = h.service()
+    probe = h.pcr(pod, name="probe")
+    storm_pod = pod_record({**pod, "metadata": {**pod["metadata"], "namespace": "storm"}})
+    h.pods[storm_pod.key] = storm_pod
+    storm_service = dataclasses.replace(service, namespace="storm")
+    h.services[storm_service.key] = storm_service
+    for i in range(1000):
+        request = dataclasses.replace(probe, namespace="storm", name=f"req-{i}")
+        h.pcrs[request.key] = request
+        h.controller._on_pcr_add(request)
+    h.controller._on_pcr_add(probe)
+
+    assert h.controller.loop.process_next_work_item()
+    assert h.controller.loop.process_next_work_item()
+
+    issued = [path for _, path, _ in h.client.writes()]
+    assert issued == [
+        "/apis/certificates.k8s.io/v1/namespaces/storm/podcertificaterequests/req-0/status",
+        h.status_path("probe"),
+    ]
+    assert h.count("issued") == 2
+    assert len(h.controller.queue) == 999
