@@ -45,7 +45,9 @@ test-unit: venv
 test-integration: controlplane
 	$(BIN)/pytest -ra -p no:cacheprovider $(PYTEST_ARGS) tests/integration
 
-demo: controlplane
+# Builds (once) only what the demo's cluster runs: Kubernetes 1.37's kube-apiserver, etcd,
+# kube-controller-manager and hollow-node (controlplane/demo.py DEMO_BINARIES).
+demo: venv
 	$(BIN)/python -m controlplane.demo
 
 bench: controlplane

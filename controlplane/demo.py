@@ -195,6 +195,24 @@ def build_note(to_build: list[str]) -> str | None:
     )
 
 
+# Everything the demo's cluster runs (`Cluster.start` at `binaries.KUBERNETES_VERSION`): the
+# demo builds these, and only these, when they are missing — not the other versions, tools
+# and Traefik that `make test` builds.
+DEMO_BINARIES = ("etcd", "kube-apiserver", *binaries.NODE_BINARIES)
+
+
+def ensure_binaries() -> None:
+    """Find or build the demo cluster's binaries (`DEMO_BINARIES`, Kubernetes
+    `binaries.KUBERNETES_VERSION`) in one build, saying first what it waits for."""
+    note = build_note(binaries.missing(DEMO_BINARIES))
+    if note:
+        detail(note)
+    try:
+        binaries.ensure(extra=binaries.NODE_BINARIES)
+    except binaries.BinaryError as err:
+        raise DemoFailure(f"binaries: {err}") from None
+
+
 def run(workdir: Path | None = None) -> int:
     owned = workdir is None
     root = Path(tempfile.mkdtemp(prefix="sss-demo-")) if workdir is None else workdir
@@ -203,9 +221,7 @@ def run(workdir: Path | None = None) -> int:
         "starting a local cluster minus containers: kube-apiserver + etcd, "
         "kube-controller-manager, one hollow node (the real kubelet, fake runtime)"
     )
-    note = build_note(binaries.missing(("etcd", "kube-apiserver", *binaries.NODE_BINARIES)))
-    if note:
-        detail(note)
+    ensure_binaries()
     started = time.monotonic()
     try:
         cluster = Cluster.start(nodes=1)
