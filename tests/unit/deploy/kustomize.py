@@ -42,6 +42,8 @@ def render(
         meta = obj.setdefault("metadata", {})
         if namespace and obj["kind"] not in CLUSTER_SCOPED:
             meta["namespace"] = namespace
+        if namespace and obj["kind"] == "Namespace":
+            meta["name"] = namespace  # kustomize renames a Namespace it builds
         if namespace and obj["kind"] in ("ClusterRoleBinding", "RoleBinding"):
             for subject in obj.get("subjects", []):
                 if subject.get("kind") == "ServiceAccount":
