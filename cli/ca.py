@@ -35,10 +35,10 @@ from cli.common import (
     Duration,
     F,
     StartupError,
-    connection_options,
     emit,
     output_option,
     refuse_namespace,
+    signer_connection_options,
     signer_namespace_option,
 )
 from kube.times import format_time
@@ -56,7 +56,7 @@ MIN_CA_VALIDITY = 2 * 3600.0
 def _options(f: F) -> F:
     for option in reversed(
         [
-            connection_options,
+            signer_connection_options,
             signer_namespace_option(),
             click.option(
                 "--secret-name",

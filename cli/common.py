@@ -212,12 +212,23 @@ def output_option(help: str, formats: tuple[str, ...] = ("text", "json")) -> Cal
 def connection_options(f: F) -> F:
     """`-n/--namespace`, `--context` and `--kubeconfig`, with one meaning everywhere (the
     module docstring); the command gets `namespace`, `context` and `kubeconfig`."""
+    return _connection_options(f, reads_workloads=True)
+
+
+def signer_connection_options(f: F) -> F:
+    """`connection_options` for a command that reads no workload: its `-n` is accepted only
+    to be refused (`refuse_namespace`), so the help does not list it."""
+    return _connection_options(f, reads_workloads=False)
+
+
+def _connection_options(f: F, *, reads_workloads: bool) -> F:
     for option in reversed(
         [
             click.option(
                 "-n",
                 "--namespace",
                 default=None,
+                hidden=not reads_workloads,
                 help="Namespace of the workloads to read (default: the context's, else "
                 "'default'), as kubectl.",
             ),

@@ -34,6 +34,7 @@ from cli.common import (
     emit,
     output_option,
     refuse_namespace,
+    signer_connection_options,
     signer_namespace_option,
 )
 from manager import logs
@@ -513,8 +514,15 @@ def _list_bundles(
     is_flag=True,
     help="Only the CLI's version; do not read the cluster.",
 )
-@connection_options
+@signer_connection_options
 @signer_namespace_option()
+@click.option(
+    "--lease-name",
+    default="service-serving-signer",
+    show_default=True,
+    help="The signer's leader-election Lease (run's --leader-elect-resource-name); its "
+    "presence Lease, beside it, names the running signer's version.",
+)
 def version_command(
     output: str,
     client_only: bool,
@@ -522,10 +530,13 @@ def version_command(
     context: str | None,
     namespace: str | None,
     signer_namespace: str,
+    lease_name: str,
 ) -> None:
-    """Print the CLI's version and commit, and the image each deployed signer and injector
-    Deployment in --signer-namespace runs (as `cmctl version`; `--client` for the CLI only).
-    A cluster that cannot be read is reported, not an error: the exit status is 0."""
+    """Print the CLI's version and commit, the version of the signer that runs (its
+    presence Lease says it, whatever installed it), and the image each deployed signer and
+    injector Deployment in --signer-namespace runs (as `cmctl version`; `--client` for the
+    CLI only). A cluster that cannot be read is reported, not an error: the exit status
+    is 0."""
     from manager import buildinfo
 
     info = buildinfo.current()
@@ -537,8 +548,11 @@ def version_command(
     if not client_only:
         refuse_namespace("version", namespace)
         try:
-            body["deployed"] = _deployed(kubeconfig, context, signer_namespace)
+            connection = Connection(kubeconfig, context)
+            body["running"] = _running(connection, signer_namespace, lease_name)
+            body["deployed"] = _deployed(connection, signer_namespace)
         except StartupError as err:
+            body.pop("running", None)
             body["deployedError"] = err.format_message()
     if output == "json":
         click.echo(json.dumps(body))
@@ -548,7 +562,9 @@ def version_command(
         click.echo(_version_line())
         if "deployedError" in body:
             click.echo(f"deployed: unknown ({body['deployedError']})")
-        elif "deployed" in body and not body["deployed"]:
+        if "running" in body:
+            click.echo(f"deployed: {_running_text(body['running'])}")
+        if "deployed" in body and not body["deployed"]:
             click.echo(f"deployed: no signer Deployment in namespace {signer_namespace}")
         for deployed in body.get("deployed", []):
             version = f" (version {deployed['version']})" if deployed["version"] else ""
@@ -558,12 +574,56 @@ def version_command(
 DEPLOYMENT_NAMES = ("service-serving-signer", "service-serving-signer-injector")
 
 
-def _deployed(kubeconfig: str | None, context: str | None, namespace: str) -> list[dict[str, str]]:
+def _running(connection: Connection, namespace: str, lease_name: str) -> dict[str, Any]:
+    """The running signer as its presence Lease says (every signer process renews it, with
+    its version, however it was installed): `state` alive, expired, missing or forbidden."""
+    from kube import presence
+    from kube.client import ApiError
+    from signer import presence as signer_presence
+
+    name = signer_presence.presence_name(lease_name)
+    body: dict[str, Any] = {"presenceLease": f"{namespace}/{name}"}
+    try:
+        found = presence.read(connection.client, namespace, name)
+    except ApiError as err:
+        if err.status != 403:
+            raise StartupError(connection.problem(err)) from None
+        return {**body, "state": "forbidden", "version": None}
+    except OSError as err:
+        raise StartupError(connection.problem(err)) from None
+    age = found.renewal.age_seconds
+    return {
+        **body,
+        "state": found.state.value,
+        "version": found.annotations.get(signer_presence.VERSION),
+        "renewedSecondsAgo": None if age is None else round(age),
+    }
+
+
+def _running_text(running: dict[str, Any]) -> str:
+    """One line: which version runs, or why none is known. Pure."""
+    from datetime import timedelta
+
+    from kube.times import span
+
+    lease = f"presence Lease {running['presenceLease']}"
+    version = running.get("version") or "of unknown version"
+    ago = running.get("renewedSecondsAgo")
+    renewed = f"renewed {span(timedelta(seconds=ago))} ago" if ago is not None else "never renewed"
+    if running["state"] == "alive":
+        return f"service-serving-signer {version} runs ({lease}, {renewed})"
+    if running["state"] == "expired":
+        return f"no signer runs now ({lease} {renewed}, by service-serving-signer {version})"
+    if running["state"] == "missing":
+        return f"no signer runs ({lease} does not exist)"
+    return f"running version unknown (cannot get the {lease})"
+
+
+def _deployed(connection: Connection, namespace: str) -> list[dict[str, str]]:
     """The signer's and the injector's Deployments in `namespace` (by their
     app.kubernetes.io/name label, as config/ and the chart set it): name, image, version."""
     from kube.client import ApiError
 
-    connection = Connection(kubeconfig, context)
     selector = f"app.kubernetes.io/name in ({','.join(DEPLOYMENT_NAMES)})"
     try:
         listed = connection.client.get(

@@ -4,7 +4,8 @@ Plain HTTP on 127.0.0.1 (threaded `http.server`). It keeps objects in memory and
 what our `kube/` building blocks need, plus the misbehaviour a real server is hard to
 provoke into on cue:
 
-* LIST with paging (`limit`/`continue`), simple `labelSelector`/`fieldSelector` equality;
+* LIST with paging (`limit`/`continue`), `labelSelector` (kubectl -l syntax), simple
+  `fieldSelector` equality;
 * streaming lists (`sendInitialEvents=true`, KEP-3157) only when `watch_list` is set: an
   ADDED per object, then the `k8s.io/initial-events-end` BOOKMARK, then the script;
   otherwise 422, as a server with the WatchList feature off answers;
@@ -36,6 +37,7 @@ from urllib.parse import parse_qsl, urlsplit
 from kubernetes import client as k8s_client
 
 from kube.client import Client
+from kube.labels import parse_label_selector
 from kube.types import JSON
 
 # watch script actions ----------------------------------------------------------------
@@ -185,9 +187,20 @@ def _dotted(obj: JSON, path: str) -> Any:
 def _selected(obj: JSON, label_selector: str | None, field_selector: str | None) -> bool:
     if label_selector:
         labels = obj.get("metadata", {}).get("labels") or {}
-        for term in label_selector.split(","):
-            k, _, v = term.partition("=")
-            if labels.get(k.strip()) != v.strip():
+        parsed = parse_label_selector(label_selector)
+        for k, v in (parsed.get("matchLabels") or {}).items():
+            if labels.get(k) != v:
+                return False
+        for expr in parsed.get("matchExpressions") or []:
+            key, operator, values = expr["key"], expr["operator"], expr.get("values") or []
+            present = key in labels
+            holds = {
+                "In": present and labels.get(key) in values,
+                "NotIn": not present or labels.get(key) not in values,
+                "Exists": present,
+                "DoesNotExist": not present,
+            }[operator]
+            if not holds:
                 return False
     if field_selector:
         for term in field_selector.split(","):

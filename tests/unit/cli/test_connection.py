@@ -103,12 +103,27 @@ def test_home_kubeconfig_comes_before_in_cluster(
     assert api.requests, f"{command} did not use ~/.kube/config: {result.stderr}"
 
 
+# The commands that read no workload: they refuse -n, and their help does not offer it.
+SIGNER_COMMANDS = [["ca", "status"], ["ca", "rotate"], ["ca", "skip-consumers"], ["version"]]
+
+
 @pytest.mark.parametrize("command", CLUSTER_COMMANDS, ids=" ".join)
 def test_every_command_takes_kubeconfig_context_and_namespace(command: list[str]) -> None:
+    """Each cluster command lists --kubeconfig, --context and -o; -n only where it is
+    read (the signer's commands take --signer-namespace instead)."""
     result = invoke([*command[:2], "--help"] if command[0] != "status" else ["status", "--help"])
     assert result.exit_code == 0
-    for flag in ("--kubeconfig", "--context", "-n, --namespace", "-o, --output"):
+    for flag in ("--kubeconfig", "--context", "-o, --output"):
         assert flag in result.stdout, (command, flag)
+    assert ("-n, --namespace" in result.stdout) == (command[:2] not in SIGNER_COMMANDS)
+
+
+@pytest.mark.parametrize("command", SIGNER_COMMANDS, ids=" ".join)
+def test_commands_that_refuse_n_do_not_list_it(command: list[str]) -> None:
+    result = invoke([*command, "--help"])
+    assert result.exit_code == 0
+    assert "--namespace" not in result.stdout
+    assert "--signer-namespace" in result.stdout
 
 
 @pytest.mark.parametrize("command", CLUSTER_COMMANDS, ids=" ".join)
@@ -170,7 +185,7 @@ def test_namespace_defaults_to_the_contexts(tmp_path: Path, api: FakeApi) -> Non
     assert cli.common.Connection(str(config), namespace="other").namespace == "other"
 
 
-@pytest.mark.parametrize("command", [["ca", "status"], ["ca", "rotate"]], ids=" ".join)
+@pytest.mark.parametrize("command", SIGNER_COMMANDS, ids=" ".join)
 def test_ca_commands_refuse_n_rather_than_read_it_as_the_signers_namespace(
     command: list[str], tmp_path: Path, api: FakeApi
 ) -> None:
