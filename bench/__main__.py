@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.drains import drains
 from bench.harness import KeyPool, parallel, pcr_bodies, populate
-from bench.keytypes import keytypes, keytypes_e2e
+from bench.keytypes import E2E_KEY_TYPES, KEY_TYPES, keytypes, keytypes_e2e
 from bench.saturation import APF_ARGS, saturated
 from bench.scale import CHURN_RATE as CHURN_OFFERED
 from bench.scale import THROUGHPUT_ROUNDS, scale
@@ -140,7 +140,7 @@ def table(results: list[Result]) -> str:
         lines.append(
             f"key types, in process, {k['ca']} CA (median of {k['rounds']} rounds of {k['n']}):"
         )
-        for key_type in ("ECDSAP256", "MLDSA44", "MLDSA65", "MLDSA87"):
+        for key_type in KEY_TYPES:
             e = k[key_type]
             lines.append(
                 f"  {key_type:10} {e['cpu_s_per_1000']:>6} CPU s/1k "
@@ -151,7 +151,7 @@ def table(results: list[Result]) -> str:
     if "keytypes_e2e" in by:
         e = by["keytypes_e2e"]
         lines.append(f"key types end to end on {e['version']} (drains of {e['n']}, median):")
-        for key_type in ("ECDSAP256", "MLDSA65"):
+        for key_type in E2E_KEY_TYPES:
             r = e[key_type]
             lines.append(
                 f"  {key_type:10} {r['cpu_s_per_1000']:>6} CPU s/1k  {r['per_second']:>7}/s  "

@@ -41,16 +41,19 @@ from bench.signers import OUR_SIGNER_NAME, OurSigner
 from controlplane.kubelet import generate_key, pcr_manifest, pod_manifest, stub_csr
 from signer import authority, policy
 from signer.records import pcr_record
+from trust import keys
 from trust.ca import cert_pem, generate_ca, key_pem
 from trust.material import MaterialFiles, SigningMaterial, validate_material
 
-KEY_TYPES = ("ECDSAP256", "MLDSA44", "MLDSA65", "MLDSA87")
+BASELINE = "ECDSAP256"
+"""kubelet's default `keyType`, and the CA's."""
+KEY_TYPES = (BASELINE, *keys.gated_key_types(keys.MLDSA_GATE))
 POOL = 16
 NAMES = ["web.bench.svc.cluster.local", "web.bench.svc"]
 
 
 def _material() -> SigningMaterial:
-    ca = generate_ca("bench keytypes CA", key_type="ECDSAP256")
+    ca = generate_ca("bench keytypes CA", key_type=BASELINE)
     files = MaterialFiles(key_pem(ca.key), cert_pem(ca.cert), cert_pem(ca.cert))
     return validate_material(files, "ca.key", "ca.crt", "bundle.pem", datetime.now(UTC))
 
@@ -117,7 +120,7 @@ def keytypes(n: int, rounds: int) -> Result:
                     return _one(material, pool[next(i) % POOL], now, builder=path)
 
                 into[key_type].append(_cpu_per_1000(step, n))
-    result: Result = {"scenario": "keytypes", "n": n, "rounds": rounds, "ca": "ECDSAP256"}
+    result: Result = {"scenario": "keytypes", "n": n, "rounds": rounds, "ca": BASELINE}
     for key_type, pool in pools.items():
         sample = json.loads(pool[0])["object"]
         stub = base64.b64decode(sample["spec"]["stubPKCS10Request"])
@@ -128,12 +131,12 @@ def keytypes(n: int, rounds: int) -> Result:
             "stub_csr_bytes": len(stub),
             "status_patch_bytes": len(chain),
         }
-    p256 = result["ECDSAP256"]["cpu_s_per_1000"]
+    p256 = result[BASELINE]["cpu_s_per_1000"]
     result["mldsa65_over_p256"] = round(result["MLDSA65"]["cpu_s_per_1000"] / p256, 2)
     return result
 
 
-E2E_KEY_TYPES = ("ECDSAP256", "MLDSA65")
+E2E_KEY_TYPES = (BASELINE, "MLDSA65")  # the middle ML-DSA level beside the baseline
 
 
 def keytypes_e2e(ctx: Context) -> Result:
@@ -166,7 +169,7 @@ def keytypes_e2e(ctx: Context) -> Result:
             "per_second": round(statistics.median(r["per_second"] for r in mine), 1),
             "issued": [r["issued"] for r in mine],
         }
-    p256 = result["ECDSAP256"]["cpu_s_per_1000"]
+    p256 = result[BASELINE]["cpu_s_per_1000"]
     result["mldsa65_over_p256"] = round(result["MLDSA65"]["cpu_s_per_1000"] / p256, 2)
     result["runs"] = runs
     return result

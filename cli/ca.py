@@ -43,6 +43,7 @@ from cli.common import (
 )
 from kube.times import format_time
 from manager.options import DEFAULT_MANAGED_CA_SECRET, DEFAULT_SIGNER_NAME
+from trust import keys
 
 if TYPE_CHECKING:
     from kube.client import Client
@@ -431,11 +432,9 @@ def ca_group() -> None:
 )
 @click.option(
     "--key-type",
-    default="ECDSAP256",
+    default=keys.DEFAULT_KEY_TYPE,
     show_default=True,
-    type=click.Choice(
-        ["ECDSAP256", "ECDSAP384", "ECDSAP521", "RSA2048", "RSA3072", "RSA4096", "ED25519"]
-    ),
+    type=click.Choice(keys.ca_key_types()),
     help="Key algorithm of the CA (kubelet's keyType spelling).",
 )
 @click.option(
@@ -471,7 +470,7 @@ def ca_init(
     try:
         files = ca.write_ca(
             out,
-            key_type=key_type,  # type: ignore[arg-type]
+            key_type=key_type,
             intermediate=intermediate,
             validity=dt.timedelta(seconds=validity),
             overwrite=force,

@@ -19,20 +19,14 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, mldsa, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-KEY_TYPES = ("RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519")
-MLDSA_KEY_TYPES = ("MLDSA44", "MLDSA65", "MLDSA87")
+from trust import keys
 
-PrivateKey = (
-    rsa.RSAPrivateKey
-    | ec.EllipticCurvePrivateKey
-    | ed25519.Ed25519PrivateKey
-    | mldsa.MLDSA44PrivateKey
-    | mldsa.MLDSA65PrivateKey
-    | mldsa.MLDSA87PrivateKey
-)
+KEY_TYPES = keys.ungated_leaf_key_types()
+MLDSA_KEY_TYPES = keys.gated_key_types(keys.MLDSA_GATE)
+
+PrivateKey = keys.LeafPrivateKey
 
 NODE_NAME = "node-1"
 NODE_UID = "6b1f7a52-0000-4000-8000-000000000001"
@@ -40,37 +34,10 @@ NODE_UID = "6b1f7a52-0000-4000-8000-000000000001"
 
 def generate_key(key_type: str) -> PrivateKey:
     """A fresh private key of a projection `keyType`."""
-    match key_type:
-        case "RSA3072":
-            return rsa.generate_private_key(65537, 3072)
-        case "RSA4096":
-            return rsa.generate_private_key(65537, 4096)
-        case "ECDSAP256":
-            return ec.generate_private_key(ec.SECP256R1())
-        case "ECDSAP384":
-            return ec.generate_private_key(ec.SECP384R1())
-        case "ECDSAP521":
-            return ec.generate_private_key(ec.SECP521R1())
-        case "ED25519":
-            return ed25519.Ed25519PrivateKey.generate()
-        case "MLDSA44":
-            return mldsa.MLDSA44PrivateKey.generate()
-        case "MLDSA65":
-            return mldsa.MLDSA65PrivateKey.generate()
-        case "MLDSA87":
-            return mldsa.MLDSA87PrivateKey.generate()
-    supported = ", ".join(KEY_TYPES + MLDSA_KEY_TYPES)
-    raise ValueError(f"unknown key type {key_type!r}; kubelet supports {supported}")
-
-
-def _hash_for(key: PrivateKeyTypes) -> hashes.SHA256 | hashes.SHA384 | hashes.SHA512 | None:
-    if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
-        return None  # Ed25519 and ML-DSA sign the message itself
-    if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.key_size == 384:
-        return hashes.SHA384()
-    if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.key_size == 521:
-        return hashes.SHA512()
-    return hashes.SHA256()
+    if key_type not in keys.leaf_key_types():
+        supported = ", ".join(keys.leaf_key_types())
+        raise ValueError(f"unknown key type {key_type!r}; kubelet supports {supported}")
+    return keys.generate_leaf_key(key_type)
 
 
 def stub_csr(key: PrivateKey, *, subject_cn: str | None = None) -> bytes:
@@ -78,7 +45,11 @@ def stub_csr(key: PrivateKey, *, subject_cn: str | None = None) -> bytes:
     empty template). `subject_cn` makes a non-empty one, which our signer must deny."""
     attrs = [x509.NameAttribute(x509.NameOID.COMMON_NAME, subject_cn)] if subject_cn else []
     name = x509.Name(attrs)
-    csr = x509.CertificateSigningRequestBuilder().subject_name(name).sign(key, _hash_for(key))
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(name)
+        .sign(key, keys.signature_hash(key))
+    )
     return csr.public_bytes(serialization.Encoding.DER)
 
 

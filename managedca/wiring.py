@@ -55,7 +55,7 @@ def make_ca_of(settings: Settings) -> Callable[[datetime], tuple[bytes, bytes]]:
     def make(now: datetime) -> tuple[bytes, bytes]:
         ca = generate_ca(
             unique_common_name("managed root"),
-            key_type=settings.key_type,  # type: ignore[arg-type]
+            key_type=settings.key_type,
             not_before=now - timedelta(minutes=5),
             validity=settings.config.ca_lifetime,
             path_length=0,  # it signs leaves only: no CA can be made under it

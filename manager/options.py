@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trust import keys
 from trust.convergence import REPORT_NAME
 
 KNOWN_CONTROLLERS: tuple[str, ...] = ("signer", "publisher", "injector", "trust-distributor")
@@ -41,7 +42,7 @@ MIN_CERTIFICATE_LIFETIME = 3600.0
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 LOG_FORMATS = ("text", "json")
 CA_MODES = ("file", "managed")
-MANAGED_CA_KEY_TYPES = ("ECDSAP256", "ECDSAP384", "ECDSAP521", "RSA2048", "RSA3072", "RSA4096")
+MANAGED_CA_KEY_TYPES = keys.managed_ca_key_types()
 DEFAULT_MANAGED_CA_SECRET = "service-serving-signer-managed-ca"
 KUBELET_PROJECTION_WORST_CASE = 390.0
 """kubelet's clusterTrustBundle projection: a 5 min cache plus a 1 min Pod resync jittered
@@ -316,7 +317,7 @@ class Options:
     # managed CA (docs/managed-ca.md); ignored with ca_mode="file"
     ca_mode: str = "file"
     managed_ca_secret_name: str = DEFAULT_MANAGED_CA_SECRET
-    managed_ca_key_type: str = "ECDSAP256"
+    managed_ca_key_type: str = keys.DEFAULT_KEY_TYPE
     managed_ca_lifetime: float = 365 * 86400.0
     managed_ca_rotate_at: float = 0.5
     managed_ca_propagation_delay: float = 600.0

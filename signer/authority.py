@@ -39,13 +39,12 @@ from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.name import _ASN1Type
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from signer.policy import PublicKey
 from signer.template import LeafTemplate
-from trust.keys import PrivateKey, signature_hash
+from trust.keys import PrivateKey, family_of_public_key, signature_hash
 from trust.material import SigningMaterial
 
 BACKDATE = timedelta(minutes=2)
@@ -160,8 +159,9 @@ def issue(
         now, max_seconds, cap_seconds, signing.not_valid_after_utc
     )
     serial = serial if serial is not None else new_serial()
-    rsa_leaf = isinstance(public_key, rsa.RSAPublicKey)
-    template = _template(signing, material.key, rsa_leaf)
+    spec = family_of_public_key(public_key)
+    key_encipherment = spec is not None and spec.key_encipherment
+    template = _template(signing, material.key, key_encipherment)
     encoded = (
         template.pem(
             public_key,
@@ -179,7 +179,7 @@ def issue(
         leaf = _build(
             signing,
             material.key,
-            rsa_leaf,
+            key_encipherment,
             public_key,
             serial,
             not_before,
@@ -200,7 +200,7 @@ def issue(
 def _build(
     signing: x509.Certificate,
     key: PrivateKey,
-    rsa_leaf: bool,
+    key_encipherment: bool,
     public_key: PublicKey,
     serial: int,
     not_before: datetime,
@@ -213,7 +213,7 @@ def _build(
     names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
     names += [x509.IPAddress(ip) for ip in ip_addresses]
     builder = (
-        _base_builder(signing, rsa_leaf)
+        _base_builder(signing, key_encipherment)
         .subject_name(subject if subject is not None else x509.Name([]))
         .public_key(public_key)
         .serial_number(serial)
@@ -226,14 +226,16 @@ def _build(
 
 
 @functools.lru_cache(maxsize=16)
-def _template(signing: x509.Certificate, key: PrivateKey, rsa_leaf: bool) -> LeafTemplate | None:
+def _template(
+    signing: x509.Certificate, key: PrivateKey, key_encipherment: bool
+) -> LeafTemplate | None:
     """The DER template of `signing`'s leaves (`signer.template`), learnt from and
     checked against `_build`; None (use the builder) if it cannot reproduce it."""
-    return LeafTemplate.learn(functools.partial(_build, signing, key, rsa_leaf), key)
+    return LeafTemplate.learn(functools.partial(_build, signing, key, key_encipherment), key)
 
 
 @functools.lru_cache(maxsize=16)
-def _base_builder(signing: x509.Certificate, rsa_leaf: bool) -> x509.CertificateBuilder:
+def _base_builder(signing: x509.Certificate, key_encipherment: bool) -> x509.CertificateBuilder:
     """What every leaf of `signing` has in common (the builder is immutable, so one is
     shared): issuer, key usages, basic constraints, authority key id. Per-request fields
     (the subject among them) and extensions are added on top; the extension order in the
@@ -246,7 +248,7 @@ def _base_builder(signing: x509.Certificate, rsa_leaf: bool) -> x509.Certificate
             x509.KeyUsage(
                 digital_signature=True,
                 content_commitment=False,
-                key_encipherment=rsa_leaf,
+                key_encipherment=key_encipherment,
                 data_encipherment=False,
                 key_agreement=False,
                 key_cert_sign=False,

@@ -48,7 +48,7 @@ from kube.informer import key_namespace
 from kube.times import format_time
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
-from signer import authority, policy
+from signer import authority
 from signer.decide import Decider, Sign, Store, Terminal, Wait
 from signer.index import WaitingIndex
 from signer.lookups import PCR_GROUP, ApiLookups
@@ -416,7 +416,7 @@ class SignerController:
             return None
         if written:
             age = self._clock() - pcr.created.timestamp() if pcr.created else None
-            self.metrics.issued(age, policy.key_type_of(decision.public_key))
+            self.metrics.issued(age, decision.key_type)
             self._forget(pcr.key)
             log.info("certificate issued", extra={"key": pcr.key, "names": decision.dns_names})
             return None

@@ -108,6 +108,8 @@ class Sign:
     public_key: policy.PublicKey
     dns_names: tuple[str, ...]
     ip_addresses: tuple[str, ...] = ()
+    key_type: str = ""
+    """The key's kubelet `keyType` spelling, for the issued metric's label."""
 
 
 Decision = Terminal | Wait | Sign
@@ -182,7 +184,7 @@ class Decider:
             for name in names.service_names:
                 service = services.get(name)
                 ips.update(dict.fromkeys(service.virtual_ips if service else ()))
-        return Sign(pod, public_key, tuple(dns_names), tuple(ips))
+        return Sign(pod, public_key, tuple(dns_names), tuple(ips), policy.key_type_of(public_key))
 
     def _pod(self, pcr: PCRRecord, cached: PodRecord | None) -> PodRecord | None:
         """The cached Pod if it agrees with the request, else one live read: a decision

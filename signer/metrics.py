@@ -36,6 +36,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from signer.podwaits import PodWaits
+from trust import keys
 
 PREFIX = "service_serving_ca_controller"
 
@@ -52,19 +53,6 @@ DENIAL_REASONS = (
     "PodMismatch",
     "PodTerminating",
     "PodHostnameRequired",
-)
-
-# Every key type kubelet's podCertificate projection can ask for (1.38: ML-DSA too).
-KEY_TYPES = (
-    "RSA3072",
-    "RSA4096",
-    "ECDSAP256",
-    "ECDSAP384",
-    "ECDSAP521",
-    "ED25519",
-    "MLDSA44",
-    "MLDSA65",
-    "MLDSA87",
 )
 
 # Creation → Issued: sub-second when the Service exists; minutes when it waited.
@@ -132,7 +120,7 @@ class SignerMetrics:
         self._by_result = {result: self.requests.labels(result=result) for result in RESULTS}
         for reason in DENIAL_REASONS:
             self.denied.labels(reason=reason)
-        for key_type in KEY_TYPES:
+        for key_type in keys.leaf_key_types():
             self.issued_by_key_type.labels(key_type=key_type)
 
     def bind(

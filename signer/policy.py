@@ -36,8 +36,10 @@ from typing import TypeAlias
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, mldsa, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_der_public_key
+
+from trust import keys
 
 SERVICE_NAMES = "kubernetes.io/service-names"
 ADD_POD_FQDN = "kubernetes.io/add-pod-fqdn"
@@ -57,35 +59,25 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 REASON_PATTERN = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
-MLDSAPublicKey: TypeAlias = mldsa.MLDSA44PublicKey | mldsa.MLDSA65PublicKey | mldsa.MLDSA87PublicKey
-PublicKey: TypeAlias = (
-    rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey | MLDSAPublicKey
-)
+PublicKey: TypeAlias = keys.LeafPublicKey
 """A leaf public key we sign for (docs/reference.md §5.2 step 2)."""
 
-SUPPORTED_KEY_TYPES = (
-    "RSA3072, RSA4096, ECDSAP256, ECDSAP384, ECDSAP521, ED25519, MLDSA44, MLDSA65, MLDSA87"
-)
-_SUPPORTED_CURVES = {"secp256r1": "ECDSAP256", "secp384r1": "ECDSAP384", "secp521r1": "ECDSAP521"}
-_MLDSA = {
-    mldsa.MLDSA44PublicKey: "MLDSA44",
-    mldsa.MLDSA65PublicKey: "MLDSA65",
-    mldsa.MLDSA87PublicKey: "MLDSA87",
-}
+
+def supported_key_types() -> str:
+    """The leaf key types we sign for, as a denial lists them (`trust.keys.KEYS`)."""
+    return ", ".join(keys.leaf_key_types())
 
 
 def key_type_of(key: PublicKey) -> str:
     """The key's kubelet `keyType` spelling (`ECDSAP256`, `MLDSA65`, …), for metrics
     labels and `explain`; `RSA<bits>` for any RSA size."""
-    if isinstance(key, ed25519.Ed25519PublicKey):
-        return "ED25519"
+    spec = keys.spec_of_public_key(key)
+    if spec is not None:
+        return spec.name
     if isinstance(key, rsa.RSAPublicKey):
         return f"RSA{key.key_size}"
     if isinstance(key, ec.EllipticCurvePublicKey):
-        return _SUPPORTED_CURVES.get(key.curve.name, f"ECDSA-{key.curve.name}")
-    for cls, name in _MLDSA.items():
-        if isinstance(key, cls):
-            return name
+        return f"ECDSA-{key.curve.name}"
     raise TypeError(f"not a leaf public key: {type(key).__name__}")
 
 
@@ -299,36 +291,32 @@ def _key_from_pkix(pkix: bytes | str) -> PublicKey | Denial:
         return _unsupported("the pkixPublicKey algorithm")
     except ValueError:
         return Denial(INVALID_PKIX, "pkixPublicKey is not a DER SubjectPublicKeyInfo")
-    if isinstance(key, tuple(_MLDSA)):
+    spec = keys.spec_of_public_key(key)
+    if spec is not None and not spec.proof_of_possession:
         # See the module docstring: a proof of possession no component has verified.
         return Denial(
             UNSUPPORTED_KEY,
-            "an ML-DSA key in pkixPublicKey is not supported (no kube-apiserver verifies "
-            "its proofOfPossession); ML-DSA keys are accepted in stubPKCS10Request, as "
-            "kubelet 1.38 sends them",
+            f"an {spec.name} key in pkixPublicKey is not supported (no kube-apiserver "
+            f"verifies its proofOfPossession); {spec.name} keys are accepted in "
+            "stubPKCS10Request, as kubelet sends them",
         )
     return _supported(key)
 
 
 def _supported(key: object) -> PublicKey | Denial:
-    if isinstance(key, ed25519.Ed25519PublicKey):
+    spec = keys.spec_of_public_key(key)
+    if spec is not None and spec.leaf and isinstance(key, PublicKey):
         return key
     if isinstance(key, rsa.RSAPublicKey):
-        if key.key_size in (3072, 4096):
-            return key
         return _unsupported(f"RSA-{key.key_size}")
     if isinstance(key, ec.EllipticCurvePublicKey):
-        if key.curve.name in _SUPPORTED_CURVES:
-            return key
         return _unsupported(f"ECDSA on curve {key.curve.name}")
-    if isinstance(key, mldsa.MLDSA44PublicKey | mldsa.MLDSA65PublicKey | mldsa.MLDSA87PublicKey):
-        return key
     return _unsupported(f"{type(key).__name__.removesuffix('PublicKey').lstrip('_')} keys")
 
 
 def _unsupported(what: str) -> Denial:
     return Denial(
         UNSUPPORTED_KEY,
-        f"{what} is not supported; supported key types are {SUPPORTED_KEY_TYPES} "
-        "(set keyType: ECDSAP256 in the podCertificate projection)",
+        f"{what} is not supported; supported key types are {supported_key_types()} "
+        f"(set keyType: {keys.DEFAULT_KEY_TYPE} in the podCertificate projection)",
     )

@@ -45,12 +45,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.x509.oid import NameOID
 
 from signer.policy import PublicKey
-from trust.keys import PrivateKey
+from trust.keys import PrivateKey, signature_hash
 
 _SAN_OID = bytes.fromhex("0603551d11")  # 2.5.29.17
 _SKI_OID = bytes.fromhex("0603551d0e")  # 2.5.29.14
@@ -145,21 +145,16 @@ def _ski(spki: bytes) -> bytes:
 
 def _signer(key: PrivateKey) -> Callable[[bytes], bytes]:
     """The CA key's signature over a TBSCertificate, as the builder makes it."""
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        digest: hashes.HashAlgorithm
-        if isinstance(key.curve, ec.SECP384R1):
-            digest = hashes.SHA384()
-        elif isinstance(key.curve, ec.SECP521R1):
-            digest = hashes.SHA512()
-        else:
-            digest = hashes.SHA256()
+    digest = signature_hash(key)
+    if isinstance(key, ec.EllipticCurvePrivateKey) and digest is not None:
         algorithm = ec.ECDSA(digest)
         return lambda tbs: key.sign(tbs, algorithm)
-    if isinstance(key, rsa.RSAPrivateKey):
+    if isinstance(key, rsa.RSAPrivateKey) and digest is not None:
         pkcs1 = padding.PKCS1v15()
-        sha256 = hashes.SHA256()
-        return lambda tbs: key.sign(tbs, pkcs1, sha256)
-    return key.sign  # Ed25519: the message itself, no digest
+        return lambda tbs: key.sign(tbs, pkcs1, digest)
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return key.sign  # the message itself, no digest
+    raise ValueError(f"not a CA key: {type(key).__name__}")
 
 
 Reference = Callable[

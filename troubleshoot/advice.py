@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from signer import policy
+from trust import keys
 
 # Labels a controller stamps per revision or per Pod; a Service must not select on them.
 REVISION_LABELS = frozenset(
@@ -158,7 +159,8 @@ def for_denial(reason: str, ctx: Context) -> str:
             )
         return f"set {where(ns, field)} to {annotations_literal(fixed)}; {ctx.owner.then()}"
     if reason == policy.UNSUPPORTED_KEY:
-        return f"set {where(ns, _projection(ctx) + '.keyType')} to ECDSAP256; {ctx.owner.then()}"
+        key_type = where(ns, _projection(ctx) + ".keyType")
+        return f"set {key_type} to {keys.DEFAULT_KEY_TYPE}; {ctx.owner.then()}"
     if reason == "PodHostnameRequired":
         if ctx.owner.kind == "StatefulSet":
             return (

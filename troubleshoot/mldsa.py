@@ -26,10 +26,10 @@ from typing import Any
 from kube.client import ApiError, Client
 from kube.types import JSON
 from troubleshoot.access import Forbidden
+from trust import keys
 
-MLDSA_KEY_TYPES = ("MLDSA44", "MLDSA65", "MLDSA87")
 # One name for the kube-apiserver gate, the kubelet gate and the declared node feature.
-FEATURE = "PodCertificateMLDSA"
+FEATURE = keys.MLDSA_GATE
 DOC = "docs/post-quantum.md"
 
 _GATE_SAMPLE = re.compile(
@@ -46,7 +46,7 @@ def requested_mldsa(pod: JSON, signer_name: str) -> str | None:
             if projection.get("signerName") != signer_name:
                 continue
             key_type = str(projection.get("keyType") or "")
-            if key_type in MLDSA_KEY_TYPES:
+            if key_type in keys.gated_key_types(FEATURE):
                 return key_type
     return None
 

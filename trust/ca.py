@@ -22,7 +22,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from trust.keys import KeyType, LeafPrivateKey, PrivateKey, generate_key, signature_hash
+from trust.keys import (
+    DEFAULT_KEY_TYPE,
+    KeyType,
+    LeafPrivateKey,
+    PrivateKey,
+    generate_key,
+    signature_hash,
+)
 
 DEFAULT_VALIDITY = dt.timedelta(days=365)
 
@@ -53,7 +60,7 @@ class CertificateAuthority:
 def generate_ca(
     common_name: str = "service-serving-signer throw-away CA",
     *,
-    key_type: KeyType = "ECDSAP256",
+    key_type: KeyType = DEFAULT_KEY_TYPE,
     parent: CertificateAuthority | None = None,
     not_before: dt.datetime | None = None,
     validity: dt.timedelta = DEFAULT_VALIDITY,
@@ -139,7 +146,7 @@ def unique_common_name(role: str) -> str:
 def write_ca(
     out_dir: str | os.PathLike[str],
     *,
-    key_type: KeyType = "ECDSAP256",
+    key_type: KeyType = DEFAULT_KEY_TYPE,
     intermediate: bool = False,
     validity: dt.timedelta = DEFAULT_VALIDITY,
     overwrite: bool = False,

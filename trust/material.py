@@ -42,6 +42,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from trust import keys
 from trust.bundle import (
     BundleError,
     TrustBundle,
@@ -56,7 +57,7 @@ from trust.probe import chain_problem
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_CURVES = ("secp256r1", "secp384r1", "secp521r1")
+_CURVES = tuple(spec.curve for spec in keys.KEYS if spec.ca and spec.curve)
 _MAX_CHAIN_DEPTH = 10
 MIN_REMAINING = timedelta(hours=1)
 """A signing certificate must outlive this, or nothing could be issued (docs/reference.md §5.3)."""

@@ -14,8 +14,9 @@ import pytest
 
 from controlplane import binaries
 from signer import authority
+from trust import keys
 from trust.ca import cert_pem, generate_ca, key_pem
-from trust.keys import MLDSA_KEY_TYPES, MLDSAKeyType, generate_leaf_key
+from trust.keys import generate_leaf_key
 from trust.material import MaterialFiles, validate_material
 
 pytestmark = pytest.mark.integration
@@ -23,10 +24,8 @@ pytestmark = pytest.mark.integration
 PROGRAM = Path(__file__).with_name("go") / "mldsatls"
 
 
-@pytest.mark.parametrize("key_type", MLDSA_KEY_TYPES)
-def test_go_127_serves_tls_13_with_an_issued_mldsa_leaf(
-    tmp_path: Path, key_type: MLDSAKeyType
-) -> None:
+@pytest.mark.parametrize("key_type", keys.gated_key_types(keys.MLDSA_GATE))
+def test_go_127_serves_tls_13_with_an_issued_mldsa_leaf(tmp_path: Path, key_type: str) -> None:
     ca = generate_ca("mldsa tls root")
     now = dt.datetime.now(dt.UTC)
     files = MaterialFiles(key_pem(ca.key), cert_pem(ca.cert), cert_pem(ca.cert))

@@ -22,14 +22,15 @@ from signer.authority import (
 )
 from signer.policy import PublicKey
 from tests.unit import pki
+from trust import keys
 from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
-from trust.keys import LEAF_KEY_TYPES, KeyType, LeafKeyType
+from trust.keys import KeyType, LeafKeyType
 from trust.material import MaterialFiles, SigningMaterial, validate_material
 
 NOW = datetime(2026, 9, 1, 12, 0, 0, 123456, tzinfo=UTC)
 DAY = 86400
 NAMES = ["web.ns.svc.cluster.local", "web.ns.svc"]
-LEAF_TYPES: list[LeafKeyType] = [t for t in LEAF_KEY_TYPES if t != "RSA2048"]  # kubelet's nine
+LEAF_TYPES: list[LeafKeyType] = list(keys.leaf_key_types())  # kubelet's nine
 
 
 def material(

@@ -31,7 +31,7 @@ def openssl() -> str:
 def test_openssl_strictly_verifies_issued_chain_for_the_service_name(
     tmp_path: Path, ca_type: str, leaf_type: str, intermediate: bool
 ) -> None:
-    write_ca(tmp_path, key_type=ca_type, intermediate=intermediate)  # type: ignore[arg-type]
+    write_ca(tmp_path, key_type=ca_type, intermediate=intermediate)
     material = load_material(
         str(tmp_path / "ca.key"), str(tmp_path / "ca.crt"), str(tmp_path / "trust-bundle.pem")
     )

@@ -32,7 +32,8 @@ from signer.policy import (
     suggested_service_name,
 )
 from tests.unit import pki
-from trust.keys import MLDSA_KEY_TYPES, LeafKeyType, LeafPrivateKey
+from trust import keys
+from trust.keys import LeafKeyType, LeafPrivateKey
 
 # annotations: accepted forms -----------------------------------------------------------
 
@@ -249,6 +250,7 @@ CLASSICAL: list[LeafKeyType] = [
     "ECDSAP521",
     "ED25519",
 ]
+MLDSA_KEY_TYPES = keys.gated_key_types(keys.MLDSA_GATE)
 SUPPORTED: list[LeafKeyType] = [*CLASSICAL, *MLDSA_KEY_TYPES]
 
 

@@ -27,10 +27,11 @@ from signer.policy import PublicKey
 from signer.template import IPAddress, LeafTemplate
 from tests.unit import pki
 from tests.unit.signer.test_authority import material
+from trust import keys
 from trust.ca import CertificateAuthority
-from trust.keys import LEAF_KEY_TYPES, LeafKeyType
+from trust.keys import LeafKeyType
 
-LEAF_TYPES: tuple[LeafKeyType, ...] = LEAF_KEY_TYPES  # kubelet's nine, and RSA2048 besides
+LEAF_TYPES: tuple[LeafKeyType, ...] = tuple(s.name for s in keys.KEYS)  # kubelet's nine, RSA2048
 LABEL = st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=63)
 NAME = st.lists(LABEL, min_size=1, max_size=5).map(".".join)
 NAMES = st.lists(NAME, min_size=1, max_size=12)

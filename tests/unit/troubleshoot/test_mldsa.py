@@ -11,6 +11,7 @@ import pytest
 from kube.client import ApiError
 from kube.types import JSON
 from troubleshoot import mldsa
+from trust import keys
 
 SIGNER = "kubernetes.io/service-serving"
 GATE_ON = b'kubernetes_feature_enabled{name="PodCertificateMLDSA",stage="BETA"} 1\n'
@@ -78,7 +79,7 @@ def note(client: Reads, subject: JSON) -> str:
     return found.note()
 
 
-@pytest.mark.parametrize("key_type", mldsa.MLDSA_KEY_TYPES)
+@pytest.mark.parametrize("key_type", keys.gated_key_types(mldsa.FEATURE))
 def test_no_declaring_node_is_said_in_those_words(key_type: str) -> None:
     client = Reads(GATE_ON, [node("a"), node("b", "SomethingElse")])
 
