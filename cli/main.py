@@ -50,6 +50,7 @@ from manager.options import (
     default_leader_election_namespace,
     parse_controllers,
 )
+from trust import keys
 from trust.convergence import REPORT_NAME
 
 ENV_PREFIX = "SERVICE_SERVING_SIGNER"
@@ -302,7 +303,7 @@ class KlogVerbosity(click.IntRange):
 @flag(
     "--managed-ca-key-type",
     type=click.Choice(MANAGED_CA_KEY_TYPES),
-    default="ECDSAP256",
+    default=keys.DEFAULT_KEY_TYPE,
     help="Key algorithm of a managed CA.",
 )
 @flag(
