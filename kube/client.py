@@ -9,7 +9,9 @@ rest. Like httpx, each request policy is applied once, on the way down, in `_cal
    `with_own_limiter()` gives a caller that must not queue behind the workers' writes
    (leader election) a bucket of its own.
 2. **Count.** Requests by verb (`request_count()`, read by benchmarks); a retry after a
-   401 is the same request.
+   401 is the same request. With `instrument(registry)`, client-go's `rest_client_*`
+   metrics too (`kube.clientmetrics`): the rate limiter's wait and each request's
+   duration, so a throttled client can be told from a slow server.
 3. **Encode.** Bodies are dicts encoded with `orjson`, answers decoded with it (the
    generated pydantic models cost several times the CPU and reject fields they do not
    know; the standard `json` module takes several times orjson's CPU to decode a watch
@@ -40,6 +42,7 @@ import copy
 import re
 import socket
 import threading
+import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, overload
@@ -51,7 +54,9 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config import incluster_config, kube_config
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
+from prometheus_client import CollectorRegistry
 
+from kube.clientmetrics import ClientMetrics
 from kube.credentials import Credentials, Headers, kubeconfig_token_file
 from kube.http1 import Exchanger
 from kube.tokenbucket import TokenBucket
@@ -202,6 +207,7 @@ class Client:
         self._head: tuple[str, Headers, bytes] = ("", {}, b"")
         self.user_agent = user_agent
         self.write_limiter = TokenBucket(qps, burst)
+        self.metrics: ClientMetrics | None = None
         self._counts: dict[str, int] = {}
         self._count_lock = threading.Lock()
 
@@ -270,6 +276,12 @@ class Client:
         view.write_limiter = self.write_limiter.fresh()
         return view
 
+    def instrument(self, registry: CollectorRegistry | None) -> ClientMetrics:
+        """Report client-go's `rest_client_*` metrics for this client (and the views
+        made from it afterwards, `with_own_limiter`) on `registry`."""
+        self.metrics = ClientMetrics(registry, urlsplit(self.host).netloc)
+        return self.metrics
+
     def close(self) -> None:
         """Close the idle connections (a watch in flight keeps its own until it ends)."""
         self.transport.close_idle()
@@ -327,8 +339,36 @@ class Client:
         """Every request, once: limit, count, encode, send with the header lines, on a
         401 re-read the credentials and send once more, map an error answer. Returns a
         2xx answer (`stream`: with its body still to read)."""
-        if method not in _UNLIMITED:
-            self.write_limiter.take()
+        metrics, began = self.metrics, time.monotonic()
+        waited = None if method in _UNLIMITED else self.write_limiter.take()
+        if metrics is None or stream:
+            return self._send(method, path, params, body, content_type, timeouts, stream, canceller)
+        if waited is not None:
+            metrics.throttled(method, waited)
+        code: int | None = None
+        try:
+            reply = self._send(method, path, params, body, content_type, timeouts, False, None)
+            code = reply.status
+            return reply
+        except ApiError as err:
+            code = err.status or None
+            raise
+        finally:
+            metrics.finished(method, code, time.monotonic() - began, waited)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str | None,
+        timeouts: Timeouts,
+        stream: bool,
+        canceller: StreamCanceller | None,
+    ) -> Answer | Stream:
+        """`_call` past the rate limiter: count, encode, send, retry a 401 once, map an
+        error answer."""
         with self._count_lock:
             self._counts[method] = self._counts.get(method, 0) + 1
         data = None

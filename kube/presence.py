@@ -16,7 +16,8 @@ What it decides:
   period; presence never stops the process.
 * **Annotations** carry what a reader shows beside "alive" (the writer chooses them: a
   name it serves, its version, whether it elects a leader); they are rewritten on every
-  renewal, so the last renewer's are shown.
+  renewal, so the last renewer's are shown. `renewed_annotations()`, when given, is
+  asked afresh at each renewal (what changed since the last one).
 * **Judging** (`judge`, with `kube.leases.renewal`) compares `renewTime +
   leaseDurationSeconds` with the reader's clock: the duration (`DEFAULT_DURATION`, four
   periods) leaves room for a missed renewal and for clocks some seconds apart. A reader
@@ -57,6 +58,7 @@ class PresenceWriter:
         *,
         annotations: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
+        renewed_annotations: Callable[[], Mapping[str, str]] | None = None,
         period: float = DEFAULT_PERIOD,
         duration: int = DEFAULT_DURATION,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -67,6 +69,7 @@ class PresenceWriter:
         self.identity = identity
         self.annotations = dict(annotations or {})
         self.labels = dict(labels or {})
+        self.renewed_annotations = renewed_annotations
         self.period = period
         self.duration = duration
         self._clock = clock
@@ -97,7 +100,8 @@ class PresenceWriter:
         meta: dict[str, Any] = dict((lease or {}).get("metadata") or {})
         meta["name"] = self.name
         meta["namespace"] = self.namespace
-        meta["annotations"] = {**(meta.get("annotations") or {}), **self.annotations}
+        renewed = self.renewed_annotations() if self.renewed_annotations else {}
+        meta["annotations"] = {**(meta.get("annotations") or {}), **self.annotations, **renewed}
         meta["labels"] = {**(meta.get("labels") or {}), **self.labels}
         spec = dict((lease or {}).get("spec") or {})
         spec.update(

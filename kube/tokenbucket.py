@@ -53,11 +53,12 @@ class TokenBucket:
             self._tokens -= 1.0
             return -self._tokens / self.qps if self._tokens < 0 else 0.0
 
-    def take(self) -> None:
-        """Take a token, sleeping until it is there."""
+    def take(self) -> float:
+        """Take a token, sleeping until it is there; returns the seconds slept."""
         wait = self.reserve()
         if wait > 0:
             self._sleep(wait)
+        return wait
 
     def fresh(self) -> TokenBucket:
         """A full bucket of the same rate, sharing nothing with this one."""

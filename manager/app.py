@@ -119,6 +119,10 @@ class Process:
         finally:
             self._controllers_idle.set()
 
+    def leading(self) -> bool:
+        """The controllers run in this process (it leads, or elects no leader)."""
+        return not self._controllers_idle.is_set()
+
     def wait_controllers_stopped(self, timeout: float) -> bool:
         return self._controllers_idle.wait(timeout)
 
@@ -283,6 +287,7 @@ def _client(opts: Options, proc: Process) -> Client:
         client = connect(opts.kubeconfig, qps=opts.kube_api_qps, burst=opts.kube_api_burst)
     except KubeconfigError as err:
         raise StartupFailure(str(err)) from None
+    client.instrument(proc.registry)
     proc.closers.append(client.close)
     return client
 
@@ -488,7 +493,32 @@ def presence_writer(proc: Process) -> PresenceWriter | None:
             presence.VERSION: buildinfo.current().version,
         },
         labels={presence.LABEL: "signer"},
+        renewed_annotations=_api_waits(proc),
     )
+
+
+def _api_waits(proc: Process) -> Callable[[], dict[str, str]] | None:
+    """The presence's `api-waits` annotation: where the leader's API writes waited since
+    its last renewal — its own budget or the API server. A standby reports nothing, so
+    it never overwrites the leader's figure."""
+    from signer import presence
+
+    client = proc.client
+    metrics = client.metrics if client is not None else None
+    if metrics is None:
+        return None
+    last, since = metrics.totals(), time.monotonic()
+
+    def renewed() -> dict[str, str]:
+        nonlocal last, since
+        totals, now = metrics.totals(), time.monotonic()
+        window, seconds = totals - last, now - since
+        last, since = totals, now
+        if not proc.leading():
+            return {}
+        return {presence.API_WAITS: presence.api_waits(window, round(seconds, 1)).annotation()}
+
+    return renewed
 
 
 def run(opts: Options, *, stop: threading.Event | None = None) -> int:

@@ -55,6 +55,9 @@ def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
     # explain shows the presence when the leader Lease does not settle it; status always.
     if presence is not None and (full or lease.leader is not Leader.RENEWING):
         lines.append(presence_line(presence, health, now))
+    waits = api_waits_line(presence) if presence is not None else None
+    if waits is not None and (full or not waits.startswith("api writes: none")):
+        lines.append(waits)
     bundle = health.bundle
     if bundle.problem is not None:
         lines.append(f"bundle: unknown: {bundle.problem} (check: {bundle.problem.can_i()})")
@@ -105,6 +108,29 @@ def presence_line(state: PresenceState, health: Health, now: datetime) -> str:
             "(a signer older than it leaves none); the leader Lease decides"
         )
     return f"signer process: {not_acting_text(health)}"
+
+
+def api_waits_line(state: PresenceState) -> str | None:
+    """Where the leading signer's API writes waited over its last presence renewal: its
+    own client budget or the API server (None when the presence does not say)."""
+    found = state.presence
+    if not state.alive or found is None:
+        return None
+    waits = signer_presence.parse_api_waits(found.annotations.get(signer_presence.API_WAITS))
+    if waits is None:
+        return None
+    window = f"the last {waits.window:g} s"
+    if waits.writes == 0:
+        return f"api writes: none in {window}"
+    where = (
+        "in the signer's own budget (--kube-api-qps/--kube-api-burst; docs/performance.md)"
+        if waits.on_budget
+        else "on the API server (its load, or the signer's priority level: docs/performance.md)"
+    )
+    return (
+        f"api writes: {waits.writes} in {window} waited mostly {where}: "
+        f"{waits.budget:.2f} s each in the budget, {waits.server:.2f} s on the server"
+    )
 
 
 def managed_ca_line(ca: ManagedCA, now: datetime) -> str:

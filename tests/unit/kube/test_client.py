@@ -98,3 +98,51 @@ def test_a_kubeconfig_that_gives_no_client_is_one_line_naming_the_kubeconfig(
     message = str(caught.value)
     assert message.startswith("kubeconfig: ") and "\n" not in message
     assert "nowhere" in message
+
+
+def test_a_tiny_write_budget_shows_in_the_rate_limiter_metric_and_reads_never_wait() -> None:
+    """client-go's `rest_client_rate_limiter_duration_seconds` moves with the client's own
+    budget: at 1 write/s with a burst of 1, three writes at once wait 0, 1 and 2 s in the
+    limiter; `rest_client_request_duration_seconds` and `rest_client_requests_total` count
+    every request by verb (and code), and the write totals say where writes waited."""
+    from prometheus_client import CollectorRegistry
+
+    from kube.tokenbucket import TokenBucket
+
+    def answer(conn: socket.socket, n: int) -> None:
+        if n == 4:
+            reply(conn, "409 Conflict", b'{"kind":"Status","reason":"Conflict","code":409}')
+        else:
+            reply(conn, "201 Created", b"{}")
+
+    server = ScriptedServer(answer)
+    try:
+        client = server.client()
+        registry = CollectorRegistry()
+        metrics = client.instrument(registry)
+        slept: list[float] = []
+        client.write_limiter = TokenBucket(1.0, 1, clock=lambda: 0.0, sleep=slept.append)
+        for _ in range(3):
+            client.create("/api/v1/namespaces/ns/configmaps", {})
+        with pytest.raises(ApiError):
+            client.get("/api/v1/namespaces/ns/configmaps/x")
+        host = {"host": server.url.split("//", 1)[1]}
+
+        def value(name: str, **labels: str) -> float | None:
+            return registry.get_sample_value(name, {**labels, **host})
+
+        assert slept == [1.0, 2.0]
+        assert value("rest_client_rate_limiter_duration_seconds_sum", verb="POST") == 3.0
+        assert value("rest_client_rate_limiter_duration_seconds_count", verb="POST") == 3.0
+        assert (
+            value("rest_client_rate_limiter_duration_seconds_bucket", verb="POST", le="0.005") == 1
+        )
+        assert value("rest_client_rate_limiter_duration_seconds_count", verb="GET") is None
+        assert value("rest_client_request_duration_seconds_count", verb="POST") == 3.0
+        assert value("rest_client_request_duration_seconds_count", verb="GET") == 1.0
+        assert value("rest_client_requests_total", code="201", method="POST") == 3.0
+        assert value("rest_client_requests_total", code="409", method="GET") == 1.0
+        totals = metrics.totals()
+        assert (totals.writes, totals.limiter_seconds) == (3, 3.0)
+    finally:
+        server.close()

@@ -57,3 +57,39 @@ def test_the_presence_sits_beside_the_leader_lease_it_is_named_after(api: FakeAp
 
 def test_a_process_without_the_signer_renews_no_presence(api: FakeApi) -> None:
     assert presence_writer(process(api, controllers=frozenset({"publisher"}))) is None
+
+
+def test_the_leaders_presence_says_where_its_writes_waited_and_a_standbys_says_nothing(
+    api: FakeApi,
+) -> None:
+    """While it leads, each renewal reports the writes since the last one and the mean
+    seconds each waited in the signer's own budget and on the server; a standby leaves
+    the leader's figure alone."""
+    from kube.tokenbucket import TokenBucket
+
+    proc = process(api)
+    assert proc.client is not None
+    proc.client.instrument(proc.registry)
+    writer = presence_writer(proc)
+    assert writer is not None
+    assert writer.renew()  # a standby: no figure
+    assert presence.API_WAITS not in lease_annotations(api)
+
+    proc._controllers_idle.clear()  # leading
+    proc.client.write_limiter = TokenBucket(1.0, 1, clock=lambda: 0.0, sleep=lambda _: None)
+    # Its own writes at 1 write/s: the first takes the one token, the second waits 1 s;
+    # each renewal reports the writes before it.
+    assert writer.renew()
+    assert writer.renew()
+    waits = presence.parse_api_waits(lease_annotations(api)[presence.API_WAITS])
+    assert waits is not None and waits.writes == 1 and waits.budget == 0.0
+    assert writer.renew()
+    waits = presence.parse_api_waits(lease_annotations(api)[presence.API_WAITS])
+    assert waits is not None and waits.writes == 1 and waits.budget == 1.0 and waits.on_budget
+
+
+def lease_annotations(api: FakeApi) -> dict[str, str]:
+    lease = api.get(LEASES, "service-serving-signer-presence")
+    assert lease is not None
+    found: dict[str, str] = lease["metadata"]["annotations"]
+    return found

@@ -4,6 +4,7 @@ absent, and with none running `status` says so and exits 5."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -150,3 +151,35 @@ def test_processes_that_run_without_a_leader_are_told_apart_from_none() -> None:
     text = not_acting_text(health(leader("pod-a", renewed_ago=60), presence(3)))
     assert text.startswith("a signer process renewed presence Lease ")
     assert "yet none leads: the holder of Lease" in text
+
+
+def waiting(annotation: str) -> PresenceState:
+    found = presence(3)
+    assert found.presence is not None
+    annotations = {**found.presence.annotations, signer_presence.API_WAITS: annotation}
+    return dataclasses.replace(
+        found, presence=dataclasses.replace(found.presence, annotations=annotations)
+    )
+
+
+def test_status_and_explain_say_when_writes_wait_on_the_signers_own_budget() -> None:
+    found = waiting("writes=250 budget=2.100 server=0.150 window=10")
+    for full in (True, False):
+        lines = health_lines(health(leader("pod-a"), found), NOW, full=full)
+        [line] = [line for line in lines if line.startswith("api writes:")]
+        assert line == (
+            "api writes: 250 in the last 10 s waited mostly in the signer's own budget "
+            "(--kube-api-qps/--kube-api-burst; docs/performance.md): "
+            "2.10 s each in the budget, 0.15 s on the server"
+        )
+
+
+def test_status_says_when_writes_wait_on_the_api_server_and_explain_omits_an_idle_signer() -> None:
+    found = waiting("writes=12 budget=0.000 server=1.300 window=10")
+    [line] = [x for x in health_lines(health(leader("pod-a"), found), NOW, full=True) if "api" in x]
+    assert "waited mostly on the API server (its load, or the signer's priority level" in line
+    idle = waiting("writes=0 budget=0.000 server=0.000 window=10")
+    status = health_lines(health(leader("pod-a"), idle), NOW, full=True)
+    assert "api writes: none in the last 10 s" in status
+    explain = health_lines(health(leader("pod-a"), idle), NOW, full=False)
+    assert not any(line.startswith("api writes") for line in explain)
