@@ -88,6 +88,8 @@ log = logging.getLogger(__name__)
 __all__ = ["FIELD_MANAGER", "Caches", "InjectorController", "bundle_record", "informers"]
 
 QUEUE_NAME = "cabundle_injector"
+MAX_PENDING = 10
+"""The most not-yet-synced keys an incomplete report names."""
 SELECTION_INDEX = "selection"
 SHARED_STATUSES = 1024
 DEPARTED_PAGE = 10
@@ -238,7 +240,9 @@ class InjectorController:
         self.queue.add(target.key)
 
     def _on_target_update(self, old: Target, new: Target) -> None:
-        if old != new:
+        # Any change re-drives an object whose last write failed or was refused (what
+        # failed may be mended by a change the record does not keep).
+        if old != new or (old.resource_version != new.resource_version and new.key in self._memory):
             self.queue.add(new.key)
 
     def _on_bundle(self, bundle: JSON) -> None:
@@ -322,7 +326,10 @@ class InjectorController:
         every bundle whose current version every object that may select it was synced
         since the injector saw it."""
         kinds = [kind.kind for kind in ALL_KINDS]
+        # Per anchor: observed only when every cached bundle holding it is (a consumer of
+        # the stable bundle still queued holds back an anchor a fresh bundle also has).
         observed: set[str] = set()
+        unobserved: set[str] = set()
         for bundle in self.bundles.list():
             selecting = [
                 target.key
@@ -330,13 +337,15 @@ class InjectorController:
                 for cache in self.caches.values()
                 for target in cache.by_index(SELECTION_INDEX, value)
             ]
-            if self.progress.observed(*_version(bundle), selecting):
-                observed |= _anchors(bundle)
+            seen = self.progress.observed(*_version(bundle), selecting)
+            (observed if seen else unobserved).update(_anchors(bundle))
+        pending = self.progress.pending(self.resync(), MAX_PENDING)
         report = summarise(
             self.statuses(),
             kinds=kinds,
-            observed=observed,
-            complete=self.progress.complete(self.resync()),
+            observed=observed - unobserved,
+            complete=not pending,
+            pending=pending,
         )
         return encode(report)
 
@@ -371,14 +380,15 @@ class InjectorController:
     def sync(self, key: str) -> Requeue | None:
         """Read the caches for one `<Kind>/<name>` key (`injector.targets.read`), plan
         (`injector.decide.plan`, pure), act (send the plan's patches), record. Raises
-        `ApiError` (the loop retries). A sync that returns counts for the convergence
-        report from the moment it started."""
+        nothing: every outcome of the key is classified (`decide.settle`), and a failure
+        is looked at again after its back-off (a `Requeue`). A sync counts for the
+        convergence report from the moment it started."""
         started = next(self.progress.ticks)
         seen = read(key, self.caches, self.departed)
         planned = decisions.plan(seen, self.bundles.list(), self._memory.get(key), self.clock())
         sent = self._act(planned)
-        self._record(planned, sent, started)
-        return Requeue(planned.requeue_after) if planned.requeue_after is not None else None
+        after = self._record(planned, sent, started)
+        return Requeue(after) if after is not None else None
 
     def _act(self, planned: decisions.Plan) -> Sent:
         """Send the plan's patches in order (an old apply entry of ours to drop, then the
@@ -389,16 +399,20 @@ class InjectorController:
         if target is None:
             return Sent("none")
         patches = [ops for ops in (planned.cleanup, planned.release) if ops is not None]
-        password = None
+        result, refusals = "none", []
         if write is not None:
             self._set_status(planned.key, write.pending)  # until the write lands
-            password = self._password(target)
+            try:
+                password = self._password(target)
+            except Exception as err:  # classified like a failed write
+                password, result, refusals = None, "failed", [_why(err)]
             if password is not None:
                 shape = decisions.SHAPES[target.kind]
                 patches.append(
                     shape.write_ops(target, write.value, write.bundle, write.note, password)
                 )
-        result, refusals = "none", []
+            elif result == "none":  # changed since the cache saw it
+                result, refusals = "guard", [GUARD_FAILED]
         for ops in patches:
             try:
                 self.client.patch(
@@ -409,45 +423,44 @@ class InjectorController:
                     discard_response=True,
                 )
                 result = "applied"
-            except ApiError as err:
+            except Exception as err:  # every outcome is classified
                 result, why = _not_applied(err)
                 refusals += [why] if why else []
-        if write is not None and password is None:
-            result = "guard"  # changed since the cache saw it: its watch event re-drives it
         return Sent(result, tuple(refusals))
 
-    def _record(self, planned: decisions.Plan, sent: Sent, started: int) -> None:
-        """The Warning Events (one per refusal, and the plan's), the status, what to
-        remember of the object, the sync's progress, the expiry, the result's count and a
-        log line of a write or release that landed. No Normal Event per write: a rotation
-        re-writes every injected object at once, and an Event each would double the writes
-        under --kube-api-qps (the log line and the `injected` count record it)."""
-        key, target, write = planned.key, planned.target, planned.write
-        if target is not None:
-            ref = _ref(target)
-            for why in sent.refusals:
-                note = f"{why}; tried again when the object or the bundle changes, or after "
-                note += "a back-off (1 min, doubling to 15 min)"
-                self.recorder.warning(ref, decisions.REASON_REFUSED, note, ACTION)
-            for reason, note in planned.warnings:
-                self.recorder.warning(ref, reason, note, ACTION)
-        status, memory = planned.status, planned.memory
-        if write is not None and sent.result == "applied":
-            memory = write.landed
-        elif write is not None:  # it did not land
-            status = write.pending
-            if sent.result == "refused":
-                status = replace(status, blocked=sent.reason)
-                refusal = replace(write.refusal, reason=sent.reason)
-                memory = replace(memory, refusal=refusal)
-        self._set_status(key, status)
-        if memory == decisions.Memory():  # nothing to remember
+    def _record(self, planned: decisions.Plan, sent: Sent, started: int) -> float | None:
+        """The Warning Events (one per refusal, one when failures block the object, and
+        the plan's), the status and what to remember of the object (`Plan.settle`), the
+        sync's progress, the expiry, the result's count and a log line of a write or
+        release that landed; returns when to look again (seconds; None: on the next
+        event). No Normal Event per write: a rotation re-writes every injected object at
+        once, and an Event each would double the writes under --kube-api-qps (the log
+        line and the `injected` count record it)."""
+        key, target = planned.key, planned.target
+        ref = _ref(target) if target is not None else _ref_of(key)
+        settled = settle(planned, sent.result, sent.reason)
+        for why in sent.refusals if sent.result == "refused" else ():
+            note = f"{why}; tried again when the object or the bundle changes, or after "
+            note += "a back-off (1 min, doubling to 15 min)"
+            self.recorder.warning(ref, decisions.REASON_REFUSED, note, ACTION)
+        if settled.failed:
+            note = f"{settled.failed}; {decisions.FAILURE_BOUND} writes in a row failed: "
+            note += "the object is blocked (its owner's to mend) and tried again after a back-off"
+            self.recorder.warning(ref, decisions.REASON_FAILED, note, ACTION)
+        for reason, note in planned.warnings:
+            self.recorder.warning(ref, reason, note, ACTION)
+        self._set_status(key, settled.status)
+        if settled.memory == decisions.Memory():  # nothing to remember
             self._memory.pop(key, None)
         else:
-            self._memory[key] = memory
-        self.progress.synced(key, started, gone=target is None)
-        for _ in sent.refusals:
+            self._memory[key] = settled.memory
+        if planned.counted:
+            self.progress.synced(key, started, gone=target is None and planned.status is None)
+        if sent.result == "refused":
             self.metrics.observe(planned.kind, "refused")
+        if sent.result in ("failed", "guard"):
+            self.metrics.observe(planned.kind, "failed")
+            log.warning("injector: write failed", extra={"object": key, "error": sent.reason})
         if sent.result in ("applied", "none"):
             self.metrics.keep_expiry(key, planned.expiry)
             if planned.result is not None:
@@ -456,6 +469,7 @@ class InjectorController:
             log.info(f"{planned.result} caBundle", extra={"object": key})
         if sent.result == "applied" and planned.release is not None and target and target.unowned:
             log.info(unowned_note(target), extra={"object": key})
+        return settled.requeue_after
 
     def _password(self, target: Target) -> str | None:
         """A truststore's password, read from the object (the record keeps its digest):
@@ -478,30 +492,99 @@ class InjectorController:
 class Sent:
     """How the act ended: `result` is `none` (nothing to send), `applied`, or why the last
     patch did not land — `gone` (404, or 409: deleted and re-created), `guard` (a `test`
-    failed, 422 without causes: it changed since the cache saw it, and its watch event
-    re-drives it) or `refused` (the API refused the result, 422 with causes: a Warning
-    Event, then held by `decide.Refusal` until the object or the bundle changes, or its
-    back-off ends). `refusals`: why the API refused each patch it refused, in order."""
+    failed, 422 without causes: it changed since the cache saw it), `refused` (the API
+    refused the result, 422 with causes) or `failed` (any other status, a timeout, any
+    exception); `decide.settle` classifies each. `refusals`: why each patch that did not
+    land failed, in order."""
 
     result: str
     refusals: tuple[str, ...] = ()
 
     @property
     def reason(self) -> str:
-        """Why the API refused the last patch ("" when it did not)."""
-        return self.refusals[-1] if self.result == "refused" else ""
+        """Why the last patch did not land ("" when it did)."""
+        return self.refusals[-1] if self.result in ("refused", "failed", "guard") else ""
 
 
-def _not_applied(err: ApiError) -> tuple[str, str]:
-    """Why a patch did not land (`Sent.result`) and, when the API refused it, the reason;
-    else `err` raised again (the loop retries it)."""
+@dataclass(frozen=True)
+class Settled:
+    """What a sync records of its key after the act: the object's status (None: none),
+    what to remember, when to look again (None: on the next event or resync), and
+    whether a Warning Event says the write failed (`failed`: the reason)."""
+
+    status: ObjectConvergence | None
+    memory: decisions.Memory
+    requeue_after: float | None = None
+    failed: str = ""
+
+
+def settle(planned: decisions.Plan, result: str, reason: str = "") -> Settled:
+    """What a sync records of its key once the act ended with `result` (`applied`, `none`,
+    or why the last patch did not land: `gone`, `guard`, `refused`, `failed`; `reason`:
+    the API's or the exception's words): the per-key bookkeeping of outcomes, pure
+    (docs/inject.md, "Every outcome, classified"). A landed write resets the failures; a
+    refusal (422 with causes) blocks the object at once; any other failure (an API error
+    of any status, a timeout, an exception, a failed guard) is retried after
+    `decide.FAILURE_FIRST` doubling, and blocks the object from the
+    `decide.FAILURE_BOUND`-th in a row on, whatever the object is: a key always reaches a
+    classification within the bound. A blocked namespaced object is excused by the
+    report (`trust.convergence`); a cluster-scoped one holds and is named."""
+    status, memory, write = planned.status, planned.memory, planned.write
+    failures = min(memory.failures + 1, 64)
+    delay = min(decisions.FAILURE_FIRST * 2 ** (failures - 1), decisions.REFUSAL_MAX)
+    if write is None:
+        if result in ("applied", "none", "gone"):
+            landed = replace(memory, failures=0) if result == "applied" else memory
+            return Settled(status, landed, planned.requeue_after)
+        # A release or a clean-up did not land: tried again after a back-off.
+        return Settled(status, replace(memory, failures=failures), delay)
+    if result == "applied":
+        return Settled(status, write.landed, planned.requeue_after)
+    if result in ("none", "gone"):  # gone: deleted meanwhile; its delete event forgets it
+        return Settled(write.pending, memory)
+    if result == "refused":  # the owner's to mend: blocked at once, sent again later
+        refusal = replace(write.refusal, reason=reason)
+        return Settled(
+            replace(write.pending, blocked=reason),
+            replace(memory, refusal=refusal, failures=0),
+        )
+    blocking = failures >= decisions.FAILURE_BOUND
+    refusal = decisions.Refusal(*write.written, reason, planned.now + delay, failures, blocking)
+    return Settled(
+        replace(write.pending, blocked=reason if blocking else None),
+        replace(memory, refusal=refusal, failures=failures),
+        delay,
+        reason if failures == decisions.FAILURE_BOUND else "",
+    )
+
+
+GUARD_FAILED = "the object changed while it was written (a test guard failed)"
+MAX_WHY = 400
+"""The most characters of an error a status, an Event or a log line keeps."""
+
+
+def _not_applied(err: Exception) -> tuple[str, str]:
+    """Why a patch did not land (`Sent.result`) and the words that say so."""
+    if not isinstance(err, ApiError):
+        return "failed", f"the write failed: {_why(err)}"
     if is_not_found(err) or is_conflict(err):
         return "gone", ""
-    if err.status != 422:
-        raise err
-    if not _causes(err):
-        return "guard", ""
-    return "refused", f"the API refused the write: {str(err)[:400]}"
+    if err.status == 422 and not _causes(err):
+        return "guard", GUARD_FAILED
+    if err.status == 422:
+        return "refused", f"the API refused the write: {_why(err)}"
+    return "failed", f"the write failed: {_why(err)}"
+
+
+def _why(err: Exception) -> str:
+    """An exception in one bounded line (its type, and its text)."""
+    try:
+        text = str(err)
+    except Exception:  # a str() that raises says nothing more
+        text = ""
+    if isinstance(err, ApiError):
+        return text[:MAX_WHY]
+    return f"{type(err).__name__}: {text}"[:MAX_WHY]
 
 
 def _transform_for(kind: Kind) -> Callable[[JSON], Target]:
@@ -519,6 +602,15 @@ def _causes(err: ApiError) -> bool:
 def _ref(target: Target) -> ObjectRef:
     kind = KINDS_BY_NAME[target.kind]
     return ObjectRef(kind.kind, target.namespace, target.name, target.uid, kind.api_version)
+
+
+def _ref_of(key: str) -> ObjectRef:
+    """The object a key names, without its uid (a key whose plan failed has no record)."""
+    kind_name, _, rest = key.partition("/")
+    kind = KINDS_BY_NAME.get(kind_name)
+    namespace, _, name = rest.rpartition("/")
+    version = kind.api_version if kind is not None else ""
+    return ObjectRef(kind_name, namespace, name, "", version)
 
 
 def _version(bundle: Mapping[str, Any]) -> tuple[str, str]:

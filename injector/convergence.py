@@ -33,6 +33,9 @@ from collections.abc import Iterable
 
 from trust.convergence import ObjectConvergence
 
+NOT_LEADING = "(not leading)"
+"""What `Progress.pending` names before this replica started leading."""
+
 COUNTED = ("managed", "stale", "empty", "invalid", "conflicting")
 
 
@@ -98,6 +101,16 @@ class Progress:
         with self._lock:
             since = self._since
             return since is not None and all(self._synced.get(k, 0) > since for k in keys)
+
+    def pending(self, keys: Iterable[str], limit: int) -> tuple[str, ...]:
+        """The first `limit` of `keys` (sorted) not synced since `begin()` — what keeps
+        the report incomplete; before `begin()`, a placeholder ("(not leading)")."""
+        with self._lock:
+            since = self._since
+            if since is None:
+                return (NOT_LEADING,)
+            late = [k for k in keys if self._synced.get(k, 0) <= since]
+        return tuple(sorted(late)[:limit])
 
     def observed(self, name: str, version: str, keys: Iterable[str]) -> bool:
         """The bundle `name` at `version` has been seen, and every one of `keys` synced

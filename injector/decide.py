@@ -43,6 +43,7 @@ from injector.targets import (
     CA_BUNDLES,
     CONFIG_MAP,
     KINDS,
+    KINDS_BY_NAME,
     MAX_ANNOTATION,
     Seen,
     Shape,
@@ -67,6 +68,8 @@ REASON_HASH_NAMED = "HashNamedClusterTrustBundle"
 REASON_CONFLICT = "CABundleOwnedByAnotherManager"
 REASON_REFUSED = "CABundleWriteRefused"
 REASON_CONTESTED = "CABundleContested"
+REASON_FAILED = "CABundleWriteFailed"
+REASON_SYNC_FAILED = "CABundleSyncFailed"
 
 REFUSAL_FIRST = 60.0
 """Seconds a refused write waits before it is sent again unchanged (then doubling)."""
@@ -79,6 +82,14 @@ CONTEST_MAX = 300.0
 CONTEST_WARN = 2
 """The retake at which a Warning Event names the other manager (one hand edit is not a
 fight)."""
+FAILURE_FIRST = 2.0
+"""Seconds before a write that failed for any reason but a refusal (an API error of any
+status, a timeout, a failed guard, an exception) is tried again; doubling with each
+failure in a row, up to `REFUSAL_MAX`."""
+FAILURE_BOUND = 4
+"""The failure in a row at which the object is `blocked` (its owner's to mend, named with
+the last error, counted; excused when namespaced): ~14 s of retries (2 + 4 + 8 s) after
+the first. Until then it is `stale` (a write is due) and holds what it selects."""
 
 
 # What `decide` returns: one small frozen record per outcome; the caller matches on the
@@ -195,7 +206,11 @@ def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
         else None
     )
     if target.not_applicable is not None:
-        return Invalid(REASON_NOT_APPLICABLE, f"{target.not_applicable}; nothing injected", bundle)
+        # Only an object that still reads the field (an immutable ConfigMap's ca.crt)
+        # is a blocked holder of what it selects; one that verifies no server with it
+        # (insecureSkipTLSVerify, a local APIService, no webhooks) selects nothing.
+        held = bundle if KINDS_BY_NAME[target.kind].reads_when_not_applicable else ""
+        return Invalid(REASON_NOT_APPLICABLE, f"{target.not_applicable}; nothing injected", held)
     if not bundle:
         return Empty(
             selector,
@@ -229,7 +244,7 @@ def _parse(target: Target) -> ClusterTrustBundleSelector | Invalid | None:
         )
     try:
         return parse_selector_json(target.annotation)
-    except SelectorError as err:
+    except SelectorError as err:  # parse_selector_json raises nothing else
         return Invalid(
             REASON_INVALID_SELECTOR,
             f"annotation {ANNOTATION}: {err}; the object is left unchanged",
@@ -249,6 +264,9 @@ class Refusal:
     reason: str
     until: float = float("inf")
     times: int = 1
+    blocking: bool = True
+    """The object is `blocked` meanwhile (a refusal; a failure from `FAILURE_BOUND` on);
+    False: `stale`, a write still due (an early failure)."""
 
     def again(self, resource_version: str, value: str, reason: str, now: float) -> Refusal:
         """The refusal of the next write: one more in a row when it is the same write."""
@@ -281,10 +299,17 @@ class Contest:
 @dataclass(frozen=True)
 class Memory:
     """What the injector keeps of one object from one sync to the next: the last refused
-    write to it and its contest with another writer."""
+    or failed write to it, its contest with another writer, and how many of its syncs in
+    a row failed to send what they planned (`failures`, reset when a patch lands)."""
 
     refusal: Refusal | None = None
     contest: Contest | None = None
+    failures: int = 0
+
+
+def blocked_by(memory: Memory) -> bool:
+    """The object's failed writes in a row (not refusals) reached `FAILURE_BOUND`."""
+    return memory.failures >= FAILURE_BOUND and memory.refusal is not None
 
 
 @dataclass(frozen=True)
@@ -305,6 +330,8 @@ class Write:
     """What to remember of the object once the write landed."""
     refusal: Refusal
     """What to remember, with the API's reason, if the API refuses the write."""
+    written: tuple[str, str] = ("", "")
+    """(resourceVersion, value digest) of the write: what a failure is held against."""
 
     @property
     def note(self) -> str:
@@ -336,9 +363,44 @@ class Plan:
     refused."""
     requeue_after: float | None = None
     """Seconds until the injector looks again (a contested field's back-off)."""
+    now: float = 0.0
+    """The clock the plan was made at (what `injector.convergence.settle` times back-offs
+    from)."""
+    counted: bool = True
+    """The sync counts for the report's `complete` (False: a cluster-scoped object whose
+    planning failed, which holds the report and is named in its `pending`)."""
 
 
 def plan(seen: Seen, bundles: list[Any], memory: Memory | None = None, now: float = 0.0) -> Plan:
+    """The whole of one sync's decision (pure, `_plan`); total: an exception planning one
+    key (a defect) is that key's, never the loop's."""
+    memory = memory or Memory()
+    try:
+        return _plan(seen, bundles, memory, now)
+    except Exception as err:
+        # A defect planning one key is that key's, never the loop's: nothing to send, a
+        # Warning Event and the `failed` count, looked at again after the failure
+        # back-off. A namespaced object is `invalid`, selecting nothing (a tenant's object
+        # never holds the report); a cluster-scoped one does not count as synced, so the
+        # report stays incomplete and names it (`pending`).
+        reason = f"the injector failed to plan this object: {type(err).__name__}: {err}"
+        failures = min(memory.failures + 1, 64)
+        kind, name = seen.kind.kind, seen.key.partition("/")[2]
+        status = ObjectConvergence(kind, name, "invalid", holding=seen.held, blocked=reason[:400])
+        return Plan(
+            kind,
+            seen.key,
+            status=status,
+            result="failed",
+            warnings=((REASON_SYNC_FAILED, reason[:400]),),
+            memory=dataclasses.replace(memory, failures=failures),
+            requeue_after=min(FAILURE_FIRST * 2 ** (failures - 1), REFUSAL_MAX),
+            now=now,
+            counted=seen.kind.namespaced,
+        )
+
+
+def _plan(seen: Seen, bundles: list[Any], memory: Memory, now: float) -> Plan:
     """The whole of one sync's decision (pure): for an object gone from its cache (forget
     it; release a departed ConfigMap), or for `seen.target` given every cached bundle, what
     the injector remembers of it (a write refused already stays blocked, unsent; a field
@@ -346,13 +408,19 @@ def plan(seen: Seen, bundles: list[Any], memory: Memory | None = None, now: floa
     (monotonic seconds)."""
     kind, key = seen.kind.kind, seen.key
     target = seen.target
-    refusal, contest = (memory.refusal, memory.contest) if memory is not None else (None, None)
+    refusal, contest = memory.refusal, memory.contest
     if target is None:
-        departed = seen.departed if seen.kind == CONFIG_MAP else None
+        departed = seen.departed
         if departed is None:
-            return Plan(kind, key)
+            return Plan(kind, key, now=now)
         return Plan(
-            kind, key, departed, release=seen.release, result="released", memory=Memory(refusal)
+            kind,
+            key,
+            departed,
+            release=seen.release,
+            result="released",
+            memory=Memory(refusal, failures=memory.failures),
+            now=now,
         )
     held, held_until = seen.held, seen.held_until
     # An apply entry of ours from before JSON patches owns webhooks[].name keys: drop it
@@ -362,18 +430,22 @@ def plan(seen: Seen, bundles: list[Any], memory: Memory | None = None, now: floa
         if target.annotation is not None and any(op == "Apply" for _, op in target.owned)
         else None
     )
-    base = Plan(kind, key, target, cleanup=cleanup, memory=Memory(refusal, contest))
+    base = Plan(kind, key, target, cleanup=cleanup, memory=memory, now=now)
     name = key.partition("/")[2]  # the report's name: `<namespace>/<name>` or `<name>`
     match decide(target, bundles):
         case Inject(bundle=bundle, ca_bundle=value, sources=sources, hashed=hashed):
             fps = fingerprints(bundle)
             written = (target.resource_version, value_digest(value))
+            # A refused or failed write is not sent again unchanged before its back-off
+            # ends, nor, once the failures block the object, changed (a tenant rewriting
+            # its object cannot make the injector write at its pace).
             if (
                 refusal is not None
-                and (refusal.resource_version, refusal.value) == written
                 and now < refusal.until
+                and ((refusal.resource_version, refusal.value) == written or blocked_by(memory))
             ):
-                status = ObjectConvergence(kind, name, "stale", fps, held, blocked=refusal.reason)
+                blocked = refusal.reason if refusal.blocking else None
+                status = ObjectConvergence(kind, name, "stale", fps, held, blocked=blocked)
                 return dataclasses.replace(
                     base, status=status, expiry=held_until, requeue_after=refusal.until - now
                 )
@@ -432,6 +504,7 @@ def plan(seen: Seen, bundles: list[Any], memory: Memory | None = None, now: floa
                     pending=ObjectConvergence(kind, name, "stale", fps, held),
                     landed=Memory(contest=(contest or Contest()).landed()),
                     refusal=again,
+                    written=written,
                 ),
             )
         case Invalid(reason=reason, message=message, bundle=bundle):

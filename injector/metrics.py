@@ -8,10 +8,14 @@
   (another server-side apply manager owns a field we would write; nothing written) or
   `refused` (the API refused the write as invalid; a Warning Event, no retry until the
   object or the bundle changes), `contested` (another manager's Update retook a field we
-  wrote; the injector backs off on that object, 5 s doubling to 5 minutes). Other
-  objects without the annotation are not counted. A sync that fails (an API error,
-  retried with backoff) is counted by the controller loop, as for every controller:
-  `controller_sync_total{controller="injector", result="error"}` (`kube.controller`).
+  wrote; the injector backs off on that object, 5 s doubling to 5 minutes), `failed`
+  (a write failed for any other reason — any API status, a timeout, a failed guard, an
+  exception — or planning the object failed; tried again after a back-off, and blocked
+  from `decide.FAILURE_BOUND` failures in a row on: `decide.settle`). Other
+  objects without the annotation are not counted. A sync never raises, so the
+  controller loop's `controller_sync_total{controller="injector", result="error"}`
+  stays 0; `failed` takes its place (the sync-errors alert counts it for the
+  cluster-scoped kinds: a tenant's ConfigMap has its Events, not a cluster alert).
   Every (kind, result) pair starts at 0 so rate alerts work from the first scrape.
 - `cabundle_injector_objects{kind, state}`: annotated objects by kind: `managed` (all of
   them) and those in each state that is not current (`injector.convergence`): `stale`
@@ -45,6 +49,7 @@ RESULTS = (
     "conflict",
     "refused",
     "contested",
+    "failed",
 )
 
 

@@ -64,6 +64,10 @@ class Kind:
     version: str
     resource: str
     namespaced: bool = False
+    reads_when_not_applicable: bool = False
+    """An object of this kind that cannot be written still reads the field (an immutable
+    ConfigMap's `ca.crt`): a blocked holder of what it selects. False: one that cannot
+    carry a caBundle verifies no server with one, and selects nothing."""
 
     @property
     def api_version(self) -> str:
@@ -97,7 +101,9 @@ MUTATING_WEBHOOK = Kind(
 API_SERVICE = Kind("APIService", "apiregistration.k8s.io", "v1", "apiservices")
 CRD = Kind("CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
-CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", namespaced=True)
+CONFIG_MAP = Kind(
+    "ConfigMap", "", "v1", "configmaps", namespaced=True, reads_when_not_applicable=True
+)
 """The fourth target kind (`injector.configmaps`): watched only with the injector's label."""
 
 KINDS: tuple[Kind, ...] = (VALIDATING_WEBHOOK, MUTATING_WEBHOOK, API_SERVICE, CRD)

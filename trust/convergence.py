@@ -39,7 +39,8 @@ The report (JSON, keys sorted, compact; unknown keys are ignored, so it may grow
      "kinds": {"ConfigMap": {"managed": 4, "current": 2, "stale": 1, "blocked": 1,
                              "lagging": [{"name": "ns/web-ca", "state": "blocked",
                                           "reason": "the API refused the write: ..."}]}},
-     "observedAnchors": ["<fp>", ...]}
+     "observedAnchors": ["<fp>", ...],
+     "pending": ["ConfigMap/ns/web-ca", ...]}
 
 * `complete`: every object the injector manages has been synced at least once since
   this leader started leading (after a restart or a leader change the statuses it has
@@ -54,9 +55,17 @@ The report (JSON, keys sorted, compact; unknown keys are ignored, so it may grow
   (a write is due), `blocked` (see above, any scope); `lagging` names the first
   `MAX_LAGGING` stale or blocked ones (blocked first, then by name), a blocked one with
   its reason.
-* `observedAnchors`: the anchors of every ClusterTrustBundle (any signer) whose version
-  the injector has seen and every object that may select it has been synced since. An
-  anchor seen here but in no `anchors` row is selected by nothing: converged.
+* `observedAnchors`: the anchors every ClusterTrustBundle holding them (any signer) has
+  been observed for: the injector has seen the bundle's version and every object that may
+  select it has been synced since. An anchor is observed only when every cached bundle
+  containing it is (per anchor, as convergence is). An anchor seen here but in no
+  `anchors` row is selected by nothing: converged.
+* `pending` (only while `complete` is false; absent otherwise, and from older writers):
+  the keys (`<Kind>/<name>` or `<Kind>/<namespace>/<name>`) of the first `MAX_LAGGING`
+  objects, by key, not synced since this leader started leading — what keeps the report
+  incomplete ("(not leading)" before it leads). Each key is at most `MAX_KEY` characters.
+  Every sync of a key ends classified (the injector's sync raises nothing), so a key
+  leaves this list at its first sync.
 """
 
 from __future__ import annotations
@@ -95,6 +104,7 @@ MAX_LAGGING = 10
 MAX_COUNT = 10_000_000
 MAX_NAME = 317  # <namespace (63)>/<name (253)>
 MAX_REASON = 512
+MAX_KEY = 64 + 1 + MAX_NAME  # <Kind>/<namespace>/<name>
 
 _KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
 STATES = ("current", "stale", "blocked")
@@ -178,6 +188,8 @@ class ConvergenceReport:
     anchors: Mapping[str, AnchorCounts] = field(default_factory=dict)
     kinds: Mapping[str, KindCounts] = field(default_factory=dict)
     observed: frozenset[str] = frozenset()
+    pending: tuple[str, ...] = ()
+    """While incomplete: the keys of the first objects not yet synced (module docstring)."""
 
     def lagging(self) -> list[tuple[str, Lagging]]:
         """(kind, object) of every named lagging object, kinds in name order."""
@@ -222,13 +234,14 @@ class ObjectConvergence:
 
     @property
     def standing(self) -> str | None:
-        """The report's word for it: `current`, `blocked`, `stale`, or None (it selects
-        nothing, e.g. an empty selection: it holds no anchor back)."""
+        """The report's word for it: `current`, `blocked`, `stale`, or None (it holds no
+        anchor back: it selects nothing — an empty selection, a bad selector, an object
+        that verifies nothing with a caBundle — or holds all it selects)."""
         if self.state == "current":
             return "current"
-        if self.blocked is not None:
-            return "blocked"
-        return "stale" if self.selecting - self.holding else None
+        if not self.selecting - self.holding:
+            return None
+        return "stale" if self.blocked is None else "blocked"
 
 
 def summarise(
@@ -237,6 +250,7 @@ def summarise(
     kinds: Iterable[str] = (),
     observed: Iterable[str] = (),
     complete: bool,
+    pending: Iterable[str] = (),
 ) -> ConvergenceReport:
     """The report of `objects` (every kind in `kinds` gets a row, even empty)."""
     anchors: dict[str, list[int]] = {}
@@ -268,6 +282,7 @@ def summarise(
             for kind, counts in rows.items()
         },
         frozenset(observed),
+        () if complete else tuple(pending)[:MAX_LAGGING],
     )
 
 
@@ -299,6 +314,8 @@ def encode(report: ConvergenceReport) -> str:
         "kinds": {kind: _encode_kind(row) for kind, row in kinds},
         "observedAnchors": observed[:MAX_ANCHORS],
     }
+    if not value["complete"] and report.pending:
+        value["pending"] = [key[:MAX_KEY] for key in report.pending[:MAX_LAGGING]]
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
@@ -350,7 +367,14 @@ def parse(text: object) -> ConvergenceReport:
         _fingerprint(fp, "observedAnchors")
         for fp in _list(doc.get("observedAnchors", []), "observedAnchors", MAX_ANCHORS)
     )
-    return ConvergenceReport(complete, anchors, kinds, observed)
+    pending = tuple(_key(key) for key in _list(doc.get("pending", []), "pending", MAX_LAGGING))
+    return ConvergenceReport(complete, anchors, kinds, observed, pending)
+
+
+def _key(value: object) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_KEY:
+        raise ReportError(f"pending: a key is not a string of 1..{MAX_KEY}")
+    return value
 
 
 def _mapping(value: object, where: str) -> Mapping[str, Any]:

@@ -16,8 +16,12 @@ Decisions:
 - A `metav1.LabelSelector` is validated as apimachinery's `LabelSelectorAsSelector` does:
   label keys and values in Kubernetes label syntax, operators `In`/`NotIn` with at least
   one value, `Exists`/`DoesNotExist` with none. Errors name the offending part.
-- `parse_selector_json` reads the selector from text (the injector's annotation); a
-  malformed document, a non-object, or a wrong field type is a `SelectorError`.
+- `parse_selector_json` reads the selector from text (the injector's annotation, a
+  tenant's to write); a malformed document, a non-object, or a wrong field type is a
+  `SelectorError`, and so is anything else the text can make a parser do: it is total.
+  Text over `MAX_TEXT` characters or nested deeper than `MAX_DEPTH` is refused before
+  it is decoded (a selector nests 5 deep; `json.loads` recurses once per level), and any
+  other exception a decode or a check raises becomes a `SelectorError` naming its type.
 """
 
 from __future__ import annotations
@@ -29,6 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trust.bundle import BundleError, normalize_bundle
+
+MAX_TEXT = 64 * 1024
+"""The longest selector text decoded (a selector is a few hundred bytes)."""
+MAX_DEPTH = 8
+"""The deepest nesting of `[` and `{` decoded (a selector's deepest value, an
+expression's `values`, is at depth 5)."""
 
 _FIELDS = ("name", "signerName", "labelSelector")
 _LABEL_SELECTOR_FIELDS = ("matchLabels", "matchExpressions")
@@ -72,12 +82,53 @@ class ClusterTrustBundleSelector:
 
 
 def parse_selector_json(text: str) -> ClusterTrustBundleSelector:
-    """The selector written as a JSON object (the injector's annotation value)."""
+    """The selector written as a JSON object (the injector's annotation value). Raises
+    `SelectorError` and nothing else, whatever `text` is."""
+    if not isinstance(text, str):
+        raise SelectorError(f"a selector is text, not {type(text).__name__}")
+    if len(text) > MAX_TEXT:
+        raise SelectorError(f"longer than {MAX_TEXT} characters")
+    depth = nesting_depth(text)
+    if depth > MAX_DEPTH:
+        raise SelectorError(f"nested {depth} deep (a selector nests at most {MAX_DEPTH})")
     try:
         value = json.loads(text)
     except ValueError as err:
-        raise SelectorError(f"not valid JSON: {err}") from None
-    return parse_selector(value)
+        raise SelectorError(f"not valid JSON: {str(err)[:200]}") from None
+    except Exception as err:  # total: nothing a tenant writes may escape
+        raise SelectorError(f"not valid JSON ({type(err).__name__})") from None
+    try:
+        return parse_selector(value)
+    except SelectorError:
+        raise
+    except Exception as err:  # total, as above
+        raise SelectorError(f"not a valid selector ({type(err).__name__})") from None
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest nesting of `[` and `{` in `text` outside JSON strings, without
+    decoding it (linear, no recursion); it stops counting past `MAX_DEPTH`."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    return deepest
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def parse_selector(value: Any) -> ClusterTrustBundleSelector:

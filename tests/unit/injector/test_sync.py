@@ -134,19 +134,24 @@ def loop_errors(ctrl: InjectorController) -> float | None:
     )
 
 
-def test_an_api_error_raises_for_the_loop_which_counts_and_retries_it() -> None:
+def test_an_api_error_is_contained_to_its_key_counted_and_looked_at_again_after_a_back_off() -> (
+    None
+):
+    """A write failing with any API status is not raised to the loop (whose retries would
+    keep the key from ever counting as synced): the key is `stale` (it holds what it
+    selects), counted `failed`, and requeued after `FAILURE_FIRST`."""
     target = to_target(VALIDATING_WEBHOOK, webhook_config())
     ctrl, _, events, _ = controller(
         [target], [ctb("b1", ["a"])], FakeClient(ApiError(503, "Service Unavailable"))
     )
-    with pytest.raises(ApiError):
-        ctrl.sync(target.key)
+    assert ctrl.sync(target.key) == Requeue(decisions.FAILURE_FIRST)
     ctrl.queue.add(target.key)
     assert ctrl.loop.process_next_work_item()
-    assert loop_errors(ctrl) == 1
-    assert ctrl.queue.num_requeues(target.key) == 1
+    assert loop_errors(ctrl) == 0
+    assert ctrl.metrics.count("ValidatingWebhookConfiguration", "failed") == 1
     assert ctrl.metrics.count("ValidatingWebhookConfiguration", "injected") == 0
-    assert events.events == []
+    assert status_of(ctrl).state == "stale" and not status_of(ctrl).blocked
+    assert events.events == []  # an Event once the failures block it
     ctrl.queue.shut_down()
 
 
@@ -314,12 +319,13 @@ def test_a_refused_write_is_blocked_with_the_apis_reason_and_held_for_a_doubling
 
 
 def test_a_write_whose_guard_failed_leaves_the_object_stale_and_unblocked() -> None:
+    """A failed `test` guard (the object changed since the cache saw it) is an early
+    failure: `stale`, no Event, looked at again after the failure back-off."""
     target = to_target(VALIDATING_WEBHOOK, webhook_config())
     guard = ApiError(422, "Invalid", {"message": "the test failed", "details": {}})
     ctrl, client, events, _ = controller([target], [ctb("b1", ["a"])], FakeClient(guard))
-    ctrl.sync(target.key)
-    ctrl.sync(target.key)
-    assert len(client.patches) == 2  # not held: its watch event re-drives it
+    assert ctrl.sync(target.key) == Requeue(decisions.FAILURE_FIRST)
+    assert len(client.patches) == 1
     assert events.events == []
     assert status_of(ctrl).state == "stale" and not status_of(ctrl).blocked
     assert ctrl.metrics.count(KIND, "refused") == 0

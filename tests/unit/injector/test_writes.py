@@ -21,6 +21,7 @@ from injector.targets import (
     to_target,
 )
 from kube.client import ApiError
+from kube.controller import Requeue
 from tests.unit.injector.builders import api_service, b64, crd, ctb, pem, webhook_config
 from tests.unit.injector.harness import FakeClient, controller
 from tests.unit.injector.test_configmaps import config_map
@@ -155,11 +156,11 @@ def test_config_map_keys_owned_by_another_apply_manager_conflict() -> None:
     assert isinstance(decisions.decide(target, [ctb("b1", ["a"])]), decisions.Conflict)
 
 
-def test_a_failed_guard_is_not_an_error_the_watch_brings_the_change() -> None:
+def test_a_failed_guard_is_not_an_error_it_is_looked_at_again_after_a_back_off() -> None:
     target = to_target(VALIDATING_WEBHOOK, webhook_config())
     failed = ApiError(422, "Invalid", {"reason": "Invalid", "details": {}})
     ctrl, _, events, _ = controller([target], [ctb("b1", ["a"])], FakeClient(failed))
-    assert ctrl.sync(target.key) is None
+    assert ctrl.sync(target.key) == Requeue(decisions.FAILURE_FIRST)
     assert events.events == []
 
 

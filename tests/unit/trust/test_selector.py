@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from cryptography import x509
@@ -10,7 +10,14 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from tests.unit import pki
 from trust.bundle import normalize_bundle, parse_anchors
-from trust.selector import SelectorError, parse_selector_json, resolve_selector
+from trust.selector import (
+    MAX_DEPTH,
+    MAX_TEXT,
+    SelectorError,
+    nesting_depth,
+    parse_selector_json,
+    resolve_selector,
+)
 
 
 def pem(cert: x509.Certificate) -> str:
@@ -227,3 +234,32 @@ def test_parse_selector_json_round_trips_valid_selectors() -> None:
         BUNDLES,
         parse_selector_json('{"signerName": "kubernetes.io/service-serving", "labelSelector": {}}'),
     ) == resolve_selector(BUNDLES, {"signerName": SIGNER, "labelSelector": {}})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("[" * 4000, id="4000-brackets"),
+        pytest.param("{" * 100_000, id="100000-braces"),
+        pytest.param('{"a":' * 900 + "1" + "}" * 900, id="deep-but-closed"),
+        pytest.param('{"signerName": "a.io/b", "labelSelector": ' + "[" * 50 + "]" * 50 + "}"),
+        pytest.param(" " * (MAX_TEXT + 1), id="over-the-length-bound"),
+        pytest.param('"\\ud800"', id="lone-surrogate"),
+        pytest.param('{"name": "\\udfff"}' + "\x00", id="surrogate-and-nul"),
+        pytest.param("1" * 5000, id="a-huge-integer"),
+        pytest.param('{"signerName": "a.io/b", "labelSelector": {"matchLabels": {"k": 1e999}}}'),
+        pytest.param(cast(Any, b"{}"), id="bytes"),
+        pytest.param(cast(Any, None), id="none"),
+    ],
+)
+def test_parse_selector_json_is_total_on_hostile_text(text: str) -> None:
+    """Whatever a tenant writes (deep nesting, huge text, bad encodings, numbers no
+    integer conversion takes), parsing raises `SelectorError` and nothing else."""
+    with pytest.raises(SelectorError):
+        parse_selector_json(text)
+
+
+def test_nesting_depth_counts_brackets_outside_strings_only() -> None:
+    assert nesting_depth('{"a": ["[[[[[[[[[[", {"b": "{{{{"}]}') == 3
+    assert nesting_depth('["\\"[[[[[[[[[[["]') == 1
+    assert nesting_depth("[" * 10_000) == MAX_DEPTH + 1
