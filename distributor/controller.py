@@ -4,8 +4,8 @@ namespace at a time the same way).
 
 Informers: every Namespace (name, uid, labels, terminating — a small record), the
 configuration ConfigMaps in the injector's own namespace (label
-`distribute.CONFIG_LABEL=true`), the copies across the cluster (label
-`distribute.FROM_LABEL` exists), indexed by namespace, and the ClusterTrustBundles (to
+`decide.CONFIG_LABEL=true`), the copies across the cluster (label
+`decide.FROM_LABEL` exists), indexed by namespace, and the ClusterTrustBundles (to
 create a copy already filled; keeping `ca.crt` current afterwards is the ConfigMap
 target's work, `injector.controller`). Handlers only enqueue namespaces; a configuration
 change enqueues every namespace.
@@ -19,7 +19,7 @@ most once an hour, no sync error, posted again at the next resync), a merge
 patch of the copied annotations and a delete, both conditional on the copy's uid and
 resourceVersion (a ConfigMap re-created by someone else under the same name, or a key
 added to ours after the cache saw it, is not deleted). Only ConfigMaps that are ours
-(`distribute.Copy.ours`, under the installation's secret key, `distributor.key`) are
+(`decide.Copy.ours`, under the installation's secret key, `distributor.key`) are
 patched or deleted; without a key nothing is created, patched or deleted.
 """
 
@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from distributor import decide as distribute
+from distributor import decide
 from distributor.key import SecretKey
 from distributor.metrics import DistributorMetrics
 from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not_found
@@ -60,20 +60,20 @@ NOT_OURS_RETRY = 3600.0
 otherwise cost one POST per such namespace)."""
 
 
-class NamespaceCache(Cache[distribute.Namespace], Protocol):
-    def get(self, key: str) -> distribute.Namespace | None: ...
+class NamespaceCache(Cache[decide.Namespace], Protocol):
+    def get(self, key: str) -> decide.Namespace | None: ...
 
     def keys(self) -> list[str]: ...
 
 
-class DistributionCache(Cache[distribute.Distribution], Protocol):
-    def list(self) -> list[distribute.Distribution]: ...
+class DistributionCache(Cache[decide.Distribution], Protocol):
+    def list(self) -> list[decide.Distribution]: ...
 
 
-class CopyCache(Cache[distribute.Copy], Protocol):
-    def by_index(self, index_name: str, value: str) -> list[distribute.Copy]: ...
+class CopyCache(Cache[decide.Copy], Protocol):
+    def by_index(self, index_name: str, value: str) -> list[decide.Copy]: ...
 
-    def list(self) -> list[distribute.Copy]: ...
+    def list(self) -> list[decide.Copy]: ...
 
 
 class BundleCache(Cache[JSON], Protocol):
@@ -98,13 +98,13 @@ def informers(factory: InformerFactory, *, namespace: str, ctb_version: str) -> 
         configs=factory.informer(
             f"/api/v1/namespaces/{namespace}/configmaps",
             name="configmaps-distributions",
-            label_selector=distribute.CONFIG_SELECTOR,
+            label_selector=decide.CONFIG_SELECTOR,
             transform=_distribution,
         ),
         copies=factory.informer(
             "/api/v1/configmaps",
             name="configmaps-distributed",
-            label_selector=distribute.FROM_LABEL,
+            label_selector=decide.FROM_LABEL,
             transform=_copy,
             indexers={NAMESPACE_INDEX: _copy_namespace},
         ),
@@ -149,10 +149,10 @@ class DistributionController:
         # (namespace, ConfigMap name) → (namespace uid, configuration, monotonic time) of
         # a create refused with AlreadyExists: not posted again before NOT_OURS_RETRY
         # into that namespace (one made again under the name has another uid).
-        self._refused: dict[tuple[str, str], tuple[str, distribute.Distribution, float]] = {}
+        self._refused: dict[tuple[str, str], tuple[str, decide.Distribution, float]] = {}
         # (Event reason, configuration name) → (configuration, monotonic time) of the
         # last such Event on it (`_warn_hourly`).
-        self._warned: dict[tuple[str, str], tuple[distribute.Distribution, float]] = {}
+        self._warned: dict[tuple[str, str], tuple[decide.Distribution, float]] = {}
         self._refused_lock = threading.Lock()
         self.namespaces.add_handler(self._on_namespace, self._on_namespace_update, None)
         self.copies.add_handler(self._on_copy, self._on_copy_update, self._on_copy)
@@ -173,25 +173,25 @@ class DistributionController:
             resync_keys=self.every_namespace,
         )
 
-    def _on_namespace(self, namespace: distribute.Namespace) -> None:
+    def _on_namespace(self, namespace: decide.Namespace) -> None:
         self.queue.add(namespace.name)
 
-    def _on_namespace_update(self, old: distribute.Namespace, new: distribute.Namespace) -> None:
+    def _on_namespace_update(self, old: decide.Namespace, new: decide.Namespace) -> None:
         if old != new:
             self.queue.add(new.name)
 
-    def _on_copy(self, copy: distribute.Copy) -> None:
+    def _on_copy(self, copy: decide.Copy) -> None:
         self.queue.add(copy.namespace)
 
-    def _on_copy_update(self, old: distribute.Copy, new: distribute.Copy) -> None:
+    def _on_copy_update(self, old: decide.Copy, new: decide.Copy) -> None:
         if old != new:
             self.queue.add(new.namespace)
 
-    def _on_config_update(self, old: distribute.Distribution, new: distribute.Distribution) -> None:
+    def _on_config_update(self, old: decide.Distribution, new: decide.Distribution) -> None:
         if old != new:
             self._on_config(new)
 
-    def _on_config(self, distribution: distribute.Distribution) -> None:
+    def _on_config(self, distribution: decide.Distribution) -> None:
         self.queue.add(CONFIGURATION_KEY + distribution.name)
         for name in self.every_namespace():
             self.queue.add(name)
@@ -224,7 +224,7 @@ class DistributionController:
         namespace = self.namespaces.get(key)
         if namespace is None:
             self._forget_refusals(key)
-        actions = distribute.plan(
+        actions = decide.plan(
             namespace,
             self.configs.list(),
             self.copies.by_index(NAMESPACE_INDEX, key),
@@ -233,27 +233,27 @@ class DistributionController:
         stale = False  # a write conditional on what the cache saw met a newer copy
         for action in actions:
             match action:
-                case distribute.Create(distribution=d):
+                case decide.Create(distribution=d):
                     self._create(d, key, installation)
-                case distribute.NotOurs(distribution=d, existing=existing):
+                case decide.NotOurs(distribution=d, existing=existing):
                     self._not_ours(
                         d,
                         key,
-                        f"it bears {distribute.FROM_LABEL}="
+                        f"it bears {decide.FROM_LABEL}="
                         f"{existing.distributed_from!r} but not this installation's "
-                        f"mark, or holds keys other than {distribute.OUR_KEYS[0]}",
+                        f"mark, or holds keys other than {decide.OUR_KEYS[0]}",
                     )
-                case distribute.Update(distribution=d, copy=copy):
+                case decide.Update(distribution=d, copy=copy):
                     stale |= self._patch(
-                        copy.namespace, copy.name, distribute.annotations_patch(d, copy)
+                        copy.namespace, copy.name, decide.annotations_patch(d, copy)
                     )
-                case distribute.Delete(copy=copy):
+                case decide.Delete(copy=copy):
                     stale |= self._delete(copy)
-                case distribute.Clash(distribution=d, winner=winner):
+                case decide.Clash(distribution=d, winner=winner):
                     self.metrics.observe("clash")
                     self.recorder.warning(
                         self._ref(d),
-                        distribute.REASON_CLASH,
+                        decide.REASON_CLASH,
                         f"configuration {winner.name} also distributes ConfigMap "
                         f"{d.config_map_name} to namespace {key}; it wins (first by name)",
                         "Distribute",
@@ -267,7 +267,7 @@ class DistributionController:
             if distribution.name == name and distribution.problem is not None:
                 self.recorder.warning(
                     self._ref(distribution),
-                    distribute.REASON_INVALID,
+                    decide.REASON_INVALID,
                     f"{distribution.problem}; existing copies are kept, none is created",
                     "Distribute",
                 )
@@ -286,7 +286,7 @@ class DistributionController:
             for gone in [k for k in self._refused if k[0] == namespace]:
                 del self._refused[gone]
 
-    def _bundle(self, distribution: distribute.Distribution) -> str | None:
+    def _bundle(self, distribution: decide.Distribution) -> str | None:
         """The PEM a copy is created with (None: nothing resolves yet)."""
         if self.bundles is None:
             return None
@@ -298,7 +298,7 @@ class DistributionController:
         except (SelectorError, BundleError):
             return None
 
-    def _recently_refused(self, distribution: distribute.Distribution, namespace: str) -> bool:
+    def _recently_refused(self, distribution: decide.Distribution, namespace: str) -> bool:
         """Reported not ours for this configuration less than `NOT_OURS_RETRY` ago."""
         with self._refused_lock:
             seen = self._refused.get((namespace, distribution.config_map_name))
@@ -309,7 +309,7 @@ class DistributionController:
             and time.monotonic() - seen[2] < NOT_OURS_RETRY
         )
 
-    def _not_ours(self, distribution: distribute.Distribution, namespace: str, why: str) -> None:
+    def _not_ours(self, distribution: decide.Distribution, namespace: str, why: str) -> None:
         if self._recently_refused(distribution, namespace):
             return
         with self._refused_lock:
@@ -328,14 +328,12 @@ class DistributionController:
         # at once.
         self._warn_hourly(
             distribution,
-            distribute.REASON_NOT_OURS,
+            decide.REASON_NOT_OURS,
             f"{what}. Further namespaces within the hour are logged and counted in "
             f'trust_distributor_actions_total{{action="not_ours"}}, not reported again',
         )
 
-    def _over_quota(
-        self, distribution: distribute.Distribution, namespace: str, err: ApiError
-    ) -> None:
+    def _over_quota(self, distribution: decide.Distribution, namespace: str, err: ApiError) -> None:
         """The namespace's ResourceQuota has no room for the copy: the namespace's
         matter, not a distributor failure (no raise, so no sync error). Counted, logged,
         one Warning an hour on the configuration; the next resync posts again."""
@@ -347,12 +345,12 @@ class DistributionController:
         log.warning(what, extra={"configuration": distribution.name})
         self._warn_hourly(
             distribution,
-            distribute.REASON_QUOTA,
+            decide.REASON_QUOTA,
             f"{what}. Further namespaces within the hour are logged and counted in "
             f'trust_distributor_refusals_total{{reason="quota"}}, not reported again',
         )
 
-    def _warn_hourly(self, distribution: distribute.Distribution, reason: str, note: str) -> None:
+    def _warn_hourly(self, distribution: decide.Distribution, reason: str, note: str) -> None:
         """A Warning on the configuration, unless one of `reason` went to the same
         configuration less than `NOT_OURS_RETRY` ago: what many namespaces meet at once
         is one Event, not one per namespace per resync."""
@@ -364,14 +362,10 @@ class DistributionController:
             self._warned[(reason, distribution.name)] = (distribution, now)
         self.recorder.warning(self._ref(distribution), reason, note, "Distribute")
 
-    def _create(
-        self, distribution: distribute.Distribution, namespace: str, installation: str
-    ) -> None:
+    def _create(self, distribution: decide.Distribution, namespace: str, installation: str) -> None:
         if self._recently_refused(distribution, namespace):
             return  # refused with AlreadyExists lately: no POST per resync
-        body = distribute.copy_body(
-            distribution, namespace, installation, self._bundle(distribution)
-        )
+        body = decide.copy_body(distribution, namespace, installation, self._bundle(distribution))
         try:
             self.client.create(
                 f"/api/v1/namespaces/{namespace}/configmaps",
@@ -410,7 +404,7 @@ class DistributionController:
         self.metrics.observe("updated")
         return False
 
-    def _delete(self, copy: distribute.Copy) -> bool:
+    def _delete(self, copy: decide.Copy) -> bool:
         """Delete the copy; True when its uid/resourceVersion precondition failed."""
         try:
             self.client.delete(
@@ -436,7 +430,7 @@ class DistributionController:
         log.info("removed distributed ConfigMap", extra={"object": copy.key})
         return False
 
-    def _ref(self, distribution: distribute.Distribution) -> ObjectRef:
+    def _ref(self, distribution: decide.Distribution) -> ObjectRef:
         return ObjectRef("ConfigMap", self.namespace, distribution.name, distribution.uid)
 
 
@@ -449,17 +443,17 @@ def _over_quota(err: ApiError) -> bool:
     return err.status == 403 and "exceeded quota" in str(err)
 
 
-def _namespace(raw: Any) -> distribute.Namespace:
-    return distribute.to_namespace(raw)
+def _namespace(raw: Any) -> decide.Namespace:
+    return decide.to_namespace(raw)
 
 
-def _distribution(raw: Any) -> distribute.Distribution:
-    return distribute.to_distribution(raw)
+def _distribution(raw: Any) -> decide.Distribution:
+    return decide.to_distribution(raw)
 
 
-def _copy(raw: Any) -> distribute.Copy:
-    return distribute.to_copy(raw)
+def _copy(raw: Any) -> decide.Copy:
+    return decide.to_copy(raw)
 
 
-def _copy_namespace(copy: distribute.Copy) -> list[str]:
+def _copy_namespace(copy: decide.Copy) -> list[str]:
     return [copy.namespace]

@@ -56,6 +56,10 @@ NAME_LIMIT = 253
 FINISH_SECONDS = 6 * 60.0  # client-go tools/events finishTime
 REFRESH_SECONDS = 30 * 60.0  # client-go tools/events refreshTime
 TICK_SECONDS = 5.0  # how often the sender thread looks at the two periods
+REPORTING_CONTROLLER = "service-serving-signer"
+"""The `reportingController` of the Events this project records (the process's recorder)
+and the one `explain` looks for; like `kube.client`'s user agent, the one name of ours
+here."""
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry
 from kube.client import Client
 from kube.controller import Controller, Requeue
 from kube.discovery import CERTIFICATES_GROUP, served_version
-from kube.events import EventRecorder
+from kube.events import REPORTING_CONTROLLER, EventRecorder
 from kube.factory import InformerFactory
 from kube.leases import LeaseRef
 from manager.options import SIGNING_CONTROLLERS, Options
@@ -51,8 +51,6 @@ if TYPE_CHECKING:
     from trust.material import MaterialSource
 
 log = logging.getLogger(__name__)
-
-REPORTING_CONTROLLER = "service-serving-signer"
 
 
 class StartupFailure(Exception):

@@ -3,7 +3,8 @@
 a bundle named after the hash of its content — and beside it one bundle whose name survives
 rotation.
 
-What one sync decides, from the current normalised trust bundle:
+What one sync decides, from the current normalised trust bundle (`publisher.decide.plan`,
+pure: `sync` reads the cache, plans, then acts in the plan's order):
 
 1. the object `<signer with ":">:<24 hex of sha256>` must exist with exactly that
    `spec.trustBundle`, the `app.kubernetes.io/managed-by=service-serving-signer` label and
@@ -49,13 +50,12 @@ trust-bundle expiry gauge.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -69,31 +69,16 @@ from kube.client import (
 )
 from kube.controller import Cache, Loop, Requeue
 from kube.factory import InformerFactory
-from kube.times import parse_time
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
+from publisher import decide
 from publisher.metrics import PublisherMetrics
-from trust.bundle import (
-    BundleError,
-    TrustBundle,
-    anchor_ders,
-    bundle_name,
-    earliest_expiry,
-    normalize_bundle,
-    stable_bundle_name,
-)
+from trust.bundle import TrustBundle, stable_bundle_name
 from trust.clustertrustbundles import bundles_path
 
 log = logging.getLogger(__name__)
 
 GROUP = "certificates.k8s.io"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "service-serving-signer"
-PUBLISHED_BY_ANNOTATION = "service-serving-signer/published-by"
-REVOKED_ROOTS_ANNOTATION = "service-serving-signer/revoked-roots"
-"""On the stable bundle: the sha256 fingerprints of roots revoked for good (the managed
-CA writes it, `managedca.layout.REVOKED_ROOTS`). Another replica's bundle holding one is
-never kept: a lagging publisher must not keep a revoked root published."""
 QUEUE_NAME = "ca_cert_publisher_cluster_trust_bundles"
 KEY = ""  # the single queue key, as in KCM
 
@@ -196,186 +181,76 @@ class PublisherController:
     # the reconcile -------------------------------------------------------------------
 
     def sync(self, key: str = KEY) -> Requeue | None:
-        """One reconcile from the cache (there is one key). Raises on any failed API call,
-        for the loop to retry."""
-        bundle = self.bundle_source()
-        self._sync(bundle)
-        self.metrics.trust_bundle_expiry.set(earliest_expiry(bundle.pem).timestamp())
+        """One reconcile from the cache (there is one key): read, plan, act. Raises on any
+        failed API call, for the loop to retry; a successful one sets the expiry gauge."""
+        self._sync(self.bundle_source())
         return None
 
     def _sync(self, bundle: TrustBundle) -> None:
-        name = bundle_name(self.signer_name, bundle.pem)
-        existing = self.cache.get(name)
-        if existing is None:
-            self._create(name, bundle.pem, hashed=True)
-        elif not self._up_to_date(existing, bundle.pem):
-            self._replace(existing, bundle.pem, hashed=True)
-        kept: list[JSON] = []
-        stale: list[JSON] = []
-        revoked = _revoked(self.cache.get(self.stable_name))
-        for obj in self.cache.list():
-            other = _name(obj)
-            if other in (name, self.stable_name) or _signer(obj) != self.signer_name:
-                continue
-            if _another_replicas_newer(obj, bundle, self.publisher_id) and not _holds(obj, revoked):
-                kept.append(obj)
-            else:
-                stale.append(obj)
-        self._warn_kept({_name(obj) for obj in kept}, bundle)
-        if not self._stable_in_place(_union(bundle, kept)):
-            return
+        planned = decide.plan(
+            bundle,
+            self.cache.list(),
+            signer_name=self.signer_name,
+            publisher_id=self.publisher_id,
+            api_version=self.ctb_version,
+        )
+        self._act(planned)
+        self.metrics.trust_bundle_expiry.set(planned.expiry.timestamp())
+
+    def _act(self, planned: decide.Plan) -> None:
+        """Carry out the plan in order; a stable bundle's write that does not go through
+        defers the deletes (its own watch event reconciles again); a failed delete does
+        not stop the others."""
+        self._warn_kept(planned.kept, planned.digest)
         errors: list[ApiError] = []
-        for obj in stale:
+        for op in planned.ops:
             try:
-                self._delete(obj)
+                went_through = self._apply(op)
             except ApiError as e:
+                if not isinstance(op, decide.Delete):
+                    raise
                 errors.append(e)
+                continue
+            if not went_through:
+                return
         if errors:
             raise errors[0]
 
-    def _stable_in_place(self, anchors: str) -> bool:
-        """The stable bundle holds `anchors` (True), or our write of it did not go
-        through and its watch event will reconcile again (False)."""
-        existing = self.cache.get(self.stable_name)
-        if existing is None:
-            return self._create(self.stable_name, anchors, hashed=False)
-        if self._up_to_date(existing, anchors):
-            return True
+    def _apply(self, op: decide.Op) -> bool:
+        """One write; False only when the stable bundle's write did not go through."""
+        path = f"{self.path}/{path_segment(op.name)}"
         try:
-            self._replace(existing, anchors, hashed=False)
+            match op:
+                case decide.Create():
+                    self.client.create(self.path, op.body)
+                    log.info("created ClusterTrustBundle", extra={"bundle": op.name})
+                case decide.Replace():
+                    self.client.replace(path, op.body)
+                    done = "restored" if op.hashed else "updated in place"
+                    log.info("ClusterTrustBundle %s", done, extra={"bundle": op.name})
+                case decide.Delete():
+                    self.client.delete(path, op.body)
+                    log.info("deleted stale ClusterTrustBundle", extra={"bundle": op.name})
         except ApiError as e:
-            # Our cache lags a newer version (ours, or someone's edit): its event comes.
-            if is_conflict(e):
-                return False
+            match op:
+                case decide.Create() if is_already_exists(e):
+                    # Our cache lags our own earlier create: its watch event brings it in.
+                    return op.hashed
+                case decide.Replace() if is_conflict(e) and not op.hashed:
+                    # Our cache lags a newer version (ours, or someone's edit): its event comes.
+                    return False
+                case decide.Delete() if is_not_found(e) or is_conflict(e):
+                    # Already gone, or replaced by a new object (its own event reconciles).
+                    return True
             raise
         return True
 
-    def _warn_kept(self, kept: set[str], bundle: TrustBundle) -> None:
+    def _warn_kept(self, kept: frozenset[str], digest: str) -> None:
         for other in sorted(kept - self._kept):
             log.warning(
                 "keeping a newer ClusterTrustBundle of another replica that holds anchors our "
                 "trust-bundle file lacks (is this replica's ConfigMap volume stale?) until the "
                 "file changes",
-                extra={"bundle": other, "trustBundle": bundle.digest},
+                extra={"bundle": other, "trustBundle": digest},
             )
-        self._kept = kept
-
-    def _up_to_date(self, obj: JSON, bundle: str) -> bool:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        return bool(
-            (obj.get("spec") or {}).get("trustBundle") == bundle
-            and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
-        )
-
-    def _create(self, name: str, bundle: str, *, hashed: bool) -> bool:
-        """Create `name`; False when it already exists (the cache lags our own earlier
-        create; its watch event will bring it in)."""
-        metadata: JSON = {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}}
-        if hashed:
-            metadata["annotations"] = {PUBLISHED_BY_ANNOTATION: self.publisher_id}
-        body: JSON = {
-            "apiVersion": f"{GROUP}/{self.ctb_version}",
-            "kind": "ClusterTrustBundle",
-            "metadata": metadata,
-            "spec": {"signerName": self.signer_name, "trustBundle": bundle},
-        }
-        try:
-            self.client.create(self.path, body)
-        except ApiError as e:
-            if is_already_exists(e):
-                return False
-            raise
-        log.info("created ClusterTrustBundle", extra={"bundle": name})
-        return True
-
-    def _replace(self, obj: JSON, bundle: str, *, hashed: bool) -> None:
-        metadata: dict[str, Any] = dict(obj.get("metadata") or {})
-        metadata["labels"] = {**(metadata.get("labels") or {}), MANAGED_BY_LABEL: MANAGED_BY}
-        if hashed:
-            metadata["annotations"] = {
-                **(metadata.get("annotations") or {}),
-                PUBLISHED_BY_ANNOTATION: self.publisher_id,
-            }
-        body: JSON = {
-            **obj,
-            "apiVersion": f"{GROUP}/{self.ctb_version}",
-            "kind": "ClusterTrustBundle",
-            "metadata": metadata,
-            "spec": {**(obj.get("spec") or {}), "trustBundle": bundle},
-        }
-        self.client.replace(f"{self.path}/{path_segment(metadata['name'])}", body)
-        log.info(
-            "restored ClusterTrustBundle" if hashed else "updated ClusterTrustBundle in place",
-            extra={"bundle": metadata["name"]},
-        )
-
-    def _delete(self, obj: JSON) -> None:
-        name = _name(obj)
-        uid = (obj.get("metadata") or {}).get("uid")
-        body: JSON | None = None
-        if uid:
-            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
-        try:
-            self.client.delete(f"{self.path}/{path_segment(name)}", body)
-        except ApiError as e:
-            # Already gone, or replaced by a new object (its own event will reconcile).
-            if is_not_found(e) or is_conflict(e):
-                return
-            raise
-        log.info("deleted stale ClusterTrustBundle", extra={"bundle": name})
-
-
-def _another_replicas_newer(obj: JSON, bundle: TrustBundle, publisher_id: str) -> bool:
-    """Another replica's bundle published from a newer file than ours (see the module
-    docstring, point 4)."""
-    metadata = obj.get("metadata") or {}
-    if (metadata.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY:
-        return False
-    if (metadata.get("annotations") or {}).get(PUBLISHED_BY_ANNOTATION) == publisher_id:
-        return False
-    created = parse_time(metadata.get("creationTimestamp"))
-    # creationTimestamp has whole seconds: compare with the mtime's second.
-    if created is None or created < bundle.modified.replace(microsecond=0):
-        return False
-    try:
-        theirs = anchor_ders(str((obj.get("spec") or {}).get("trustBundle") or ""))
-    except BundleError:
-        return False
-    return bool(theirs - anchor_ders(bundle.pem))
-
-
-def _revoked(stable: JSON | None) -> frozenset[str]:
-    annotations = ((stable or {}).get("metadata") or {}).get("annotations") or {}
-    text = str(annotations.get(REVOKED_ROOTS_ANNOTATION) or "")
-    return frozenset(f.strip().lower() for f in text.split(",") if f.strip())
-
-
-def _holds(obj: JSON, revoked: frozenset[str]) -> bool:
-    """Whether the bundle `obj` holds a root listed in `revoked` (an unreadable one: no)."""
-    if not revoked:
-        return False
-    try:
-        ders = anchor_ders(str((obj.get("spec") or {}).get("trustBundle") or ""))
-    except BundleError:
-        return False
-    return any(hashlib.sha256(der).hexdigest() in revoked for der in ders)
-
-
-def _union(bundle: TrustBundle, kept: list[JSON]) -> str:
-    """What the stable bundle holds: our anchors and those of the bundles point 4 keeps
-    (just ours if the union would not fit in one ClusterTrustBundle)."""
-    if not kept:
-        return bundle.pem
-    pems = [str((obj.get("spec") or {}).get("trustBundle") or "") for obj in kept]
-    try:
-        return normalize_bundle(bundle.pem + "".join(pems))
-    except BundleError:
-        return bundle.pem
-
-
-def _name(obj: JSON) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
-
-
-def _signer(obj: JSON) -> str:
-    return str((obj.get("spec") or {}).get("signerName", ""))
+        self._kept = set(kept)

@@ -53,6 +53,7 @@ from typing import Any
 from cryptography import x509
 
 from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.events import REPORTING_CONTROLLER
 from kube.presence import PresenceVerdict
 from kube.times import format_time, parse_time, span
 from kube.types import JSON
@@ -82,9 +83,6 @@ STUCK_AFTER = timedelta(minutes=5)
 # How recent a trace of the signer acting (a decision written, an Event recorded) must
 # be to count when no Lease holder renews.
 ACTIVE_WITHIN = timedelta(minutes=5)
-# The Events' reportingController (manager.controllers.REPORTING_CONTROLLER; explain,
-# a read-only tool, does not import the process).
-REPORTING_CONTROLLER = "service-serving-signer"
 
 
 class Outcome(enum.IntEnum):

@@ -33,7 +33,7 @@ import yaml
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from controlplane import ControlPlane, binaries
-from distributor import decide as distribute
+from distributor import decide
 from distributor.key import KEY_SECRET
 from injector.targets import API_SERVICE, CRD, VALIDATING_WEBHOOK, Kind, release_ops, to_target
 from kube.client import ApiError, Client, is_not_found
@@ -217,10 +217,10 @@ def copy_shaped(name: str, **extra_data: str) -> dict[str, Any]:
     return {
         "metadata": {
             "name": name,
-            "labels": {LABEL: "true", distribute.FROM_LABEL: "trust"},
+            "labels": {LABEL: "true", decide.FROM_LABEL: "trust"},
             "annotations": {
                 ANNOTATION: '{"name": "x"}',
-                distribute.MARK_ANNOTATION: "0" * 64,
+                decide.MARK_ANNOTATION: "0" * 64,
             },
         },
         "data": {"ca.crt": "pem", **extra_data},
@@ -625,11 +625,11 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
         "CRD: another label": (add(crd, "/metadata/labels", {"team": "attacker"}), MSG_LABELS),
         "ConfigMap: another label": (add(trust, "/metadata/labels/team", "attacker"), MSG_LABELS),
         "copy: distributed-from changed": (
-            replace(copy_, f"/metadata/labels/{escape(distribute.FROM_LABEL)}", "other"),
+            replace(copy_, f"/metadata/labels/{escape(decide.FROM_LABEL)}", "other"),
             MSG_LABELS,
         ),
         "copy: mark removed": (
-            remove(copy_, f"/metadata/annotations/{escape(distribute.MARK_ANNOTATION)}"),
+            remove(copy_, f"/metadata/annotations/{escape(decide.MARK_ANNOTATION)}"),
             MSG_ANNOTATIONS,
         ),
         "copy: another annotation": (
@@ -703,7 +703,7 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
                 copy_shaped("planted")
                 | {
                     "metadata": copy_shaped("planted")["metadata"]
-                    | {"labels": {LABEL: "true", distribute.FROM_LABEL: "trust", "team": "x"}}
+                    | {"labels": {LABEL: "true", decide.FROM_LABEL: "trust", "team": "x"}}
                 }
             ),
             MSG_COPIES,

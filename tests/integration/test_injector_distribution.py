@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from controlplane import ControlPlane
 from controlplane.controller_manager import ControllerManager
-from distributor import decide as distribute
+from distributor import decide
 from distributor.controller import DistributionController, informers
 from distributor.key import KEY_SECRET
 from injector.configmaps import CA_KEY, LABEL
@@ -144,12 +144,12 @@ def test_distributes_to_matching_namespaces_and_cleans_up(
         {
             "metadata": {
                 "name": "service-ca",
-                "labels": {distribute.CONFIG_LABEL: "true"},
+                "labels": {decide.CONFIG_LABEL: "true"},
                 "annotations": {ANNOTATION: selector},
             },
             "data": {
-                distribute.NAME_KEY: "service-ca.crt",
-                distribute.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": team}}),
+                decide.NAME_KEY: "service-ca.crt",
+                decide.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": team}}),
             },
         },
     )
@@ -161,14 +161,14 @@ def test_distributes_to_matching_namespaces_and_cleans_up(
         # Created where the selector matches, and filled by the ConfigMap target.
         eventually(lambda: ((copy_in(matching) or {}).get("data") or {}).get(CA_KEY) == pem)
         labels = copy_in(matching)["metadata"]["labels"]  # type: ignore[index]
-        assert labels[distribute.FROM_LABEL] == "service-ca"
+        assert labels[decide.FROM_LABEL] == "service-ca"
         assert copy_in(other) is None
         foreign = copy_in(foreign_ns)
         assert foreign is not None and foreign["data"] == {CA_KEY: "theirs"}
 
         def not_ours_warned() -> bool:
             events = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
-            return any(e.get("reason") == distribute.REASON_NOT_OURS for e in events["items"])
+            return any(e.get("reason") == decide.REASON_NOT_OURS for e in events["items"])
 
         eventually(not_ours_warned, timeout=30)
 
@@ -222,12 +222,12 @@ def test_distributes_as_the_injector_with_only_the_components_rbac(
         {
             "metadata": {
                 "name": config_name,
-                "labels": {distribute.CONFIG_LABEL: "true"},
+                "labels": {decide.CONFIG_LABEL: "true"},
                 "annotations": {ANNOTATION: selector},
             },
             "data": {
-                distribute.NAME_KEY: "service-ca.crt",
-                distribute.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": team}}),
+                decide.NAME_KEY: "service-ca.crt",
+                decide.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": team}}),
             },
         },
     )
@@ -283,12 +283,12 @@ def configuration(
         {
             "metadata": {
                 "name": name,
-                "labels": {distribute.CONFIG_LABEL: "true"},
+                "labels": {decide.CONFIG_LABEL: "true"},
                 "annotations": {ANNOTATION: selector},
             },
             "data": {
-                distribute.NAME_KEY: target,
-                distribute.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": team}}),
+                decide.NAME_KEY: target,
+                decide.NAMESPACE_SELECTOR_KEY: json.dumps({"matchLabels": {"trust": team}}),
             },
         },
     )
@@ -307,7 +307,7 @@ def test_a_tenant_label_cannot_make_the_distributor_delete_or_overwrite(
     victim = {
         "metadata": {
             "name": "coredns",
-            "labels": {distribute.FROM_LABEL: "trust", LABEL: "true"},
+            "labels": {decide.FROM_LABEL: "trust", LABEL: "true"},
         },
         "data": {"Corefile": ".:53 { forward . /etc/resolv.conf }"},
     }
@@ -316,8 +316,8 @@ def test_a_tenant_label_cannot_make_the_distributor_delete_or_overwrite(
     imitation = {
         "metadata": {
             "name": "lookalike",
-            "labels": {distribute.FROM_LABEL: "trust"},
-            "annotations": {distribute.MARK_ANNOTATION: "0" * 64},
+            "labels": {decide.FROM_LABEL: "trust"},
+            "annotations": {decide.MARK_ANNOTATION: "0" * 64},
         },
     }
     client.create(f"/api/v1/namespaces/{tenant}/configmaps", imitation)
@@ -327,7 +327,7 @@ def test_a_tenant_label_cannot_make_the_distributor_delete_or_overwrite(
 
         def reported() -> bool:
             events = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
-            return any(e.get("reason") == distribute.REASON_NOT_OURS for e in events["items"])
+            return any(e.get("reason") == decide.REASON_NOT_OURS for e in events["items"])
 
         eventually(reported, timeout=30)
         assert client.get(f"{path}/coredns")["data"] == victim["data"]
@@ -376,7 +376,7 @@ def test_two_installations_coexist(client: Client, namespace: str, bundle: tuple
 
         def reported() -> bool:
             events = client.get(f"/apis/events.k8s.io/v1/namespaces/{other_home}/events")
-            return any(e.get("reason") == distribute.REASON_NOT_OURS for e in events["items"])
+            return any(e.get("reason") == decide.REASON_NOT_OURS for e in events["items"])
 
         eventually(reported, timeout=30)
         # A's configuration goes: only A's copy goes; B's stays.
@@ -403,10 +403,10 @@ def test_a_mark_computed_from_readable_data_owns_nothing(
         {
             "metadata": {
                 "name": "service-ca.crt",
-                "labels": {distribute.FROM_LABEL: "trust", LABEL: "true"},
+                "labels": {decide.FROM_LABEL: "trust", LABEL: "true"},
                 "annotations": {
                     ANNOTATION: selector,
-                    distribute.MARK_ANNOTATION: distribute.ownership_mark(
+                    decide.MARK_ANNOTATION: decide.ownership_mark(
                         readable_uid, "trust", tenant, "service-ca.crt"
                     ),
                 },
@@ -419,7 +419,7 @@ def test_a_mark_computed_from_readable_data_owns_nothing(
 
         def reported() -> bool:
             events = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
-            return any(e.get("reason") == distribute.REASON_NOT_OURS for e in events["items"])
+            return any(e.get("reason") == decide.REASON_NOT_OURS for e in events["items"])
 
         eventually(reported, timeout=30, what="ConfigMapNotOurs")
         client.delete(f"/api/v1/namespaces/{namespace}/configmaps/trust")

@@ -24,7 +24,8 @@ from controlplane import ControlPlane
 from kube.client import Client, is_not_found, path_segment
 from kube.factory import InformerFactory
 from kube.types import JSON
-from publisher.controller import MANAGED_BY, MANAGED_BY_LABEL, PublisherController, informers
+from publisher.controller import PublisherController, informers
+from publisher.decide import MANAGED_BY, MANAGED_BY_LABEL
 from tests.integration.signer_harness import (
     RunningSigner,
     condition,

@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from distributor import decide as distribute
+from distributor import decide
 from distributor.controller import (
     CONFIGURATION_KEY,
     NAMESPACE_INDEX,
@@ -50,10 +50,10 @@ def config(
     target: str = "trust-bundle",
     namespace_selector: Any = None,
     annotations: dict[str, str] | None = None,
-) -> distribute.Distribution:
-    data = {distribute.NAME_KEY: target}
+) -> decide.Distribution:
+    data = {decide.NAME_KEY: target}
     if namespace_selector is not None:
-        data[distribute.NAMESPACE_SELECTOR_KEY] = (
+        data[decide.NAMESPACE_SELECTOR_KEY] = (
             namespace_selector
             if isinstance(namespace_selector, str)
             else json.dumps(namespace_selector)
@@ -83,12 +83,10 @@ def copy(
                 "name": name,
                 "namespace": "apps",
                 "uid": "copy-uid",
-                "labels": {distribute.FROM_LABEL: owner, **({LABEL: "true"} if labelled else {})},
+                "labels": {decide.FROM_LABEL: owner, **({LABEL: "true"} if labelled else {})},
                 "annotations": {
                     **({ANNOTATION: SELECTOR} if annotations is None else annotations),
-                    distribute.MARK_ANNOTATION: distribute.ownership_mark(
-                        HOME_UID, owner, "apps", name
-                    ),
+                    decide.MARK_ANNOTATION: decide.ownership_mark(HOME_UID, owner, "apps", name),
                 },
             }
         }
@@ -99,7 +97,7 @@ def test_a_matching_namespace_without_a_copy_gets_one_labelled_for_injection() -
     d = config()
     assert plan(namespace(), [d], [], key=HOME_UID) == [Create(d)]
     body = copy_body(d, "apps", HOME_UID, None)
-    assert body["metadata"]["labels"] == {LABEL: "true", distribute.FROM_LABEL: "trust"}
+    assert body["metadata"]["labels"] == {LABEL: "true", decide.FROM_LABEL: "trust"}
     assert body["metadata"]["annotations"][ANNOTATION] == SELECTOR
     assert "data" not in body  # nothing selected yet: the injector fills it later
 
@@ -237,7 +235,7 @@ def test_sync_creates_the_copy_by_post_and_warns_only_from_the_configuration_key
     assert warnings.reasons == []  # a namespace's sync says nothing of configurations
     ctrl.sync(CONFIGURATION_KEY + "broken")
     ctrl.sync(CONFIGURATION_KEY + "trust")
-    assert warnings.reasons == [distribute.REASON_INVALID]
+    assert warnings.reasons == [decide.REASON_INVALID]
 
 
 def test_an_existing_config_map_not_ours_is_left_and_reported_once_not_per_resync() -> None:
@@ -245,7 +243,7 @@ def test_an_existing_config_map_not_ours_is_left_and_reported_once_not_per_resyn
     ctrl, warnings, _ = distributor([config()], client)
     for _ in range(3):  # three resyncs
         ctrl.sync("apps")
-    assert client.created == [] and warnings.reasons == [distribute.REASON_NOT_OURS]
+    assert client.created == [] and warnings.reasons == [decide.REASON_NOT_OURS]
     assert client.posts == 1
     assert ctrl.metrics.count("not_ours") == 1 and ctrl.metrics.count("created") == 0
 
@@ -304,7 +302,7 @@ def test_a_namespace_at_its_config_map_quota_is_an_event_and_a_count_not_a_sync_
         assert ctrl.sync("apps") is None
     assert client.posts == 3 and client.created == []
     assert ctrl.metrics.refusals("quota") == 3 and ctrl.metrics.count("created") == 0
-    assert warnings.reasons == [distribute.REASON_QUOTA]
+    assert warnings.reasons == [decide.REASON_QUOTA]
     client.error = None  # the tenant deleted a ConfigMap of its own
     ctrl.sync("apps")
     assert [path for path, _ in client.created] == ["/api/v1/namespaces/apps/configmaps"]
@@ -322,7 +320,7 @@ def test_many_namespaces_at_their_quota_make_one_event_an_hour_per_configuration
     for _ in range(2):  # two resyncs
         for ns in names:
             assert ctrl.sync(ns) is None
-    assert warnings.reasons == [distribute.REASON_QUOTA]
+    assert warnings.reasons == [decide.REASON_QUOTA]
     assert ctrl.metrics.refusals("quota") == 2 * len(names)
 
 
@@ -341,13 +339,13 @@ def marked(
 ) -> Any:
     """A ConfigMap bearing our label and the mark an installation keyed `key` computes
     (for `mark_for`, another ConfigMap's name, when a mark was copied from it)."""
-    mark = distribute.ownership_mark(key, owner, namespace_name, mark_for or name)
+    mark = decide.ownership_mark(key, owner, namespace_name, mark_for or name)
     meta: dict[str, Any] = {
         "name": name,
         "namespace": namespace_name,
         "uid": "copy-uid",
-        "labels": {distribute.FROM_LABEL: owner, LABEL: "true"},
-        "annotations": {ANNOTATION: SELECTOR, distribute.MARK_ANNOTATION: mark},
+        "labels": {decide.FROM_LABEL: owner, LABEL: "true"},
+        "annotations": {ANNOTATION: SELECTOR, decide.MARK_ANNOTATION: mark},
     }
     if owner_references:
         meta["ownerReferences"] = owner_references
@@ -362,7 +360,7 @@ def test_a_tenant_label_alone_never_makes_a_config_map_ours() -> None:
                 "name": "coredns",
                 "namespace": "apps",
                 "uid": "coredns-uid",
-                "labels": {distribute.FROM_LABEL: "trust"},
+                "labels": {decide.FROM_LABEL: "trust"},
             },
             "data": {"Corefile": ".:53 {}"},
         }
@@ -403,7 +401,7 @@ def test_two_installations_coexist() -> None:
     assert plan(namespace(), [], [a_copy, b_copy], key="installation-b") == [Delete(b_copy)]
     # Both configure the same name: the second reports the first's copy, posts nothing.
     actions = plan(namespace(), [config()], [a_copy], key="installation-b")
-    assert [type(a) for a in actions] == [distribute.NotOurs]
+    assert [type(a) for a in actions] == [decide.NotOurs]
 
 
 def test_a_copy_is_created_filled_and_marked() -> None:
@@ -413,7 +411,7 @@ def test_a_copy_is_created_filled_and_marked() -> None:
     assert body["data"] == {"ca.crt": pem}
     assert "truststore.p12" in body["binaryData"]
     annotations = body["metadata"]["annotations"]
-    assert distribute.MARK_ANNOTATION in annotations
+    assert decide.MARK_ANNOTATION in annotations
     assert "service-serving-signer/truststore-digest" in annotations
     assert to_copy(body | {"metadata": body["metadata"] | {"uid": "u"}}).ours(HOME_UID)
 
@@ -556,7 +554,7 @@ def test_the_resource_version_is_read_from_the_config_map() -> None:
             "namespace": "apps",
             "uid": "u",
             "resourceVersion": "7",
-            "labels": {distribute.FROM_LABEL: "trust"},
+            "labels": {decide.FROM_LABEL: "trust"},
         }
     }
     assert to_copy(raw).resource_version == "7"
@@ -647,7 +645,7 @@ def test_the_key_is_read_once_for_many_syncs_whatever_the_answer(answer: str) ->
 def test_a_config_map_bearing_the_label_costs_a_small_record_whatever_it_holds() -> None:
     """Anyone may put `distributed-from` on a ConfigMap; the copies informer caches it.
     Its copied annotations (up to 256 KiB in all) are kept as a digest."""
-    huge = {k: "x" * 80_000 for k in distribute.COPIED_ANNOTATIONS}
+    huge = {k: "x" * 80_000 for k in decide.COPIED_ANNOTATIONS}
     record = to_copy(
         {
             "metadata": {
@@ -655,8 +653,8 @@ def test_a_config_map_bearing_the_label_costs_a_small_record_whatever_it_holds()
                 "namespace": "s" * 63,
                 "uid": "u" * 36,
                 "resourceVersion": "9" * 20,
-                "labels": {distribute.FROM_LABEL: "f" * 63},
-                "annotations": {**huge, distribute.MARK_ANNOTATION: "m" * 5000},
+                "labels": {decide.FROM_LABEL: "f" * 63},
+                "annotations": {**huge, decide.MARK_ANNOTATION: "m" * 5000},
             },
             "data": {"blob": "y" * 1_000_000},
         }
@@ -667,7 +665,7 @@ def test_a_config_map_bearing_the_label_costs_a_small_record_whatever_it_holds()
         {
             "metadata": {
                 "name": "n",
-                "labels": {distribute.FROM_LABEL: "f"},
+                "labels": {decide.FROM_LABEL: "f"},
                 "annotations": {**huge, ANNOTATION: "changed"},
             }
         }
@@ -675,7 +673,7 @@ def test_a_config_map_bearing_the_label_costs_a_small_record_whatever_it_holds()
     assert (
         other.annotations_digest
         != to_copy(
-            {"metadata": {"name": "n", "labels": {distribute.FROM_LABEL: "f"}, "annotations": huge}}
+            {"metadata": {"name": "n", "labels": {decide.FROM_LABEL: "f"}, "annotations": huge}}
         ).annotations_digest
     )
 
@@ -693,10 +691,10 @@ def test_many_namespaces_not_ours_make_one_event_an_hour_per_configuration() -> 
                     "name": "trust-bundle",
                     "namespace": ns,
                     "uid": f"uid-{ns}",
-                    "labels": {distribute.FROM_LABEL: "trust", LABEL: "true"},
+                    "labels": {decide.FROM_LABEL: "trust", LABEL: "true"},
                     "annotations": {
                         ANNOTATION: SELECTOR,
-                        distribute.MARK_ANNOTATION: distribute.ownership_mark(
+                        decide.MARK_ANNOTATION: decide.ownership_mark(
                             "a lost key", "trust", ns, "trust-bundle"
                         ),
                     },
@@ -713,6 +711,6 @@ def test_many_namespaces_not_ours_make_one_event_an_hour_per_configuration() -> 
         for ns in names:
             ctrl.sync(ns)
     warnings = cast(Warnings, ctrl.recorder)
-    assert warnings.reasons == [distribute.REASON_NOT_OURS]
+    assert warnings.reasons == [decide.REASON_NOT_OURS]
     assert ctrl.metrics.count("not_ours") == len(names)
     assert api.created == [] and api.deletes == []

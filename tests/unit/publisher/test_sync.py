@@ -13,14 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import ApiError
 from kube.types import JSON
-from publisher.controller import (
-    KEY,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    PUBLISHED_BY_ANNOTATION,
-    Caches,
-    PublisherController,
-)
+from publisher.controller import KEY, Caches, PublisherController
+from publisher.decide import MANAGED_BY, MANAGED_BY_LABEL, PUBLISHED_BY_ANNOTATION
 from tests.unit import pki
 from tests.unit.fakes import FakeCache
 from trust.bundle import (
