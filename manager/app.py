@@ -491,6 +491,7 @@ def presence_writer(proc: Process) -> PresenceWriter | None:
             presence.SIGNER_NAME: opts.signer_name,
             presence.LEADER_ELECT: "true" if opts.leader_elect else "false",
             presence.VERSION: buildinfo.current().version,
+            presence.CA_MODE: opts.ca_mode,
         },
         labels={presence.LABEL: "signer"},
         renewed_annotations=_api_waits(proc),

@@ -5,7 +5,7 @@ no Secret, no Pod, no other Lease.
 
 Its name is the leader Lease's (`--leader-elect-resource-name`, which has its default
 with leader election off too) with `-presence` appended; the annotations say which
-signer name the process serves, whether it elects a leader, its version, and where its
+signer name the process serves, whether it elects a leader, its CA mode, its version, and where its
 API writes waited since the renewal before (`API_WAITS`): in its own client budget
 (`--kube-api-qps`/`--kube-api-burst`) or on the API server.
 """
@@ -20,6 +20,7 @@ PREFIX = "service-serving-signer/"
 SIGNER_NAME = PREFIX + "signer-name"
 LEADER_ELECT = PREFIX + "leader-elect"  # "true" / "false"
 VERSION = PREFIX + "version"
+CA_MODE = PREFIX + "ca-mode"  # "file" / "managed" (run's --ca-mode)
 LABEL = PREFIX + "presence"  # value: "signer"
 API_WAITS = PREFIX + "api-waits"  # "writes=37 budget=2.104 server=0.315 window=10"
 SUFFIX = "-presence"

@@ -87,6 +87,10 @@ class CaStatus:
     waiting: Waiting | None = None
     next_step: str | None = None
     stable_bundle: str | None = None
+    # The running signer's --ca-mode, as its presence Lease says ("file", "managed"), or
+    # None when no signer says (none runs, or one older than the annotation).
+    ca_mode: str | None = None
+    signer_running: bool | None = None  # its presence Lease is renewed; None: unreadable
 
 
 def collect(
@@ -110,7 +114,34 @@ def collect(
     leader = _leader(client, namespace, lease_name)
     published = _published(client, signer_name)
     status = status_of(leases, leader, published, now, f"{namespace}/{secret_name}")
-    return replace(status, stable_bundle=stable_bundle_name(signer_name))
+    running, mode = _presence(client, namespace, lease_name, now)
+    return replace(
+        status, stable_bundle=stable_bundle_name(signer_name), ca_mode=mode, signer_running=running
+    )
+
+
+def _presence(
+    client: Client, namespace: str, lease_name: str, now: datetime
+) -> tuple[bool | None, str | None]:
+    """Whether a signer process runs (its presence Lease is renewed) and the --ca-mode
+    its last renewer runs with; (None, None) when the Lease may not be read."""
+    from kube import presence
+    from kube.client import ApiError
+    from signer import presence as signer_presence
+
+    try:
+        found = presence.read(client, namespace, signer_presence.presence_name(lease_name), now)
+    except ApiError as err:
+        if err.status != 403:
+            raise
+        return None, None
+    return found.alive, found.annotations.get(signer_presence.CA_MODE)
+
+
+def file_mode(status: CaStatus) -> bool:
+    """The running signer signs with the CA files it was given (`--ca-mode=file`) and no
+    managed CA has reported: there is no managed CA to show."""
+    return status.ca_mode == "file" and status.phase is None and not status.replicas
 
 
 def _leader(client: Client, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -280,6 +311,7 @@ def to_json(status: CaStatus) -> dict[str, Any]:
         "emergencyRequestedAt": status.revoke_requested_at,
         "issuancePaused": status.paused,
         "stableBundle": status.stable_bundle,
+        "caMode": status.ca_mode,
     }
     if status.leader is not None:
         leader = status.leader
@@ -313,11 +345,25 @@ def _ago(text: str | None, now: datetime) -> str:
     return f"{text} ({'in ' + span(t - now) if t > now else span(now - t) + ' ago'})"
 
 
+FILE_MODE_LINES = (
+    "CA mode: file (the signer runs with --ca-mode=file): it signs with the CA files it was "
+    "started with (--service-serving-key/--service-serving-cert; the install mounts them "
+    "from your CA Secret), so there is no managed CA to show.",
+    "  `service-serving-signer status` shows the signer, its published bundle and the "
+    'CA\'s expiry; rotating a file-mode CA: docs/operate.md "CA rotation (no restart)"; '
+    "moving to the managed CA: docs/managed-ca.md.",
+)
+
+
 def lines(status: CaStatus, now: datetime) -> list[str]:
     """`ca status` as text, one fact a line."""
+    if file_mode(status):
+        return [*FILE_MODE_LINES, *_leader_lines(status), *_published_lines(status)]
     leader = status.leader
     if leader is None:
         who = "none (no leader-election Lease; is the signer running?)"
+    elif not leader.identity:
+        who = f"none (Lease {leader.lease} released: no leader right now)"
     else:
         state = "holding" if leader.held else "EXPIRED: no leader right now"
         who = (
@@ -366,3 +412,17 @@ def lines(status: CaStatus, now: datetime) -> list[str]:
     elif status.next_step:
         out.append(f"Next step: {status.next_step} (the leader acts within seconds)")
     return out
+
+
+def _leader_lines(status: CaStatus) -> list[str]:
+    leader = status.leader
+    if leader is None:
+        return ["Leader:  none (no leader-election Lease)"]
+    if not leader.identity:
+        return [f"Leader:  none (Lease {leader.lease} released: no leader right now)"]
+    state = "holding" if leader.held else "EXPIRED: no leader right now"
+    return [f"Leader:  {leader.identity} (Lease {leader.lease}, {state})"]
+
+
+def _published_lines(status: CaStatus) -> list[str]:
+    return [f"  published {fp[:16]}…" for fp in status.published]

@@ -71,6 +71,8 @@ class ViewOnly:
         now = datetime.now(UTC)
         if "/secrets" in path:
             raise ApiError(403, "Forbidden", {"message": "secrets is forbidden"})
+        if path.endswith("/leases/service-serving-signer-presence"):
+            raise ApiError(404, "NotFound", {"message": "not found"})
         if path.endswith("/leases/service-serving-signer"):
             return {
                 "spec": {
