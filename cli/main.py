@@ -474,11 +474,43 @@ def bundle_resolve(
     try:
         pem = resolve_selector(bundles, spec)
     except BundleError as err:
-        raise StartupError(f"bundle resolve: {err}") from None
+        raise StartupError(f"bundle resolve: {_zero_match(err, spec, bundles)}") from None
     if output == "text":
         click.echo(pem, nl=False)
     else:
         emit({"selector": spec, "trustBundle": pem}, output)
+
+
+def _zero_match(err: Exception, spec: dict[str, Any], bundles: list[dict[str, Any]]) -> str:
+    """Why `spec` selected nothing, and what would select the bundles there are. Pure."""
+    from trust.bundle import stable_bundle_name
+
+    if "name" in spec:
+        return f"no ClusterTrustBundle is named {spec['name']!r}"
+    signer = str(spec["signerName"])
+    names = sorted(str(b["metadata"]["name"]) for b in bundles)
+    if not names:
+        return (
+            f"no ClusterTrustBundle has signerName {signer} (is its signer running? "
+            "`service-serving-signer status`)"
+        )
+    listed = f"{len(names)} bundle{'s' if len(names) > 1 else ''} of {signer} exist"
+    listed += f" ({', '.join(names)})"
+    if "labelSelector" not in spec:
+        every = json.dumps({"signerName": signer, "labelSelector": {}})
+        line = (
+            f"{err}: a signerName selector without a labelSelector matches nothing "
+            f"(KEP-6283, as the kubelet's clusterTrustBundle projection does); {listed}: "
+            f"`-l ''` selects all of them (selector {every})"
+        )
+        stable = stable_bundle_name(signer)
+        if stable in names:
+            line += f", `--name {stable}` the one whose name survives rotations"
+        return line
+    labels = sorted(
+        {f"{k}={v}" for b in bundles for k, v in (b["metadata"].get("labels") or {}).items()}
+    )
+    return f"{err}: {listed}, labelled {', '.join(labels) or 'with no labels'}; `-l ''` selects all"
 
 
 def _list_bundles(

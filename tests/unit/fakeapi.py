@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from kubernetes import client as k8s_client
 
@@ -139,7 +139,7 @@ class _Route:
 
 
 def _route(path: str) -> _Route | None:
-    parts = [p for p in path.split("/") if p]
+    parts = [unquote(p) for p in path.split("/") if p]  # names may be quoted (`:`)
     if parts[:1] == ["api"]:
         prefix, rest = parts[:2], parts[2:]
     elif parts[:1] == ["apis"]:
