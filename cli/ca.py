@@ -488,8 +488,17 @@ def ca_init(
     click.echo(f"wrote {files.key} (private key, mode 0600)")
     click.echo(f"wrote {files.cert} (signing certificate)")
     click.echo(f"wrote {files.trust_bundle} (trust bundle)")
+    click.echo("install it in the cluster (README quick install, step 3):")
     click.echo(
-        "start the signer with: service-serving-signer run "
+        "  kubectl -n service-serving-signer create secret tls service-serving-signer-ca "
+        f"--key {files.key} --cert {files.cert}"
+    )
+    click.echo(
+        "  kubectl -n service-serving-signer create configmap "
+        f"service-serving-signer-trust-bundle --from-file=trust-bundle.pem={files.trust_bundle}"
+    )
+    click.echo(
+        "or run the signer here: service-serving-signer run "
         f"--service-serving-key={files.key} --service-serving-cert={files.cert} "
         f"--service-serving-trust-bundle={files.trust_bundle}"
     )

@@ -17,7 +17,8 @@
 # build the previous builds' untagged images are removed, so it stays at a few GB.
 # Environment: IMAGE_CACHE (the cache dir), IMAGE_NAME (default
 # localhost/service-serving-signer), SUITE (default bookworm), MIRROR (Debian mirror),
-# IMAGE_BUILD_CA (CA bundle pip trusts in the build; default the machine's).
+# IMAGE_BUILD_CA (CA bundle pip trusts in the build; default the machine's), BASE_IMAGE
+# (a base to pull instead of making one, e.g. a release's digest-pinned debian).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -36,7 +37,9 @@ CONTEXT=(Dockerfile .dockerignore pyproject.toml README.md requirements.lock
   hack/build-requirements.lock "${PACKAGES[@]}")
 # -dirty: the build context differs from the commit (changes elsewhere do not count).
 if [ -n "$(git status --porcelain -- "${CONTEXT[@]}" 2>/dev/null)" ]; then COMMIT="$COMMIT-dirty"; fi
-BASE=docker.io/library/debian:$SUITE-slim
+# BASE_IMAGE (a release's digest-pinned base, docs/install.md "The image") is pulled once;
+# unset, the base is made here from Debian's packages under the tag below.
+BASE=${BASE_IMAGE:-docker.io/library/debian:$SUITE-slim}
 OUT=dist/service-serving-signer-$VERSION.oci.tar
 log() { printf '[image %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -61,6 +64,11 @@ bah() {  # buildah on the project's private store (never the machine's default o
 make_base() {
   if bah inspect --type image "$BASE" >/dev/null 2>&1; then
     log "base $BASE: reusing the one in $CACHE"
+    return 0
+  fi
+  if [ -n "${BASE_IMAGE:-}" ]; then
+    log "base $BASE: pulling it"
+    bah pull --quiet "$BASE" >/dev/null
     return 0
   fi
   local tmp ctr

@@ -10,7 +10,9 @@
 #   SHA256SUMS                                sha256 of every file above
 # docs/release.md says how to verify and mirror them. A release is built from a clean
 # tree (the image's revision label names the commit); RELEASE_ALLOW_DIRTY=1 overrides
-# that for a trial run, and the labels then say `-dirty`.
+# that for a trial run, and the labels then say `-dirty`. Its base image is pinned by
+# digest (BASE_IMAGE=…@sha256:…, pulled by hack/image.sh); RELEASE_ALLOW_UNPINNED_BASE=1
+# builds a trial on the floating base.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
@@ -20,10 +22,25 @@ NAME=service-serving-signer-$VERSION
 log() { printf '[release %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 [ "$APP_VERSION" = "$VERSION" ] || { log "Chart.yaml appVersion $APP_VERSION != pyproject version $VERSION"; exit 1; }
-if [ -n "$(git status --porcelain 2>/dev/null)" ] && [ "${RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
-  log "the tree has uncommitted changes; commit them (or RELEASE_ALLOW_DIRTY=1 for a trial)"
+dirty=$(git status --porcelain 2>/dev/null || true)
+if [ -n "$dirty" ] && [ "${RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
+  log "the tree has uncommitted changes; commit them (or RELEASE_ALLOW_DIRTY=1 for a trial):"
+  printf '%s\n' "$dirty" | sed 's/^/  /' >&2
   exit 1
 fi
+# docs/install.md "The image": a release pins its base image by digest, so the same
+# release rebuilds the same image.
+base=${BASE_IMAGE:-$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile | head -1)}
+case "$base" in
+  *@sha256:*) ;;
+  *)
+    if [ "${RELEASE_ALLOW_UNPINNED_BASE:-}" != 1 ]; then
+      log "the base image $base is not pinned by digest: export BASE_IMAGE=<image>@sha256:<digest> (docs/release.md), or RELEASE_ALLOW_UNPINNED_BASE=1 for a trial"
+      exit 1
+    fi
+    log "warning: the base image $base is not pinned by digest (RELEASE_ALLOW_UNPINNED_BASE=1)"
+    ;;
+esac
 
 archive=$(hack/image.sh | tail -1)
 [ "$archive" = "dist/$NAME.oci.tar" ] || { log "unexpected image archive $archive"; exit 1; }
