@@ -1,19 +1,25 @@
 """The opt-in API Priority and Fairness component (config/flowcontrol): the signer's
 ServiceAccount — the one config/rbac makes and the Deployment runs as — matched before
 the `service-accounts` FlowSchema (precedence 9000, which puts every ServiceAccount
-outside kube-system in workload-low), into a level with kube-apiserver's workload-high
-settings, the level of kube-controller-manager."""
+outside kube-system in workload-low), into a small level of its own queued as
+kube-apiserver's workload-high (the level of kube-controller-manager) with a borrowing
+cap; its Leases into the bootstrap `leader-election` level, as kube-controller-manager's
+are."""
 
 from __future__ import annotations
 
+import math
+
 from tests.unit.deploy.kustomize import CONFIG, find, render
 
-# kube-apiserver's bootstrap workload-high (k8s.io/apiserver pkg/apis/flowcontrol/bootstrap).
-WORKLOAD_HIGH = {
+# 10 shares, half lendable, borrowing at most its own size; workload-high's queuing
+# (k8s.io/apiserver pkg/apis/flowcontrol/bootstrap).
+SIGNER_LEVEL = {
     "type": "Limited",
     "limited": {
-        "nominalConcurrencyShares": 40,
+        "nominalConcurrencyShares": 10,
         "lendablePercent": 50,
+        "borrowingLimitPercent": 100,
         "limitResponse": {
             "type": "Queue",
             "queuing": {"queues": 128, "handSize": 6, "queueLengthLimit": 50},
@@ -22,6 +28,18 @@ WORKLOAD_HIGH = {
 }
 SERVICE_ACCOUNTS_PRECEDENCE = 9000  # the bootstrap `service-accounts` FlowSchema
 KUBE_CONTROLLER_MANAGER_PRECEDENCE = 800
+# The bootstrap Limited levels' nominal concurrency shares (apiserver v0.37.2 default.go):
+# system, node-high, leader-election, workload-high, workload-low, global-default, catch-all.
+BOOTSTRAP_SHARES = {
+    "system": 30,
+    "node-high": 40,
+    "leader-election": 10,
+    "workload-high": 40,
+    "workload-low": 100,
+    "global-default": 20,
+    "catch-all": 5,
+}
+DEFAULT_SEATS = 600  # --max-requests-inflight 400 + --max-mutating-requests-inflight 200
 
 
 def test_the_flow_schema_matches_the_signers_service_account_first() -> None:
@@ -29,7 +47,7 @@ def test_the_flow_schema_matches_the_signers_service_account_first() -> None:
     default = render(CONFIG / "default")
     account = find(default, "ServiceAccount")
     deployment = find(default, "Deployment")
-    schema = find(objects, "FlowSchema")
+    schema = find(objects, "FlowSchema", "service-serving-signer")
 
     assert (
         deployment["spec"]["template"]["spec"]["serviceAccountName"]
@@ -61,10 +79,48 @@ def test_the_flow_schema_matches_the_signers_service_account_first() -> None:
 def test_the_level_is_workload_highs_and_the_schema_uses_it() -> None:
     objects = render(CONFIG / "flowcontrol")
     level = find(objects, "PriorityLevelConfiguration")
-    schema = find(objects, "FlowSchema")
+    schema = find(objects, "FlowSchema", "service-serving-signer")
 
-    assert level["spec"] == WORKLOAD_HIGH
+    assert level["spec"] == SIGNER_LEVEL
     assert schema["spec"]["priorityLevelConfiguration"] == {"name": level["metadata"]["name"]}
+
+
+def test_the_level_costs_every_other_level_at_most_four_percent_of_its_seats() -> None:
+    """The seat table of docs/performance.md: at the default 600 seats the signer's level
+    gets 24, and no bootstrap level loses more than 4 % of its nominal share (one seat
+    of rounding aside)."""
+    level = find(render(CONFIG / "flowcontrol"), "PriorityLevelConfiguration")
+    ours = level["spec"]["limited"]["nominalConcurrencyShares"]
+    before = sum(BOOTSTRAP_SHARES.values())
+    after = before + ours
+    assert math.ceil(DEFAULT_SEATS * ours / after) == 24
+    assert 1 - before / after <= 0.04
+    for shares in BOOTSTRAP_SHARES.values():
+        lost = math.ceil(DEFAULT_SEATS * shares / before) - math.ceil(
+            DEFAULT_SEATS * shares / after
+        )
+        assert lost <= math.ceil(0.04 * DEFAULT_SEATS * shares / before)
+
+
+def test_the_signers_leases_go_to_the_bootstrap_leader_election_level_first() -> None:
+    objects = render(CONFIG / "flowcontrol")
+    signer = find(objects, "FlowSchema", "service-serving-signer")
+    leases = find(objects, "FlowSchema", "service-serving-signer-leader-election")
+
+    assert leases["spec"]["priorityLevelConfiguration"] == {"name": "leader-election"}
+    assert leases["spec"]["matchingPrecedence"] < signer["spec"]["matchingPrecedence"]
+    assert leases["spec"]["distinguisherMethod"] == {"type": "ByUser"}
+    [rule] = leases["spec"]["rules"]
+    assert rule["subjects"] == signer["spec"]["rules"][0]["subjects"]
+    assert rule["resourceRules"] == [
+        {
+            "verbs": ["get", "create", "update"],
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "namespaces": ["*"],
+        }
+    ]
+    assert "nonResourceRules" not in rule
 
 
 def test_it_is_opt_in() -> None:
