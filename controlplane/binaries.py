@@ -13,7 +13,9 @@ has no fallback and fails loudly.
 Versions: `KUBERNETES_VERSION` (1.37) is the plane every test uses. `NEXT_VERSION` (1.38
 as it ships: v1.38.0 — later its newest patch — once the Go module proxy serves it, else
 the newest 1.38 pre-release it serves, and the build says which and why; `resolve_next`,
-asked once a day, `KUBERNETES_NEXT_VERSION` to pin one) and
+asked once a day — the proxy's version list and, directly, v1.38.0, its patches and
+pre-releases, since a proxy's list may omit versions it serves —
+`KUBERNETES_NEXT_VERSION` to pin one) and
 `OLDER_VERSIONS` (1.36) are kube-apiservers the API-version-sensitive tests also run
 against (`TESTED_VERSIONS`). 1.38 serves what 1.37 does plus ML-DSA key types behind
 `PodCertificateMLDSA`, which `controlplane.server` turns on; 1.36 serves
@@ -45,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,25 +136,84 @@ def choose_next(served: Iterable[str], minor: int = NEXT_MINOR) -> NextChoice:
     )
 
 
-def served_versions(module: str = "k8s.io/kubernetes") -> list[str] | None:
-    """`go list -m -versions MODULE` through the caller's GOPROXY; None if it fails."""
-    if shutil.which("go") is None:
-        return None
+GO_PROXY_DEFAULT = "https://proxy.golang.org,direct"
+# How many consecutive patch releases (or pre-releases of a stage) are asked for directly
+# at most, beyond the first one missing.
+_PROBE_LIMIT = 30
+
+
+def goproxy() -> list[str]:
+    """The module proxies the build goes through, in order: `$GOPROXY`, else `go env
+    GOPROXY`, else Go's default (`direct` and `off` are not proxies to ask)."""
+    value = os.environ.get("GOPROXY")
+    if value is None and shutil.which("go") is not None:
+        try:
+            value = subprocess.run(
+                ["go", "env", "GOPROXY"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+                cwd=tempfile.gettempdir(),
+                env={**os.environ, "GOTOOLCHAIN": "local"},
+            ).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            value = None
+    entries = re.split(r"[,|]", value or GO_PROXY_DEFAULT)
+    return [e.rstrip("/") for e in entries if e and e not in ("direct", "off")]
+
+
+def _escape(module: str) -> str:
+    """The Go module proxy protocol's case escaping (`A` → `!a`)."""
+    return re.sub(r"[A-Z]", lambda m: "!" + m.group(0).lower(), module)
+
+
+def _proxy_get(url: str) -> str | None:
+    """The body of a 200 answer; None for any other answer (404, 410, or the 403 "not
+    available" a proxy gives for a version it will not serve) or no answer."""
     try:
-        result = subprocess.run(
-            ["go", "list", "-m", "-versions", module],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            cwd=tempfile.gettempdir(),
-            env={**build_env(), "GOFLAGS": "-mod=mod"},
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return str(answer.read().decode())
+    except (OSError, ValueError):  # URLError and HTTPError are OSErrors
         return None
-    if result.returncode != 0:
-        return None
-    return result.stdout.split()[1:]
+
+
+def served_versions(module: str = "k8s.io/kubernetes", minor: int = NEXT_MINOR) -> list[str] | None:
+    """The versions of `module` the first answering Go module proxy serves, as far as
+    the next minor release goes: its `@v/list` — which on some proxies omits versions
+    they serve (v1.36.5 and v1.37.1 answer, yet are not listed) — and, asked directly
+    (`@v/<version>.info`), `v1.<minor>.0` and its patch releases, else its release
+    candidates and betas, each series until the first one missing. None if no proxy
+    answers."""
+    for proxy in goproxy():
+        base = f"{proxy}/{_escape(module)}/@v/"
+        listed = _proxy_get(base + "list")
+        if listed is not None:
+            served = listed.split()
+            return served + [v for v in _asked(base, minor, served) if v not in served]
+    return None
+
+
+def _asked(base: str, minor: int, listed: list[str]) -> list[str]:
+    """The next minor's builds the proxy at `base` serves, asked for directly."""
+
+    def serves(version: str) -> bool:
+        return version in listed or _proxy_get(f"{base}{version}.info") is not None
+
+    found: list[str] = []
+    if serves(f"v1.{minor}.0"):
+        found.append(f"v1.{minor}.0")
+        for patch in range(1, _PROBE_LIMIT):
+            if not serves(f"v1.{minor}.{patch}"):
+                break
+            found.append(f"v1.{minor}.{patch}")
+        return found
+    for stage in ("rc", "beta"):
+        for n in range(_PROBE_LIMIT):
+            if not serves(f"v1.{minor}.0-{stage}.{n}"):
+                break
+            found.append(f"v1.{minor}.0-{stage}.{n}")
+    return found
 
 
 def resolve_next() -> NextChoice:

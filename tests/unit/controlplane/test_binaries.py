@@ -216,3 +216,84 @@ def test_an_unreachable_proxy_falls_back_to_the_last_answer_then_the_known_build
     record.write_text('{"version": "v1.38.0-rc.1", "why": "old"}')
     os.utime(record, (0, 0))  # stale: the proxy is asked, and cannot answer
     assert binaries.resolve_next().version == "v1.38.0-rc.1"
+
+
+class FakeProxy:
+    """A Go module proxy over HTTP that serves `served` versions of k8s.io/kubernetes
+    (`@v/<version>.info`) but lists only `listed` (`@v/list`); any other version gets
+    the 403 "This module version is not available." a real proxy gives."""
+
+    def __init__(self, listed: list[str], served: list[str]) -> None:
+        import http.server
+        import threading
+
+        outer = self
+        self.asked: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.asked.append(self.path)
+                prefix = "/k8s.io/kubernetes/@v/"
+                name = self.path.removeprefix(prefix)
+                if self.path == prefix + "list":
+                    self._answer(200, "".join(f"{v}\n" for v in listed))
+                elif name.endswith(".info") and name.removesuffix(".info") in served:
+                    version = name.removesuffix(".info")
+                    self._answer(200, f'{{"Version":"{version}","Time":"2026-12-16T00:00:00Z"}}')
+                else:
+                    self._answer(403, "This module version is not available.")
+
+            def _answer(self, status: int, body: str) -> None:
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+LISTED = ["v1.36.1", "v1.36.3", "v1.37.2", "v1.38.0-beta.0"]
+
+
+@pytest.mark.parametrize(
+    ("unlisted", "expected"),
+    [
+        (["v1.36.5", "v1.37.1"], "v1.38.0-beta.0"),
+        (["v1.38.0-rc.0", "v1.38.0-rc.1"], "v1.38.0-rc.1"),
+        (["v1.38.0-rc.0", "v1.38.0-rc.1", "v1.38.0"], "v1.38.0"),
+        (["v1.38.0", "v1.38.1"], "v1.38.1"),
+    ],
+)
+def test_a_version_the_proxy_serves_but_does_not_list_is_found_by_asking_for_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, unlisted: list[str], expected: str
+) -> None:
+    """1.38 on day 0: the proxy's list omits versions it serves, so the probe asks for
+    v1.38.0, its patches and its release candidates by name, and the build moves to GA
+    the day it is servable."""
+    proxy = FakeProxy(LISTED, [*LISTED, *unlisted])
+    try:
+        monkeypatch.setenv("GOPROXY", f"{proxy.url},direct")
+        monkeypatch.delenv("KUBERNETES_NEXT_VERSION", raising=False)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+        served = binaries.served_versions()
+        assert served is not None and set(LISTED) <= set(served)
+        assert binaries.choose_next(served).version == expected
+        assert binaries.resolve_next().version == expected
+        assert "/k8s.io/kubernetes/@v/v1.38.0.info" in proxy.asked
+    finally:
+        proxy.close()
+
+
+def test_a_proxy_that_cannot_be_reached_is_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOPROXY", "http://127.0.0.1:9,off")
+    assert binaries.served_versions() is None
