@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from injector.targets import (
-    CONFIG_MAP,
     INJECTED_ANNOTATION,
+    Kind,
     Target,
     Truststore,
     annotation_of,
@@ -80,6 +80,11 @@ MAX_RECORDED = 129
 
 DEPARTED_SELECTOR = f"{MARK_LABEL}=true,{LABEL}!=true"
 
+TENANT_PAGE = 10
+"""Objects per page of a LIST of ConfigMaps (both informers, when the server refuses
+streaming lists): anyone who may write a ConfigMap may label one of 1 MiB, so a page is
+then ~10 MiB, not 500."""
+
 MAPS = ("data", "binaryData", "annotations")
 """The maps a record says exist (`Target.maps`), in this order."""
 
@@ -93,7 +98,18 @@ _CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
 
 def to_target(raw: Mapping[str, Any]) -> Target:
-    """The informer transform for labelled ConfigMaps: digests, never content."""
+    """The informer transform for labelled ConfigMaps: digests, never content
+    (`ConfigMaps.to_target`)."""
+    return CONFIG_MAP.to_target(raw)
+
+
+def departed_record(raw: Mapping[str, Any]) -> Target:
+    """`ConfigMaps.departed_record`."""
+    return CONFIG_MAP.departed_record(raw)
+
+
+def _record(raw: Mapping[str, Any]) -> Target:
+    """A labelled ConfigMap's record: digests, never content."""
     meta = raw.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     data = raw.get("data") or {}
@@ -123,7 +139,7 @@ def to_target(raw: Mapping[str, Any]) -> Target:
     if truststore is not None:
         leaves += (("f:binaryData", f"f:{truststore.key}"),)
     return Target(
-        kind=CONFIG_MAP.kind,
+        kind=KIND,
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
         annotation=annotation_of(meta),
@@ -144,14 +160,14 @@ def to_target(raw: Mapping[str, Any]) -> Target:
     ).with_holding(meta)
 
 
-def departed_record(raw: Mapping[str, Any]) -> Target:
+def _departed(raw: Mapping[str, Any]) -> Target:
     """The transform of the informer of departed ConfigMaps (`DEPARTED_SELECTOR`: our mark
     without the opt-in label; anyone may set the mark): what a release needs — name,
     namespace, uid, our managedFields entries (at most `targets.MAX_MANAGERS`), the mark.
     Nothing else of the object, whose data may be 1 MiB."""
     meta = raw.get("metadata") or {}
     return Target(
-        kind=CONFIG_MAP.kind,
+        kind=KIND,
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
         annotation=None,
@@ -205,7 +221,7 @@ def written(target: Target, bundle: str, password: str = "") -> dict[str, dict[s
 
 
 def patch_ops(target: Target, bundle: str, note: str, password: str = "") -> list[dict[str, Any]]:
-    """The JSON patch of our keys only (`targets.patch_ops` says why a JSON patch) and
+    """The JSON patch of our keys only (`injector.targets` says why a JSON patch) and
     `targets.INJECTED_ANNOTATION` (`note`), guarded by the uid. A key goes into its map
     when the record saw the map; a map the record did not see is added whole, guarded by
     the record's resourceVersion, so a map someone created meanwhile is never replaced."""
@@ -236,11 +252,20 @@ def patch_ops(target: Target, bundle: str, note: str, password: str = "") -> lis
     return ops
 
 
-@dataclass(frozen=True)
-class ConfigMaps:
-    """Labelled ConfigMaps: the PEM in `ca.crt`, and a truststore when annotated."""
+KIND = "ConfigMap"
 
-    field: str = "ca.crt or the truststore key"
+
+@dataclass(frozen=True)
+class ConfigMaps(Kind):
+    """Labelled ConfigMaps: the PEM in `ca.crt`, and a truststore when annotated; watched
+    only with the opt-in label, released through the mark (`departed_selector`), listed in
+    small pages (anyone may write one)."""
+
+    def to_target(self, raw: Mapping[str, Any]) -> Target:
+        return _record(raw)
+
+    def departed_record(self, raw: Mapping[str, Any]) -> Target:
+        return _departed(raw)
 
     def value_of(self, bundle: str) -> str:
         return bundle
@@ -254,4 +279,16 @@ class ConfigMaps:
         return patch_ops(target, bundle, note, password)
 
 
-CONFIG_MAPS = ConfigMaps()
+CONFIG_MAP = ConfigMaps(
+    KIND,
+    "",
+    "v1",
+    "configmaps",
+    namespaced=True,
+    reads_when_not_applicable=True,
+    informer="configmaps-injector",
+    label_selector=LABEL_SELECTOR,
+    departed_selector=DEPARTED_SELECTOR,
+    page_size=TENANT_PAGE,
+    field="ca.crt or the truststore key",
+)

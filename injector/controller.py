@@ -42,7 +42,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -50,18 +50,14 @@ from prometheus_client import CollectorRegistry
 
 from injector import configmaps, convergence
 from injector import decide as decisions
+from injector.kinds import ALL_KINDS, KINDS_BY_NAME
 from injector.metrics import InjectorMetrics
 from injector.targets import (
-    ALL_KINDS,
-    CONFIG_MAP,
     FIELD_MANAGER,
-    KINDS,
-    KINDS_BY_NAME,
     Kind,
     Target,
     read,
     target_key,
-    to_target,
     unowned_note,
 )
 from kube.client import ApiError, Client, is_conflict, is_not_found
@@ -92,9 +88,6 @@ MAX_PENDING = 10
 """The most not-yet-synced keys an incomplete report names."""
 SELECTION_INDEX = "selection"
 SHARED_STATUSES = 1024
-DEPARTED_PAGE = 10
-"""Objects per page of the departed informer's LIST (when the server refuses streaming
-lists): a page of 1 MiB tenant ConfigMaps is then ~10 MiB."""
 JSON_PATCH = "application/json-patch+json"
 ACTION = "InjectCABundle"
 """The action of every Warning Event the injector records."""
@@ -122,45 +115,42 @@ class Caches:
 
     targets: Mapping[str, TargetCache]
     bundles: BundleCache
-    departed: TargetCache | None = None
-    """ConfigMaps bearing our mark label without the opt-in label (`injector.configmaps.
-    departed_record`): to release. None: no ConfigMaps are released (unit tests)."""
+    departed: Mapping[str, TargetCache] = field(default_factory=dict)
+    """By kind, for each kind with a `departed_selector`: objects bearing our mark label
+    without the opt-in label (`Kind.departed_record`), to release. Empty: none are
+    released (unit tests)."""
 
 
 def informers(factory: InformerFactory, *, ctb_version: str) -> Caches:
-    """One informer per kind (`Target` records, indexed by what they select; ConfigMaps
-    only with the opt-in label) and one of every signer's ClusterTrustBundles
-    (`bundle_record`s)."""
-    targets: dict[str, TargetCache] = {
-        kind.kind: factory.informer(
+    """Per kind, one informer of its `Target` records (indexed by what they select), with
+    the kind's options (`Kind.label_selector`, `Kind.page_size`), and one of the objects
+    to release for a kind with a `departed_selector`; and one of every signer's
+    ClusterTrustBundles (`bundle_record`s)."""
+    targets: dict[str, TargetCache] = {}
+    departed: dict[str, TargetCache] = {}
+    for kind in ALL_KINDS:
+        targets[kind.kind] = factory.informer(
             kind.path,
-            name=kind.resource,
-            transform=_transform_for(kind),
+            name=kind.informer_name,
+            label_selector=kind.label_selector,
+            transform=kind.to_target,
             indexers={SELECTION_INDEX: _selection_index},
+            page_size=kind.page_size,
         )
-        for kind in KINDS
-    }
-    # Only the labelled ConfigMaps: memory bounded by what users asked for.
-    targets[CONFIG_MAP.kind] = factory.informer(
-        CONFIG_MAP.path,
-        name="configmaps-injector",
-        label_selector=configmaps.LABEL_SELECTOR,
-        transform=configmaps.to_target,
-        indexers={SELECTION_INDEX: _selection_index},
-    )
+        # Anyone may put the mark on an object of a label-selected kind (a ConfigMap of
+        # any size): the record is metadata only, listed in the kind's small pages.
+        if kind.departed_selector is not None:
+            departed[kind.kind] = factory.informer(
+                kind.path,
+                name=f"{kind.informer_name}-departed",
+                label_selector=kind.departed_selector,
+                transform=kind.departed_record,
+                page_size=kind.page_size,
+            )
     bundles = factory.informer(
         bundles_path(ctb_version),
         name="clustertrustbundles-injector",
         transform=bundle_record,
-    )
-    # Anyone may put the mark label on a ConfigMap of any size: a streaming list decodes
-    # one object at a time, a fallback LIST a small page, and the record is metadata only.
-    departed = factory.informer(
-        CONFIG_MAP.path,
-        name="configmaps-injector-departed",
-        label_selector=configmaps.DEPARTED_SELECTOR,
-        transform=configmaps.departed_record,
-        page_size=DEPARTED_PAGE,
     )
     return Caches(targets, bundles, departed)
 
@@ -201,9 +191,10 @@ class InjectorController:
         for cache in self.caches.values():
             cache.add_handler(self._on_target, self._on_target_update, self._on_target)
         self.bundles.add_handler(self._on_bundle, self._on_bundle_update, self._on_bundle_delete)
-        self.departed = caches.departed
-        if self.departed is not None:
-            self.departed.add_handler(self._on_target, self._on_target_update, None)
+        self.departed: Mapping[str, TargetCache] = caches.departed
+        for cache in self.departed.values():
+            cache.add_handler(self._on_target, self._on_target_update, None)
+        self.kinds: Mapping[str, Kind] = KINDS_BY_NAME
         # Every annotated object's convergence state (injector.convergence), by key.
         self._status: dict[str, ObjectConvergence] = {}
         self._shared_statuses: dict[ObjectConvergence, ObjectConvergence] = {}
@@ -224,7 +215,7 @@ class InjectorController:
             synced=(
                 self.bundles.has_synced,
                 *(c.has_synced for c in self.caches.values()),
-                *((self.departed.has_synced,) if self.departed is not None else ()),
+                *(c.has_synced for c in self.departed.values()),
             ),
             workers=workers,
             resync_period=resync_period,
@@ -275,9 +266,8 @@ class InjectorController:
                 target = cache.get(name)
                 if target is not None and (target.annotation is not None or target.managed):
                     keys.append(target_key(kind_name, name))
-        if self.departed is not None:
-            departed = self.departed.keys()
-            keys += (target_key(CONFIG_MAP.kind, name) for name in departed)
+        for kind_name, cache in self.departed.items():
+            keys += (target_key(kind_name, name) for name in cache.keys())  # noqa: SIM118 - a cache, not a dict
         return keys
 
     # the loop: kube.controller ---------------------------------------------------------
@@ -384,7 +374,7 @@ class InjectorController:
         is looked at again after its back-off (a `Requeue`). A sync counts for the
         convergence report from the moment it started."""
         started = next(self.progress.ticks)
-        seen = read(key, self.caches, self.departed)
+        seen = read(key, self.kinds, self.caches, self.departed)
         planned = decisions.plan(seen, self.bundles.list(), self._memory.get(key), self.clock())
         sent = self._act(planned)
         after = self._record(planned, sent, started)
@@ -407,16 +397,14 @@ class InjectorController:
             except Exception as err:  # classified like a failed write
                 password, result, refusals = None, "failed", [_why(err)]
             if password is not None:
-                shape = decisions.SHAPES[target.kind]
-                patches.append(
-                    shape.write_ops(target, write.value, write.bundle, write.note, password)
-                )
+                kind = self.kinds[target.kind]
+                patches += [kind.write_ops(target, write.value, write.bundle, write.note, password)]
             elif result == "none":  # changed since the cache saw it
                 result, refusals = "guard", [GUARD_FAILED]
         for ops in patches:
             try:
                 self.client.patch(
-                    target.path,
+                    self.kinds[target.kind].object_path(target.name, target.namespace),
                     ops,
                     patch_type=JSON_PATCH,
                     params={"fieldManager": FIELD_MANAGER},
@@ -478,7 +466,8 @@ class InjectorController:
         if store is None:
             return ""
         try:
-            live = self.client.get(target.path)
+            path = self.kinds[target.kind].object_path(target.name, target.namespace)
+            live = self.client.get(path)
         except ApiError as err:
             if is_not_found(err):
                 return None
@@ -585,13 +574,6 @@ def _why(err: Exception) -> str:
     if isinstance(err, ApiError):
         return text[:MAX_WHY]
     return f"{type(err).__name__}: {text}"[:MAX_WHY]
-
-
-def _transform_for(kind: Kind) -> Callable[[JSON], Target]:
-    def transform(raw: JSON) -> Target:
-        return to_target(kind, raw)
-
-    return transform
 
 
 def _causes(err: ApiError) -> bool:

@@ -37,16 +37,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from injector import configmaps
+from injector.kinds import KINDS_BY_NAME
 from injector.targets import (
     ANNOTATION,
-    CA_BUNDLES,
-    CONFIG_MAP,
-    KINDS,
-    KINDS_BY_NAME,
     MAX_ANNOTATION,
     Seen,
-    Shape,
     Target,
     injected_note,
     shared,
@@ -175,13 +170,6 @@ def bundle_keys(bundle: Mapping[str, Any]) -> list[str]:
     return keys
 
 
-SHAPES: Mapping[str, Shape] = {
-    **{kind.kind: CA_BUNDLES for kind in KINDS},
-    CONFIG_MAP.kind: configmaps.CONFIG_MAPS,
-}
-"""Each kind's `Shape`: what differs between kinds, in one place."""
-
-
 def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
     """The outcome for `target` given every cached ClusterTrustBundle; the selector is
     parsed once."""
@@ -191,7 +179,7 @@ def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
     if isinstance(parsed, Invalid):
         return parsed
     selector = parsed
-    shape = SHAPES[target.kind]
+    shape = KINDS_BY_NAME[target.kind]
     chosen = [b for b in bundles if selector.matches(b)]
     try:
         bundle = resolve_selector(chosen, selector, allow_missing=True)
@@ -316,7 +304,7 @@ def blocked_by(memory: Memory) -> bool:
 class Write:
     """A write of `value` (the bundle `bundle`, whose anchors and earliest notAfter are
     `anchors` and `not_after`) and our `note` beside it: the act builds its JSON patch with
-    `Shape.write_ops` once it has any truststore's password; and what follows from it
+    `Kind.write_ops` once it has any truststore's password; and what follows from it
     for the record."""
 
     value: str
@@ -459,7 +447,7 @@ def _plan(seen: Seen, bundles: list[Any], memory: Memory, now: float) -> Plan:
             if fight is not None and now < fight.quiet_until:
                 warn = fight != contest and fight.retakes == CONTEST_WARN
                 note = (
-                    f"field manager {fight.manager} keeps writing the {SHAPES[kind].field} "
+                    f"field manager {fight.manager} keeps writing the {seen.kind.field} "
                     f"the injector keeps ({fight.retakes} times since its write); the "
                     f"injector waits (up to {int(CONTEST_MAX)} s between writes) instead of "
                     "fighting: stop the other writer, or remove the annotation "

@@ -37,7 +37,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from injector import convergence
-from injector.targets import ALL_KINDS
+from injector.kinds import ALL_KINDS
 from trust.convergence import ObjectConvergence
 
 RESULTS = (

@@ -1,10 +1,13 @@
-"""The four kinds of object whose caBundle fields the injector keeps, as compact records.
+"""The objects whose fields the injector keeps, as compact records, and what every kind
+shares: the `Kind` protocol each family implements (`injector.kinds`: webhook
+configurations, APIServices, conversion CRDs; `injector.configmaps`), and the
+managedFields logic (who else writes our leaves, what we own, the release's handover).
 
 What it decides (pure; no client):
 
-* **Which kinds and where their caBundle lives.** `webhooks[*].clientConfig.caBundle` of
-  Validating/MutatingWebhookConfigurations (every webhook of the configuration),
-  APIService `spec.caBundle`, CRD `spec.conversion.webhook.clientConfig.caBundle`.
+* **What a kind is** (`Kind`): where it lives in the API and how it is watched; each
+  family says where its fields are, when an object cannot carry one, and how a write is
+  made. Nothing here branches on which kind it is.
 * **The record an informer keeps** (`Target`): kind, name, uid, our annotation's value
   (at most `MAX_ANNOTATION` characters of it), the SHA-256 of each slot's current
   caBundle, and the few fields that say whether a caBundle may be set at all. Digests,
@@ -16,9 +19,10 @@ What it decides (pure; no client):
   of a write kube-apiserver would reject: a local APIService (no `spec.service`), an
   APIService with `insecureSkipTLSVerify: true` (validation forbids both together), a
   CRD whose conversion strategy is not `Webhook`.
-* **The write** (`patch_ops`): a JSON patch (RFC 6902) under the field manager
-  `FIELD_MANAGER`, guarded by `test` operations (the object's uid, each webhook's name at
-  its index, a CRD's conversion strategy) and setting only caBundle leaves. Such an
+* **The write** (`Kind.write_ops`; `injector.kinds.cabundle.patch_ops` for caBundles):
+  a JSON patch (RFC 6902) under the field manager `FIELD_MANAGER`, guarded by `test`
+  operations (the object's uid, each webhook's name at its index, a CRD's conversion
+  strategy) and setting only caBundle leaves. Such an
   Update entry in managedFields owns exactly those leaves: no list key, no `.` of a
   webhook entry, so a GitOps owner's server-side apply may rename or remove webhooks
   while the annotation is on (server-side apply's list keys, owned by an apply of ours,
@@ -41,7 +45,6 @@ What it decides (pure; no client):
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import itertools
 import json
@@ -57,7 +60,16 @@ from trust.consumers import text_digest
 
 @dataclass(frozen=True)
 class Kind:
-    """One of the four kinds: how to list it and where its caBundle fields are."""
+    """One injectable kind: where it lives in the API, how it is watched, and — in each
+    family's implementation (`injector.kinds`) — where its fields are, when it cannot carry
+    one, who owns them at the release, and how a write is made. The rest of the injector
+    asks the kind; it never branches on which kind it is.
+
+    Informer options are properties of the kind: `label_selector` (only objects opting in
+    by label are listed: memory bounded by what users asked for), `departed_selector` (the
+    objects to release once their opt-in label went, found by our mark), `page_size` (a
+    LIST page's size when streaming lists are refused: small for a kind anyone may write,
+    whose objects may be 1 MiB)."""
 
     kind: str
     group: str
@@ -68,6 +80,14 @@ class Kind:
     """An object of this kind that cannot be written still reads the field (an immutable
     ConfigMap's `ca.crt`): a blocked holder of what it selects. False: one that cannot
     carry a caBundle verifies no server with one, and selects nothing."""
+    informer: str = ""
+    """The informer's name (default: `resource`)."""
+    label_selector: str | None = None
+    departed_selector: str | None = None
+    page_size: int = 500
+    """Objects per page of a LIST (when the server refuses streaming lists)."""
+    field: str = "caBundle"
+    """What a message calls the field written."""
 
     @property
     def api_version(self) -> str:
@@ -85,32 +105,42 @@ class Kind:
         where = f"/namespaces/{quote(namespace, safe='')}" if self.namespaced else ""
         return f"{root}{where}/{self.resource}/{quote(name, safe='')}"
 
+    # What each family implements ---------------------------------------------------
 
-VALIDATING_WEBHOOK = Kind(
-    "ValidatingWebhookConfiguration",
-    "admissionregistration.k8s.io",
-    "v1",
-    "validatingwebhookconfigurations",
-)
-MUTATING_WEBHOOK = Kind(
-    "MutatingWebhookConfiguration",
-    "admissionregistration.k8s.io",
-    "v1",
-    "mutatingwebhookconfigurations",
-)
-API_SERVICE = Kind("APIService", "apiregistration.k8s.io", "v1", "apiservices")
-CRD = Kind("CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    def to_target(self, raw: Mapping[str, Any]) -> Target:
+        """The informer's transform: the compact record of one object."""
+        raise NotImplementedError
 
-CONFIG_MAP = Kind(
-    "ConfigMap", "", "v1", "configmaps", namespaced=True, reads_when_not_applicable=True
-)
-"""The fourth target kind (`injector.configmaps`): watched only with the injector's label."""
+    def departed_record(self, raw: Mapping[str, Any]) -> Target:
+        """The transform of the departed informer (`departed_selector`): what a release
+        needs, nothing else."""
+        raise NotImplementedError
 
-KINDS: tuple[Kind, ...] = (VALIDATING_WEBHOOK, MUTATING_WEBHOOK, API_SERVICE, CRD)
-"""The kinds with caBundle fields, each watched whole (there are few of them)."""
-ALL_KINDS: tuple[Kind, ...] = (*KINDS, CONFIG_MAP)
-"""Every kind the injector writes: the list, once (metrics, the report, the caches)."""
-KINDS_BY_NAME: Mapping[str, Kind] = {k.kind: k for k in ALL_KINDS}
+    def our_leaves(
+        self, ours: list[Mapping[str, Any]]
+    ) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
+        """(leaf, where its owner is named, the leaf's name for a log line) of each leaf
+        one of `ours` (our managedFields entries' fieldsV1) owns, in a stable order: who
+        takes it at the release (`handover_of`)."""
+        return []
+
+    def value_of(self, bundle: str) -> str:
+        """What every slot holds for `bundle`."""
+        raise NotImplementedError
+
+    def holds(self, target: Target, bundle: str, value: str) -> bool:
+        """The object's fields are exactly what a write of `bundle` leaves."""
+        raise NotImplementedError
+
+    def write_ops(
+        self, target: Target, value: str, bundle: str, note: str, password: str
+    ) -> list[dict[str, Any]]:
+        """The JSON patch of a write (`password`: a ConfigMap truststore's, read by the act)."""
+        raise NotImplementedError
+
+    @property
+    def informer_name(self) -> str:
+        return self.informer or self.resource
 
 
 INJECTED_ANNOTATION = "service-serving-signer/injected"
@@ -259,10 +289,6 @@ class Target:
     def key(self) -> str:
         return target_key(self.kind, self.name, self.namespace)
 
-    @property
-    def path(self) -> str:
-        return KINDS_BY_NAME[self.kind].object_path(self.name, self.namespace)
-
 
 def target_key(kind: str, name: str, namespace: str = "") -> str:
     """The work-queue key: `<Kind>/<name>`, or `<Kind>/<namespace>/<name>` for a
@@ -270,10 +296,10 @@ def target_key(kind: str, name: str, namespace: str = "") -> str:
     return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
 
 
-def split_key(key: str) -> tuple[Kind, str]:
+def split_key(key: str, kinds: Mapping[str, Kind]) -> tuple[Kind, str]:
     """(kind, the cache key within that kind's informer)."""
     kind, _, name = key.partition("/")
-    return KINDS_BY_NAME[kind], name
+    return kinds[kind], name
 
 
 class Records(Protocol):
@@ -292,7 +318,8 @@ class Seen:
     target: Target | None
     """The object's record; None: gone from its kind's cache."""
     departed: Target | None = None
-    """Without `target`: the record of a ConfigMap that still bears our mark label."""
+    """Without `target`: the record of an object of a kind with a `departed_selector`
+    (a ConfigMap) that still bears our mark label."""
     held: frozenset[str] = frozenset()
     """The anchors our note says `target` holds (`known_holding`)."""
     held_until: float | None = None
@@ -303,14 +330,20 @@ class Seen:
     """`release_ops` of `target`'s `Apply` entries only."""
 
 
-def read(key: str, caches: Mapping[str, Records], departed: Records | None) -> Seen:
-    """Everything a sync of `key` (`target_key`) reads from the caches: `caches` by kind,
-    `departed` the cache of ConfigMaps bearing our mark without the opt-in label (None:
-    none are released)."""
-    kind, name = split_key(key)
+def read(
+    key: str,
+    kinds: Mapping[str, Kind],
+    caches: Mapping[str, Records],
+    departed: Mapping[str, Records],
+) -> Seen:
+    """Everything a sync of `key` (`target_key`) reads from the caches: `kinds` and
+    `caches` by kind name, `departed` the caches (by kind) of objects bearing our mark
+    without the opt-in label (`Kind.departed_selector`), to release."""
+    kind, name = split_key(key, kinds)
     target = caches[kind.kind].get(name)
     if target is None:
-        gone = departed.get(name) if departed is not None else None
+        cache = departed.get(kind.kind)
+        gone = cache.get(name) if cache is not None else None
         return Seen(kind, key, None, gone, release=release_ops(gone) if gone is not None else None)
     held, held_until = known_holding(target)
     return Seen(
@@ -347,8 +380,8 @@ def other_writers(
             continue
         manager = str(entry.get("manager", ""))
         fields = entry.get("fieldsV1")
-        owns = isinstance(fields, Mapping) and any(_owns(fields, leaf) for leaf in leaves)
-        if manager != FIELD_MANAGER and owns:
+        owned = isinstance(fields, Mapping) and any(owns(fields, leaf) for leaf in leaves)
+        if manager != FIELD_MANAGER and owned:
             taker = manager[:MANAGER_NAME]
             break
     return other_appliers(meta, leaves), taker
@@ -366,27 +399,22 @@ def other_appliers(meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...])
         if manager == FIELD_MANAGER:
             continue
         fields = entry.get("fieldsV1")
-        if isinstance(fields, Mapping) and any(_owns(fields, leaf) for leaf in leaves):
+        if isinstance(fields, Mapping) and any(owns(fields, leaf) for leaf in leaves):
             found.add(manager[:MANAGER_NAME])
     return tuple(sorted(found)[:MAX_MANAGERS])
 
 
-def _owns(fields: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+def owns(fields: Mapping[str, Any], path: tuple[str, ...]) -> bool:
     if not path:
         return True
     head, rest = path[0], path[1:]
     if head == "k:*":
         return any(
-            k.startswith("k:") and isinstance(v, Mapping) and _owns(v, rest)
+            k.startswith("k:") and isinstance(v, Mapping) and owns(v, rest)
             for k, v in fields.items()
         )
     child = fields.get(head)
-    return isinstance(child, Mapping) and _owns(child, rest)
-
-
-WEBHOOK_LEAF = ("f:webhooks", "k:*", "f:clientConfig", "f:caBundle")
-API_SERVICE_LEAF = ("f:spec", "f:caBundle")
-CRD_LEAF = ("f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle")
+    return isinstance(child, Mapping) and owns(child, rest)
 
 
 def handover_of(
@@ -413,11 +441,11 @@ def handover_of(
     ]
     handed: list[Handover] = []
     unowned: list[str] = []
-    for leaf, where, name in _our_leaves(kind, ours):
-        if any(_owns(e["fieldsV1"], leaf) for _, e in others):
+    for leaf, where, name in kind.our_leaves(ours):
+        if any(owns(e["fieldsV1"], leaf) for _, e in others):
             continue
         owners = sorted(
-            ((i, e) for i, e in others if _owns(e["fieldsV1"], where)),
+            ((i, e) for i, e in others if owns(e["fieldsV1"], where)),
             key=lambda owner: (
                 owner[1].get("operation") != "Apply",
                 str(owner[1].get("manager", "")).encode(),
@@ -431,35 +459,6 @@ def handover_of(
         manager, operation = str(entry.get("manager", "")), str(entry.get("operation", ""))
         handed.append(Handover(index, manager, operation, leaf[:-1]))
     return tuple(handed), tuple(unowned)
-
-
-def _our_leaves(
-    kind: Kind, ours: list[Mapping[str, Any]]
-) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
-    """(leaf, what its owner owns, the leaf's name for a log line) of each caBundle leaf
-    one of `ours` (our entries' fieldsV1) owns, in a stable order."""
-    if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):
-        keys = sorted(
-            {
-                key
-                for fields in ours
-                for key, item in (fields.get("f:webhooks") or {}).items()
-                if isinstance(item, Mapping) and _owns(item, WEBHOOK_LEAF[2:])
-            }
-        )
-        hooks = [(WEBHOOK_LEAF[0], key, *WEBHOOK_LEAF[2:]) for key in keys]
-        return [
-            (hook, hook[:-1], f"webhooks[{_element_name(hook[1])}].clientConfig.caBundle")
-            for hook in hooks
-        ]
-    leaf: tuple[str, ...]
-    where: tuple[str, ...]
-    leaf, where = {
-        API_SERVICE: (API_SERVICE_LEAF, ("f:spec", "f:service")),
-        CRD: (CRD_LEAF, CRD_LEAF[:-1]),
-    }[kind]
-    name = ".".join(p[2:] for p in leaf)
-    return [(leaf, where, name)] if any(_owns(fields, leaf) for fields in ours) else []
 
 
 def injected_note(value: str, anchors: frozenset[str], not_after: float) -> str:
@@ -531,55 +530,6 @@ def annotation_of(meta: Mapping[str, Any]) -> str | None:
     return shared(value[: MAX_ANNOTATION + 1]) if isinstance(value, str) else None
 
 
-def to_target(kind: Kind, raw: Mapping[str, Any]) -> Target:
-    """The informer transform for `kind`."""
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    slots: tuple[Slot, ...]
-    not_applicable: str | None = None
-    leaf = {VALIDATING_WEBHOOK: WEBHOOK_LEAF, MUTATING_WEBHOOK: WEBHOOK_LEAF}.get(kind)
-    if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):
-        slots = tuple(
-            Slot(str(w.get("name", "")), _ca_bundle_digest(w.get("clientConfig")))
-            for w in raw.get("webhooks") or []
-        )
-        if not slots:
-            not_applicable = "the configuration has no webhooks"
-    elif kind == API_SERVICE:
-        slots = single_slot(str(spec.get("caBundle") or ""))
-        if not spec.get("service"):
-            not_applicable = (
-                "a local APIService (no spec.service) is served by kube-apiserver itself "
-                "and may not have a caBundle"
-            )
-        elif spec.get("insecureSkipTLSVerify"):
-            not_applicable = (
-                "spec.insecureSkipTLSVerify is true; kube-apiserver forbids a caBundle with "
-                "it (set it to false to verify the server against the injected bundle)"
-            )
-    else:
-        conversion = spec.get("conversion") or {}
-        webhook = conversion.get("webhook") or {}
-        slots = (Slot(None, _ca_bundle_digest(webhook.get("clientConfig"))),)
-        if conversion.get("strategy") != "Webhook" or not webhook.get("clientConfig"):
-            not_applicable = (
-                "spec.conversion.strategy is not Webhook with a webhook.clientConfig; "
-                "a CRD has a caBundle only for its conversion webhook"
-            )
-    return Target(
-        kind=kind.kind,
-        name=str(meta.get("name", "")),
-        uid=str(meta.get("uid", "")),
-        annotation=annotation_of(meta),
-        slots=slots,
-        not_applicable=not_applicable,
-        owned=owned_by_us(meta),
-        **writers(meta, (leaf or (API_SERVICE_LEAF if kind == API_SERVICE else CRD_LEAF),)),
-        resource_version=str(meta.get("resourceVersion", "")),
-        **releasing(kind, meta),
-    ).with_holding(meta)
-
-
 def unowned_note(target: Target) -> str:
     """The release's log line for the leaves nobody took (`Target.unowned`)."""
     return (
@@ -590,7 +540,7 @@ def unowned_note(target: Target) -> str:
     )
 
 
-def _element_name(key: str) -> str:
+def element_name(key: str) -> str:
     """The webhook name of a fieldsV1 list key `k:{"name":"..."}` (else the key)."""
     try:
         element = json.loads(key[2:])
@@ -624,7 +574,7 @@ def released_note(meta: Mapping[str, Any]) -> str | None:
         if not isinstance(entry, Mapping) or entry.get("manager") == FIELD_MANAGER:
             continue
         fields = entry.get("fieldsV1")
-        if isinstance(fields, Mapping) and _owns(fields, NOTE_LEAF):
+        if isinstance(fields, Mapping) and owns(fields, NOTE_LEAF):
             return None
     return value
 
@@ -633,12 +583,6 @@ def writers(meta: Mapping[str, Any], leaves: tuple[tuple[str, ...], ...]) -> dic
     """`Target` fields `others` and `taker` (`other_writers`)."""
     others, taker = other_writers(meta, leaves)
     return {"others": others, "taker": taker}
-
-
-def _ca_bundle_digest(client_config: Any) -> str:
-    if not isinstance(client_config, Mapping):
-        return shared(value_digest(""))
-    return shared(value_digest(str(client_config.get("caBundle") or "")))
 
 
 def is_current(target: Target, ca_bundle: str) -> bool:
@@ -655,98 +599,35 @@ def release_ops(target: Target, operation: str | None = None) -> list[dict[str, 
     remove each managedFields entry of ours (highest index first, each guarded by a
     `test` of its manager), and our note (`target.note`, tested) and mark label, and no
     value, guarded by the uid (an object deleted meanwhile is not re-created)."""
-    ops: list[dict[str, Any]] = [_test("/metadata/uid", target.uid)]
+    ops: list[dict[str, Any]] = [test_op("/metadata/uid", target.uid)]
     for hand in target.handover if operation is None else ():
         entry = f"/metadata/managedFields/{hand.index}"
         into = "/".join(pointer(key) for key in hand.into)
-        ops.append(_test(f"{entry}/manager", hand.manager))
-        ops.append(_test(f"{entry}/operation", hand.operation))
-        ops.append(_add(f"{entry}/fieldsV1/{into}/f:caBundle", {}))
+        ops.append(test_op(f"{entry}/manager", hand.manager))
+        ops.append(test_op(f"{entry}/operation", hand.operation))
+        ops.append(add_op(f"{entry}/fieldsV1/{into}/f:caBundle", {}))
     for index, op in sorted(target.owned, reverse=True):
         if operation is not None and op != operation:
             continue
-        ops.append(_test(f"/metadata/managedFields/{index}/manager", FIELD_MANAGER))
+        ops.append(test_op(f"/metadata/managedFields/{index}/manager", FIELD_MANAGER))
         ops.append({"op": "remove", "path": f"/metadata/managedFields/{index}"})
     if target.note is not None and operation is None:
         note = f"/metadata/annotations/{pointer(INJECTED_ANNOTATION)}"
-        ops += [_test(note, target.note), {"op": "remove", "path": note}]
+        ops += [test_op(note, target.note), {"op": "remove", "path": note}]
     if target.marked and operation is None:
         mark = f"/metadata/labels/{pointer(MARK_LABEL)}"
-        ops += [_test(mark, "true"), {"op": "remove", "path": mark}]
+        ops += [test_op(mark, "true"), {"op": "remove", "path": mark}]
     return ops
 
 
-def patch_ops(target: Target, ca_bundle: str, note: str) -> list[dict[str, Any]]:
-    """The JSON patch that sets every slot to `ca_bundle` (base64) and
-    `INJECTED_ANNOTATION` to `note`; see the module docstring for the guards."""
-    kind = KINDS_BY_NAME[target.kind]
-    ops: list[dict[str, Any]] = [_test("/metadata/uid", target.uid)]
-    ops.append(_add(f"/metadata/annotations/{pointer(INJECTED_ANNOTATION)}", note))
-    if kind in (VALIDATING_WEBHOOK, MUTATING_WEBHOOK):
-        for i, slot in enumerate(target.slots):
-            ops.append(_test(f"/webhooks/{i}/name", slot.webhook))
-            ops.append(_add(f"/webhooks/{i}/clientConfig/caBundle", ca_bundle))
-    elif kind == API_SERVICE:
-        ops.append(_add("/spec/caBundle", ca_bundle))
-    else:
-        ops.append(_test("/spec/conversion/strategy", "Webhook"))
-        ops.append(_add("/spec/conversion/webhook/clientConfig/caBundle", ca_bundle))
-    return ops
-
-
-def _test(path: str, value: Any) -> dict[str, Any]:
+def test_op(path: str, value: Any) -> dict[str, Any]:
     return {"op": "test", "path": path, "value": value}
 
 
-def _add(path: str, value: Any) -> dict[str, Any]:
+def add_op(path: str, value: Any) -> dict[str, Any]:
     return {"op": "add", "path": path, "value": value}
 
 
 def pointer(key: str) -> str:
     """One JSON-pointer segment (RFC 6901) for a map key."""
     return key.replace("~", "~0").replace("/", "~1")
-
-
-class Shape(Protocol):
-    """What differs between the kinds, on the kind: caBundle fields (`CA_BUNDLES`, here)
-    or a ConfigMap's keys (`injector.configmaps.CONFIG_MAPS`)."""
-
-    @property
-    def field(self) -> str:
-        """What a message calls the field written."""
-        ...
-
-    def value_of(self, bundle: str) -> str:
-        """What every slot holds for `bundle`."""
-        ...
-
-    def holds(self, target: Target, bundle: str, value: str) -> bool:
-        """The object's fields are exactly what a write of `bundle` leaves."""
-        ...
-
-    def write_ops(
-        self, target: Target, value: str, bundle: str, note: str, password: str
-    ) -> list[dict[str, Any]]:
-        """The JSON patch of a write (`password`: a ConfigMap truststore's, read by the act)."""
-        ...
-
-
-@dataclass(frozen=True)
-class CaBundles:
-    """The four kinds with caBundle fields: base64 of the bundle in every slot."""
-
-    field: str = "caBundle"
-
-    def value_of(self, bundle: str) -> str:
-        return base64.b64encode(bundle.encode("ascii")).decode("ascii")
-
-    def holds(self, target: Target, bundle: str, value: str) -> bool:
-        return is_current(target, value)
-
-    def write_ops(
-        self, target: Target, value: str, bundle: str, note: str, password: str
-    ) -> list[dict[str, Any]]:
-        return patch_ops(target, value, note)
-
-
-CA_BUNDLES = CaBundles()

@@ -35,7 +35,8 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from controlplane import ControlPlane, binaries
 from distributor import decide
 from distributor.key import KEY_SECRET
-from injector.targets import API_SERVICE, CRD, VALIDATING_WEBHOOK, Kind, release_ops, to_target
+from injector.kinds import API_SERVICE, CRD, VALIDATING_WEBHOOK, to_target
+from injector.targets import Kind, release_ops
 from kube.client import ApiError, Client, is_not_found
 from tests.integration.identities import can, service_account_token
 from tests.integration.injector_harness import (

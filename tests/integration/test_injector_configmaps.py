@@ -283,10 +283,11 @@ def test_a_config_map_deleted_under_the_injector_is_not_re_created(
     client.delete(config_map_path(namespace, "trust"))
     # Sync the stale record as a worker would have in the instant before the delete event.
     from injector.configmaps import patch_ops
+    from injector.kinds import path_of
 
     with pytest.raises(Exception) as refused:
         client.patch(
-            record.path,
+            path_of(record),
             patch_ops(record, roots.bundle(), "{}"),
             patch_type="application/json-patch+json",
             params={"fieldManager": FIELD_MANAGER},

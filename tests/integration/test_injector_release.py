@@ -428,7 +428,8 @@ def test_an_object_deleted_before_its_release_is_not_re_created(
 ) -> None:
     """The release patch tests the object's uid: a patch never creates, and a release
     racing a delete and re-create under the same name does not touch the new object."""
-    from injector.targets import VALIDATING_WEBHOOK, release_ops, to_target
+    from injector.kinds import VALIDATING_WEBHOOK, path_of, to_target
+    from injector.targets import release_ops
 
     name = f"gone-{uuid.uuid4().hex[:8]}"
     created = client.create(VWC_PATH, validating_webhook(name, namespace, "absent", None))
@@ -437,7 +438,7 @@ def test_an_object_deleted_before_its_release_is_not_re_created(
     client.create(VWC_PATH, validating_webhook(name, namespace, "absent", None))
     with pytest.raises(Exception) as refused:
         client.patch(
-            target.path,
+            path_of(target),
             release_ops(target),
             patch_type="application/json-patch+json",
             params={"fieldManager": FIELD_MANAGER},

@@ -15,13 +15,8 @@ from injector.controller import (
     Caches,
     InjectorController,
 )
-from injector.targets import (
-    API_SERVICE,
-    CRD,
-    MUTATING_WEBHOOK,
-    VALIDATING_WEBHOOK,
-    Target,
-)
+from injector.kinds import API_SERVICE, CRD, MUTATING_WEBHOOK, VALIDATING_WEBHOOK
+from injector.targets import Target
 from kube.client import ApiError, Client
 from kube.events import ObjectRef
 from tests.unit.fakes import FakeCache

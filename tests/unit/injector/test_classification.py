@@ -16,15 +16,8 @@ import pytest
 from injector import decide as decisions
 from injector.configmaps import to_target as config_map_target
 from injector.controller import SELECTION_INDEX, InjectorController
-from injector.targets import (
-    API_SERVICE,
-    CA_BUNDLES,
-    CRD,
-    VALIDATING_WEBHOOK,
-    Target,
-    to_target,
-    value_digest,
-)
+from injector.kinds import API_SERVICE, CRD, VALIDATING_WEBHOOK, to_target
+from injector.targets import Target, value_digest
 from kube.client import ApiError
 from tests.unit.fakes import FakeCache
 from tests.unit.injector.builders import api_service, crd, ctb, pem, webhook_config
@@ -383,7 +376,7 @@ def test_a_new_anchor_is_not_observed_while_consumers_of_the_stable_bundle_are_q
     ctrl, _, _, caches = controller(consumers, [s_old])
     lead(ctrl)
     drain(ctrl)
-    value = value_digest(CA_BUNDLES.value_of(normalize_bundle(pem("a"))))
+    value = value_digest(VALIDATING_WEBHOOK.value_of(normalize_bundle(pem("a"))))
     for c in consumers:  # as the watch shows them after our writes
         slots = tuple(dataclasses.replace(s, digest=value) for s in c.slots)
         caches[KIND].put(dataclasses.replace(c, slots=slots))

@@ -23,14 +23,9 @@ from injector.configmaps import (
     written,
 )
 from injector.controller import SELECTION_INDEX, Caches, InjectorController
-from injector.targets import (
-    ANNOTATION,
-    FIELD_MANAGER,
-    VALIDATING_WEBHOOK,
-    release_ops,
-    value_digest,
-)
-from injector.targets import to_target as to_webhook_target
+from injector.kinds import VALIDATING_WEBHOOK, path_of
+from injector.kinds import to_target as to_webhook_target
+from injector.targets import ANNOTATION, FIELD_MANAGER, release_ops, value_digest
 from kube.client import ApiError, Client
 from tests.unit.fakes import FakeCache
 from tests.unit.injector.builders import SELECT_ALL, ctb, pem
@@ -72,7 +67,7 @@ def test_config_map_record_keeps_the_digest_of_ca_crt_and_the_key_has_its_namesp
     target = to_target(config_map(data={CA_KEY: "x", "app.conf": "y" * 10_000}))
     assert [s.digest for s in target.slots] == [value_digest("x")]
     assert target.key == "ConfigMap/apps/trust"
-    assert target.path == "/api/v1/namespaces/apps/configmaps/trust"
+    assert path_of(target) == "/api/v1/namespaces/apps/configmaps/trust"
     assert target.truststore is None and target.not_applicable is None
 
 
@@ -307,7 +302,7 @@ def injector(
         Caches(
             caches,
             FakeCache([ctb("b", ["a"])], key=lambda b: b["metadata"]["name"]),
-            departed,
+            {"ConfigMap": departed} if departed is not None else {},
         ),
         NoEvents(),
         registry=CollectorRegistry(),
@@ -325,7 +320,7 @@ def test_sync_releases_by_removing_our_entry_without_force() -> None:
     ctrl, _ = injector(client, target)
     ctrl.sync(target.key)
     ((path, body, params),) = client.patches
-    assert path == target.path and body == release_ops(target)
+    assert path == path_of(target) and body == release_ops(target)
     assert params == {"fieldManager": FIELD_MANAGER}
     assert ctrl.metrics.count("ValidatingWebhookConfiguration", "released") == 1
 
@@ -356,7 +351,7 @@ def test_a_config_map_that_lost_its_label_is_released_reading_nothing() -> None:
     leaves_the_watch(caches, target)
     ctrl.sync(target.key)
     [(path, body, _)] = client.patches
-    assert client.gets == [] and path == target.path
+    assert client.gets == [] and path == path_of(target)
     assert body[-2:] == [
         {
             "op": "test",
@@ -404,7 +399,7 @@ def test_a_truststore_write_reads_the_password_the_record_keeps_only_a_digest_of
     raw = config_map(STORE_ANNOTATIONS)
     target = to_target(raw)
     assert "changeit" not in repr(target)
-    client = RecordingClient({target.path: raw})
+    client = RecordingClient({path_of(target): raw})
     ctrl, _ = injector(client, target)
     ctrl.sync(target.key)
     [(_, body, _)] = client.patches
@@ -417,7 +412,7 @@ def test_a_truststore_write_reads_the_password_the_record_keeps_only_a_digest_of
 def test_a_password_changed_since_the_cache_saw_it_is_not_written_with() -> None:
     target = to_target(config_map(STORE_ANNOTATIONS))
     newer = config_map({**STORE_ANNOTATIONS, TRUSTSTORE_PASSWORD_ANNOTATION: "newer"})
-    client = RecordingClient({target.path: newer})
+    client = RecordingClient({path_of(target): newer})
     ctrl, _ = injector(client, target)
     ctrl.sync(target.key)  # the object's watch event brings the new password
-    assert client.gets == [target.path] and client.patches == []
+    assert client.gets == [path_of(target)] and client.patches == []

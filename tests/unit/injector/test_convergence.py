@@ -13,12 +13,8 @@ from typing import Any, cast
 from prometheus_client import CollectorRegistry
 
 from injector.controller import Caches, InjectorController
-from injector.targets import (
-    INJECTED_ANNOTATION,
-    VALIDATING_WEBHOOK,
-    injected_note,
-    to_target,
-)
+from injector.kinds import VALIDATING_WEBHOOK, to_target
+from injector.targets import INJECTED_ANNOTATION, injected_note
 from kube.client import ApiError, Client
 from kube.leases import LeaseRef
 from tests.unit import pki

@@ -11,14 +11,8 @@ from typing import Any
 import pytest
 
 from injector import decide as decisions
-from injector.targets import (
-    ANNOTATION,
-    API_SERVICE,
-    CRD,
-    VALIDATING_WEBHOOK,
-    to_target,
-    value_digest,
-)
+from injector.kinds import API_SERVICE, CRD, VALIDATING_WEBHOOK, to_target
+from injector.targets import ANNOTATION, value_digest
 from tests.unit.injector.builders import (
     BAD_ANNOTATIONS,
     SELECT_ALL,

@@ -17,18 +17,15 @@ from hypothesis import strategies as st
 
 from injector import configmaps
 from injector import decide as decisions
+from injector.kinds import API_SERVICE, CRD, KINDS_BY_NAME, VALIDATING_WEBHOOK, to_target
 from injector.targets import (
-    API_SERVICE,
-    CRD,
     FIELD_MANAGER,
     INJECTED_ANNOTATION,
     MAX_INJECTED,
-    VALIDATING_WEBHOOK,
     Handover,
     Target,
     read,
     release_ops,
-    to_target,
     unowned_note,
 )
 from tests.unit.injector.builders import api_service, crd, webhook_config
@@ -355,7 +352,8 @@ def test_nothing_is_handed_while_the_annotation_is_on() -> None:
 def test_the_plan_of_a_release_carries_the_handover() -> None:
     raw = released(webhook_config(), hook_owner("gitops", "Apply", W0), ours(W0))
     target = to_target(VALIDATING_WEBHOOK, raw)
-    planned = decisions.plan(read(target.key, {target.kind: {target.name: target}}, None), [])
+    seen = read(target.key, KINDS_BY_NAME, {target.kind: {target.name: target}}, {})
+    planned = decisions.plan(seen, [])
     assert planned.result == "released"
     assert planned.release == release_ops(target)
     assert any(op["path"].endswith("/f:caBundle") for op in planned.release or [])

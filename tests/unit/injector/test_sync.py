@@ -18,14 +18,8 @@ from injector.controller import (
     JSON_PATCH,
     InjectorController,
 )
-from injector.targets import (
-    API_SERVICE,
-    MUTATING_WEBHOOK,
-    VALIDATING_WEBHOOK,
-    injected_note,
-    patch_ops,
-    to_target,
-)
+from injector.kinds import API_SERVICE, MUTATING_WEBHOOK, VALIDATING_WEBHOOK, patch_ops, to_target
+from injector.targets import injected_note
 from kube.client import ApiError
 from kube.controller import Requeue
 from tests.unit import pki

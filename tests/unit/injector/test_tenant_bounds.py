@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from injector import configmaps, decide
-from injector.controller import SELECTION_INDEX, Caches, InjectorController
+from injector.controller import SELECTION_INDEX, Caches, InjectorController, informers
+from injector.kinds import ALL_KINDS, CONFIG_MAP, path_of
 from injector.targets import (
     FIELD_MANAGER,
     INJECTED_ANNOTATION,
@@ -191,7 +192,11 @@ def test_a_marked_config_map_without_the_opt_in_label_is_released_from_the_infor
     client = NoLists()
     ctrl = InjectorController(
         cast(Client, client),
-        Caches(targets, FakeCache([ctb("b", ["a"])], key=lambda b: b["metadata"]["name"]), gone),
+        Caches(
+            targets,
+            FakeCache([ctb("b", ["a"])], key=lambda b: b["metadata"]["name"]),
+            {"ConfigMap": gone},
+        ),
         NoEvents(),
         registry=CollectorRegistry(),
     )
@@ -199,7 +204,7 @@ def test_a_marked_config_map_without_the_opt_in_label_is_released_from_the_infor
     assert keys == [departed.key]
     for key in keys:
         ctrl.sync(key)
-    assert client.patches == [(departed.path, release_ops(departed))]
+    assert client.patches == [(path_of(departed), release_ops(departed))]
     assert {"op": "remove", "path": "/metadata/managedFields/0"} in release_ops(departed)
     assert ctrl.metrics.count("ConfigMap", "released") == 1
 
@@ -250,3 +255,25 @@ COUNT = 500
 def configmap_selection(target: Target) -> list[str]:
     selector = decide.selector_of(target)
     return decide.selection_keys(selector) if selector is not None else []
+
+
+def test_every_informer_over_tenant_writable_objects_lists_in_small_pages() -> None:
+    """Anyone who may write a ConfigMap may label 1 MiB ones for injection (or with our
+    mark): when the server refuses streaming lists, a LIST page of the opt-in or the
+    departed informer is decoded whole, so each lists `TENANT_PAGE` objects a page, not
+    the factory's 500. Every informer of a namespaced kind is pinned here."""
+    made: dict[str, dict[str, Any]] = {}
+
+    class Recording:
+        def informer(self, path: str, **kw: Any) -> Any:
+            made[kw["name"]] = {"path": path, **kw}
+            return FakeCache(key=lambda t: t.name)
+
+    informers(cast(Any, Recording()), ctb_version="v1beta1")
+    tenant = {
+        name: kw.get("page_size", 500) for name, kw in made.items() if kw["path"] == CONFIG_MAP.path
+    }
+    assert set(tenant) == {"configmaps-injector", "configmaps-injector-departed"}
+    assert all(size <= configmaps.TENANT_PAGE <= 10 for size in tenant.values()), tenant
+    namespaced = [k for k in ALL_KINDS if k.namespaced]
+    assert all(k.page_size <= configmaps.TENANT_PAGE for k in namespaced)

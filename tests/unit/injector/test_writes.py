@@ -11,15 +11,8 @@ from typing import Any
 
 from injector import configmaps
 from injector import decide as decisions
-from injector.targets import (
-    API_SERVICE,
-    CRD,
-    FIELD_MANAGER,
-    VALIDATING_WEBHOOK,
-    patch_ops,
-    release_ops,
-    to_target,
-)
+from injector.kinds import API_SERVICE, CRD, VALIDATING_WEBHOOK, patch_ops, to_target
+from injector.targets import FIELD_MANAGER, release_ops
 from kube.client import ApiError
 from kube.controller import Requeue
 from tests.unit.injector.builders import api_service, b64, crd, ctb, pem, webhook_config

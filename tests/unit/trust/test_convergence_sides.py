@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from injector import decide as decisions
 from injector.controller import SELECTION_INDEX, Caches, InjectorController
-from injector.targets import INJECTED_ANNOTATION, VALIDATING_WEBHOOK, injected_note, to_target
+from injector.kinds import VALIDATING_WEBHOOK, to_target
+from injector.targets import INJECTED_ANNOTATION, injected_note
 from kube.client import Client
 from managedca.decide import Confirm, Swap, decide
 from managedca.report import Liveness, injector_view
