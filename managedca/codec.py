@@ -53,6 +53,7 @@ ISSUED_LIFETIME = (
 )  # seconds, for the current CA  # "true": the current CA signs without gates
 CONSUMERS_SKIPPED_FOR = ANNOTATION_PREFIX + "ca-consumers-skipped-for"  # a next CA's fingerprint
 CONSUMERS_SKIPPED_BY = ANNOTATION_PREFIX + "ca-consumers-skipped-by"  # who asked
+INJECTOR_SEEN = ANNOTATION_PREFIX + "ca-injector-report-seen"  # "true": a missing one waits
 _TIMES = {
     "emergency_requested_at": EMERGENCY_REQUESTED_AT,
     "confirmed_at": CONFIRMED_AT,
@@ -117,7 +118,9 @@ def decode(secret: Mapping[str, Any]) -> Stored:
             previous=previous,
             revoke=_fingerprints(annotations.get(REVOKE)),
             revoked=_fingerprints(annotations.get(REVOKED)),
-            emergency=annotations.get(EMERGENCY) == "true",
+            # Only the CA an emergency made, until it is confirmed (older writers kept it).
+            emergency=annotations.get(EMERGENCY) == "true" and not annotations.get(CONFIRMED_AT),
+            injector_seen=annotations.get(INJECTOR_SEEN) == "true",
             consumers_skipped_for=annotations.get(CONSUMERS_SKIPPED_FOR) or None,
             consumers_skipped_by=annotations.get(CONSUMERS_SKIPPED_BY) or None,
             issued_lifetime=_seconds(annotations.get(ISSUED_LIFETIME)),
@@ -199,6 +202,8 @@ def encode(
             annotations[key] = ",".join(sorted(fps))
     if state.emergency:
         annotations[EMERGENCY] = "true"
+    if state.injector_seen:
+        annotations[INJECTOR_SEEN] = "true"
     if state.consumers_skipped_for:
         annotations[CONSUMERS_SKIPPED_FOR] = state.consumers_skipped_for
         annotations[CONSUMERS_SKIPPED_BY] = state.consumers_skipped_by or ""

@@ -118,6 +118,11 @@ class State:
     # longer waits for the injector's report; who asked, for the record.
     consumers_skipped_for: str | None = None
     consumers_skipped_by: str | None = None
+    # A leader has seen the injector's convergence report Lease (`RecordInjectorSeen`):
+    # from then on a missing report is a wait (`injector-report-missing`), not "no
+    # injector" — a deleted Lease never turns the gate off. Cleared only by an operator
+    # (the injector's documented removal, docs/managed-ca.md).
+    injector_seen: bool = False
 
     @property
     def phase(self) -> str:
@@ -183,6 +188,19 @@ class Observations:
     published_for: timedelta | None = None
     injector: InjectorView | None = None  # None: no convergence report exists
     revoked: frozenset[str] = frozenset()  # what this replica has seen revoked
+    # This leader has seen the injector's report Lease since it started leading (its
+    # memory; `State.injector_seen` is the persisted one).
+    injector_seen: bool = False
+    # How long this leader has seen the injector's report say the new CA converged (its
+    # monotonic clock; None: not tracked). Pods read an injected ConfigMap through a
+    # volume kubelet rewrites on its resync: the swap waits the propagation delay from
+    # the later of the read-back and this.
+    converged_for: timedelta | None = None
+    # How long this leader has been taking steps (its monotonic clock), and its wall
+    # clock when it started: a retire, which cannot be undone, needs both clocks to agree
+    # that its time has come (None: not tracked).
+    led_for: timedelta | None = None
+    led_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -271,6 +289,15 @@ class RecordLifetime:
 
 
 @dataclass(frozen=True)
+class RecordInjectorSeen:
+    """The injector's convergence report Lease exists: from now on its absence (a
+    `kubectl delete lease`) holds a swap (`injector-report-missing`) instead of reading
+    as "no injector"."""
+
+    at: datetime
+
+
+@dataclass(frozen=True)
 class Swap:
     at: datetime
 
@@ -331,6 +358,7 @@ Action = (
     | Confirm
     | Emergency
     | RecordLifetime
+    | RecordInjectorSeen
     | Stage
     | MarkPublished
     | Swap
@@ -367,13 +395,22 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
             if c.fingerprint not in known | obs.revoked | set(state.retired) and now < c.not_after
         )
     )
-    if lost:
-        unconfirm = (
-            state.confirmed_at is not None and state.current.fingerprint not in obs.published
-        )
-        return Adopt(now, lost, unconfirm)
+    # A confirmed current CA the read-back lacks while other live roots of the signer
+    # are published: the Secret moved backwards past that CA's retire (a backup taken
+    # while a rotation was staged, restored after it). Consumers dropped it: it signs
+    # again only through the gates of a swap.
+    unpublished = (
+        state.confirmed_at is not None
+        and state.current.fingerprint not in obs.published
+        and bool(obs.published - obs.revoked - set(state.retired))
+    )
+    if lost or unpublished:
+        return Adopt(now, lost, unpublished)
     if state.confirmed_at is None:
-        if not state.previous or state.emergency:  # a first CA, or a compromised one
+        # A first CA (nothing before it to hand over from), or the CA an emergency made
+        # (until it is confirmed: every later step clears the flag): signed with as soon
+        # as the read-back holds it.
+        if (not state.previous and state.next is None) or state.emergency:
             if state.current.fingerprint in obs.published:
                 return Confirm(now)
             return Wait(
@@ -407,12 +444,17 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
         or any(p.lifetime is None or p.lifetime < longest for p in unscheduled)
     ):
         return RecordLifetime(longest)
+    if obs.injector is not None and not state.injector_seen and config.wait_for_injector != "false":
+        return RecordInjectorSeen(now)
     if state.next is not None:
         return _staged(state, state.next, obs, now, config)
     if any(p.retire_at is None for p in state.previous):
         return _schedule_retire(state, obs, now, config)
     retired = retirable(state, now, config)
     if retired:
+        held = _retire_unconfirmed(state, retired, obs, now, config)
+        if held is not None:
+            return held
         return Retire(retired)
     due = rotation_due(state.current, config)
     if state.rotate_requested_at is not None or now >= due:
@@ -466,7 +508,9 @@ def _gated(
             f"set; see their material_invalid and logs): {', '.join(unready)}",
         )
     consumers = (
-        None if state.consumers_skipped_for == new.fingerprint else _injector_gate(new, obs, config)
+        None
+        if state.consumers_skipped_for == new.fingerprint
+        else _injector_gate(new, obs, now, config, seen=state.injector_seen)
     )
     if consumers is not None:
         return consumers
@@ -495,14 +539,34 @@ def _gated(
     return None
 
 
-def _injector_gate(new: CaInfo, obs: Observations, config: Config) -> Wait | None:
+INJECTOR_REPORT_RESTORE = (
+    "kubectl apply -k config/injector (the chart: helm upgrade) puts the shipped Leases "
+    "back; an injector removed for good: kubectl annotate secret <the CA Secret> "
+    "service-serving-signer/ca-injector-report-seen-"
+)
+"""The one recovery of a deleted injector report Lease (docs/managed-ca.md)."""
+
+
+def _injector_gate(
+    new: CaInfo, obs: Observations, now: datetime, config: Config, *, seen: bool = False
+) -> Wait | None:
     """The injected consumers (webhook caBundles, ConfigMap ca.crt, distributed copies)
-    hold `new`, as the injector's convergence report says; an absent or stale report
-    blocks visibly, never silently."""
+    hold `new`, as the injector's convergence report says, and have for the propagation
+    delay on this leader's clock (a Pod reads an injected ConfigMap through a volume
+    kubelet rewrites on its resync); an absent or stale report blocks visibly, never
+    silently. Absent counts as "no injector" only while no leader has ever seen the
+    report Lease (`seen`: the Secret's record, or this leader's memory)."""
     view = obs.injector
     if config.wait_for_injector == "false":
         return None
     if view is None:
+        if seen or obs.injector_seen:
+            return Wait(
+                None,
+                "injector-report-missing",
+                "the injector's convergence report Lease was seen and is gone (deleted?); "
+                f"the injector cannot create it: {INJECTOR_REPORT_RESTORE}",
+            )
         if config.wait_for_injector == "true":
             return Wait(
                 None,
@@ -531,6 +595,14 @@ def _injector_gate(new: CaInfo, obs: Observations, config: Config) -> Wait | Non
             "injector-not-converged",
             f"objects the injector manages do not hold the new CA yet{named}",
             view.holding,
+        )
+    if obs.converged_for is not None and obs.converged_for < config.propagation_delay:
+        return Wait(
+            now + config.propagation_delay - obs.converged_for,
+            "propagation-delay",
+            "the propagation delay after the injector's report converged, as this leader "
+            "has seen it (Pods read an injected ConfigMap through a volume kubelet "
+            "rewrites on its resync)",
         )
     return None
 
@@ -561,6 +633,29 @@ def _schedule_retire(state: State, obs: Observations, now: datetime, config: Con
 def _whole_second_up(t: datetime) -> datetime:
     whole = t.replace(microsecond=0)
     return whole if whole == t else whole + timedelta(seconds=1)
+
+
+def _retire_unconfirmed(
+    state: State, retired: frozenset[str], obs: Observations, now: datetime, config: Config
+) -> Wait | None:
+    """A retire cannot be undone, so the wall clock alone does not decide it: this leader
+    has also led for the retire margin (one elected with its clock ahead sees every
+    retire time past at once), and its wall clock when it started leading, advanced by
+    its monotonic clock, is past each retire time (a clock stepped ahead while leading).
+    None: confirmed (or not tracked)."""
+    if obs.led_for is None or obs.led_since is None:
+        return None
+    steady = obs.led_since + obs.led_for
+    due = max(p.retire_at for p in state.previous if p.ca.fingerprint in retired and p.retire_at)
+    short = max(config.retire_margin - obs.led_for, due - steady)
+    if short <= timedelta(0):
+        return None
+    return Wait(
+        now + short,
+        "retire-time",
+        "the retire time of a previous root, as this leader's monotonic clock confirms it "
+        "(it has led for the retire margin, and its clock has not stepped ahead)",
+    )
 
 
 def retirable(state: State, now: datetime, config: Config) -> frozenset[str]:

@@ -310,7 +310,8 @@ class ApiMaterialSource:
             return
         state = stored.state
         confirmed = state.confirmed_at is not None
-        self._revoked |= state.revoked | self._remembered_revoked()
+        remembered, readable = self._remembered_revoked()
+        self._revoked |= state.revoked | remembered
         dropped = self._dropped(state)
         if dropped:
             self._stop_serving_revoked()
@@ -356,7 +357,14 @@ class ApiMaterialSource:
                 swapped_bundle = True
         if bundle_digest == self._digests[0]:
             self._served = state  # the state whose roots the served bundle holds
-        if signing_digest and signing_digest != self._digests[1]:
+        refused = (
+            self._refuse_switch(state.current, readable)
+            if signing_digest and signing_digest != self._digests[1]
+            else None
+        )
+        if refused is not None:
+            rejected["signing set"] = refused
+        elif signing_digest and signing_digest != self._digests[1]:
             try:
                 material = self._validate(
                     files, CURRENT_KEY, CURRENT_CERT, starting=self._material is None
@@ -429,19 +437,47 @@ class ApiMaterialSource:
             return
         notify_listeners(self._bundle_listeners, trimmed, log, "managed CA material")
 
-    def _remembered_revoked(self) -> frozenset[str]:
+    def _remembered_revoked(self) -> tuple[frozenset[str], bool]:
+        """What the stable bundle remembers revoked, and whether it could be read."""
         if self._remembered is None:
-            return frozenset()
+            return frozenset(), True
         try:
             revoked, self._published = self._remembered()
-            return revoked
-        except ApiError as err:
-            # What the Secret and this process know still applies; looked at again on
-            # the next Secret applied (the 60 s re-read retries a rejected one).
+            return revoked, True
+        except Exception as err:  # an API error, a timeout: fail closed (`_refuse_switch`)
+            # What the Secret and this process know still applies; a switch to another
+            # signing CA waits, and the 60 s re-read retries (a refused set is rejected).
             log.warning(
                 "managed CA: cannot read the remembered revocations", extra={"err": str(err)}
             )
-            return frozenset()
+            return frozenset(), False
+
+    def _refuse_switch(self, ca: CaInfo, readable: bool) -> str | None:
+        """Why this replica must not switch its signing set to `ca` now (None: it may).
+        It keeps signing with what it has, and retries on every re-read:
+
+        - the revocation record (the stable ClusterTrustBundle) could not be read: a
+          Secret restored from before an emergency could make `ca` a revoked root;
+        - the stable bundle exists and does not publish `ca`: a Secret restored from a
+          backup taken while a rotation was staged, after that rotation retired `ca`
+          (consumers dropped it; the leader puts it through the gates again)."""
+        with self._lock:
+            material = self._material
+        if material is not None and material.signing_fingerprint == ca.fingerprint:
+            return None
+        if not readable:
+            return (
+                f"{self._where}: cannot read the revoked roots on the stable "
+                f"ClusterTrustBundle: not switching to CA {ca.fingerprint} until it is read"
+            )
+        published = {c.fingerprint for c in self._published}
+        if self._published and ca.fingerprint not in published:
+            return (
+                f"{self._where}: CA {ca.fingerprint} is not in the stable ClusterTrustBundle "
+                "(restored from an older backup?): no leaf is signed with a root "
+                "consumers do not hold; the leader puts it through the gates again"
+            )
+        return None
 
     def _dropped(self, state: State) -> frozenset[str]:
         return dropped_roots(

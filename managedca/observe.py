@@ -14,7 +14,10 @@ It also keeps two things the reading itself owns:
   source) and those the stable ClusterTrustBundle remembers (`managedca.revocations`);
   when the Secret revokes one the bundle does not list yet, it is written there now.
 - **The propagation delay on our clock**: how long this process has seen the read-back
-  hold every root the state is moving to.
+  hold every root the state is moving to, and the injector's report say the CA it is
+  moving to has converged; how long it has led (a retire needs it).
+- **What it has seen**: the injector's report Lease, once seen, is remembered (here and,
+  through `RecordInjectorSeen`, on the Secret), so a deleted one is a wait.
 """
 
 from __future__ import annotations
@@ -99,6 +102,9 @@ class Observer:
         self.last_state: d.State | None = None  # as last read: metrics survive failures
         self.collect_in: float | None = None  # seconds until a dead report can be collected
         self._published_since: tuple[frozenset[str], float] | None = None
+        self._converged_since: tuple[str, float] | None = None
+        self._led_since: tuple[datetime, float] | None = None  # (wall, monotonic) at start
+        self.injector_seen = False  # this leader has seen the injector's report Lease
         self._bad_reports: dict[str, str] = {}  # report Lease -> why it is ignored
         self._injector_ignored: str | None = None  # why the injector's report is, if it is
 
@@ -136,12 +142,21 @@ class Observer:
                     continue
                 self.collect_in = left if self.collect_in is None else min(left, self.collect_in)
             reports.append(report)
+        if self._led_since is None:
+            self._led_since = (now, self.monotonic())
+        state = stored.state if stored is not None else None
+        injector = self._injector()
+        self.injector_seen |= injector is not None
         observations = d.Observations(
             published,
             tuple(reports),
             published_cas=tuple(sorted(ca_info(p) for p in ca_pems.values())),
-            published_for=self._published_for(stored.state if stored else None, published),
-            injector=self._injector(),
+            published_for=self._published_for(state, published),
+            injector=injector,
+            injector_seen=self.injector_seen,
+            converged_for=self._converged_for(state, injector),
+            led_for=timedelta(seconds=self.monotonic() - self._led_since[1]),
+            led_since=self._led_since[0],
             revoked=self.revoked()
             | revocations.of(stable)
             | (stored.state.revoked if stored else frozenset()),
@@ -247,6 +262,24 @@ class Observer:
         if self._published_since is None or self._published_since[0] != needed:
             self._published_since = (needed, mono)
         return timedelta(seconds=mono - self._published_since[1])
+
+    def _converged_for(self, state: d.State | None, view: d.InjectorView | None) -> timedelta:
+        """How long (this process's monotonic clock) the injector's report has said the CA
+        the state is moving to (the staged one, or an unconfirmed current one) converged;
+        0 while it does not."""
+        target = None
+        if state is not None:
+            if state.next is not None:
+                target = state.next.fingerprint
+            elif state.confirmed_at is None:
+                target = state.current.fingerprint
+        if target is None or view is None or target not in view.converged:
+            self._converged_since = None
+            return timedelta(0)
+        mono = self.monotonic()
+        if self._converged_since is None or self._converged_since[0] != target:
+            self._converged_since = (target, mono)
+        return timedelta(seconds=mono - self._converged_since[1])
 
     @staticmethod
     def _old(lease: ReplicaReport, now: datetime) -> bool:

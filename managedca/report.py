@@ -326,8 +326,18 @@ def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:
         return InjectorView(live, frozenset(), ignored=str(err))
     done = frozenset(fp for fp in report.observed if convergence.converged(report, fp))
     if not report.complete:
+        # The keys the injector still waits on (`pending`, from writers that name them:
+        # read tolerantly), e.g. "ConfigMap/tenant/web-ca".
+        pending = tuple(str(k) for k in getattr(report, "pending", ()) or ())
+        named = tuple(_kind_name(k) for k in pending[: convergence.MAX_LAGGING])
         waiting = "(the injector has not synced every object since it started leading)"
-        return InjectorView(live, done, lagging=(waiting,))
+        if named:
+            waiting = (
+                "(the injector has not synced these since it started leading: "
+                + ", ".join(f"{kind} {name}" for kind, name in named)
+                + ")"
+            )
+        return InjectorView(live, done, lagging=(waiting,), holding=named)
     # Only what holds the swap: a tenant's (namespaced) blocked object is excused, and a
     # wait must not blame it.
     holding = report.holding()[: convergence.MAX_LAGGING]
@@ -338,3 +348,9 @@ def injector_view(lease: Mapping[str, Any], liveness: Liveness) -> InjectorView:
     return InjectorView(
         live, done, lagging=lagging, holding=tuple((kind, lag.name) for kind, lag in holding)
     )
+
+
+def _kind_name(key: str) -> tuple[str, str]:
+    """("ConfigMap", "ns/name") of a report's key "ConfigMap/ns/name"."""
+    kind, _, name = key.partition("/")
+    return kind, name

@@ -18,7 +18,11 @@ rest, never raises on a value. The fields:
   (`decide.WAIT_REASONS`, or `sync-failing`), `why` in words, `until` and `since`;
 - `revoked`: the roots revoked for good; `issuancePaused`: the current CA was revoked and
   its replacement is not confirmed yet (nothing is signed meanwhile);
-- `revokeRequested`, `emergencyRequestedAt`: a `ca rotate --emergency` not acted on yet.
+- `revokeRequested`, `emergencyRequestedAt`: a `ca rotate --emergency` not acted on yet;
+- `consumersSkipped`: the swap to the staged (or just swapped-in) CA does not wait / did
+  not wait for the injector's report (`ca-consumers-skipped-for`): `for` (the CA) and
+  `by` (who, as `ca skip-consumers` recorded it; "unknown" when the annotation came from
+  elsewhere), stated by the leader.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from typing import Any
 
 from kube.times import format_time
 from managedca import decide as d
+
+UNKNOWN_SKIPPER = "unknown"
+"""`consumersSkipped.by` when the annotation was not written by `ca skip-consumers`."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,8 @@ class Decision:
     issuance_paused: bool = False
     revoke_requested: tuple[str, ...] = ()
     emergency_requested_at: str | None = None
+    consumers_skipped_for: str | None = None
+    consumers_skipped_by: str | None = None
 
     @classmethod
     def of(
@@ -139,6 +148,16 @@ class Decision:
                 revoked=tuple(sorted(state.revoked)),
                 issuance_paused=state.emergency and state.confirmed_at is None,
             )
+            skipped = state.consumers_skipped_for
+            rotating = {state.current.fingerprint} | (
+                {state.next.fingerprint} if state.next is not None else set()
+            )
+            if skipped and skipped in rotating:
+                out = replace(
+                    out,
+                    consumers_skipped_for=skipped,
+                    consumers_skipped_by=state.consumers_skipped_by or UNKNOWN_SKIPPER,
+                )
             if state.emergency_requested_at is not None:
                 out = replace(
                     out,
@@ -181,6 +200,11 @@ class Decision:
         if self.emergency_requested_at is not None:
             out["revokeRequested"] = list(self.revoke_requested)
             out["emergencyRequestedAt"] = self.emergency_requested_at
+        if self.consumers_skipped_for is not None:
+            out["consumersSkipped"] = {
+                "for": self.consumers_skipped_for,
+                "by": self.consumers_skipped_by or UNKNOWN_SKIPPER,
+            }
         if self.step is not None or self.reason is not None:
             out.update(
                 step=self.step,
@@ -197,6 +221,9 @@ class Decision:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("at"), str):
             return None
         times = raw.get("times")
+        skipped = raw.get("consumersSkipped")
+        if not isinstance(skipped, Mapping):
+            skipped = {}
         return cls(
             at=str(raw["at"]),
             phase=_opt(raw.get("phase")),
@@ -218,6 +245,8 @@ class Decision:
                 str(f) for f in _list(raw.get("revokeRequested")) if isinstance(f, str)
             ),
             emergency_requested_at=_opt(raw.get("emergencyRequestedAt")),
+            consumers_skipped_for=_opt(skipped.get("for")),
+            consumers_skipped_by=_opt(skipped.get("by")),
         )
 
 

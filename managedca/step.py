@@ -139,6 +139,13 @@ def describe(state: d.State | None, new: d.State, action: d.Action) -> tuple[str
             "ManagedCAConfirmed",
             f"the ClusterTrustBundle holds CA {state.current.fingerprint}; signing with it",
         )
+    if isinstance(action, d.Adopt) and not action.roots:
+        return (
+            "ManagedCAUnconfirmed",
+            f"the current CA {state.current.fingerprint} is not in the ClusterTrustBundle "
+            "read back while other roots are (the Secret was restored from an older "
+            "backup?): it signs again only after the gates of a swap",
+        )
     if isinstance(action, d.Adopt):
         return (
             "ManagedCARootsAdopted",
@@ -185,6 +192,12 @@ def describe(state: d.State | None, new: d.State, action: d.Action) -> tuple[str
             + ": each stays published that long after it is swapped out, whatever "
             "--max-certificate-lifetime is then",
         )
+    if isinstance(action, d.RecordInjectorSeen):
+        return (
+            "ManagedCAInjectorReportSeen",
+            "the injector's convergence report Lease exists: from now on a missing one "
+            "holds the swap (injector-report-missing) instead of reading as no injector",
+        )
     if isinstance(action, d.MarkPublished):
         return (
             "ManagedCAPublished",
@@ -196,7 +209,8 @@ def describe(state: d.State | None, new: d.State, action: d.Action) -> tuple[str
             "ManagedCASwapped",
             f"signing with CA {new.current.fingerprint}; the previous root "
             f"{state.current.fingerprint} stays published until every replica signs "
-            "with the new CA, plus the longest leaf lifetime and the margin",
+            "with the new CA, plus the longest leaf lifetime and the margin"
+            + (f"; {skipped_note(state)}" if skipped(state) else ""),
         )
     if isinstance(action, d.ScheduleRetire):
         return (
@@ -244,6 +258,8 @@ def apply(state: d.State | None, action: d.Action, made: d.CaInfo | None = None)
         return staged(state, made, action.at)
     if isinstance(action, d.RecordLifetime):
         return lifetime_recorded(state, action.lifetime)
+    if isinstance(action, d.RecordInjectorSeen):
+        return replace(state, injector_seen=True)
     if isinstance(action, d.MarkPublished):
         return marked_published(state, action.at, action.swap_not_before)
     if isinstance(action, d.Swap):
@@ -258,7 +274,8 @@ def bootstrapped(ca: d.CaInfo) -> d.State:
 
 
 def confirmed(state: d.State, at: datetime) -> d.State:
-    return replace(state, confirmed_at=at)
+    # The emergency fast path was for this CA until it is confirmed: not after.
+    return replace(state, confirmed_at=at, emergency=False)
 
 
 def staged(state: d.State, nxt: d.CaInfo, at: datetime) -> d.State:
@@ -271,6 +288,7 @@ def staged(state: d.State, nxt: d.CaInfo, at: datetime) -> d.State:
         published_at=None,
         swap_not_before=None,
         rotate_requested_at=None,
+        emergency=False,  # a scheduled CA: it passes every gate
     )
 
 
@@ -305,6 +323,7 @@ def swapped(state: d.State, at: datetime) -> d.State:
         swapped_at=at,
         rotate_requested_at=None,
         issued_lifetime=None,  # recorded again for the new current CA
+        emergency=False,  # the swapped-in CA went through every gate
     )
 
 
@@ -334,6 +353,8 @@ def adopted(state: d.State, action: d.Adopt) -> d.State:
     """`action.roots` become previous roots, their retire time scheduled like a swapped-out
     root's (`ScheduleRetire`: once every replica signs with the current CA)."""
     previous = (*state.previous, *(d.Previous(ca, action.at, None) for ca in action.roots))
+    # A restored state is a phase, not the truth: whatever made its current CA (an
+    # emergency included), it signs again only through the gates of a swap.
     if action.unconfirm:
         return replace(
             state,
@@ -341,8 +362,9 @@ def adopted(state: d.State, action: d.Adopt) -> d.State:
             confirmed_at=None,
             published_at=None,
             swap_not_before=None,
+            emergency=False,
         )
-    return replace(state, previous=previous)
+    return replace(state, previous=previous, emergency=False)
 
 
 def emergency(state: d.State, made: d.CaInfo | None, action: d.Emergency) -> d.State:
@@ -374,7 +396,21 @@ def emergency(state: d.State, made: d.CaInfo | None, action: d.Emergency) -> d.S
         revoked=revoked | staged,
         emergency=True,
         retired=state.retired,
+        injector_seen=state.injector_seen,
     )
+
+
+def skipped(state: d.State) -> bool:
+    """The swap to the staged CA does not wait for the injector (`ca skip-consumers`)."""
+    return state.next is not None and state.consumers_skipped_for == state.next.fingerprint
+
+
+def skipped_note(state: d.State) -> str:
+    """Who skipped the consumers' gate of this swap, as the leader states it."""
+    by = state.consumers_skipped_by or (
+        "unknown: the annotation was not written by `ca skip-consumers`"
+    )
+    return f"the injector's gate was skipped (ca-consumers-skipped-for), by {by}"
 
 
 def rotate_requested(state: d.State, at: datetime) -> d.State:

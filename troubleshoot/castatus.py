@@ -91,6 +91,9 @@ class CaStatus:
     # None when no signer says (none runs, or one older than the annotation).
     ca_mode: str | None = None
     signer_running: bool | None = None  # its presence Lease is renewed; None: unreadable
+    # `ca skip-consumers` (or a bare annotation): the CA whose swap does not wait for the
+    # injector, and who asked, as the leader states it ("unknown": not the CLI).
+    consumers_skipped: tuple[str, str] | None = None
 
 
 def collect(
@@ -244,6 +247,11 @@ def status_of(
         decided_at=decision.at,
         decided_by_leader=by_leader,
         waiting=waiting,
+        consumers_skipped=(
+            (decision.consumers_skipped_for, decision.consumers_skipped_by or "unknown")
+            if decision.consumers_skipped_for
+            else None
+        ),
         next_step=None if waiting else decision.step,
     )
 
@@ -313,6 +321,11 @@ def to_json(status: CaStatus) -> dict[str, Any]:
         "stableBundle": status.stable_bundle,
         "caMode": status.ca_mode,
     }
+    if status.consumers_skipped is not None:
+        out["consumersSkipped"] = {
+            "for": status.consumers_skipped[0],
+            "by": status.consumers_skipped[1],
+        }
     if status.leader is not None:
         leader = status.leader
         out["leader"] = {
@@ -395,6 +408,12 @@ def lines(status: CaStatus, now: datetime) -> list[str]:
         when = f" at {_ago(status.revoke_requested_at, now)}" if status.revoke_requested_at else ""
         names = ", ".join(f"{fp[:16]}…" for fp in status.revoke_requested)
         out.append(f"Emergency: requested{when}, revoking {names}; the leader acts within seconds")
+    if status.consumers_skipped is not None:
+        fp, by = status.consumers_skipped
+        out.append(
+            f"Consumers: the swap to {fp[:16]}… does not wait for the injector "
+            f"(skipped by {by}); the consumers it names keep the old root"
+        )
     for name, value in status.times:
         out.append(f"  {name}: {_ago(value, now)}")
     for r in status.replicas:

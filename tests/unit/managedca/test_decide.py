@@ -17,6 +17,7 @@ from managedca.decide import (
     MarkPublished,
     Observations,
     Previous,
+    RecordInjectorSeen,
     RecordLifetime,
     ReplicaView,
     Retire,
@@ -336,6 +337,10 @@ def _with_injector(view: InjectorView | None) -> Observations:
     return Observations(READY.published, READY.reports, injector=view)
 
 
+# The injector's report Lease has been seen (and recorded on the Secret).
+SEEN = replace(PUBLISHED, injector_seen=True)
+
+
 INJECTOR_CASES = [
     ("auto, no report: not gated", "auto", None, Swap(SWAP_TIME)),
     ("true, no report: held", "true", None, Wait(None, "injector-report-missing")),
@@ -378,14 +383,14 @@ def test_a_held_swap_names_the_consumers_that_hold_it() -> None:
         frozenset({"aa"}),
         lagging=("ValidatingWebhookConfiguration hooks-a (blocked: admission denied)",),
     )
-    action = decide(PUBLISHED, _with_injector(view), SWAP_TIME, CFG)
+    action = decide(SEEN, _with_injector(view), SWAP_TIME, CFG)
     assert isinstance(action, Wait) and action.reason == "injector-not-converged"
     assert "ValidatingWebhookConfiguration hooks-a (blocked: admission denied)" in action.why
 
 
 def test_the_report_lease_never_written_says_so() -> None:
     view = InjectorView(True, frozenset(), reported=False)
-    action = decide(PUBLISHED, _with_injector(view), SWAP_TIME, CFG)
+    action = decide(SEEN, _with_injector(view), SWAP_TIME, CFG)
     assert isinstance(action, Wait)
     assert "has never reported" in action.why
 
@@ -399,7 +404,38 @@ def test_the_swap_waits_for_the_injectors_convergence_report(
     mode: str, view: InjectorView | None, expected: object
 ) -> None:
     config = Config(**{**CFG.__dict__, "wait_for_injector": mode})
-    assert decide(PUBLISHED, _with_injector(view), SWAP_TIME, config) == expected
+    state = PUBLISHED if view is None else SEEN
+    assert decide(state, _with_injector(view), SWAP_TIME, config) == expected
+
+
+def test_the_first_sight_of_the_injectors_report_is_recorded() -> None:
+    """Seen once, the report Lease is recorded on the Secret: its later absence is a wait
+    for every leader, not "no injector"."""
+    view = InjectorView(True, frozenset({"aa", "bb"}))
+    action = decide(PUBLISHED, _with_injector(view), SWAP_TIME, CFG)
+    assert action == RecordInjectorSeen(SWAP_TIME)
+    after = apply(PUBLISHED, action)
+    assert after is not None and after.injector_seen
+    off = Config(**{**CFG.__dict__, "wait_for_injector": "false"})
+    assert decide(PUBLISHED, _with_injector(view), SWAP_TIME, off) == Swap(SWAP_TIME)
+
+
+@pytest.mark.parametrize(
+    ("state", "obs_seen"),
+    [(SEEN, False), (PUBLISHED, True)],
+    ids=["recorded on the Secret (another leader saw it)", "seen by this leader"],
+)
+def test_a_deleted_report_lease_holds_the_swap_and_names_the_recovery(
+    state: State, obs_seen: bool
+) -> None:
+    """`kubectl delete lease --all` in the signer's namespace: the injector cannot create
+    its report again (no `create`). The swap waits `injector-report-missing`, and the
+    wait says how to put the Lease back (or how to say the injector is gone)."""
+    seen = Observations(READY.published, READY.reports, injector_seen=obs_seen)
+    action = decide(state, seen, SWAP_TIME, CFG)
+    assert action == Wait(None, "injector-report-missing")
+    assert isinstance(action, Wait) and "kubectl apply -k config/injector" in action.why
+    assert "ca-injector-report-seen-" in action.why
 
 
 def test_the_recorded_end_of_the_propagation_delay_is_never_earlier_than_the_delay() -> None:
@@ -518,11 +554,11 @@ def test_an_admin_may_skip_the_consumers_of_this_rotation_only() -> None:
     swap to *this* next CA stops waiting for the injector; every other gate stays, and a
     later rotation waits again. Never a default."""
     lagging = _with_injector(InjectorView(True, frozenset({"aa"})))
-    held = decide(PUBLISHED, lagging, SWAP_TIME, CFG)
+    held = decide(SEEN, lagging, SWAP_TIME, CFG)
     assert held == Wait(None, "injector-not-converged")
-    skipped = replace(PUBLISHED, consumers_skipped_for="bb", consumers_skipped_by="alice")
+    skipped = replace(SEEN, consumers_skipped_for="bb", consumers_skipped_by="alice")
     assert decide(skipped, lagging, SWAP_TIME, CFG) == Swap(SWAP_TIME)
-    another = replace(PUBLISHED, consumers_skipped_for="cc", consumers_skipped_by="alice")
+    another = replace(SEEN, consumers_skipped_for="cc", consumers_skipped_by="alice")
     assert decide(another, lagging, SWAP_TIME, CFG) == held
     stale = _with_injector(InjectorView(False, frozenset()))
     assert decide(skipped, stale, SWAP_TIME, CFG) == Swap(SWAP_TIME)

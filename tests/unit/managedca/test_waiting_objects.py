@@ -46,6 +46,7 @@ class Api:
             published_at=NOW - 2 * H,
             swap_not_before=NOW - H,
             issued_lifetime=24 * H,
+            injector_seen=True,
         )
         certs = {self.a.fingerprint: a_pem, self.b.fingerprint: b_pem}
         self.secret = encode("ns", "ca", state, certs, a_key, b_key)
@@ -185,6 +186,11 @@ def test_no_object_is_named_once_the_swap_is_no_longer_held() -> None:
     api.lagging()  # every consumer holds the new CA
     action = controller.sync_once()
 
+    # Pods read what the injector wrote on kubelet's next resync: the propagation
+    # delay, no object to blame.
+    assert isinstance(action, d.Wait) and action.reason == "propagation-delay", action
+    assert _named(controller) == set()
+    action = controller.sync_once()  # hours later on the leader's monotonic clock
     assert isinstance(action, d.Swap), action
     assert _named(controller) == set()
 

@@ -100,7 +100,7 @@ def test_an_injector_with_no_consumer_of_the_signer_does_not_hold_the_swap_for_e
     converged = type(nothing)(
         nothing.published, nothing.reports, injector=type(live)(True, frozenset({"bb"}))
     )
-    assert decide(tdec.PUBLISHED, converged, tdec.SWAP_TIME, tdec.CFG) == Swap(tdec.SWAP_TIME)
+    assert decide(tdec.SEEN, converged, tdec.SWAP_TIME, tdec.CFG) == Swap(tdec.SWAP_TIME)
     adopting = type(nothing)(
         frozenset({"aa", "bb"}),
         (tdec.report("aa", "bb", signing="aa", ready="bb"),),

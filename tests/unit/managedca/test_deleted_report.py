@@ -1,0 +1,69 @@
+"""A deleted injector convergence report Lease (`kubectl delete lease --all` in the
+signer's namespace, a namespace cleanup, `kubectl delete -f` of the shipped Leases)
+never turns the injector's gate off: once a leader has seen the Lease, its absence is a
+wait (`injector-report-missing`) that names the one command that puts it back, for this
+leader (its memory) and for every later one (the Secret's `ca-injector-report-seen`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from managedca import decide as d
+from managedca.codec import INJECTOR_SEEN, decode, encode
+from tests.unit.fakes import FakeRecorder
+from tests.unit.managedca.test_waiting_objects import HOOKS, Api, _controller
+
+
+def test_a_deleted_convergence_report_holds_the_swap_visibly() -> None:
+    api, recorder = Api(), FakeRecorder()
+    controller = _controller(api, recorder)
+    api.lagging(HOOKS)  # the injector reports; a webhook does not hold the next CA yet
+    first = controller.sync_once()
+    assert isinstance(first, d.Wait) and first.reason == "injector-not-converged", first
+    api.report = None  # the report Lease is deleted; the injector cannot create it
+    action = controller.sync_once()
+    assert isinstance(action, d.Wait), f"swapped with the webhook still lagging: {action!r}"
+    assert action.reason == "injector-report-missing", action
+    assert "kubectl apply -k config/injector" in action.why
+    warnings = [e.note for e in recorder.warnings if e.reason == "ManagedCAWaiting"]
+    assert any("[injector-report-missing]" in note for note in warnings), warnings
+
+
+def test_a_new_leader_that_never_saw_the_report_still_waits_for_it() -> None:
+    """The Lease was deleted before a leader change: the new leader has never seen it, the
+    Secret says a leader did."""
+    api, recorder = Api(), FakeRecorder()
+    _controller(api, recorder).sync_once()
+    api.report = None
+    action = _controller(api, recorder).sync_once()
+    assert isinstance(action, d.Wait) and action.reason == "injector-report-missing", action
+
+
+def test_the_first_sight_of_the_report_is_written_to_the_secret() -> None:
+    api, recorder = Api(), FakeRecorder()
+    stored = decode(api.secret)
+    api.secret = _encoded(api, replace(stored.state, injector_seen=False))
+    api.lagging(HOOKS)
+    action = _controller(api, recorder).sync_once()
+    assert isinstance(action, d.RecordInjectorSeen), action
+    annotations = api.written[-1]["metadata"]["annotations"]
+    assert annotations[INJECTOR_SEEN] == "true"
+    assert any(e.reason == "ManagedCAInjectorReportSeen" for e in recorder.events)
+
+
+def test_an_install_without_an_injector_is_not_gated() -> None:
+    """No report Lease ever seen, `auto`: no injector is installed, nothing to wait for."""
+    api, recorder = Api(), FakeRecorder()
+    stored = decode(api.secret)
+    api.secret = _encoded(api, replace(stored.state, injector_seen=False))
+    controller = _controller(api, recorder)
+    actions = [controller.sync_once() for _ in range(2)]
+    assert isinstance(actions[-1], d.Swap), actions
+
+
+def _encoded(api: Api, state: d.State) -> dict[str, Any]:
+    stored = decode(api.secret)
+    body = encode("ns", "ca", state, stored.certs, stored.current_key, stored.next_key)
+    body["metadata"]["resourceVersion"] = "5"
+    return body
