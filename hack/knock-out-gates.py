@@ -24,6 +24,7 @@ DECIDE = "managedca/decide.py"
 STEP = "managedca/step.py"
 MATERIAL = "managedca/material.py"
 REPORT = "managedca/report.py"
+OBSERVE = "managedca/observe.py"
 CONTROLLERS = "manager/controllers.py"
 TESTS = "tests/unit/managedca"
 
@@ -84,7 +85,10 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
         (DECIDE, "    if known & obs.revoked:\n", "    if False:\n"),
     ],
     "published roots the state lacks are adopted back (a restore)": [
-        (DECIDE, "    if lost:\n", "    if False:\n"),
+        (DECIDE, "    if lost or unpublished:\n", "    if unpublished:\n"),
+    ],
+    "a restored current CA the read-back lacks is unconfirmed (a staged backup)": [
+        (DECIDE, "    if lost or unpublished:\n", "    if lost:\n"),
     ],
     "a root just retired is not adopted back": [
         (
@@ -154,12 +158,65 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
     "injected targets hold the new CA (injector report)": [
         (
             DECIDE,
-            "else _injector_gate(new, obs, config)\n",
+            "else _injector_gate(new, obs, now, config, seen=state.injector_seen)\n",
             "else None\n",
         ),
     ],
     "adopting bootstrap is a stage": [
-        (DECIDE, "        if not state.previous or state.emergency:", "        if True:"),
+        (
+            DECIDE,
+            "        if (not state.previous and state.next is None) or state.emergency:",
+            "        if True:",
+        ),
+    ],
+    "a report Lease seen once and then deleted is a wait": [
+        (DECIDE, "        if seen or obs.injector_seen:\n", "        if False:\n"),
+    ],
+    "the first sight of the injector's report is recorded on the Secret": [
+        (DECIDE, "        return RecordInjectorSeen(now)\n", "        pass\n"),
+    ],
+    "the leader remembers the injector's report it has seen": [
+        (OBSERVE, "        self.injector_seen |= injector is not None\n", "        pass\n"),
+    ],
+    "the swap waits the delay after the injector's report converged": [
+        (
+            DECIDE,
+            "    if obs.converged_for is not None and obs.converged_for < config.propagation_delay"
+            ":",
+            "    if False:",
+        ),
+    ],
+    "the retire needs the leader's monotonic clock": [
+        (DECIDE, "        if held is not None:\n            return held\n", "        pass\n"),
+    ],
+    "the emergency flag is cleared at confirmation": [
+        (STEP, "confirmed_at=at, emergency=False)", "confirmed_at=at)"),
+    ],
+    "the emergency flag is cleared at a stage": [
+        (STEP, "        emergency=False,  # a scheduled CA: it passes every gate\n", ""),
+    ],
+    "the emergency flag is cleared at a swap": [
+        (STEP, "        emergency=False,  # the swapped-in CA went through every gate\n", ""),
+    ],
+    "the emergency flag is cleared at an adoption": [
+        (
+            STEP,
+            "    return replace(state, previous=previous, emergency=False)",
+            "    return replace(state, previous=previous)",
+        ),
+    ],
+    "a replica does not switch to a CA the stable bundle does not publish": [
+        (
+            MATERIAL,
+            "        if self._published and ca.fingerprint not in published:\n",
+            "        if False:\n",
+        ),
+    ],
+    "a replica that cannot read the revocation record does not switch": [
+        (MATERIAL, "        if not readable:\n", "        if False:\n"),
+    ],
+    "the swap's Event says a skipped consumers' gate": [
+        (STEP, '            + (f"; {skipped_note(state)}" if skipped(state) else ""),\n', ""),
     ],
     "retire clock waits for every replica to sign with the new CA": [
         (

@@ -67,3 +67,15 @@ def _encoded(api: Api, state: d.State) -> dict[str, Any]:
     body = encode("ns", "ca", state, stored.certs, stored.current_key, stored.next_key)
     body["metadata"]["resourceVersion"] = "5"
     return body
+
+
+def test_the_leader_remembers_a_report_it_has_seen() -> None:
+    """Its memory covers what the Secret cannot say yet (an adopting bootstrap's gates, a
+    record not written yet): a report this leader saw and lost is still a wait."""
+    api = Api()
+    api.lagging(HOOKS)
+    controller = _controller(api, FakeRecorder())
+    assert controller.observe().observations.injector_seen
+    api.report = None
+    assert controller.observe().observations.injector_seen
+    assert not _controller(Api(), FakeRecorder()).observe().observations.injector_seen
