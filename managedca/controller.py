@@ -18,7 +18,9 @@ it does not decide). Runs only on the leader.
   the other's CA on its next step.
 - A bootstrap with ClusterTrustBundles for the signer already published (a deleted
   Secret, or a move from file mode) keeps their anchors as previous roots until
-  swap time + the longest leaf + margin: leaves they signed stay trusted.
+  swap time + the longest leaf + margin: leaves they signed stay trusted. On a move from
+  file mode it adopts the file-mode CA as its confirmed current CA when it can
+  (`managedca.adopt`): signing goes on with no gap.
 - After each write the new Secret is handed to `on_written` (the process's material
   source), so this replica does not wait for its own watch.
 - An Event on the Secret for each step (reason `ManagedCA<Step>`), a log line, metrics.
@@ -47,8 +49,8 @@ from kube.client import ApiError, Client, is_already_exists, is_conflict, is_not
 from kube.controller import Loop, Requeue, SyncFailed
 from kube.events import ObjectRef, StepRecorder
 from kube.workqueue import RateLimitingQueue
+from managedca import adopt, step
 from managedca import decide as d
-from managedca import step
 from managedca.codec import StoreError
 from managedca.metrics import ManagedCAMetrics
 from managedca.narrator import Narrator
@@ -88,8 +90,10 @@ class ManagedCAController:
         on_decision: Callable[[Mapping[str, Any] | None], object] | None = None,
         injector_report: str | None = None,
         revoked: Callable[[], frozenset[str]] = frozenset,
+        file_ca: Callable[[], adopt.FileCa | None] | None = None,
     ) -> None:
         self.config = config
+        self.file_ca = file_ca  # the file-mode CA a first bootstrap adopts (managedca.adopt)
         self.make_ca = make_ca
         self.clock = clock
         self.resync_period = resync_period
@@ -154,7 +158,12 @@ class ManagedCAController:
         seen = self.observer.observe()
         now = self.clock()
         action = d.decide(seen.state, seen.observations, now, self.config)
-        taken = step.take(seen.stored, action, seen.published_pems, self.make_ca, now)
+        make, file_ca = self.make_ca, None
+        if isinstance(action, d.Bootstrap):  # a move from file mode adopts its CA
+            make, file_ca = adopt.maker(self.file_ca, seen.observations, now, self.config, make)
+        taken = step.take(seen.stored, action, seen.published_pems, make, now)
+        if file_ca is not None and taken is not None:
+            taken = adopt.confirmed(taken, file_ca, now)
         written = self.store.write(taken, seen.secret)
         self.narrator.record(seen, action, taken, written, now)
         return action

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from kube.client import Client, path_segment
 from kube.events import StepRecorder
-from managedca import revocations
+from managedca import adopt, revocations
 from managedca.controller import ManagedCAController
 from managedca.decide import Config
 from managedca.material import ApiMaterialSource
@@ -113,6 +113,7 @@ def wire(
         on_written=source.apply,
         injector_report=settings.injector_report,
         revoked=source.revoked,
+        file_ca=lambda: adopt.read_file_ca(client, settings.namespace),
     )
     reporter = LoadedReporter(
         client,
@@ -131,3 +132,15 @@ def wire(
     # looked at now, not at the next resync.
     source.informer.add_handler(controller.trigger, controller.trigger, controller.trigger)
     return controller, reporter
+
+
+def adopter(
+    controller: ManagedCAController, source: ApiMaterialSource
+) -> Callable[[threading.Event], None]:
+    """A warmer for every replica: before it leads, adopt the file-mode CA when no managed
+    CA exists yet (`managedca.adopt.before_leading`), so a rollout from file mode goes on."""
+
+    def run(stop: threading.Event) -> None:
+        adopt.before_leading(controller, source.apply, stop)
+
+    return run

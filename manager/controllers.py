@@ -286,7 +286,7 @@ def _managed_ca(ctx: BuildContext) -> Controller:
     """The managed CA (docs/managed-ca.md): its controller, and this replica's report of
     what it has loaded (a warmer: every replica reports, leader or not)."""
     from managedca.material import ApiMaterialSource
-    from managedca.wiring import wire
+    from managedca.wiring import adopter, wire
 
     assert isinstance(ctx.material, ApiMaterialSource), "managed mode builds an ApiMaterialSource"
     version = ctx.ctb_version("the managed CA is published as one")
@@ -300,6 +300,7 @@ def _managed_ca(ctx: BuildContext) -> Controller:
         ctx.recorder(),
     )
     ctx.warmers.append(reporter.run)
+    ctx.warmers.append(adopter(controller, ctx.material))
     log.info("managed CA configured", extra={"secret": ctx.opts.managed_ca_secret_name})
     if "publisher" not in ctx.opts.controllers:
         # Allowed (a split Deployment may run the publisher elsewhere, on the same Lease

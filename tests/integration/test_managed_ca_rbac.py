@@ -102,6 +102,18 @@ def test_bootstraps_issues_and_rotates_as_its_service_account(
 
 
 @pytest.mark.usefixtures("managed_rbac_applied")
+def test_managed_ca_service_account_may_only_read_the_file_mode_ca_secret(
+    client: Client,
+) -> None:
+    """A move from file mode adopts the file-mode CA (managedca/adopt.py): get, by name;
+    nothing else on it."""
+    file_ca = {"namespace": NS, "name": "service-serving-signer-ca"}
+    assert identities.can(client, SUBJECT, "get", "secrets", **file_ca)
+    for verb in ("update", "patch", "delete"):
+        assert not identities.can(client, SUBJECT, verb, "secrets", **file_ca)
+
+
+@pytest.mark.usefixtures("managed_rbac_applied")
 @pytest.mark.parametrize(
     ("verb", "resource", "kwargs"),
     [
