@@ -57,7 +57,7 @@ from tests.integration.test_publisher import ctb_path, ctb_version
 from tests.unit.deploy.kustomize import CONFIG, render
 from trust.bundle import bundle_name, normalize_bundle
 from trust.ca import generate_ca
-from trust.consumers import ANNOTATION, FIELD_MANAGER, LABEL
+from trust.consumers import ANNOTATION, FIELD_MANAGER, LABEL, TRUSTSTORE_ANNOTATION
 
 pytestmark = pytest.mark.integration
 
@@ -73,6 +73,11 @@ PATHS = {
     "ValidatingAdmissionPolicyBinding": f"{ADMISSION}/validatingadmissionpolicybindings",
 }
 MARK_LABEL = "service-serving-signer/ca-injected"
+STORE_KEY = "truststore.p12"
+OPS = "ops"
+"""A field manager that added a key to a ConfigMap by hand (a merge patch: an Update)."""
+MERGE = "application/merge-patch+json"
+APPLY = "application/apply-patch+yaml"
 INJECTED = "service-serving-signer/injected"
 TEAM = "example.com/team"
 """An annotation of the administrator's on the objects to release."""
@@ -252,6 +257,7 @@ MSG_META = "may not change ownerReferences, finalizers or generateName"
 MSG_MANAGED = "may not add a managedFields entry for another manager"
 MSG_OTHERS = "may change another manager's managedFields entry only"
 MSG_OWN = "may not add to its own managedFields entry"
+MSG_GONE = "may remove another manager's managedFields entry only"
 MSG_LABELS = "may change only its own labels"
 MSG_ANNOTATIONS = "may change only its own annotations"
 MSG_HOOKS = "may change only webhooks[].clientConfig.caBundle"
@@ -280,6 +286,10 @@ class Objects:
     """Objects the injector wrote (the first webhook's caBundle of two; the APIService's;
     the CRD's; each with its note annotation) whose annotation an administrator then
     removed, adding an annotation `TEAM` of their own: to be released."""
+    released_cm: str
+    """A ConfigMap the injector wrote (`ca.crt`, the truststore `STORE_KEY`, its note and
+    mark) beside the administrator's `app.conf` and `OPS`' `db-password-ref`, whose
+    opt-in label the administrator then removed: to be released."""
 
 
 @pytest.fixture
@@ -302,6 +312,7 @@ def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
         released_vwc=f"policy-released-{suffix}",
         released_api=f"v1alpha1.r{suffix}.policy.example.com",
         released_crd=f"things.r{suffix}.policy.example.com",
+        released_cm=f"/api/v1/namespaces/{plane_namespace}/configmaps/released",
     )
     admin.create(VWC_PATH, validating_webhook(made.vwc, f"unused-{suffix}", "svc", selector))
     admin.create(VWC_PATH, validating_webhook(made.plain_vwc, f"unused-{suffix}", "svc", None))
@@ -338,6 +349,32 @@ def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
         },
     )
     admin.create(made.cms, copy_shaped("copy"))
+    admin.create(
+        made.cms,
+        {
+            "metadata": {
+                "name": "released",
+                "labels": {LABEL: "true"},
+                "annotations": {ANNOTATION: selector, TRUSTSTORE_ANNOTATION: STORE_KEY},
+            },
+            "data": {"app.conf": "x"},
+        },
+    )
+    admin.patch(
+        made.released_cm,
+        {"data": {"db-password-ref": "vault:db"}},
+        patch_type=MERGE,
+        params={"fieldManager": OPS},
+    )
+    patch(
+        installed.injector,
+        made.released_cm,
+        {"op": "add", "path": "/data/ca.crt", "value": "anchors"},
+        {"op": "add", "path": "/binaryData", "value": {STORE_KEY: b64("store")}},
+        {"op": "add", "path": f"/metadata/annotations/{escape(INJECTED)}", "value": "{}"},
+        {"op": "add", "path": f"/metadata/labels/{escape(MARK_LABEL)}", "value": "true"},
+    )
+    admin.patch(made.released_cm, {"metadata": {"labels": {LABEL: None}}})
     admin.create(made.cms, copy_shaped("lookalike", Corefile=".:53 {}"))
     released = f"r{suffix}.policy.example.com"
     admin.create(
@@ -510,6 +547,37 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
             }
         )
 
+    def forget_a_key(managed: list[dict[str, Any]]) -> None:
+        other(managed)["f:data"].pop("f:app.conf")
+
+    def drop_ops(managed: list[dict[str, Any]]) -> None:
+        managed.remove(next(e for e in managed if e["manager"] == OPS))
+
+    def hand_ca_crt(managed: list[dict[str, Any]]) -> None:
+        other(managed)["f:data"]["f:ca.crt"] = {}
+
+    def move_the_ops_key(managed: list[dict[str, Any]]) -> None:
+        # What would make the owner's next apply delete db-password-ref.
+        other(managed)["f:data"]["f:db-password-ref"] = {}
+        next(e for e in managed if e["manager"] == OPS)["fieldsV1"]["f:data"].pop(
+            "f:db-password-ref"
+        )
+
+    def forged_ca_crt_entry(managed: list[dict[str, Any]]) -> None:
+        managed.append(
+            {
+                "manager": FIELD_MANAGER,
+                "operation": "Update",
+                "apiVersion": "v1",
+                "time": "2026-01-01T00:00:00Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:data": {"f:ca.crt": {}}},
+            }
+        )
+
+    def claim_a_key(managed: list[dict[str, Any]]) -> None:
+        mine(managed)["f:data"]["f:app.conf"] = {}
+
     hook = "/webhooks/0"
     done = f"{VWC_PATH}/{o.released_vwc}"
     done_api, done_crd = f"{APISERVICES}/{o.released_api}", f"{CRDS}/{o.released_crd}"
@@ -575,6 +643,37 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
             MSG_OTHERS,
         ),
         "CRD: another manager made to own a label": (entries(crd, own_a_label), MSG_OTHERS),
+        # An entry of another manager removed (here every entry, the API server's way
+        # to strip managedFields) leaves its fields to nobody: its next apply no longer
+        # removes a field it stops applying.
+        "webhook: every managedFields entry stripped": (
+            replace(vwc, "/metadata/managedFields", [{}]),
+            MSG_GONE,
+        ),
+        "APIService: every managedFields entry stripped": (
+            replace(api, "/metadata/managedFields", [{}]),
+            MSG_GONE,
+        ),
+        "CRD: every managedFields entry stripped": (
+            replace(crd, "/metadata/managedFields", [{}]),
+            MSG_GONE,
+        ),
+        "ConfigMap: another manager made to own a label": (
+            entries(trust, own_a_label),
+            MSG_OTHERS,
+        ),
+        "unlabelled ConfigMap: another manager made to forget a key": (
+            entries(app, forget_a_key),
+            MSG_OTHERS,
+        ),
+        "released ConfigMap: ca.crt handed over, the injector's entry kept": (
+            entries(o.released_cm, hand_ca_crt),
+            MSG_OTHERS,
+        ),
+        "released ConfigMap: another manager's key handed to the owner at the release": (
+            entries(o.released_cm, move_the_ops_key, release=True),
+            MSG_OTHERS,
+        ),
         "released webhook: caBundle handed over, the injector's entry kept": (
             entries(done, hand(0)),
             MSG_OTHERS,
@@ -612,6 +711,24 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
         "released webhook: the injector's entry made to own another caBundle": (
             entries(done, claim_second),
             MSG_OWN,
+        ),
+        "unlabelled ConfigMap: an entry of the injector's owning its ca.crt": (
+            entries(app, forged_ca_crt_entry),
+            MSG_OWN,
+        ),
+        "released ConfigMap: the injector's entry made to own another key": (
+            entries(o.released_cm, claim_a_key),
+            MSG_OWN,
+        ),
+        # (After the rows that need the entries: a removal admitted by mistake would
+        # make them fail for another reason.)
+        "ConfigMap: another manager's entry removed": (
+            entries(o.released_cm, drop_ops),
+            MSG_GONE,
+        ),
+        "unlabelled ConfigMap: every managedFields entry stripped": (
+            replace(app, "/metadata/managedFields", [{}]),
+            MSG_GONE,
         ),
         # other labels and annotations
         "webhook: another label": (add(vwc, "/metadata/labels", {"team": "attacker"}), MSG_LABELS),
@@ -762,6 +879,54 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
         admin.patch(api, {"metadata": {"annotations": {INJECTED: "by hand"}}})
         return patch(injector, api, {**injected, "value": '{"sha256": "x"}'})
 
+    def take_back_a_hand_written_ca_crt() -> Any:
+        # Someone writes ca.crt by hand (an entry of theirs owns it, and nothing else);
+        # the injector restores it, and the server drops their entry, left empty.
+        admin.patch(
+            trust, {"data": {"ca.crt": "by hand"}}, patch_type=MERGE, params={"fieldManager": OPS}
+        )
+        assert OPS in [e["manager"] for e in injector.get(trust)["metadata"]["managedFields"]]
+        written = patch(injector, trust, {"op": "replace", "path": "/data/ca.crt", "value": "x"})
+        assert OPS not in [e["manager"] for e in written["metadata"]["managedFields"]]
+        return written
+
+    def release_config_map_handing_over() -> Any:
+        # As the webhooks' release: the leaves our entry owned (ca.crt, the truststore
+        # key) are added to the owner's entry in the patch that removes ours.
+        path = o.released_cm
+        live = injector.get(path)
+        managed = live["metadata"]["managedFields"]
+        owner = next(
+            i
+            for i, e in enumerate(managed)
+            if e["manager"] not in (FIELD_MANAGER, OPS) and not e.get("subresource")
+        )
+        at = f"/metadata/managedFields/{owner}"
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": f"{at}/manager", "value": managed[owner]["manager"]},
+            {"op": "add", "path": f"{at}/fieldsV1/f:data/f:ca.crt", "value": {}},
+            {"op": "add", "path": f"{at}/fieldsV1/f:binaryData", "value": {f"f:{STORE_KEY}": {}}},
+        ]
+        for i in reversed(range(len(managed))):
+            if managed[i]["manager"] == FIELD_MANAGER:
+                ops += [
+                    {
+                        "op": "test",
+                        "path": f"/metadata/managedFields/{i}/manager",
+                        "value": FIELD_MANAGER,
+                    },
+                    {"op": "remove", "path": f"/metadata/managedFields/{i}"},
+                ]
+        mark = f"/metadata/labels/{escape(MARK_LABEL)}"
+        ops += [{"op": "test", "path": mark, "value": "true"}, {"op": "remove", "path": mark}]
+        after = patch(injector, path, *ops)
+        entries = {e["manager"]: e["fieldsV1"] for e in after["metadata"]["managedFields"]}
+        assert FIELD_MANAGER not in entries
+        assert "f:ca.crt" in entries[managed[owner]["manager"]]["f:data"]
+        assert f"f:{STORE_KEY}" in entries[managed[owner]["manager"]]["f:binaryData"]
+        assert after["data"]["ca.crt"] == "anchors"  # the values stay
+        return after
+
     def fill_key() -> Any:
         secret = injector.get(KEY_PATH)
         secret["data"] = {"key": b64("k" * 32)}
@@ -806,7 +971,11 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
         "released CRD: the release hands the caBundle to the owner": lambda: release_handing_over(
             CRD, f"{CRDS}/{o.released_crd}"
         ),
+        "labelled ConfigMap: ca.crt taken back from a hand edit": take_back_a_hand_written_ca_crt,
         "labelled ConfigMap: the release": lambda: release(trust),
+        "released ConfigMap: the release hands ca.crt and the truststore to the owner": (
+            release_config_map_handing_over
+        ),
         "copy: re-annotated and re-labelled": lambda: injector.patch(
             copy_,
             {
@@ -861,6 +1030,58 @@ def test_every_write_the_injector_and_distributor_make_is_admitted(
     secret = installed.injector.get(KEY_PATH)
     secret["data"] = {"key": b64("attacker" * 4)}
     assert MSG_KEY in refused(lambda: installed.injector.replace(KEY_PATH, secret))
+
+
+@on_both
+def test_a_stolen_token_cannot_make_a_gitops_owner_delete_a_config_map_key(
+    installed: Installed,
+) -> None:
+    """A key an operator added by hand to a ConfigMap that GitOps applies (server-side
+    apply, as Flux does): moving the key's ownership into the applier's entry would make
+    its next apply of the unchanged configuration delete the key. As the injector's
+    ServiceAccount, on an unlabelled ConfigMap in another namespace, that move is refused,
+    and the applier's next apply keeps the key."""
+    admin, token = installed.admin, installed.injector
+    ns = f"victim-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(admin, ns)
+    path = f"/api/v1/namespaces/{ns}/configmaps/app-config"
+    gitops = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "app-config"},
+        "data": {"mode": "prod"},
+    }
+    try:
+        admin.patch(path, gitops, patch_type=APPLY, params={"fieldManager": "flux"})
+        admin.patch(
+            path,
+            {"data": {"db-password-ref": "vault:db"}},
+            patch_type=MERGE,
+            params={"fieldManager": OPS},
+        )
+        live = admin.get(path)
+        moved = copy.deepcopy(live["metadata"]["managedFields"])
+        flux = next(e for e in moved if e["manager"] == "flux")
+        ops = next(e for e in moved if e["manager"] == OPS)
+        flux["fieldsV1"]["f:data"]["f:db-password-ref"] = {}
+        del ops["fieldsV1"]["f:data"]["f:db-password-ref"]
+        refusal = refused(
+            lambda: patch(
+                token,
+                path,
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": live["metadata"]["resourceVersion"],
+                },
+                {"op": "replace", "path": "/metadata/managedFields", "value": moved},
+            )
+        )
+        assert MSG_OTHERS in refusal, refusal or "ADMITTED"
+        after = admin.patch(path, gitops, patch_type=APPLY, params={"fieldManager": "flux"})
+        assert after["data"] == {"mode": "prod", "db-password-ref": "vault:db"}
+    finally:
+        admin.delete(f"/api/v1/namespaces/{ns}")
 
 
 @on_both

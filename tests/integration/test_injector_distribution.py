@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
+from prometheus_client import CollectorRegistry
 
 from controlplane import ControlPlane
 from controlplane.controller_manager import ControllerManager
@@ -61,7 +62,9 @@ def get_or_none(client: Client, path: str) -> dict[str, Any] | None:
 
 
 class RunningDistributor:
-    def __init__(self, client: Client, namespace: str) -> None:
+    def __init__(
+        self, client: Client, namespace: str, registry: CollectorRegistry | None = None
+    ) -> None:
         # The installation key's Secret, shipped empty (config/injector-distribution).
         try:
             client.create(
@@ -78,6 +81,7 @@ class RunningDistributor:
             informers(self.informers, namespace=namespace, ctb_version=ctb_version(client)),
             self.recorder,
             namespace=namespace,
+            registry=registry,
         )
         # After the controller's own handlers: what `delivered` waits on.
         self.deliveries = {
@@ -344,6 +348,64 @@ def test_a_tenant_label_cannot_make_the_distributor_delete_or_overwrite(
         assert client.get(f"{path}/coredns")["data"] == victim["data"]
         assert get_or_none(client, f"{path}/lookalike") is not None
     client.delete(f"/api/v1/namespaces/{tenant}")
+
+
+def test_a_namespace_at_its_config_map_quota_is_an_event_and_a_count_not_an_error(
+    client: Client, namespace: str, bundle: tuple[str, str]
+) -> None:
+    """A tenant namespace whose ResourceQuota allows no more ConfigMaps: the copy's POST
+    is refused 403 "exceeded quota" by the real quota admission. The distributor warns
+    `ConfigMapQuotaExceeded` on the configuration and counts it, and no sync fails (the
+    alert on sync errors stays quiet); once the quota has room, the next sync of the
+    namespace creates the copy."""
+    selector, _ = bundle
+    team = uuid.uuid4().hex[:8]
+    tenant = create_namespace(client, {"trust": team})
+    quota = f"/api/v1/namespaces/{tenant}/resourcequotas"
+
+    def limit(count: str) -> None:
+        # The hard limit, and the status kube-controller-manager's quota controller would
+        # write (admission refuses everything while a quota has no status).
+        client.patch(f"{quota}/cms", {"spec": {"hard": {"count/configmaps": count}}})
+        client.patch(
+            f"{quota}/cms/status",
+            {"status": {"hard": {"count/configmaps": count}, "used": {"count/configmaps": "0"}}},
+        )
+
+    client.create(quota, {"metadata": {"name": "cms"}, "spec": {"hard": {"count/configmaps": "0"}}})
+    limit("0")
+    registry = CollectorRegistry()
+    copy_path = f"/api/v1/namespaces/{tenant}/configmaps/service-ca.crt"
+    configuration(client, namespace, "quota", "service-ca.crt", selector, team)
+    try:
+        with RunningDistributor(client, namespace, registry) as running:
+
+            def warned() -> bool:
+                events = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+                return any(
+                    e.get("reason") == distribute.REASON_QUOTA and tenant in str(e.get("note"))
+                    for e in events["items"]
+                )
+
+            eventually(warned, timeout=30, what="ConfigMapQuotaExceeded on the configuration")
+            assert running.controller.metrics.refusals("quota") >= 1
+            assert get_or_none(client, copy_path) is None
+            limit("5")
+
+            def resynced() -> bool:
+                # What the next resync does (again until the quota admission's cache has
+                # the new limit).
+                running.controller.queue.add(tenant)
+                return get_or_none(client, copy_path) is not None
+
+            eventually(resynced, timeout=30, what="the copy created once the quota has room")
+            errors = registry.get_sample_value(
+                "controller_sync_total", {"controller": "trust-distributor", "result": "error"}
+            )
+            assert errors == 0, f"{errors} failed distributor syncs"
+    finally:
+        client.delete(f"/api/v1/namespaces/{namespace}/configmaps/quota")
+        client.delete(f"/api/v1/namespaces/{tenant}")
 
 
 def test_two_installations_coexist(client: Client, namespace: str, bundle: tuple[str, str]) -> None:
