@@ -383,7 +383,7 @@ def test_a_namespace_at_its_config_map_quota_is_an_event_and_a_count_not_an_erro
             def warned() -> bool:
                 events = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
                 return any(
-                    e.get("reason") == distribute.REASON_QUOTA and tenant in str(e.get("note"))
+                    e.get("reason") == decide.REASON_QUOTA and tenant in str(e.get("note"))
                     for e in events["items"]
                 )
 
