@@ -685,8 +685,22 @@ explain_cli.register(main)
 
 
 def kubectl_plugin() -> None:
-    """The `kubectl-service_serving` console script: `kubectl service-serving …`."""
-    explain_cli.plugin.main(prog_name="kubectl service-serving")
+    """The `kubectl-service_serving_signer` and `kubectl-service_serving` console scripts:
+    `kubectl service-serving-signer …`, `kubectl service-serving …` (help names the one
+    invoked)."""
+    import sys
+
+    explain_cli.plugin.main(prog_name=plugin_name(sys.argv[0]))
+
+
+def plugin_name(executable: str) -> str:
+    """How kubectl names the plugin run as `executable`: `kubectl-a_b` → `kubectl a-b`."""
+    from pathlib import Path
+
+    name = Path(executable).name
+    if not name.startswith("kubectl-"):
+        return "kubectl service-serving-signer"
+    return "kubectl " + name.removeprefix("kubectl-").replace("_", "-")
 
 
 def entrypoint(argv: Sequence[str] | None = None) -> None:

@@ -257,29 +257,44 @@ def status_of(
 
 
 def _paused(decision: Decision, replicas: Sequence[ReplicaRow]) -> str | None:
-    """Why nothing is issued now, from the leader's decision: no confirmed CA (a first
-    CA, or an emergency CA not yet read back in the bundle), a revoked signing CA not yet
-    replaced, or no live replica with a CA to sign with."""
+    return issuance_pause(decision)[0]
+
+
+def issuance_pause(decision: Decision) -> tuple[str | None, str | None]:
+    """Why nothing is issued now, from the leader's decision, and until when if known
+    (RFC 3339): no confirmed CA (a first CA, a new root after a deleted Secret — named by
+    the wait that holds it, e.g. the propagation delay — or an emergency CA not yet read
+    back in the bundle), a revoked signing CA not yet replaced, or no live replica with a
+    CA to sign with. `ca status`, `status` and `explain` say the same."""
     current = [c.fingerprint for c in decision.cas if c.role == "current"]
     if decision.issuance_paused:
         return (
             "the signing CA was revoked; nothing is signed until its replacement is in the "
-            "ClusterTrustBundle read back (seconds)"
+            "ClusterTrustBundle read back (seconds)",
+            None,
         )
     if decision.phase == "Bootstrapping":
+        if decision.reason and decision.reason != "bundle-not-published":
+            return (
+                f"the current CA is not confirmed yet: it waits for "
+                f"{decision.why or decision.reason} [{decision.reason}]",
+                decision.until,
+            )
         return (
             "the current CA is not confirmed yet: it signs once the ClusterTrustBundle "
-            "read back holds it"
+            "read back holds it",
+            None,
         )
     if current and current[0] in decision.revoke_requested:
         return (
             "an emergency rotation revokes the signing CA: nothing is signed until the "
-            "new CA is published"
+            "new CA is published",
+            None,
         )
-    live = [r for r in replicas if r.live]
-    if live and not any(r.signing for r in live):
-        return "no live replica has a CA to sign with"
-    return None
+    live = [r for r in decision.replicas if r.live]
+    if live and not any(r.signing_ca for r in live):
+        return "no live replica has a CA to sign with", None
+    return None, None
 
 
 # output --------------------------------------------------------------------------------

@@ -466,6 +466,7 @@ class Explainer:
         health = self.health
         if health is None:
             return report
+        report = paused_by_managed_ca(report, health, now)
         lease = health.lease
         if lease.acting:
             return _stuck(report, age, f"while {lease.renewal.holder} holds the Lease")
@@ -600,6 +601,31 @@ def _stuck(report: RequestReport, age: timedelta | None, acting: str) -> Request
             ),
         )
     return report
+
+
+MANAGED_CA_PAUSED = "ManagedCAPaused"
+
+
+def paused_by_managed_ca(report: RequestReport, health: Health, now: datetime) -> RequestReport:
+    """A request that would be issued waits while the managed CA signs nothing (a CA not
+    confirmed yet, a revoked one): the signer holds it until then. Pure."""
+    ca = health.managed_ca
+    if report.outcome is not Outcome.ISSUE or ca is None or ca.paused is None:
+        return report
+    until = ""
+    if ca.paused_until is not None:
+        left = ca.paused_until - now
+        until = f" until {format_time(ca.paused_until)}" + (
+            f" (in {span(left)})" if left > timedelta(0) else ""
+        )
+    return replace(
+        report,
+        outcome=Outcome.WAIT,
+        summary=f"issuance paused by the managed CA{until}: {ca.paused}",
+        reason=MANAGED_CA_PAUSED,
+        message=ca.paused,
+        fix="service-serving-signer ca status (what the managed CA waits for)",
+    )
 
 
 def not_acting_text(health: Health) -> str:

@@ -121,6 +121,9 @@ class ManagedCA:
     since: datetime | None
     decided_by: str
     by_leader: bool
+    # Why the managed CA signs nothing now, and until when if known (`castatus`'s words).
+    paused: str | None = None
+    paused_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -312,6 +315,11 @@ def managed_ca_state(leases: Sequence[JSON], holder: str) -> ManagedCA | None:
     waiting = decision.get("reason") or (
         decision.get("why") if decision.get("step") == "Wait" else None
     )
+    from managedca.status import Decision
+    from troubleshoot.castatus import issuance_pause
+
+    read = Decision.from_json(decision)
+    paused, until = issuance_pause(read) if read is not None else (None, None)
     return ManagedCA(
         phase=_text(decision.get("phase")),
         step=None if waiting else _text(decision.get("step")),
@@ -319,6 +327,8 @@ def managed_ca_state(leases: Sequence[JSON], holder: str) -> ManagedCA | None:
         since=parse_time(decision.get("since")) if waiting else None,
         decided_by=chosen.replica,
         by_leader=by_leader,
+        paused=paused,
+        paused_until=parse_time(until) if until else None,
     )
 
 

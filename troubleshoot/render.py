@@ -144,6 +144,9 @@ def managed_ca_line(ca: ManagedCA, now: datetime) -> str:
         line += f", next step {ca.step}"
     if not ca.by_leader:
         line += f"; decided by {ca.decided_by}, not the current leader"
+    if ca.paused:
+        until = f" until {_ago(ca.paused_until, now)}" if ca.paused_until else ""
+        line += f"; ISSUANCE PAUSED{until}: {ca.paused}"
     return line + " (details: ca status)"
 
 
@@ -258,6 +261,8 @@ def managed_ca_json(ca: ManagedCA) -> dict[str, Any]:
         "since": _time(ca.since),
         "decidedBy": ca.decided_by,
         "decidedByLeader": ca.by_leader,
+        "issuancePaused": ca.paused,
+        "issuancePausedUntil": _time(ca.paused_until),
     }
 
 

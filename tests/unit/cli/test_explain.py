@@ -71,3 +71,15 @@ def test_kubectl_finds_the_plugin_executable() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Usage: kubectl service-serving status [OPTIONS]")
+
+
+def test_the_plugins_help_names_the_plugin_as_it_was_invoked() -> None:
+    """`kubectl service-serving-signer status --help` says `kubectl service-serving-signer`,
+    the older name says its own."""
+    found = shutil.which("kubectl-service_serving_signer", path=str(Path(sys.executable).parent))
+    assert found is not None, "console script missing: reinstall the project (make venv)"
+    result = subprocess.run(
+        [found, "status", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: kubectl service-serving-signer status [OPTIONS]")
