@@ -215,6 +215,13 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
     "a replica that cannot read the revocation record does not switch": [
         (MATERIAL, "        if not readable:\n", "        if False:\n"),
     ],
+    "an incomplete injector report names the objects it waits on": [
+        (
+            REPORT,
+            "return InjectorView(live, done, lagging=(waiting,), holding=named)",
+            "return InjectorView(live, done, lagging=())",
+        ),
+    ],
     "the swap's Event says a skipped consumers' gate": [
         (STEP, '            + (f"; {skipped_note(state)}" if skipped(state) else ""),\n', ""),
     ],
