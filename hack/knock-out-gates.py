@@ -215,6 +215,12 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
     "a replica that cannot read the revocation record does not switch": [
         (MATERIAL, "        if not readable:\n", "        if False:\n"),
     ],
+    "a replica report deleted while live counts as last seen for its duration": [
+        (OBSERVE, "        reports += [view for view, _, _ in vanished.values()]\n", ""),
+    ],
+    "an unreadable replica report holds as a replica that loaded nothing": [
+        (OBSERVE, "        reports += unreadable\n", ""),
+    ],
     "an incomplete injector report names the objects it waits on": [
         (
             REPORT,

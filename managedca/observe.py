@@ -37,6 +37,7 @@ from managedca import revocations
 from managedca.codec import Stored, ca_info, decode
 from managedca.layout import split_pem
 from managedca.report import (
+    DEFAULT_DURATION,
     Liveness,
     ReplicaReport,
     ReplicaReportError,
@@ -106,6 +107,8 @@ class Observer:
         self._led_since: tuple[datetime, float] | None = None  # (wall, monotonic) at start
         self.injector_seen = False  # this leader has seen the injector's report Lease
         self._bad_reports: dict[str, str] = {}  # report Lease -> why it is ignored
+        # report Lease -> (its last live view, its renewTime, its duration in seconds)
+        self._last_live: dict[str, tuple[d.ReplicaView, str, float]] = {}
         self._injector_ignored: str | None = None  # why the injector's report is, if it is
 
     def observe(self, *, collect: bool = True) -> Observed:
@@ -128,9 +131,14 @@ class Observer:
         ca_pems = self._published_roots(pems)
         published = frozenset(ca_pems)
         now = self.clock()
-        reports = []
-        leases = self._readable_reports(stored.state if stored is not None else None)
-        self.liveness.forget_all_but(p.name for p in leases)
+        reports: list[d.ReplicaView] = []
+        leases, unreadable = self._readable_reports(stored.state if stored is not None else None)
+        vanished = self._vanished({p.name for p in leases} | {v.replica for v in unreadable})
+        self.liveness.forget_all_but(
+            [*(p.name for p in leases), *(v.replica for v in unreadable), *vanished]
+        )
+        reports += unreadable
+        reports += [view for view, _, _ in vanished.values()]
         self.collect_in = None
         for parsed in leases:
             report = self.liveness.report(parsed)
@@ -142,6 +150,14 @@ class Observer:
                     continue
                 self.collect_in = left if self.collect_in is None else min(left, self.collect_in)
             reports.append(report)
+            if report.live:
+                self._last_live[parsed.name] = (
+                    report,
+                    parsed.renew_time,
+                    parsed.duration.total_seconds(),
+                )
+            else:
+                self._last_live.pop(parsed.name, None)
         if self._led_since is None:
             self._led_since = (now, self.monotonic())
         state = stored.state if stored is not None else None
@@ -165,11 +181,32 @@ class Observer:
         self._remember_revoked(seen)
         return seen
 
-    def _readable_reports(self, state: d.State | None) -> list[ReplicaReport]:
+    def _vanished(self, present: set[str]) -> dict[str, tuple[d.ReplicaView, str, float]]:
+        """Reports this leader saw live that are gone (deleted by someone, or a clean
+        stop): counted as last seen until their duration has passed on our clock, so a
+        deleted report never hides a lagging replica from the gates (a running replica
+        writes it again within its period)."""
+        kept = {}
+        for name, (view, renew, duration) in list(self._last_live.items()):
+            if name in present:
+                continue
+            if self.liveness.unchanged(name, renew) < duration:
+                kept[name] = (view, renew, duration)
+            else:
+                del self._last_live[name]
+        return kept
+
+    def _readable_reports(
+        self, state: d.State | None
+    ) -> tuple[list[ReplicaReport], list[d.ReplicaView]]:
         """The reports that read as reports and say nothing out of bounds (a leaf
         lifetime beyond the current CA's included); each other one is ignored, with a
-        Warning Event on its Lease once per distinct problem."""
+        Warning Event on its Lease once per distinct problem — and, while its renewTime
+        keeps changing (a replica is writing it), it counts as a live replica that has
+        loaded nothing: a report nobody can read holds the gates, it does not hide a
+        replica from them."""
         out = []
+        unreadable: list[d.ReplicaView] = []
         bad: dict[str, str] = {}
         for lease in list_reports(self.client, self.namespace, self.secret_name):
             try:
@@ -188,10 +225,13 @@ class Observer:
                         ObjectRef("Lease", self.namespace, name, str(meta.get("uid", ""))),
                         bad[name],
                     )
+                renew = str((lease.get("spec") or {}).get("renewTime"))
+                live = self.liveness.unchanged(name, renew) < DEFAULT_DURATION
+                unreadable.append(d.ReplicaView(f"{name} (unreadable)", frozenset(), live=live))
                 continue
             out.append(parsed)
         self._bad_reports = bad
-        return out
+        return out, unreadable
 
     def _ignored(self, lease: ObjectRef, why: str) -> None:
         log.warning("managed CA: ignoring a report", extra={"lease": lease.name, "err": why})

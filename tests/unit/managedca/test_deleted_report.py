@@ -6,12 +6,16 @@ leader (its memory) and for every later one (the Secret's `ca-injector-report-se
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from managedca import decide as d
 from managedca.codec import INJECTOR_SEEN, decode, encode
+from managedca.report import READY_TO_SIGN
 from tests.unit.fakes import FakeRecorder
+from tests.unit.managedca.builders import NOW, replica_lease
 from tests.unit.managedca.test_waiting_objects import HOOKS, Api, _controller
 
 
@@ -79,3 +83,41 @@ def test_the_leader_remembers_a_report_it_has_seen() -> None:
     api.report = None
     assert controller.observe().observations.injector_seen
     assert not _controller(Api(), FakeRecorder()).observe().observations.injector_seen
+
+
+class TwoReplicas(Api):
+    """r1 ready to sign with the next CA; r2 not (it rejected it); r2's report can be
+    deleted (`kubectl delete lease`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lagging()  # the injector holds nothing back
+        self.r2: dict[str, str] | None = {**self.replica, READY_TO_SIGN: ""}
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        out = super().get(path, params)
+        if path.endswith("/leases") and self.r2 is not None:
+            renewed = NOW + timedelta(seconds=self.renewals)
+            out["items"].append(replica_lease("ca-replica-2", dict(self.r2), renewed))
+        return out
+
+
+def test_a_deleted_replica_report_counts_as_last_seen_until_its_duration_passes() -> None:
+    """A lagging replica's report deleted by someone does not hide it from the gate: its
+    last view holds for the report's duration on the leader's clock (the replica writes
+    it again within its period), then it is gone like a dead replica's."""
+    api = TwoReplicas()
+    seconds = [0.0]  # the leader's monotonic clock
+    controller = _controller(api, FakeRecorder())
+    controller.observer.monotonic = lambda: seconds[0]
+    controller.observer.liveness._monotonic = lambda: seconds[0]
+    first = controller.sync_once()
+    assert isinstance(first, d.Wait) and first.reason == "replica-not-ready", first
+    api.r2 = None  # deleted
+    seconds[0] += 5
+    held = controller.sync_once()
+    assert isinstance(held, d.Wait) and held.reason == "replica-not-ready", held
+    assert "ca-replica-2" in held.why
+    seconds[0] += 31  # past its 30 s duration: gone, like a dead replica's report
+    action = controller.sync_once()
+    assert not (isinstance(action, d.Wait) and action.reason == "replica-not-ready"), action

@@ -212,13 +212,19 @@ def test_a_secret_poisoned_with_an_endless_lifetime_still_schedules_the_retire()
     ids=["lifetime-overflow", "lifetime-beyond-the-ca", "duration-68y"],
 )
 def test_a_forged_report_is_ignored_with_a_warning_not_trusted(forged: dict[str, Any]) -> None:
+    """Its values are never trusted (its lifetime is not recorded); while someone keeps
+    writing it, it holds the gates as a replica that has loaded nothing — a named wait,
+    never a gate opened — until it is deleted or stops changing."""
     api, _, b_fp = _poisoned()
     api.reports.append(_lease("forged", NOW, anchors=b_fp, signing="", **forged))
     recorder = FakeRecorder()
     controller = _controller(api, recorder)
     controller.sync()
     assert _waiting(controller, "sync-failing") == 0
-    assert len(api.written) == 1, "the forged report holds nothing: the retire is scheduled"
+    assert api.written == [], "a report nobody can read does not open the retire clock"
+    assert _waiting(controller, "replica-not-signing") == 1
+    decision = controller.decision
+    assert decision is not None and "forged (unreadable)" in (decision.why or "")
     ignored = [e for e in recorder.warnings if e.reason == "ManagedCAReportIgnored"]
     assert [(e.regarding.kind, e.regarding.name) for e in ignored] == [("Lease", "forged")]
     assert decode(api.secret).state.issued_lifetime == 24 * H  # type: ignore[arg-type]
