@@ -442,7 +442,11 @@ class ApiMaterialSource:
         if self._remembered is None:
             return frozenset(), True
         try:
-            revoked, self._published = self._remembered()
+            revoked, published = self._remembered()
+            # The publisher never deletes the stable bundle: one gone after it was seen
+            # (a `kubectl delete`) says nothing new; what it published still counts.
+            if published or not self._published:
+                self._published = published
             return revoked, True
         except Exception as err:  # an API error, a timeout: fail closed (`_refuse_switch`)
             # What the Secret and this process know still applies; a switch to another
