@@ -290,6 +290,10 @@ class Objects:
     """A ConfigMap the injector wrote (`ca.crt`, the truststore `STORE_KEY`, its note and
     mark) beside the administrator's `app.conf` and `OPS`' `db-password-ref`, whose
     opt-in label the administrator then removed: to be released."""
+    marked_cm: str
+    """A ConfigMap whose `ca.crt` `OPS` wrote and where the injector wrote only its mark,
+    whose opt-in label the administrator then removed: to be released, with no `ca.crt`
+    of the injector's to hand over."""
 
 
 @pytest.fixture
@@ -313,6 +317,7 @@ def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
         released_api=f"v1alpha1.r{suffix}.policy.example.com",
         released_crd=f"things.r{suffix}.policy.example.com",
         released_cm=f"/api/v1/namespaces/{plane_namespace}/configmaps/released",
+        marked_cm=f"/api/v1/namespaces/{plane_namespace}/configmaps/marked",
     )
     admin.create(VWC_PATH, validating_webhook(made.vwc, f"unused-{suffix}", "svc", selector))
     admin.create(VWC_PATH, validating_webhook(made.plain_vwc, f"unused-{suffix}", "svc", None))
@@ -375,6 +380,29 @@ def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
         {"op": "add", "path": f"/metadata/labels/{escape(MARK_LABEL)}", "value": "true"},
     )
     admin.patch(made.released_cm, {"metadata": {"labels": {LABEL: None}}})
+    admin.create(
+        made.cms,
+        {
+            "metadata": {
+                "name": "marked",
+                "labels": {LABEL: "true"},
+                "annotations": {ANNOTATION: selector},
+            },
+            "data": {"app.conf": "x"},
+        },
+    )
+    admin.patch(
+        made.marked_cm,
+        {"data": {"ca.crt": "theirs"}},
+        patch_type=MERGE,
+        params={"fieldManager": OPS},
+    )
+    patch(
+        installed.injector,
+        made.marked_cm,
+        {"op": "add", "path": f"/metadata/labels/{escape(MARK_LABEL)}", "value": "true"},
+    )
+    admin.patch(made.marked_cm, {"metadata": {"labels": {LABEL: None}}})
     admin.create(made.cms, copy_shaped("lookalike", Corefile=".:53 {}"))
     released = f"r{suffix}.policy.example.com"
     admin.create(
@@ -563,6 +591,10 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
             "f:db-password-ref"
         )
 
+    def move_their_ca_crt(managed: list[dict[str, Any]]) -> None:
+        managed.remove(next(e for e in managed if e["manager"] == OPS))
+        other(managed)["f:data"]["f:ca.crt"] = {}
+
     def forged_ca_crt_entry(managed: list[dict[str, Any]]) -> None:
         managed.append(
             {
@@ -672,6 +704,10 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
         ),
         "released ConfigMap: another manager's key handed to the owner at the release": (
             entries(o.released_cm, move_the_ops_key, release=True),
+            MSG_OTHERS,
+        ),
+        "released ConfigMap: a ca.crt the injector never owned handed over": (
+            entries(o.marked_cm, move_their_ca_crt, release=True),
             MSG_OTHERS,
         ),
         "released webhook: caBundle handed over, the injector's entry kept": (
