@@ -1008,6 +1008,10 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
             CRD, f"{CRDS}/{o.released_crd}"
         ),
         "labelled ConfigMap: ca.crt taken back from a hand edit": take_back_a_hand_written_ca_crt,
+        # The API server takes the owner's `f:data` "." with its only key.
+        "a tenant's labelled ConfigMap holding only ca.crt: ca.crt": lambda: patch(
+            injector, f"{o.cms}/web-ca", {"op": "replace", "path": "/data/ca.crt", "value": "x"}
+        ),
         "labelled ConfigMap: the release": lambda: release(trust),
         "released ConfigMap: the release hands ca.crt and the truststore to the owner": (
             release_config_map_handing_over
