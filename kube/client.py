@@ -1,8 +1,11 @@
 """A small JSON REST client: one request policy over a transport.
 
-The official `kubernetes` client owns what it does well — kubeconfig and in-cluster
-loading, TLS, client certificates, dialling through its urllib3 pool — and we own the
-rest. Like httpx, each request policy is applied once, on the way down, in `_call`:
+The official `kubernetes` client owns what it does well — loading a kubeconfig, with its
+exec and auth-provider plugins — and is imported only for that (lazily: out of cluster,
+the CLI). In a Pod the settings are ours (`kube.incluster`), so `run` there never loads
+it. We own the rest: the urllib3 pool that dials (TLS, client certificates, proxies),
+and the request policy. Like httpx, each request policy is applied once, on the way
+down, in `_call`:
 
 1. **Rate limit.** Every verb but GET and HEAD takes a token from the client's write
    limiter (`kube.tokenbucket`, `--kube-api-qps` / `--kube-api-burst`, like client-go's).
@@ -41,6 +44,7 @@ from __future__ import annotations
 import copy
 import re
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Generator, Mapping
@@ -50,15 +54,13 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.config import incluster_config, kube_config
-from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 from prometheus_client import CollectorRegistry
 
+from kube import incluster
 from kube.clientmetrics import ClientMetrics
 from kube.credentials import Credentials, Headers, kubeconfig_token_file
 from kube.http1 import Exchanger
+from kube.incluster import ServerConfig, bypassed
 from kube.tokenbucket import TokenBucket
 from kube.transport import Answer, Stream, StreamCanceller, Timeouts, Transport, TransportError
 from kube.types import JSON
@@ -85,9 +87,17 @@ USER_TIMEOUT_MS = (KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT) * 1000
 
 def socket_options() -> list[tuple[int, int, int]]:
     """urllib3 socket options: its defaults (TCP_NODELAY), keepalive, user timeout."""
-    options: list[tuple[int, int, int]] = tcp_keepalive_socket_options(
-        idle=KEEPALIVE_IDLE, interval=KEEPALIVE_INTERVAL, count=KEEPALIVE_COUNT
+    options: list[tuple[int, int, int]] = list(
+        urllib3.connection.HTTPConnection.default_socket_options
     )
+    options.append((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1))
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+    ):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
     if hasattr(socket, "TCP_USER_TIMEOUT"):
         options.append((socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS))
     return options
@@ -168,13 +178,53 @@ def connect(
         raise KubeconfigError(f"kubeconfig: {problem}") from None
 
 
+def pool_manager(configuration: Any) -> urllib3.PoolManager:
+    """The urllib3 pool the official client would build from `configuration` (its
+    `rest.RESTClientObject`: TLS verification, CA, client certificate, proxy), with our
+    socket options and room for 32 connections. `configuration` is a `ServerConfig` or
+    the official `Configuration`: the same attribute names."""
+    settings: dict[str, Any] = {
+        "cert_reqs": ssl.CERT_REQUIRED if configuration.verify_ssl else ssl.CERT_NONE,
+        "ca_certs": configuration.ssl_ca_cert,
+        "cert_file": configuration.cert_file,
+        "key_file": configuration.key_file,
+        "ca_cert_data": getattr(configuration, "ca_cert_data", None),
+        "maxsize": max(getattr(configuration, "connection_pool_maxsize", None) or 4, 32),
+        "socket_options": getattr(configuration, "socket_options", None) or socket_options(),
+    }
+    for name, key in (
+        ("assert_hostname", "assert_hostname"),
+        ("retries", "retries"),
+        ("tls_server_name", "server_hostname"),
+    ):
+        value = getattr(configuration, name, None)
+        if value is not None and value != "":
+            settings[key] = value
+    proxy = getattr(configuration, "proxy", None)
+    no_proxy = getattr(configuration, "no_proxy", None) or ""
+    if not proxy or (no_proxy and _bypassed(configuration.host, no_proxy)):
+        return urllib3.PoolManager(**settings)
+    if proxy.split("://")[0].lower().startswith("socks"):
+        from urllib3.contrib.socks import SOCKSProxyManager
+
+        return SOCKSProxyManager(proxy, **settings)
+    settings["proxy_headers"] = getattr(configuration, "proxy_headers", None)
+    if getattr(configuration, "proxy_ssl_context", None) is not None:
+        settings["proxy_ssl_context"] = configuration.proxy_ssl_context
+    return urllib3.ProxyManager(proxy, **settings)
+
+
+def _bypassed(host: str, no_proxy: str) -> bool:
+    return bypassed(urlsplit(host).netloc, {"no": no_proxy})
+
+
 class Client:
     """JSON over HTTPS to one API server: the one request policy (module docstring) over
     one `kube.transport.Transport`. Thread-safe."""
 
     def __init__(
         self,
-        configuration: k8s_client.Configuration,
+        configuration: Any,
         *,
         qps: float = 50.0,
         burst: int = 100,
@@ -183,20 +233,15 @@ class Client:
     ) -> None:
         self.configuration = configuration
         self.credentials = credentials or Credentials.from_configuration(configuration)
-        configuration.connection_pool_maxsize = max(
-            getattr(configuration, "connection_pool_maxsize", 4) or 4, 32
-        )
-        if configuration.socket_options is None:
-            configuration.socket_options = socket_options()
-        self._api = k8s_client.ApiClient(configuration)
-        pool = self._api.rest_client.pool_manager
+        self._pool = pool_manager(configuration)
+        pool = self._pool
         self.host = configuration.host.rstrip("/")
         parts = urlsplit(self.host)
         self._path_prefix = parts.path
         # Every request takes one transport, so a write and the read after it (a 409
         # re-read) go the same way. Direct: the lean HTTP/1.1 path over connections the
-        # official client's urllib3 pool dials (same TLS, same socket options); through a
-        # proxy, urllib3's proxy manager.
+        # urllib3 pool dials (its TLS, our socket options); through a proxy, urllib3's
+        # proxy manager.
         self.transport: Transport
         if isinstance(pool, urllib3.ProxyManager):
             self.transport = Urllib3Transport(pool, f"{parts.scheme}://{parts.netloc}")
@@ -226,18 +271,17 @@ class Client:
         Pod, else the kubeconfig file (`kubeconfig` — a colon-separated list is merged as
         kubectl does — or `$KUBECONFIG` or `~/.kube/config`) at `context` (default: its
         current context)."""
-        configuration = k8s_client.Configuration()
         if kubeconfig is None and context is None:
-            try:
-                load_incluster: Any = k8s_config.load_incluster_config  # untyped upstream
-                load_incluster(client_configuration=configuration)
-            except k8s_config.ConfigException:
-                pass
-            else:
+            server = incluster.in_cluster()
+            if server is not None:
                 # The projected ServiceAccount token: ours to re-read (kube.credentials).
-                configuration.refresh_api_key_hook = None
-                credentials = Credentials.token_file(str(incluster_config.SERVICE_TOKEN_FILENAME))
-                return cls(configuration, qps=qps, burst=burst, credentials=credentials)
+                credentials = Credentials.token_file(incluster.TOKEN_FILE)
+                return cls(server, qps=qps, burst=burst, credentials=credentials)
+        # A kubeconfig: the official loader, with its exec and auth-provider plugins.
+        from kubernetes import client as k8s_client
+        from kubernetes.config import kube_config
+
+        configuration = k8s_client.Configuration()
         loader: Any = kube_config._get_kube_config_loader(  # untyped upstream
             filename=kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION,
             persist_config=False,
@@ -254,12 +298,13 @@ class Client:
     def with_token(self, token: str) -> Client:
         """Same server and CA, but authenticating with a bearer token instead (tests use
         it to act as a ServiceAccount)."""
-        configuration = k8s_client.Configuration()
-        configuration.host = self.configuration.host
-        configuration.ssl_ca_cert = self.configuration.ssl_ca_cert
-        configuration.verify_ssl = self.configuration.verify_ssl
-        configuration.api_key = {"BearerToken": token}
-        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        configuration = ServerConfig(
+            host=self.configuration.host,
+            ssl_ca_cert=self.configuration.ssl_ca_cert,
+            verify_ssl=self.configuration.verify_ssl,
+            ca_cert_data=getattr(self.configuration, "ca_cert_data", None),
+            proxy=getattr(self.configuration, "proxy", None),
+        )
         return Client(
             configuration,
             qps=self.write_limiter.qps,
@@ -285,8 +330,7 @@ class Client:
     def close(self) -> None:
         """Close the idle connections (a watch in flight keeps its own until it ends)."""
         self.transport.close_idle()
-        api: Any = self._api  # ApiClient.close is untyped upstream
-        api.close()
+        self._pool.clear()
 
     # the request policy ---------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s_client
 
+from kube import incluster
 from kube.client import Client
 from kube.credentials import Credentials
 from tests.unit.fakeapi import FakeApi
@@ -126,13 +127,11 @@ def test_static_credentials_never_expire() -> None:
 def test_in_cluster_service_account_token_is_ours_to_re_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kubernetes.config import incluster_config
-
     token, ca = tmp_path / "token", tmp_path / "ca.crt"
     token.write_text("projected-1")
     ca.write_text("not parsed here")
-    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
-    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setattr(incluster, "TOKEN_FILE", str(token))
+    monkeypatch.setattr(incluster, "CA_FILE", str(ca))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
 
@@ -140,7 +139,7 @@ def test_in_cluster_service_account_token_is_ours_to_re_read(
     now = [0.0]
     client.credentials._clock = lambda: now[0]
 
-    assert client.configuration.refresh_api_key_hook is None, "no per-request hook"
+    assert isinstance(client.configuration, incluster.ServerConfig), "no per-request hook"
     assert client.credentials.headers() == {"Authorization": "Bearer projected-1"}
     token.write_text("projected-2")  # kubelet rotated it
     now[0] += 61
