@@ -41,7 +41,7 @@ OTHER_PROGRAMS_FLAGS = {
     "--storage-driver", "--strict", "--timeout", "--tls-cert-file", "--tls-private-key-file",
     "--type", "--use-host-image-service", "--wait", "--workdir", "--workers",
     "--dry-run", "--raw", "--replicas", "--n", "--versions", "--max-requests-inflight",
-    "--max-mutating-requests-inflight", "--bloated", "--tenants",
+    "--max-mutating-requests-inflight", "--bloated", "--tenants", "--rounds", "--code",
 }  # fmt: skip
 
 
