@@ -317,24 +317,49 @@ class Retire:
     fingerprints: frozenset[str]
 
 
-WAIT_REASONS = (
-    "bundle-not-published",
-    "no-replica-report",
-    "replica-not-loaded",
-    "replica-not-ready",
-    "replica-not-signing",
-    "injector-report-missing",
-    "injector-report-stale",
-    "injector-not-converged",
-    "propagation-delay",
-    "next-not-valid-yet",
-    "next-ca-expired",
-    "rotation-point",
-    "retire-time",
-)
+CALENDAR = "calendar"
+"""A wait for a time the configuration sets: nothing to mend, never alerted on."""
+PASSING = "passing"
+"""A gate that opens by itself within seconds or the propagation delay: no Warning when
+it starts; alerted on only if it lasts (the publisher, kubelet's refresh)."""
+HELD = "held"
+"""A gate held until something is mended (a replica, the injector, a clock, a CA): a
+Warning Event `ManagedCAWaiting` when it starts, and alerted on when it lasts."""
+
+WAIT_KINDS: dict[str, str] = {
+    "bundle-not-published": PASSING,
+    "no-replica-report": HELD,
+    "replica-not-loaded": HELD,
+    "replica-not-ready": HELD,
+    "replica-not-signing": HELD,
+    "injector-report-missing": HELD,
+    "injector-report-stale": HELD,
+    "injector-not-converged": HELD,
+    "propagation-delay": PASSING,
+    "next-not-valid-yet": HELD,
+    "next-ca-expired": HELD,
+    "rotation-point": CALENDAR,
+    "retire-time": CALENDAR,
+}
+"""THE statement of which waits are held and which are the calendar: the narrator's
+Warnings (`managedca.narrator`), the ManagedCAWaiting alert's regex
+(config/prometheus/prometheus_rule.yaml, rendered by `alert_regex` and compared by a
+test) and docs/managed-ca.md's reason table derive from it."""
+
+WAIT_REASONS = tuple(WAIT_KINDS)
 """What a `Wait` can be for (`managed_ca_waiting{reason}`; docs/managed-ca.md lists each
-with what to do). `rotation-point` and `retire-time` are the calendar; the others are
-gates a rotation under way is held at."""
+with what to do)."""
+
+
+def waits(kind: str) -> tuple[str, ...]:
+    """The wait reasons of `kind` (CALENDAR, PASSING, HELD), in `WAIT_REASONS` order."""
+    return tuple(r for r, k in WAIT_KINDS.items() if k == kind)
+
+
+def alert_regex(also: tuple[str, ...] = ("sync-failing",)) -> str:
+    """The reasons the ManagedCAWaiting alert never fires for: the calendar, and `also`
+    (sync-failing has an alert of its own)."""
+    return "|".join((*waits(CALENDAR), *also))
 
 
 @dataclass(frozen=True)

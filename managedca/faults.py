@@ -423,19 +423,43 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_wait_kinds() -> str:
+    """Which waits are the calendar, which pass by themselves, which are held
+    (`decide.WAIT_KINDS`), as docs/managed-ca.md carries it."""
+    from managedca import decide as d
+
+    def names(kind: str) -> str:
+        return ", ".join(f"`{r}`" for r in d.waits(kind))
+
+    return (
+        f"- **The calendar** ({names(d.CALENDAR)}): nothing to mend; no Warning, never "
+        "alerted on.\n"
+        f"- **Passing** ({names(d.PASSING)}): opens by itself (the publisher, kubelet's "
+        "refresh); no Warning when it starts, alerted on (`ServiceServingSignerManagedCAWaiting`) "
+        "only if it lasts an hour.\n"
+        f"- **Held** ({names(d.HELD)}): held until something is mended; a Warning Event "
+        "`ManagedCAWaiting` when it starts (and for each object it names later), alerted on "
+        "when it lasts an hour.\n"
+    )
+
+
+MARKERS = {"fault-table": render, "wait-kinds": render_wait_kinds}
+
+
 def write_docs(path: str = "docs/managed-ca.md") -> None:
-    """Put `render()` between the doc's `<!-- fault-table -->` markers."""
+    """Put each generated part between its markers in the doc (`MARKERS`)."""
     import re
     from pathlib import Path
 
     doc = Path(path).read_text()
-    new = re.sub(
-        r"(<!-- fault-table -->\n).*?(<!-- /fault-table -->)",
-        lambda m: m.group(1) + render() + m.group(2),
-        doc,
-        flags=re.S,
-    )
-    Path(path).write_text(new)
+    for name, make in MARKERS.items():
+        doc = re.sub(
+            rf"(<!-- {name} -->\n).*?(<!-- /{name} -->)",
+            lambda m, make=make: m.group(1) + make() + m.group(2),  # type: ignore[misc]
+            doc,
+            flags=re.S,
+        )
+    Path(path).write_text(doc)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,10 @@ from managedca.step import Step
 
 log = logging.getLogger(__name__)
 
-HELD = frozenset(d.WAIT_REASONS) - {
-    "rotation-point",
-    "retire-time",
-    "propagation-delay",
-    "bundle-not-published",
-}
+HELD = frozenset(d.waits(d.HELD))
 """Waits that last until something is mended (a replica, the injector): each start is a
-Warning Event `ManagedCAWaiting`. The calendar, the delay and the publisher's second
-are not."""
+Warning Event `ManagedCAWaiting`. The calendar and the passing gates (the delay, the
+publisher's second) are not (`decide.WAIT_KINDS`, the one statement)."""
 
 
 class Narrator:
