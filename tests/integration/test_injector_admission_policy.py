@@ -258,6 +258,7 @@ MSG_MANAGED = "may not add a managedFields entry for another manager"
 MSG_OTHERS = "may change another manager's managedFields entry only"
 MSG_OWN = "may not add to its own managedFields entry"
 MSG_GONE = "may remove another manager's managedFields entry only"
+MSG_ANCIENT = "may fold only Update entries it removes into ancient-changes"
 MSG_LABELS = "may change only its own labels"
 MSG_ANNOTATIONS = "may change only its own annotations"
 MSG_HOOKS = "may change only webhooks[].clientConfig.caBundle"
@@ -341,6 +342,17 @@ def objects(installed: Installed, plane_namespace: str) -> Iterator[Objects]:
     )
     admin.create(
         made.cms, {"metadata": {"name": "app"}, "data": {"ca.crt": "old", "app.conf": "x"}}
+    )
+    admin.patch(
+        f"{made.cms}/app",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "app"},
+            "data": {"mode": "a"},
+        },
+        patch_type=APPLY,
+        params={"fieldManager": "flux"},
     )
     admin.create(
         made.cms,
@@ -576,7 +588,8 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
         )
 
     def forget_a_key(managed: list[dict[str, Any]]) -> None:
-        other(managed)["f:data"].pop("f:app.conf")
+        owner = next(e for e in managed if "f:app.conf" in e["fieldsV1"].get("f:data", {}))
+        owner["fieldsV1"]["f:data"].pop("f:app.conf")
 
     def drop_ops(managed: list[dict[str, Any]]) -> None:
         managed.remove(next(e for e in managed if e["manager"] == OPS))
@@ -606,6 +619,25 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
                 "fieldsV1": {"f:data": {"f:ca.crt": {}}},
             }
         )
+
+    def ancient(fields: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "manager": "ancient-changes",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2026-01-01T00:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields,
+        }
+
+    def fold_flux(managed: list[dict[str, Any]]) -> None:
+        # The API server folds only Update entries into ancient-changes.
+        flux = next(e for e in managed if e["manager"] == "flux")
+        managed.remove(flux)
+        managed.append(ancient(flux["fieldsV1"]))
+
+    def forge_ancient_changes(managed: list[dict[str, Any]]) -> None:
+        managed.append(ancient({"f:data": {"f:app.conf": {}}}))
 
     def claim_a_key(managed: list[dict[str, Any]]) -> None:
         mine(managed)["f:data"]["f:app.conf"] = {}
@@ -706,6 +738,10 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
             entries(o.released_cm, move_the_ops_key, release=True),
             MSG_OTHERS,
         ),
+        "unlabelled ConfigMap: an ancient-changes entry owning what no entry folded into it did": (
+            entries(app, forge_ancient_changes),
+            MSG_ANCIENT,
+        ),
         "released ConfigMap: a ca.crt the injector never owned handed over": (
             entries(o.marked_cm, move_their_ca_crt, release=True),
             MSG_OTHERS,
@@ -760,6 +796,10 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
         # make them fail for another reason.)
         "ConfigMap: another manager's entry removed": (
             entries(o.released_cm, drop_ops),
+            MSG_GONE,
+        ),
+        "unlabelled ConfigMap: an Apply entry folded into ancient-changes": (
+            entries(app, fold_flux),
             MSG_GONE,
         ),
         "unlabelled ConfigMap: every managedFields entry stripped": (
@@ -915,6 +955,39 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
         admin.patch(api, {"metadata": {"annotations": {INJECTED: "by hand"}}})
         return patch(injector, api, {**injected, "value": '{"sha256": "x"}'})
 
+    def write_into_a_crowded_config_map() -> Any:
+        # Ten Update entries already (the administrator's and nine of teams'): the
+        # injector's makes eleven, and the API server folds the two oldest into one
+        # `ancient-changes` entry, in the injector's write.
+        path = f"{o.cms}/crowded"
+        admin.create(
+            o.cms,
+            {
+                "metadata": {
+                    "name": "crowded",
+                    "labels": {LABEL: "true"},
+                    "annotations": {ANNOTATION: '{"signerName": "example.com/x"}'},
+                },
+                "data": {"ca.crt": "old", "app.conf": "x"},
+            },
+        )
+        for i in range(9):
+            admin.patch(
+                path,
+                {"metadata": {"annotations": {f"example.com/team-{i}": "a"}}},
+                patch_type=MERGE,
+                params={"fieldManager": f"team-{i}"},
+            )
+        written = patch(
+            injector,
+            path,
+            {"op": "replace", "path": "/data/ca.crt", "value": "x"},
+            {"op": "add", "path": f"/metadata/annotations/{escape(INJECTED)}", "value": "{}"},
+        )
+        managers = [e["manager"] for e in written["metadata"]["managedFields"]]
+        assert "ancient-changes" in managers, managers
+        return written
+
     def take_back_a_hand_written_ca_crt() -> Any:
         # Someone writes ca.crt by hand (an entry of theirs owns it, and nothing else);
         # the injector restores it, and the server drops their entry, left empty.
@@ -1011,6 +1084,9 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
         # The API server takes the owner's `f:data` "." with its only key.
         "a tenant's labelled ConfigMap holding only ca.crt: ca.crt": lambda: patch(
             injector, f"{o.cms}/web-ca", {"op": "replace", "path": "/data/ca.crt", "value": "x"}
+        ),
+        "labelled ConfigMap with ten Update entries: ca.crt, folded by the API server": (
+            write_into_a_crowded_config_map
         ),
         "labelled ConfigMap: the release": lambda: release(trust),
         "released ConfigMap: the release hands ca.crt and the truststore to the owner": (
