@@ -66,6 +66,7 @@ class FileCa:
     cert_pem: bytes = b""
     info: d.CaInfo | None = None
     problem: str | None = None
+    unreadable: bool = False  # the API refused or failed the read: worth another look
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def read_file_ca(
     except ApiError as err:
         if is_not_found(err):
             return None
-        return FileCa(where, problem=f"cannot read it ({err.status} {err.reason})")
+        return FileCa(where, problem=f"cannot read it ({err.status} {err.reason})", unreadable=True)
     data = secret.get("data") or {}
     try:
         key_pem = base64.b64decode(data.get("tls.key", ""))
@@ -209,7 +210,12 @@ def adopt_once(
     action = d.decide(None, seen.observations, now, controller.config)
     if not isinstance(action, d.Bootstrap):
         return False
-    make, file_ca = maker(controller.file_ca, seen.observations, now, controller.config, _never)
+    read = controller.file_ca
+    found = read() if read is not None else None
+    if found is not None and found.unreadable:
+        # e.g. the Role granting the read applied a moment after the Deployment
+        raise RuntimeError(f"managed CA: the file-mode CA: {found.problem}")
+    make, file_ca = maker(lambda: found, seen.observations, now, controller.config, _never)
     if file_ca is None:
         return False  # a new root is the leader's to make
     taken = step.take(None, action, seen.published_pems, make, now)
@@ -235,15 +241,19 @@ def before_leading(
     on_written: Callable[[Mapping[str, Any]], object],
     stop: threading.Event,
     retry: float = 5.0,
+    attempts: int = 24,
 ) -> None:
-    """`adopt_once` until it has looked once without an API error (a warmer: every
-    replica runs it at start, leader or not)."""
-    while not stop.is_set():
+    """`adopt_once` until it has looked once without an API error, at most `attempts`
+    times (a warmer: every replica runs it at start, leader or not; the leader's
+    bootstrap adopts too, so giving up only leaves it to the leader)."""
+    for _ in range(attempts):
+        if stop.is_set():
+            return
         try:
             adopt_once(controller, on_written)
             return
-        except Exception:
-            log.exception("managed CA: adopting the file-mode CA failed; retrying")
+        except Exception as err:
+            log.warning("managed CA: adopting the file-mode CA failed; retrying: %s", err)
         if stop.wait(retry):
             return
 

@@ -6,6 +6,7 @@ on at once — and otherwise makes a new root, gated like a swap, as before."""
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from collections.abc import Mapping
 from datetime import timedelta
@@ -193,3 +194,22 @@ def test_of_replicas_racing_to_adopt_the_loser_loads_the_winners_secret() -> Non
             raise ApiError(409, "AlreadyExists", {"message": "exists"})
 
     assert not adopt.adopt_once(controller(Raced()), lambda _s: pytest.fail("loaded"))
+
+
+def test_a_file_mode_secret_not_readable_yet_is_looked_at_again() -> None:
+    """The Role granting the read may land a moment after the Deployment (one apply):
+    the replica tries again instead of leaving the move to a new root."""
+
+    class RoleNotYet(FileModeCluster):
+        refused = 1
+
+        def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+            if path.endswith("/secrets/service-serving-signer-ca") and self.refused:
+                self.refused -= 1
+                raise ApiError(403, "Forbidden", {"message": "forbidden"})
+            return super().get(path, params)
+
+    cluster = RoleNotYet()
+    loaded: list[Mapping[str, Any]] = []
+    adopt.before_leading(controller(cluster), loaded.append, threading.Event(), retry=0.01)
+    assert len(cluster.created) == 1 and loaded
