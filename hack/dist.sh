@@ -49,7 +49,9 @@ mkdir -p dist
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
 rm -f "dist/service_serving_signer-$VERSION"-*.whl "dist/service_serving_signer-$VERSION.tar.gz"
 log "wheel and sdist of $VERSION (commit $COMMIT)"
-(cd "$stage" && "$BUILD_VENV/bin/python" - "$ROOT/dist" >&2 <<'PY'
+# setuptools says every file it copies (~550 lines): kept in a log, shown only on failure.
+build_log="$stage.log"
+if ! (cd "$stage" && "$BUILD_VENV/bin/python" - "$ROOT/dist" >"$build_log" 2>&1 <<'PY'
 import sys
 from setuptools import build_meta
 
@@ -57,5 +59,11 @@ out = sys.argv[1]
 print(f"{out}/{build_meta.build_sdist(out)}")
 print(f"{out}/{build_meta.build_wheel(out)}")
 PY
-)
+); then
+  cat "$build_log" >&2
+  rm -f "$build_log"
+  log "building the wheel and sdist failed (its output above)"
+  exit 1
+fi
+rm -f "$build_log"
 ls "dist/service_serving_signer-$VERSION.tar.gz" "dist/service_serving_signer-$VERSION"-py3-none-any.whl

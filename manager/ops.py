@@ -154,6 +154,10 @@ def bind_socket(address: BindAddress) -> socket.socket:
 
 
 TLS_HANDSHAKE_TIMEOUT = 10.0
+PLAIN_HTTP_ANSWER = (
+    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+)
 
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
@@ -184,6 +188,15 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
             super().finish_request(request, client_address)
             return
         request.settimeout(TLS_HANDSHAKE_TIMEOUT)
+        try:
+            first = request.recv(1, socket.MSG_PEEK)
+            if first and first.isalpha():
+                # An HTTP request line, not a TLS record: say so, as Go's servers do, so a
+                # misconfigured scraper sees why (no metrics, no other answer).
+                request.sendall(PLAIN_HTTP_ANSWER)
+                return
+        except OSError:
+            return
         try:
             wrapped = self.tls.context().wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError):

@@ -191,9 +191,15 @@ def test_the_secure_port_answers_200_403_401_over_tls(secure_server: OpsServer) 
     assert (code, challenge) == (401, "Bearer")
 
 
-def test_plain_http_to_the_secure_port_gets_no_metrics(secure_server: OpsServer) -> None:
-    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+def test_plain_http_to_the_secure_port_gets_400_saying_why_and_no_metrics(
+    secure_server: OpsServer,
+) -> None:
+    """As Go's servers answer (kube-controller-manager's): a misconfigured scraper reads
+    what is wrong instead of a closed connection."""
+    with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"http://127.0.0.1:{secure_server.port}/metrics", timeout=5)
+    assert refused.value.code == 400
+    assert refused.value.read() == b"Client sent an HTTP request to an HTTPS server.\n"
     assert fetch(secure_server.port, "reader")[0] == 200, "and the server still serves"
 
 
