@@ -90,6 +90,15 @@ def presence_line(state: PresenceState, health: Health, now: datetime) -> str:
         age = span(timedelta(seconds=found.renewal.age_seconds or 0))
         version = found.annotations.get(signer_presence.VERSION)
         built = f", version {version}" if version else ""
+        if state.leader_elect is not False and health.lease.leader is Leader.RELEASED:
+            # A stopping leader releases its Lease but leaves its presence to expire (a
+            # standby may live): after an uninstall this is the last renewal fading out.
+            return (
+                f"signer process: presence Lease {found.namespace}/{found.name} renewed "
+                f"{age} ago by {found.renewal.holder}{built}, but the leader Lease was "
+                "released: the replicas are stopping (an uninstall or a rollout), or a "
+                "standby takes the Lease within seconds"
+            )
         return (
             f"signer process: running (presence Lease {found.namespace}/{found.name} renewed "
             f"{age} ago by {found.renewal.holder}{built})"

@@ -183,3 +183,13 @@ def test_status_says_when_writes_wait_on_the_api_server_and_explain_omits_an_idl
     assert "api writes: none in the last 10 s" in status
     explain = health_lines(health(leader("pod-a"), idle), NOW, full=False)
     assert not any(line.startswith("api writes") for line in explain)
+
+
+def test_a_released_leader_lease_with_a_fresh_presence_is_not_called_running() -> None:
+    """After an uninstall the stopped leader's presence lives on for its duration: status
+    says the Lease was released and the replicas may be stopping, not "running"."""
+    released = leader("", renewed_ago=1)
+    lines = health_lines(health(released, presence(8)), NOW, full=True)
+    line = next(x for x in lines if x.startswith("signer process:"))
+    assert not line.startswith("signer process: running"), line
+    assert "the leader Lease was released: the replicas are stopping" in line
