@@ -1,4 +1,4 @@
-"""What distributing one trust ConfigMap to N namespaces costs (issue 30): API requests,
+"""What distributing one trust ConfigMap to N namespaces costs: API requests,
 seconds at the default client QPS, and the process's RSS.
 
 Run: `.venv/bin/python -m bench.distribution_cost [--namespaces 10000] [--source DIR]`.

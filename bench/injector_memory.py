@@ -1,4 +1,4 @@
-"""The injector's memory with many unlabelled ConfigMaps in the cluster (issue 24): it
+"""The injector's memory with many unlabelled ConfigMaps in the cluster: it
 watches only ConfigMaps labelled `service-serving-signer/inject-ca-bundle=true`, so
 10,000 others must not grow it.
 

@@ -1,4 +1,4 @@
-"""A hostile tenant against the injector (issue 30, item 1): one labelled ConfigMap whose
+"""A hostile tenant against the injector: one labelled ConfigMap whose
 PKCS#12 truststore claims 2^31-1 KDF iterations (selecting a ClusterTrustBundle), and N
 labelled 1 MB ConfigMaps whose selection matches nothing (so their 1 MB `ca.crt` stays).
 

@@ -4,7 +4,7 @@ kube-controller-manager's cleaner deletes every PodCertificateRequest 15-20 minu
 its creation, waiting or not, and kubelet then makes a new one for the same Pod. A
 request's age therefore restarts about every 16 minutes while the Pod it serves goes on
 waiting, and an alert on the oldest *request* fires, clears at the replacement and fires
-again (issue 22). This module keeps the wait per Pod (by UID, so a StatefulSet Pod
+again. This module keeps the wait per Pod (by UID, so a StatefulSet Pod
 recreated under the same name starts afresh):
 
 - `waiting(pod_uid, namespace, request, since)`: the request waits; the Pod's wait

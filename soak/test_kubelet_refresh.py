@@ -1,4 +1,4 @@
-"""The sample workload across a real kubelet refresh (issue 22 item 8, `make soak`,
+"""The sample workload across a real kubelet refresh (`make soak`,
 docs/reload.md): the shipped `web` sample asks for the shortest certificate the API allows
 (`maxExpirationSeconds: 3600`); the signer sets `beginRefreshAt` at half of it, so the real
 kubelet writes a new key and chain 30-36 minutes later (its check runs once a minute, plus

@@ -1,4 +1,4 @@
-"""The long wait, for real (issue 11 must-show 6, `make soak`): a Pod names a Service
+"""The long wait, for real (`make soak`): a Pod names a Service
 that appears only after 16 minutes. kube-controller-manager's PodCertificateRequest
 cleaner deletes the kubelet's first request 15-20 minutes after its creation (it polls
 every 5 minutes); the kubelet, finding it gone past its 10(+5)-minute abandon threshold,

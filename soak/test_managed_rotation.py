@@ -5,12 +5,12 @@ certificate: 0 failed. The server Pod keeps running across the rotation: the kub
 refreshes its certificate (from the new CA after the swap) before the old root is retired
 at swap + 1 h + 5 min, and the old root then leaves the client's projection.
 
-A real Gateway in the same loop (issue 30): Traefik (tests/integration/traefik_harness.py)
+A real Gateway in the same loop: Traefik (tests/integration/traefik_harness.py)
 routes 2 requests per second to a backend on Service `gw-web`'s ClusterIP that serves
 web-0's files as the kubelet refreshes them, trusting them through a BackendTLSPolicy on
 the ConfigMap the injector keeps equal to the signer's bundles: 0 failed requests.
 
-An injected webhook in the same loop (issue 29): a ValidatingWebhookConfiguration whose
+An injected webhook in the same loop: a ValidatingWebhookConfiguration whose
 caBundle the injector keeps equal to the signer's bundles, served from web-0's files on
 Service `web`'s ClusterIP, and kube-apiserver as its TLS client: a dry-run ConfigMap
 create every 2 s, each one a webhook call — 0 failed.

@@ -1,4 +1,4 @@
-"""The signer's own identity across a token refresh (issue 11 must-show 5, `make soak`):
+"""The signer's own identity across a token refresh (`make soak`):
 the shipped Deployment with its ServiceAccount token shortened to the minimum (600 s); the
 kubelet rewrites the token at ~80% of its life; the signer keeps working after the first
 token has expired — in-cluster (the official client's loader re-reads the token file) and
