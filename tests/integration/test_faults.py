@@ -1,10 +1,12 @@
 """Fault injection against the real control plane: the signer (the real CLI, as a
 subprocess) survives each fault, and the API server's end state proves it.
 
-Every test here starts its OWN control plane (it restarts, compacts or reconfigures
-kube-apiserver, or counts the API server's request metrics, which a shared server would
-muddle) and runs `service-serving-signer run --leader-elect=false` with a signer name of
-its own. What each asserts on the API server:
+The module has control planes of its own, never the session's: its tests restart
+kube-apiserver, compact etcd or count the API server's request metrics, which other
+modules' work would muddle. Tests 1-3 and 5 share one (each counts from its own start,
+and a restart leaves a working server behind); the throttling test has one configured
+for it. Each runs `service-serving-signer run --leader-elect=false` with a signer name
+of its own. What each asserts on the API server:
 
 1. kube-apiserver SIGKILLed and restarted mid-burst: every PCR in the namespace (created
    before, during and after the outage) ends Issued; `/healthz` answered 200 throughout;
@@ -80,7 +82,7 @@ def keys() -> KeyPool:
     return KeyPool.generate(("ECDSAP256", "ED25519", "ECDSAP384"))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
     with ControlPlane.start() as own:
         yield own
