@@ -1,10 +1,12 @@
 """Fixtures for tests that need nodes: one `Cluster` (control plane + real
 kube-controller-manager + hollow kubelets) per session, started only when a test asks for
-`cluster`; the light `control_plane` of tests/conftest.py stays the default."""
+`cluster`; the light `control_plane` of tests/conftest.py stays the default. Every test
+under this directory is marked `integration` (`-m "not integration"` leaves them all out)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,15 @@ from controlplane.cluster import Cluster
 from controlplane.workload import wait_service_account
 from kube.client import Client
 from tests.conftest import create_test_namespace
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `integration` marker by directory: a file here needs no `pytestmark` of its own."""
+    for item in items:
+        if HERE in Path(item.path).parents:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
