@@ -152,7 +152,11 @@ class Noise:
 
 
 def prepare_noise(ctx: Context) -> tuple[list[Client], str]:
-    client = ctx.client
+    return noise_clients(ctx.client)
+
+
+def noise_clients(client: Client) -> tuple[list[Client], str]:
+    """The noise's namespace of ConfigMaps and a client per noise ServiceAccount."""
     namespace = "bench-noise"
     _ensure(client, "/api/v1/namespaces", {"metadata": {"name": namespace}})
     _ensure(
@@ -182,7 +186,7 @@ def prepare_noise(ctx: Context) -> tuple[list[Client], str]:
 def flowcontrol_objects() -> list[JSON]:
     return [
         doc
-        for name in ("priority_level.yaml", "flow_schema.yaml")
+        for name in ("priority_level.yaml", "flow_schema.yaml", "flow_schema_leader_election.yaml")
         for doc in yaml.safe_load_all((FLOWCONTROL / name).read_text())
         if doc
     ]

@@ -94,10 +94,13 @@ class Cluster:
         workdir: Path | None = None,
         *,
         version: str = binaries.KUBERNETES_VERSION,
+        extra_args: tuple[str, ...] = (),
     ) -> Cluster:
         """`version`: the Kubernetes release of every component (kube-apiserver, KCM and the
-        hollow kubelets)."""
-        plane = ControlPlane.start(workdir, controllers=True, version=version)
+        hollow kubelets); `extra_args`: kube-apiserver's extra flags."""
+        plane = ControlPlane.start(
+            workdir, controllers=True, version=version, extra_args=extra_args
+        )
         cluster = cls(plane, [HollowNode(plane, f"hollow-node-{i}") for i in range(nodes)])
         try:
             cluster.controller_manager.start()
