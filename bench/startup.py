@@ -57,11 +57,11 @@ from bench.saturation import (
     flow_schema,
     noise_clients,
 )
-from bench.signers import OUR_SIGNER_NAME, OurSigner
+from bench.signers import OUR_SIGNER_NAME, BenchedProcessError, OurSigner
 from controlplane import binaries
 from controlplane.cluster import Cluster
 from controlplane.kubelet import pod_manifest
-from controlplane.workload import cert_volume
+from controlplane.workload import cert_volume, wait_service_account
 from kube.client import ApiError, Client
 from kube.transport import StreamCanceller
 from kube.types import JSON
@@ -272,9 +272,7 @@ def run_once(setup: Setup, label: str, round_: int, pods: int, rate: float) -> d
     client = setup.client
     namespace = f"startup-{label.replace('+', '-')}-{round_}"
     client.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
-    client.create(
-        f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "default"}}
-    )
+    wait_service_account(client, namespace)  # kube-controller-manager makes it
     client.create(
         f"/api/v1/namespaces/{namespace}/services",
         {
@@ -287,17 +285,9 @@ def run_once(setup: Setup, label: str, round_: int, pods: int, rate: float) -> d
     directory = setup.workdir / f"{namespace}"
     directory.mkdir(parents=True, exist_ok=True)
     noisy = label != "quiet"
-    signer = OurSigner(
-        setup.cluster.plane,
-        directory,
-        workers=SHIPPED_WORKERS,
-        kubeconfig=setup.kubeconfig,
-        qps=SHIPPED_QPS,
-        burst=SHIPPED_BURST,
-    ).start()
+    signer, restarts = start_signer(setup, directory)
     noise = Noise(setup.noise_clients, setup.noise_namespace)
     try:
-        signer.wait_ready()
         watches = Watches(client, namespace, observed).start()
         with _maybe(noise.running() if noisy else None):
             if noisy:
@@ -332,10 +322,33 @@ def run_once(setup: Setup, label: str, round_: int, pods: int, rate: float) -> d
         "noise_lists_per_second": round(noise_rate, 1) if noisy else 0.0,
         "noise_rejected": noise.rejected,
         "signer_mean_budget_wait_ms": round(1000 * limiter / writes, 1) if writes else 0.0,
+        "signer_restarts": restarts,
     }
     # Free the nodes for the next run (the Pods' requests stay until the cleaner's 15 min).
     client.delete(f"/api/v1/namespaces/{namespace}")
     return result
+
+
+def start_signer(setup: Setup, directory: Path, attempts: int = 5) -> tuple[OurSigner, int]:
+    """Ours at the shipped budget, ready; started again (as a Deployment would restart it)
+    when it exits during start-up — a 429 from a saturated level ends its start-up."""
+    for attempt in range(attempts):
+        signer = OurSigner(
+            setup.cluster.plane,
+            directory,
+            workers=SHIPPED_WORKERS,
+            kubeconfig=setup.kubeconfig,
+            qps=SHIPPED_QPS,
+            burst=SHIPPED_BURST,
+        ).start()
+        try:
+            signer.wait_ready()
+            return signer, attempt
+        except BenchedProcessError as err:
+            signer.stop()
+            _log(f"signer start-up failed ({attempt + 1}/{attempts}): {str(err).splitlines()[-1]}")
+            time.sleep(2.0)
+    raise BenchedProcessError(f"the signer did not start in {attempts} attempts")
 
 
 @contextmanager
@@ -429,8 +442,12 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.rounds):
             order = labels if round_ % 2 == 0 else list(reversed(labels))
             for label in order:
-                with flow_schema(client, label.endswith("+flowschema")):
-                    result = run_once(setup, label, round_, args.pods, args.rate)
+                try:
+                    with flow_schema(client, label.endswith("+flowschema")):
+                        result = run_once(setup, label, round_, args.pods, args.rate)
+                except Exception as err:  # one failed run must not lose the others
+                    _log(f"{label} round {round_} failed: {err!r}")
+                    continue
                 runs.append(result)
                 print(json.dumps(result), flush=True)
                 _log(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from kube.client import Client
+from kube.client import ApiError, Client
 from kube.controller import Controller, Requeue
 from kube.discovery import CERTIFICATES_GROUP, served_version
 from kube.events import REPORTING_CONTROLLER, EventRecorder
@@ -78,6 +79,11 @@ class BuildContext:
     closers: list[Callable[[], None]] = field(default_factory=list)
     _recorder: EventRecorder | None = None
     _versions: dict[tuple[str, str, tuple[str, ...]], str | None] = field(default_factory=dict)
+    # Discovery answered 429 / 5xx / nothing: asked again after the server's Retry-After
+    # (else 1, 2, 4 … s) for up to this long, so a signer started while API Priority and
+    # Fairness rejects its level's requests starts a little later instead of exiting.
+    discovery_patience: float = 60.0
+    sleep: Callable[[float], None] = time.sleep
 
     def recorder(self) -> EventRecorder:
         """The process's one Event recorder, made on first use and flushed at shutdown
@@ -94,7 +100,19 @@ class BuildContext:
         per process; None when none does."""
         key = (group, resource, tuple(preferred))
         if key not in self._versions:
-            self._versions[key] = served_version(self.client, group, resource, list(preferred))
+            waited, backoff = 0.0, 1.0
+            while True:
+                try:
+                    found = served_version(self.client, group, resource, list(preferred))
+                    break
+                except ApiError as err:
+                    delay = err.retry_after or backoff
+                    if not err.transient or waited + delay > self.discovery_patience:
+                        raise
+                    log.info("discovery refused; asking again", extra={"error": str(err)})
+                    self.sleep(delay)
+                    waited, backoff = waited + delay, min(backoff * 2, 10.0)
+            self._versions[key] = found
         return self._versions[key]
 
     def material_source(self) -> MaterialSource:

@@ -129,3 +129,34 @@ def test_an_injector_in_the_same_process_engages_the_gate(
         BASE, controllers=frozenset(controllers), managed_ca_wait_for_injector=flag
     )
     assert managed_ca_settings(opts).config.wait_for_injector == expected
+
+
+class RefusingClient(DiscoveryClient):
+    """Discovery that answers `refusals` 429s (Retry-After 2 s) before it answers."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+
+    def get(self, path: str, params: Any = None) -> Any:
+        if self.refusals > 0:
+            self.refusals -= 1
+            self.gets.append(path)
+            raise ApiError(429, "Too Many Requests", {"reason": "TooManyRequests"}, 2.0)
+        return super().get(path, params)
+
+
+def test_discovery_refused_by_a_saturated_level_is_asked_again_after_retry_after() -> None:
+    """API Priority and Fairness rejecting the signer's level at start-up (429) delays
+    the start instead of ending the process; what cannot be asked for a minute can."""
+    ctx, client = context(RefusingClient(refusals=3))
+    slept: list[float] = []
+    ctx.sleep = slept.append
+    assert ctx.ctb_version("the publisher") == "v1"
+    assert slept == [2.0, 2.0, 2.0]
+
+    ctx, client = context(RefusingClient(refusals=100))
+    ctx.sleep = lambda _: None
+    with pytest.raises(ApiError):
+        ctx.ctb_version("the publisher")
+    assert len(client.gets) == 31  # 30 waits of 2 s fill the minute, then it gives up
