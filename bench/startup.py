@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import threading
@@ -423,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", default=binaries.KUBERNETES_VERSION, help="Kubernetes")
     parser.add_argument("--out", type=Path, default=None, help="the JSON file to write")
     args = parser.parse_args(argv)
+    # SIGTERM ends the run through the context managers: the cluster's processes stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     labels = [r for r in args.runs.split(",") if r]
     out = args.out or RESULTS / f"startup-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

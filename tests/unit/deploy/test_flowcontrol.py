@@ -12,13 +12,13 @@ import math
 
 from tests.unit.deploy.kustomize import CONFIG, find, render
 
-# 10 shares, half lendable, borrowing at most its own size; workload-high's queuing
+# 10 shares, a quarter lendable, borrowing at most its own size; workload-high's queuing
 # (k8s.io/apiserver pkg/apis/flowcontrol/bootstrap).
 SIGNER_LEVEL = {
     "type": "Limited",
     "limited": {
         "nominalConcurrencyShares": 10,
-        "lendablePercent": 50,
+        "lendablePercent": 25,
         "borrowingLimitPercent": 100,
         "limitResponse": {
             "type": "Queue",
@@ -128,3 +128,17 @@ def test_it_is_opt_in() -> None:
         o["kind"] for o in render(CONFIG / "managed")
     }
     assert not kinds & {"FlowSchema", "PriorityLevelConfiguration"}
+
+
+def test_the_level_keeps_at_least_one_seat_of_its_own_on_any_server() -> None:
+    """kube-apiserver lends round(nominal x lendablePercent / 100) of a level's seats: at
+    every total concurrency from 1 to 10,000 seats the signer's level keeps one."""
+    level = find(render(CONFIG / "flowcontrol"), "PriorityLevelConfiguration")
+    limited = level["spec"]["limited"]
+    shares, lendable = limited["nominalConcurrencyShares"], limited["lendablePercent"]
+    total = sum(BOOTSTRAP_SHARES.values()) + shares
+    for seats in range(1, 10_001):
+        nominal = math.ceil(seats * shares / total)
+        # Go's math.Round: halves away from zero (Python's round() goes to even).
+        lent = math.floor(nominal * lendable / 100 + 0.5)
+        assert nominal - lent >= 1, seats
