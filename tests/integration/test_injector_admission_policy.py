@@ -636,6 +636,10 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
         managed.remove(flux)
         managed.append(ancient(flux["fieldsV1"]))
 
+    def forge_ancient_label(managed: list[dict[str, Any]]) -> None:
+        entry = ancient({"f:metadata": {"f:labels": {"f:team": {}}}})
+        managed.append({**entry, "apiVersion": managed[0]["apiVersion"]})
+
     def forge_ancient_changes(managed: list[dict[str, Any]]) -> None:
         managed.append(ancient({"f:data": {"f:app.conf": {}}}))
 
@@ -737,6 +741,18 @@ def forbidden_writes(injector: Client, o: Objects) -> dict[str, tuple[Callable[[
         "released ConfigMap: another manager's key handed to the owner at the release": (
             entries(o.released_cm, move_the_ops_key, release=True),
             MSG_OTHERS,
+        ),
+        "webhook: an ancient-changes entry owning what no entry folded into it did": (
+            entries(vwc, forge_ancient_label),
+            MSG_ANCIENT,
+        ),
+        "APIService: an ancient-changes entry owning what no entry folded into it did": (
+            entries(api, forge_ancient_label),
+            MSG_ANCIENT,
+        ),
+        "CRD: an ancient-changes entry owning what no entry folded into it did": (
+            entries(crd, forge_ancient_label),
+            MSG_ANCIENT,
         ),
         "unlabelled ConfigMap: an ancient-changes entry owning what no entry folded into it did": (
             entries(app, forge_ancient_changes),
@@ -988,6 +1004,31 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
         assert "ancient-changes" in managers, managers
         return written
 
+    def write_into_a_crowded(collection: str, body: dict[str, Any], leaf: str) -> Any:
+        """`body` created, nine teams' Update entries added (the administrator's and
+        the API server's status entry make eleven or ten), then the injector's caBundle
+        write, in which the API server folds the oldest into `ancient-changes`."""
+        name = body["metadata"]["name"]
+        admin.create(collection, body)
+        path = f"{collection}/{name}"
+        try:
+            for i in range(9):
+                admin.patch(
+                    path,
+                    {"metadata": {"annotations": {f"example.com/team-{i}": "a"}}},
+                    patch_type=MERGE,
+                    params={"fieldManager": f"team-{i}"},
+                )
+            written = patch(injector, path, {"op": "add", "path": leaf, "value": ca}, injected)
+            managers = [e["manager"] for e in written["metadata"]["managedFields"]]
+            assert "ancient-changes" in managers, managers
+            return written
+        finally:
+            delete_quietly(admin, collection, name)
+
+    selector = '{"signerName": "example.com/policy", "labelSelector": {}}'
+    crowd = f"crowded-{uuid.uuid4().hex[:6]}"
+
     def take_back_a_hand_written_ca_crt() -> Any:
         # Someone writes ca.crt by hand (an entry of theirs owns it, and nothing else);
         # the injector restores it, and the server drops their entry, left empty.
@@ -1087,6 +1128,27 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
         ),
         "labelled ConfigMap with ten Update entries: ca.crt, folded by the API server": (
             write_into_a_crowded_config_map
+        ),
+        "webhook with ten Update entries: caBundle, folded by the API server": lambda: (
+            write_into_a_crowded(
+                VWC_PATH,
+                validating_webhook(crowd, "unused", "svc", selector),
+                "/webhooks/0/clientConfig/caBundle",
+            )
+        ),
+        "APIService with ten Update entries: caBundle, folded by the API server": lambda: (
+            write_into_a_crowded(
+                APISERVICES,
+                api_service(f"{crowd}.policy.example.com", "unused", selector),
+                "/spec/caBundle",
+            )
+        ),
+        "CRD with ten Update entries: conversion caBundle, folded by the API server": lambda: (
+            write_into_a_crowded(
+                CRDS,
+                conversion_crd(f"{crowd}.policy.example.com", "unused", selector),
+                "/spec/conversion/webhook/clientConfig/caBundle",
+            )
         ),
         "labelled ConfigMap: the release": lambda: release(trust),
         "released ConfigMap: the release hands ca.crt and the truststore to the owner": (
