@@ -40,7 +40,7 @@ from typing import Any
 from injector.kinds import KINDS_BY_NAME
 from injector.targets import (
     ANNOTATION,
-    MAX_ANNOTATION,
+    INVALID,
     Seen,
     Target,
     injected_note,
@@ -145,12 +145,8 @@ Decision = Ignore | Release | Invalid | Empty | UpToDate | Conflict | Inject
 
 def selector_of(target: Target) -> ClusterTrustBundleSelector | None:
     """The target's valid selector, or None (no annotation or a bad one)."""
-    if target.annotation is None or len(target.annotation) > MAX_ANNOTATION:
-        return None
-    try:
-        return parse_selector_json(target.annotation)
-    except SelectorError:
-        return None
+    parsed = _parse(target)
+    return parsed if isinstance(parsed, ClusterTrustBundleSelector) else None
 
 
 def selection_keys(selector: ClusterTrustBundleSelector) -> list[str]:
@@ -224,11 +220,10 @@ def _parse(target: Target) -> ClusterTrustBundleSelector | Invalid | None:
     """The selector (parsed once per sync), why it is invalid, or None (no annotation)."""
     if target.annotation is None:
         return None
-    if len(target.annotation) > MAX_ANNOTATION:
+    if target.annotation.startswith(INVALID):  # the record says why (`selector_record`)
         return Invalid(
             REASON_INVALID_SELECTOR,
-            f"annotation {ANNOTATION} is longer than {MAX_ANNOTATION} characters; "
-            "the object is left unchanged",
+            f"annotation {ANNOTATION}: {target.annotation[1:]}; the object is left unchanged",
         )
     try:
         return parse_selector_json(target.annotation)

@@ -56,6 +56,7 @@ from urllib.parse import quote
 from trust.consumers import ANNOTATION as ANNOTATION
 from trust.consumers import FIELD_MANAGER as FIELD_MANAGER
 from trust.consumers import text_digest
+from trust.selector import SelectorError, parse_selector_json
 
 
 @dataclass(frozen=True)
@@ -170,9 +171,25 @@ MARK_LABEL = "service-serving-signer/ca-injected"
 one whose opt-in label was removed, also while no injector ran."""
 
 MAX_ANNOTATION = 4096
-"""The longest selector annotation kept in a record; a longer one is cached cut to one
-character more and decided `Invalid` (a selector is a few hundred bytes; the API allows
-256 KiB of annotations per object, which a tenant could repeat on every labelled ConfigMap)."""
+"""The longest selector annotation parsed; a longer one is `Invalid` (a selector is a
+few hundred bytes; the API allows 256 KiB of annotations per object, which a tenant
+could repeat on every labelled ConfigMap)."""
+
+MAX_SELECTOR = 512
+"""The longest selector a record keeps, in its canonical form (compact JSON, keys sorted:
+`{"name":...}` or `{"signerName":...,"labelSelector":...}`); a longer one is `Invalid`.
+Real selectors are well under 200 characters."""
+
+INVALID = "!"
+"""How a record's `annotation` starts when the selector is invalid: the rest is why
+(at most `MAX_REASON` characters). A canonical selector starts with `{`."""
+
+MAX_REASON = 160
+"""The most characters of why a selector is invalid a record keeps."""
+
+MAX_NOTE = 1024
+"""The longest `INJECTED_ANNOTATION` a record keeps for the release to remove (a note of
+ours lists up to 14 anchors in that); a longer one stays at the release."""
 
 
 def value_digest(value: str) -> str:
@@ -525,9 +542,28 @@ def shared(text: str) -> str:
 
 
 def annotation_of(meta: Mapping[str, Any]) -> str | None:
-    """Our selector annotation as a record keeps it (cut to `MAX_ANNOTATION` + 1)."""
+    """Our selector annotation as a record keeps it (`selector_record`), or None."""
     value = (meta.get("annotations") or {}).get(ANNOTATION)
-    return shared(value[: MAX_ANNOTATION + 1]) if isinstance(value, str) else None
+    return shared(selector_record(value)) if isinstance(value, str) else None
+
+
+def selector_record(text: str) -> str:
+    """What a record keeps of a selector annotation, never its text: the parsed selector
+    in canonical form (at most `MAX_SELECTOR` characters; what the index keys and the
+    match are made from, and what an event compares), or `INVALID` and why (bounded).
+    A tenant's distinct long or hostile texts thus cost a record at most a few hundred
+    bytes, and are parsed once, by the informer's transform (`parse_selector_json` is
+    total)."""
+    if len(text) > MAX_ANNOTATION:
+        return f"{INVALID}longer than {MAX_ANNOTATION} characters"
+    try:
+        selector = parse_selector_json(text)
+    except SelectorError as err:
+        return f"{INVALID}{str(err)[:MAX_REASON]}"
+    canonical = json.dumps(selector.to_json(), sort_keys=True, separators=(",", ":"))
+    if len(canonical) > MAX_SELECTOR:
+        return f"{INVALID}longer than {MAX_SELECTOR} characters once canonical"
+    return canonical
 
 
 def unowned_note(target: Target) -> str:
@@ -568,7 +604,7 @@ def released_note(meta: Mapping[str, Any]) -> str | None:
     longer than `MAX_INJECTED` (not ours), or another manager's entry owns it (their
     configuration sets it: their next apply would put it back, so it is theirs)."""
     value = (meta.get("annotations") or {}).get(INJECTED_ANNOTATION)
-    if not isinstance(value, str) or len(value) > MAX_INJECTED:
+    if not isinstance(value, str) or len(value) > MAX_NOTE:
         return None
     for entry in meta.get("managedFields") or ():
         if not isinstance(entry, Mapping) or entry.get("manager") == FIELD_MANAGER:

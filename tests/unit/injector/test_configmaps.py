@@ -222,7 +222,7 @@ def test_the_record_never_parses_tenant_bytes_and_holds_no_content(
 def test_an_oversized_annotation_is_not_cached_and_is_invalid() -> None:
     huge = json.dumps({"signerName": "example.com/x", "labelSelector": {"a": "b" * 200_000}})
     target = to_target(config_map({ANNOTATION: huge}))
-    assert target.annotation is not None and len(target.annotation) <= 4_097
+    assert target.annotation is not None and len(target.annotation) <= 64
     decision = decisions.decide(target, [ctb("b", ["a"])])
     assert isinstance(decision, decisions.Invalid) and "longer than" in decision.message
 

@@ -12,7 +12,7 @@ import pytest
 
 from injector import decide as decisions
 from injector.kinds import API_SERVICE, CRD, VALIDATING_WEBHOOK, to_target
-from injector.targets import ANNOTATION, value_digest
+from injector.targets import ANNOTATION, selector_record, value_digest
 from tests.unit.injector.builders import (
     BAD_ANNOTATIONS,
     SELECT_ALL,
@@ -32,7 +32,8 @@ from trust.selector import parse_selector_json
 
 def test_webhook_record_keeps_only_names_and_digests_of_ca_bundles() -> None:
     target = to_target(VALIDATING_WEBHOOK, webhook_config(ca_bundles=("QQ==", "")))
-    assert target.annotation == SELECT_ALL
+    assert target.annotation == selector_record(SELECT_ALL)  # the canonical selector
+    assert json.loads(target.annotation) == json.loads(SELECT_ALL)
     assert [(s.webhook, s.digest) for s in target.slots] == [
         ("w0.example.com", value_digest("QQ==")),
         ("w1.example.com", value_digest("")),

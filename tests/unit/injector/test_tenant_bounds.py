@@ -9,6 +9,7 @@ import tracemalloc
 from collections.abc import Mapping
 from typing import Any, cast
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -19,6 +20,7 @@ from injector.kinds import ALL_KINDS, CONFIG_MAP, path_of
 from injector.targets import (
     FIELD_MANAGER,
     INJECTED_ANNOTATION,
+    MAX_ANNOTATION,
     Target,
     injected_note,
     known_holding,
@@ -26,7 +28,7 @@ from injector.targets import (
 )
 from kube.client import Client
 from tests.unit.fakes import FakeCache
-from tests.unit.injector.builders import SELECT_ALL, ctb
+from tests.unit.injector.builders import SELECT_ALL, SIGNER, ctb
 
 MIB = 1 << 20
 
@@ -122,6 +124,33 @@ def test_a_tenant_config_maps_record_costs_at_most_2_kb_whatever_the_tenant_wrot
     raw["data"] = {"ca.crt": "A" * 4096}  # content is digested: its size is not the point
     cost = per_record(configmaps.to_target, raw)
     assert cost <= 2_048, f"{cost:,.0f} bytes per record"
+
+
+@pytest.mark.parametrize("valid", [True, False], ids=["valid", "invalid"])
+def test_a_tenant_config_map_with_its_own_long_selector_costs_at_most_2_kb(valid: bool) -> None:
+    """A tenant giving each ConfigMap its own selector of up to `MAX_ANNOTATION`
+    characters (valid, or cut invalid) once cost 5.2 KB a record (the text kept whole):
+    the record keeps the canonical selector (at most `MAX_SELECTOR`) or why it is
+    invalid (bounded), never the text."""
+    count = 300
+    texts = []
+    for i in range(count):
+        raw = hostile_config_map()
+        raw["data"] = {"ca.crt": "A" * 4096}
+        labels = {f"k{j}": f"{i:06d}-{j:03d}" for j in range(12 if valid else 180)}
+        selector = json.dumps({"signerName": SIGNER, "labelSelector": {"matchLabels": labels}})
+        raw["metadata"]["annotations"][configmaps.ANNOTATION] = selector[: MAX_ANNOTATION - 1]
+        texts.append(json.dumps(raw))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        records = [configmaps.to_target(json.loads(t)) for t in texts]
+        held = (tracemalloc.get_traced_memory()[0] - before) / count
+    finally:
+        tracemalloc.stop()
+    assert (decide.selector_of(records[0]) is not None) == valid
+    assert len({r.annotation for r in records}) == (count if valid else 1)
+    assert held <= 2_048, f"{held:,.0f} bytes per record"
 
 
 def test_a_tenant_cannot_grow_the_record_through_managed_fields() -> None:
