@@ -492,7 +492,7 @@ class Sent:
     @property
     def reason(self) -> str:
         """Why the last patch did not land ("" when it did)."""
-        return self.refusals[-1] if self.result in ("refused", "failed", "guard") else ""
+        return self.refusals[-1] if self.result in ("refused", "failed", "guard", "gone") else ""
 
 
 @dataclass(frozen=True)
@@ -522,15 +522,13 @@ def settle(planned: decisions.Plan, result: str, reason: str = "") -> Settled:
     failures = min(memory.failures + 1, 64)
     delay = min(decisions.FAILURE_FIRST * 2 ** (failures - 1), decisions.REFUSAL_MAX)
     if write is None:
-        if result in ("applied", "none", "gone"):
+        if result in ("applied", "none"):
             landed = replace(memory, failures=0) if result == "applied" else memory
             return Settled(status, landed, planned.requeue_after)
         # A release or a clean-up did not land: tried again after a back-off.
         return Settled(status, replace(memory, failures=failures), delay)
     if result == "applied":
         return Settled(status, write.landed, planned.requeue_after)
-    if result in ("none", "gone"):  # gone: deleted meanwhile; its delete event forgets it
-        return Settled(write.pending, memory)
     if result == "refused":  # the owner's to mend: blocked at once, sent again later
         refusal = replace(write.refusal, reason=reason)
         return Settled(
@@ -556,8 +554,8 @@ def _not_applied(err: Exception) -> tuple[str, str]:
     """Why a patch did not land (`Sent.result`) and the words that say so."""
     if not isinstance(err, ApiError):
         return "failed", f"the write failed: {_why(err)}"
-    if is_not_found(err) or is_conflict(err):
-        return "gone", ""
+    if is_not_found(err) or is_conflict(err):  # deleted meanwhile, or a webhook's answer
+        return "gone", f"the object was not found: {_why(err)}"
     if err.status == 422 and not _causes(err):
         return "guard", GUARD_FAILED
     if err.status == 422:
