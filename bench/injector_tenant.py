@@ -84,20 +84,31 @@ def injector(
 
 
 def empty_syncs(metrics: int) -> float:
-    """cabundle_injector_sync_total{kind="ConfigMap",result="empty"} (0 when unreadable)."""
+    """cabundle_injector_sync_total{kind="ConfigMap",result=~"empty|invalid"}: syncs that
+    wrote nothing (a tenant's own long selector is `invalid` in a checkout that bounds
+    it, `empty` in one that kept it whole); 0 when unreadable."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=2) as r:
             text = r.read().decode()
     except OSError:
         return 0.0
+    total = 0.0
     for line in text.splitlines():
         if (
             line.startswith("cabundle_injector_sync_total{")
             and 'kind="ConfigMap"' in line
-            and 'result="empty"' in line
+            and ('result="empty"' in line or 'result="invalid"' in line)
         ):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def own_selector(i: int) -> str:
+    """Tenant ConfigMap `i`'s own selector, ~3.9 KB, distinct from every other one's (a
+    signer nothing publishes: it selects nothing, so nothing is written)."""
+    labels = {f"k{j:03d}": f"{i:08d}-{j:03d}" for j in range(150)}
+    selector = {"signerName": "example.com/none", "labelSelector": {"matchLabels": labels}}
+    return json.dumps(selector, separators=(",", ":"))[:4000]
 
 
 class Watch(threading.Thread):
@@ -375,7 +386,8 @@ class Run:
 
     def records(self, workdir: Path, home: str, args: argparse.Namespace) -> None:
         """ConfigMaps with 6,000 crafted managedFields entries, then 10,000 labelled
-        tenant ConfigMaps with hostile annotations: RSS per record."""
+        tenant ConfigMaps with hostile annotations, each its own long selector: RSS per
+        record."""
         client = self.client
         tenant = create_namespace(client, "records")
         nothing = json.dumps({"name": "no-such-bundle"})
@@ -406,9 +418,11 @@ class Run:
             client.replace(f"{CM.format(tenant)}/bloat-{i}", made)
 
         def create(i: int) -> None:
+            # Each tenant ConfigMap with its own long selector: nothing shared between
+            # records (a record that kept the text kept ~4 KB of it each).
             client.create(
                 CM.format(tenant),
-                {"metadata": hostile_meta(f"t-{i}", nothing), "data": {"app.conf": "x"}},
+                {"metadata": hostile_meta(f"t-{i}", own_selector(i)), "data": {"app.conf": "x"}},
             )
 
         # The records first, in a fresh process: memory freed by decoding big objects

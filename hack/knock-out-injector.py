@@ -162,6 +162,17 @@ RULES: dict[str, tuple[list[tuple[str, str, str]], list[str]]] = {
         ],
         [CLASSIFY],
     ),
+    "retakes count in a row only within the contest window": (
+        [
+            (
+                DECIDE,
+                "                recent = contest.retakes and now - contest.last "
+                "<= CONTEST_WINDOW\n",
+                "                recent = True\n",
+            )
+        ],
+        [CLASSIFY],
+    ),
 }
 
 WORKERS = 3

@@ -74,6 +74,10 @@ CONTEST_FIRST = 5.0
 """Seconds the injector waits after the first retake of a field it wrote; each further
 retake doubles it, up to `CONTEST_MAX`."""
 CONTEST_MAX = 300.0
+CONTEST_WINDOW = 900.0
+"""Retakes count in a row while each comes within this many seconds of the one before:
+a fight (a second injector, a drift-correcting apply) keeps doubling the back-off, and a
+hand edit a day or a month after the last is repaired after `CONTEST_FIRST` again."""
 CONTEST_WARN = 2
 """The retake at which a Warning Event names the other manager (one hand edit is not a
 fight)."""
@@ -265,18 +269,20 @@ def refused(resource_version: str, value: str, reason: str, now: float, times: i
 
 @dataclass(frozen=True)
 class Contest:
-    """Another manager's Update retaking a field we wrote, per object: how often since we
-    first wrote it, until when the injector leaves it alone, and whether our last write
-    since then landed (`wrote`: the next retake counts)."""
+    """Another manager's Update retaking a field we wrote, per object: how many retakes
+    in a row, each within `CONTEST_WINDOW` of the one before (an isolated edit starts
+    again at one), until when the injector leaves it alone, whether our last write since
+    then landed (`wrote`: the next retake counts), and when the last retake was seen."""
 
     manager: str = ""
     retakes: int = 0
     quiet_until: float = 0.0
     wrote: bool = False
+    last: float = 0.0
 
     def landed(self) -> Contest:
         """The contest once a write of ours landed: the next retake counts."""
-        return Contest(self.manager, self.retakes, self.quiet_until, wrote=True)
+        return Contest(self.manager, self.retakes, self.quiet_until, True, self.last)
 
 
 @dataclass(frozen=True)
@@ -436,9 +442,10 @@ def _plan(seen: Seen, bundles: list[Any], memory: Memory, now: float) -> Plan:
             # landed. The back-off doubles from CONTEST_FIRST, at most CONTEST_MAX.
             fight = contest
             if contest is not None and contest.wrote and target.taker:
-                retakes = contest.retakes + 1
+                recent = contest.retakes and now - contest.last <= CONTEST_WINDOW
+                retakes = contest.retakes + 1 if recent else 1
                 delay = min(CONTEST_FIRST * 2 ** (retakes - 1), CONTEST_MAX)
-                fight = Contest(target.taker, retakes, now + delay)
+                fight = Contest(target.taker, retakes, now + delay, last=now)
             if fight is not None and now < fight.quiet_until:
                 warn = fight != contest and fight.retakes == CONTEST_WARN
                 note = (

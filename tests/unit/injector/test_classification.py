@@ -398,3 +398,45 @@ def test_a_new_anchor_is_not_observed_while_consumers_of_the_stable_bundle_are_q
     assert fp("b") not in report.observed and not convergence.converged(report, fp("b"))
     drain(ctrl)
     assert fp("b") in convergence.parse(ctrl.report_value()).observed
+
+
+# --- other writers ------------------------------------------------------------------------
+
+
+def test_a_hand_edit_long_after_the_last_is_repaired_after_the_first_back_off() -> None:
+    """docs/inject.md: a single hand edit is repaired after the first back-off (5 s).
+    Retakes count in a row only within `CONTEST_WINDOW` of each other: one edit a week,
+    for months, is each repaired after 5 s, with no `CABundleContested` Warning."""
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    clock = Clock()
+    ctrl, _, events, caches = controller([target], [ctb("b1", ["a"])], clock=clock)
+    retaken = dataclasses.replace(target, taker="helm")
+    delays = []
+    for _ in range(8):
+        caches[KIND].items["hooks"] = target
+        ctrl.sync(target.key)  # our write lands
+        clock.now += 7 * 86400  # a week of quiet
+        caches[KIND].items["hooks"] = retaken  # one edit
+        requeue = ctrl.sync(target.key)
+        delays.append(requeue.after if requeue is not None and requeue.after else 0.0)
+        clock.now += delays[-1]
+    assert delays == [decisions.CONTEST_FIRST] * 8
+    assert events.events == []
+
+
+def test_a_fight_within_the_window_still_doubles_the_back_off() -> None:
+    """Retakes within `CONTEST_WINDOW` of each other keep doubling (a second injector)."""
+    target = to_target(VALIDATING_WEBHOOK, webhook_config())
+    clock = Clock()
+    ctrl, _, events, caches = controller([target], [ctb("b1", ["a"])], clock=clock)
+    retaken = dataclasses.replace(target, taker="cainjector")
+    delays = []
+    for _ in range(4):
+        caches[KIND].items["hooks"] = target
+        ctrl.sync(target.key)
+        caches[KIND].items["hooks"] = retaken
+        requeue = ctrl.sync(target.key)
+        delays.append(requeue.after if requeue is not None and requeue.after else 0.0)
+        clock.now += delays[-1]
+    assert delays == [decisions.CONTEST_FIRST * 2**i for i in range(4)]
+    assert [e[2] for e in events.events] == [decisions.REASON_CONTESTED]
