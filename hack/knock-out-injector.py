@@ -173,6 +173,16 @@ RULES: dict[str, tuple[list[tuple[str, str, str]], list[str]]] = {
         ],
         [CLASSIFY],
     ),
+    "an emptied selection still holding old anchors selects what they are in now": (
+        [
+            (
+                DECIDE,
+                "            kept = _kept_selection(held, bundles)\n",
+                "            kept = NOTHING_HELD\n",
+            )
+        ],
+        [CLASSIFY],
+    ),
 }
 
 WORKERS = 3

@@ -41,6 +41,7 @@ from injector.kinds import KINDS_BY_NAME
 from injector.targets import (
     ANNOTATION,
     INVALID,
+    NOTHING_HELD,
     Seen,
     Target,
     injected_note,
@@ -296,6 +297,21 @@ class Memory:
     failures: int = 0
 
 
+def _kept_selection(held: frozenset[str], bundles: list[Any]) -> frozenset[str]:
+    """Every anchor of the cached bundles that hold one of `held` (empty without `held`)."""
+    if not held:
+        return NOTHING_HELD  # one shared empty set: a status keeps it per object
+    kept: set[str] = set()
+    for bundle in bundles:
+        try:
+            anchors = fingerprints(str((bundle.get("spec") or {}).get("trustBundle") or ""))
+        except ValueError:
+            continue
+        if anchors & held:
+            kept |= anchors
+    return frozenset(kept) if kept else NOTHING_HELD
+
+
 def blocked_by(memory: Memory) -> bool:
     """The object's failed writes in a row (not refusals) reached `FAILURE_BOUND`."""
     return memory.failures >= FAILURE_BOUND and memory.refusal is not None
@@ -508,9 +524,16 @@ def _plan(seen: Seen, bundles: list[Any], memory: Memory, now: float) -> Plan:
                 warnings=((reason, message),),
             )
         case Empty(message=message):
+            # It keeps what it holds: it still selects every anchor of the bundles those
+            # anchors are in now (a rotation adds the new root to them), blocked — an
+            # admin's object so left holds the swap, named; a tenant's is excused.
+            kept = _kept_selection(held, bundles)
+            status = ObjectConvergence(
+                kind, name, "empty", kept, held, blocked=message if kept - held else None
+            )
             return dataclasses.replace(
                 base,
-                status=ObjectConvergence(kind, name, "empty", holding=held),
+                status=status,
                 expiry=held_until,
                 result="empty",
                 warnings=((REASON_EMPTY, message),),

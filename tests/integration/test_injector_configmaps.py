@@ -25,10 +25,12 @@ from injector.configmaps import (
 from injector.decide import REASON_EMPTY, REASON_REFUSED
 from injector.targets import ANNOTATION, FIELD_MANAGER, MARK_LABEL
 from kube.client import Client, is_not_found
+from kube.leases import LeaseRef
 from tests.integration.injector_harness import RunningInjector
 from tests.integration.signer_harness import eventually
-from tests.integration.test_publisher import ctb_path, ctb_version
-from trust.bundle import anchor_ders, bundle_name, normalize_bundle
+from tests.integration.test_publisher import create_ctb, ctb_path, ctb_version, delete_ctb
+from trust import convergence
+from trust.bundle import anchor_ders, bundle_name, fingerprints, normalize_bundle
 from trust.ca import generate_ca
 from trust.truststore import truststore_anchors
 
@@ -342,3 +344,53 @@ def test_a_write_the_api_refuses_is_an_event_not_a_retry(
     )
     assert not errors
     assert ca_crt(client, namespace, "trust") == ""
+
+
+def test_a_tenants_nested_selector_annotation_does_not_stop_the_report_completing(
+    client: Client, namespace: str
+) -> None:
+    """A labelled ConfigMap whose selector annotation is 4,000 '[' (a tenant's edit
+    rights suffice) once made every sync of it raise, for ever: the report never became
+    complete and the managed CA's swap waited, naming nothing. Now the annotation is
+    `invalid` (selecting nothing), the well-behaved ConfigMap beside it is injected, the
+    report completes and the anchor converges; the loop counts no error."""
+    suffix = uuid.uuid4().hex[:8]
+    signer = f"example.com/nested-{suffix}"
+    bundle = normalize_bundle(
+        generate_ca(f"nested {suffix}").cert.public_bytes(Encoding.PEM).decode()
+    )
+    [anchor] = fingerprints(bundle)
+    ctb_name = f"example.com:nested-{suffix}:bundle"
+    create_ctb(client, ctb_name, signer, bundle)
+    selector = json.dumps({"signerName": signer, "labelSelector": {}})
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    for name, annotation in (("good", selector), ("nested", "[" * 4000)):
+        client.create(
+            path,
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {LABEL: "true"},
+                    "annotations": {ANNOTATION: annotation},
+                }
+            },
+        )
+    try:
+        with RunningInjector(client, report=LeaseRef(namespace, "nested-convergence")) as running:
+            eventually(
+                lambda: client.get(f"{path}/good").get("data", {}).get(CA_KEY),
+                timeout=30,
+                what="the well-behaved ConfigMap injected",
+            )
+
+            def converged() -> bool:
+                report = convergence.parse(running.controller.report_value())
+                return report.complete and convergence.converged(report, anchor)
+
+            eventually(converged, timeout=30, what="the report complete and the anchor converged")
+            errors = running.registry.get_sample_value(
+                "controller_sync_total", {"controller": "injector", "result": "error"}
+            )
+            assert not errors
+    finally:
+        delete_ctb(client, ctb_name)

@@ -17,7 +17,7 @@ from injector import decide as decisions
 from injector.configmaps import to_target as config_map_target
 from injector.controller import SELECTION_INDEX, InjectorController
 from injector.kinds import API_SERVICE, CRD, VALIDATING_WEBHOOK, to_target
-from injector.targets import Target, value_digest
+from injector.targets import INJECTED_ANNOTATION, Target, injected_note, value_digest
 from kube.client import ApiError
 from tests.unit.fakes import FakeCache
 from tests.unit.injector.builders import api_service, crd, ctb, pem, webhook_config
@@ -440,3 +440,45 @@ def test_a_fight_within_the_window_still_doubles_the_back_off() -> None:
         clock.now += delays[-1]
     assert delays == [decisions.CONTEST_FIRST * 2**i for i in range(4)]
     assert [e[2] for e in events.events] == [decisions.REASON_CONTESTED]
+
+
+# --- an emptied selection --------------------------------------------------------------------
+
+
+def test_an_emptied_selection_still_holding_the_old_root_holds_the_swap_and_is_named() -> None:
+    """A webhook that selected a hash-named bundle the stage deleted is `Empty` (its old
+    caBundle kept): it still selects every anchor of the bundles its held anchors are in
+    now, so the new root does not converge while it holds only the old one; it is named,
+    blocked with why."""
+    from tests.unit.injector.test_convergence import written_for
+
+    old_hashed = "kubernetes.io:service-serving:aaaaaaaaaaaaaaaaaaaaaaaa"
+    target = written_for(["a"], selector=json.dumps({"name": old_hashed}))
+    ctrl, client, _, _ = controller([target], [versioned(ctb(STABLE, ["a", "b"]), "12")])
+    lead(ctrl)
+    ctrl.sync(target.key)
+    [status] = ctrl.statuses()
+    report = convergence.parse(ctrl.report_value())
+    assert status.state == "empty" and client.patches == []
+    assert convergence.converged(report, fp("a")) and not convergence.converged(report, fp("b"))
+    [(_, lag)] = report.holding()
+    assert lag.name == "hooks" and lag.state == "blocked"
+
+
+def test_a_tenants_emptied_selection_holding_the_old_root_is_excused() -> None:
+    """The same for a tenant's ConfigMap: blocked by its owner's selector, so excused (a
+    tenant cannot hold the rotation by selecting nothing)."""
+    raw = tenant_raw(json.dumps({"name": "gone"}))
+    bundle = normalize_bundle(pem("a"))
+    raw["data"] = {"ca.crt": bundle}
+    raw["metadata"]["annotations"][INJECTED_ANNOTATION] = injected_note(
+        bundle, fingerprints(bundle), 2e9
+    )
+    ctrl, _, _, _ = controller([], [versioned(ctb(STABLE, ["a", "b"]), "12")])
+    with_config_maps(ctrl, config_map_target(raw))
+    lead(ctrl)
+    ctrl.sync(TENANT_KEY)
+    [status] = ctrl.statuses()
+    assert status.state == "empty" and status.holding == {fp("a")} and status.blocked
+    report = convergence.parse(ctrl.report_value())
+    assert convergence.converged(report, fp("b")) and report.holding() == []

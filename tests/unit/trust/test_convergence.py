@@ -8,12 +8,14 @@ import contextlib
 import json
 import string
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trust.convergence import (
     MAX_ANCHORS,
     MAX_COUNT,
+    MAX_KEY,
     MAX_LAGGING,
     MAX_NAME,
     MAX_REASON,
@@ -259,3 +261,18 @@ def test_the_report_lease_is_named_by_the_flag_not_by_any_lease() -> None:
         "/apis/coordination.k8s.io/v1/namespaces/ns/leases/mine"
     )
     assert report_lease("ns", "") == report_lease("ns")
+
+
+def test_an_incomplete_report_names_its_pending_keys_bounded_and_a_complete_one_none() -> None:
+    """`pending` (the keys not yet synced) is written only while the report is incomplete,
+    at most `MAX_LAGGING` keys of at most `MAX_KEY` characters; a reader that does not
+    know it ignores it, and a malformed one makes the report unreadable."""
+    keys = [f"ConfigMap/ns/cm-{i:02d}" for i in range(15)]
+    text = encode(summarise([], complete=False, pending=keys))
+    report = parse(text)
+    assert report.pending == tuple(keys[:MAX_LAGGING])
+    done = encode(summarise([], complete=True, pending=keys))
+    assert "pending" not in json.loads(done) and parse(done).pending == ()
+    for bad in ([1], ["x" * (MAX_KEY + 1)], "ConfigMap/a/b", [""] * 11):
+        with pytest.raises(ReportError):
+            parse(json.dumps({"complete": False, "pending": bad}))
