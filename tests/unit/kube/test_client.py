@@ -13,7 +13,7 @@ from kubernetes import client as k8s_client
 from kube.client import ApiError, Client
 from kube.credentials import Credentials
 from kube.urllib3_transport import Urllib3Transport
-from tests.unit.kube.test_http1 import ScriptedServer
+from tests.unit.kube.helpers import ScriptedServer
 
 
 def reply(conn: socket.socket, status: str, body: bytes, *headers: bytes) -> None:

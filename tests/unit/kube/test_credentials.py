@@ -3,7 +3,6 @@ after a 401 (issue 9 item 7), against the in-process fake API server."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,25 +13,9 @@ from kube import incluster
 from kube.client import Client
 from kube.credentials import Credentials
 from tests.unit.fakeapi import FakeApi
+from tests.unit.kube.helpers import token_kubeconfig
 
 NAMESPACE = "/api/v1/namespaces/default"
-
-
-def token_kubeconfig(fake: FakeApi, tmp_path: Path, token_file: str) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": fake.url}}],
-                "users": [{"name": "u", "user": {"tokenFile": token_file}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
-    return path
 
 
 def sent_tokens(fake: FakeApi) -> list[str]:

@@ -17,7 +17,7 @@ from kube.informer import Informer
 from kube.types import JSON
 from tests.integration.injector_harness import Delivered, at_or_after, cache_key
 from tests.unit.fakeapi import FakeApi, Gate, event, gone
-from tests.unit.kube.test_informer import PODS, pod, running
+from tests.unit.kube.helpers import PODS, pod, running
 
 
 @dataclass(frozen=True)

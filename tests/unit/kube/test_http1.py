@@ -6,7 +6,6 @@ scripted socket server for the HTTP/1.1 framing a real server may use (chunked b
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from kube.client import ApiError, Client
 from kube.credentials import Credentials
 from kube.transport import Timeouts, TransportError
 from tests.unit.fakeapi import FakeApi
-from tests.unit.kube.test_credentials import token_kubeconfig
+from tests.unit.kube.helpers import Script, ScriptedServer, token_kubeconfig
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 
@@ -129,78 +128,6 @@ def test_a_header_with_a_line_break_is_refused_not_sent(fake: FakeApi) -> None:
     with pytest.raises(ValueError, match="line break"):
         client.create(CONFIGMAPS, configmap("a"))
     assert list(fake.matching("POST", CONFIGMAPS)) == []
-
-
-# a scripted HTTP/1.1 server ------------------------------------------------------------
-
-Script = Callable[[socket.socket, int], None]
-
-
-class ScriptedServer:
-    """Accepts connections; for each request read, `script(conn, n)` writes the answer
-    (n counts requests across connections)."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.requests: list[bytes] = []
-        self.connections = 0
-        self._lock = threading.Lock()
-        self._acceptor = threading.Thread(target=self._accept, daemon=True)
-        self._acceptor.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        buf = b""
-        with contextlib.suppress(OSError), conn:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                while len(buf) < length:
-                    buf += conn.recv(65536)
-                with self._lock:
-                    self.requests.append(head + b"\r\n\r\n" + buf[:length])
-                    n = len(self.requests)
-                buf = buf[length:]
-                self.script(conn, n)
-
-    def close(self) -> None:
-        """Stop accepting, and return once the accepting thread has ended. Closing the
-        listener alone does not wake a thread blocked in accept(): it stayed there, on the
-        descriptor number the next socket opened reuses, and took connections meant for
-        later tests' servers (a FakeApi client got this server's scripted answer)."""
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes accept() with an error
-        self.listener.close()
-        self._acceptor.join(10)
-        assert not self._acceptor.is_alive(), "the scripted server still accepts"
-
-    def client(self) -> Client:
-        configuration = k8s_client.Configuration()
-        configuration.host = self.url
-        return Client(configuration, qps=0, credentials=Credentials.static({}))
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ import gc
 import itertools
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -20,9 +18,7 @@ from kube.credentials import Credentials
 from kube.informer import Backoff, Informer
 from kube.types import JSON
 from tests.unit.fakeapi import FakeApi, FakeHandlers, Gate, Stall, bookmark, event, gone
-from tests.unit.kube.test_http1 import ScriptedServer
-
-PODS = "/api/v1/namespaces/ns/pods"
+from tests.unit.kube.helpers import PODS, ScriptedServer, pod, running
 
 T = TypeVar("T")
 
@@ -37,15 +33,6 @@ def three_pods_then_gone(fake: FakeApi) -> threading.Event:
     return changed
 
 
-def pod(name: str, node: str = "n1", labels: dict[str, str] | None = None) -> JSON:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ns", "labels": labels or {}},
-        "spec": {"nodeName": node},
-    }
-
-
 def informer(fake: FakeApi, **kwargs: Any) -> Informer[Any]:
     """Most tests here are about paged LIST + WATCH (a server without streaming lists);
     streaming lists have their own tests at the end."""
@@ -53,21 +40,6 @@ def informer(fake: FakeApi, **kwargs: Any) -> Informer[Any]:
     kwargs.setdefault("backoff_initial", 0.01)
     kwargs.setdefault("backoff_max", 0.05)
     return Informer(fake.client(), PODS, name="pods", **kwargs)
-
-
-@contextmanager
-def running(inf: Informer[T], sync: bool = True) -> Iterator[threading.Event]:
-    stop = threading.Event()
-    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        if sync:
-            assert inf.wait_for_sync(stop, timeout=5)
-        yield stop
-    finally:
-        stop.set()
-        thread.join(timeout=3)
-        assert not thread.is_alive(), "informer did not stop"
 
 
 def names(objs: list[Any]) -> list[str]:
