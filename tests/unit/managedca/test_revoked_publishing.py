@@ -14,7 +14,7 @@ from kube.client import path_segment
 from managedca.layout import REVOKED_ROOTS, pem_fingerprints
 from publisher.controller import Caches, PublisherController
 from publisher.decide import REVOKED_ROOTS_ANNOTATION
-from tests.unit.publisher.test_sync import FakeClient, cached, ctb, trust_bundle
+from tests.unit.publisher.builders import FakeClient, cached, ctb, trust_bundle
 from trust.bundle import anchor_ders, bundle_name, normalize_bundle, stable_bundle_name
 from trust.ca import cert_pem, generate_ca
 
