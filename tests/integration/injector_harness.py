@@ -158,8 +158,11 @@ class RunningInjector:
         )
         # After the controller's own handlers: what `delivered` waits on.
         caches: dict[str, Any] = {**self.controller.caches, "bundles": self.controller.bundles}
-        if self.controller.departed is not None:
-            caches["departed"] = self.controller.departed
+        # The departed informers, per kind (`departed-<Kind>`); `departed` is the
+        # ConfigMaps', the one kind released by label.
+        for kind_name, cache in self.controller.departed.items():
+            caches[f"departed-{kind_name}"] = cache
+        caches["departed"] = caches["departed-ConfigMap"]
         self.deliveries = {name: Delivered(cache, cache_key) for name, cache in caches.items()}
         self.stop = threading.Event()
         self.thread = threading.Thread(
