@@ -344,3 +344,22 @@ def test_flows_drain_after_shutdown_and_refuse_new_keys() -> None:
     assert q.get(timeout=1) == ("a/1", False)
     assert q.get(timeout=1) == ("b/1", False)
     assert q.get(timeout=1) == (None, True)
+
+
+def test_a_rate_limited_retry_comes_back_into_its_own_flow() -> None:
+    """A retry after its backoff joins its flow's tail: behind the flood it belongs to,
+    never ahead of another flow's waiting key."""
+    q: RateLimitingQueue[str] = RateLimitingQueue(
+        "fair-retry", rate_limiter=FixedDelay(0.01), flow=namespace_of
+    )
+    for key in ("storm/0", "storm/1", "storm/2"):
+        q.add(key)
+    assert get_now(q) == "storm/0"
+    q.add_rate_limited("storm/0")
+    q.done("storm/0")
+    deadline = time.monotonic() + 10
+    while len(q) < 3 and time.monotonic() < deadline:  # the delay thread re-adds it
+        time.sleep(0.01)
+    q.add("quiet/probe")
+    assert [get_now(q) for _ in range(4)] == ["storm/1", "quiet/probe", "storm/2", "storm/0"]
+    assert q.num_requeues("storm/0") == 1
