@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cli.main import main
-from tests.unit.cli.test_connection import kubeconfig
+from tests.unit.cli.helpers import kubeconfig
 from tests.unit.fakeapi import FakeApi
 from tests.unit.pki import ca
 from trust.ca import cert_pem

@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 import cli.common
 from cli.main import main
+from tests.unit.cli.helpers import kubeconfig
 from tests.unit.fakeapi import FakeApi
 
 # Every command that reads the cluster, with the arguments it needs.
@@ -24,25 +25,6 @@ CLUSTER_COMMANDS = [
     ["ca", "rotate"],
     ["bundle", "resolve", "--signer-name=example.com/serving"],
 ]
-
-
-def kubeconfig(path: Path, server: str, *, namespace: str | None = None) -> Path:
-    context: dict[str, str] = {"cluster": "c", "user": "u"}
-    if namespace:
-        context["namespace"] = namespace
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "ctx", "context": context}],
-                "current-context": "ctx",
-            }
-        )
-    )
-    return path
 
 
 @pytest.fixture

@@ -22,27 +22,15 @@ from signer.authority import (
 )
 from signer.policy import PublicKey
 from tests.unit import pki
+from tests.unit.signer.helpers import material
 from trust import keys
-from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
+from trust.ca import CertificateAuthority, generate_ca
 from trust.keys import KeyType, LeafKeyType
-from trust.material import MaterialFiles, SigningMaterial, validate_material
 
 NOW = datetime(2026, 9, 1, 12, 0, 0, 123456, tzinfo=UTC)
 DAY = 86400
 NAMES = ["web.ns.svc.cluster.local", "web.ns.svc"]
 LEAF_TYPES: list[LeafKeyType] = list(keys.leaf_key_types())  # kubelet's nine
-
-
-def material(
-    authority: CertificateAuthority, *, extra_chain: tuple[x509.Certificate, ...] = ()
-) -> SigningMaterial:
-    files = MaterialFiles(
-        key_pem(authority.key),
-        cert_pem(*authority.cert_chain, *extra_chain),
-        cert_pem(authority.root.cert),
-    )
-    now = authority.cert.not_valid_before_utc + timedelta(minutes=1)
-    return validate_material(files, "ca.key", "ca.crt", "bundle.pem", now)
 
 
 def public(key_type: LeafKeyType) -> PublicKey:

@@ -13,12 +13,10 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from prometheus_client import CollectorRegistry
 
@@ -31,8 +29,8 @@ from signer.controller import Caches, SignerController
 from signer.records import PCRRecord, PodRecord, ServiceRecord, pcr_record, pod_record
 from tests.unit import pki
 from tests.unit.fakes import FakeCache, FakeRecorder
+from tests.unit.signer.helpers import FakeMaterialSource
 from trust.ca import CertificateAuthority, generate_ca
-from trust.material import SigningMaterial
 
 SIGNER = "kubernetes.io/service-serving"
 KUBELET_KEY_TYPES = (
@@ -79,35 +77,6 @@ class FakeClient:
 
     def writes(self) -> list[tuple[str, str, Any]]:
         return [a for a in self.actions if a[0] != "GET"]
-
-
-def material_of(ca: CertificateAuthority) -> SigningMaterial:
-    return SigningMaterial(
-        key=ca.key,
-        chain=(ca.cert,),
-        trust_bundle="",
-        anchors=(ca.cert,),
-        fingerprint=ca.cert.fingerprint(hashes.SHA256()).hex(),
-    )
-
-
-class FakeMaterialSource:
-    def __init__(self, ca: CertificateAuthority) -> None:
-        self.material: SigningMaterial | None = material_of(ca)
-        self.listeners: list[Callable[[SigningMaterial], object]] = []
-
-    def current(self) -> SigningMaterial:
-        if self.material is None:  # a managed CA's emergency window, or its bootstrap
-            raise RuntimeError("secret ns/ca: no confirmed managed CA yet")
-        return self.material
-
-    def add_listener(self, listener: Callable[[SigningMaterial], object]) -> None:
-        self.listeners.append(listener)
-
-    def swap(self, ca: CertificateAuthority) -> None:
-        self.material = material_of(ca)
-        for listener in self.listeners:
-            listener(self.material)
 
 
 class Harness:

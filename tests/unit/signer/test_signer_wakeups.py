@@ -16,7 +16,7 @@ from signer import controller as signers
 from tests.unit import pki
 from tests.unit.fakeapi import FakeApi
 from tests.unit.fakes import FakeRecorder
-from tests.unit.signer.test_signer_sync import FakeMaterialSource
+from tests.unit.signer.helpers import FakeMaterialSource
 
 NS = "team-a"
 

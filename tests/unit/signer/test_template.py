@@ -26,7 +26,7 @@ from signer import authority
 from signer.policy import PublicKey
 from signer.template import IPAddress, LeafTemplate
 from tests.unit import pki
-from tests.unit.signer.test_authority import material
+from tests.unit.signer.helpers import material
 from trust import keys
 from trust.ca import CertificateAuthority
 from trust.keys import LeafKeyType

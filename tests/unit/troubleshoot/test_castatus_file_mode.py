@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 from cli.main import main
 from kube.times import micro_time
 from signer import presence as signer_presence
-from tests.unit.cli.test_connection import kubeconfig
+from tests.unit.cli.helpers import kubeconfig
 from tests.unit.fakeapi import FakeApi
 
 NS = "service-serving-signer"
