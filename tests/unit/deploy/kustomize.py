@@ -1,10 +1,13 @@
 """A small kustomize renderer for the features `config/` uses (resources, components,
 namespace, labels, images), so manifest tests need no kubectl. The test suite checks it
-against `kubectl kustomize` output."""
+against `kubectl kustomize` output. Beside it, what the manifest tests share: the
+installation's namespace, an RBAC role's rules as sorted tuples, and an overlay of
+config/default with the injector component."""
 
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +88,27 @@ def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> d
     ]
     assert len(matches) == 1, f"{kind}/{name}: {len(matches)} objects"
     return matches[0]
+
+
+NAMESPACE = "service-serving-signer"
+
+
+def rules_of(role: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    return sorted(
+        (group, resource, tuple(sorted(rule["verbs"])), tuple(rule.get("resourceNames", [])))
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    )
+
+
+def write_overlay(directory: Path) -> Path:
+    """An overlay of config/default with the injector component (relative paths, as
+    kustomize requires)."""
+    default = os.path.relpath(CONFIG / "default", directory)
+    injector = os.path.relpath(CONFIG / "injector", directory)
+    (directory / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{default}]\ncomponents: [{injector}]\n"
+    )
+    return directory

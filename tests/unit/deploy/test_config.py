@@ -10,19 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.deploy.kustomize import CONFIG, find, render
+from tests.unit.deploy.kustomize import CONFIG, NAMESPACE, find, render, rules_of
 
 SIGNER = "kubernetes.io/service-serving"
-NAMESPACE = "service-serving-signer"
-
-
-def rules_of(role: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
-    return sorted(
-        (group, resource, tuple(sorted(rule["verbs"])), tuple(rule.get("resourceNames", [])))
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-    )
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.deploy.kustomize import find, render
-from tests.unit.deploy.test_injector_config import write_overlay
+from tests.unit.deploy.kustomize import find, render, write_overlay
 
 DEPLOYMENTS = ["service-serving-signer", "service-serving-signer-injector"]
 

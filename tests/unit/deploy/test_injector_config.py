@@ -3,28 +3,15 @@ injector's RBAC (nothing on Secrets), and a Deployment that holds no signing mat
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.unit.deploy.kustomize import CONFIG, find, render
+from tests.unit.deploy.kustomize import CONFIG, find, render, write_overlay
 
 NAMESPACE = "service-serving-signer"
 SA = "service-serving-signer-injector"
-
-
-def write_overlay(directory: Path) -> Path:
-    """An overlay of config/default with the injector component (relative paths, as
-    kustomize requires)."""
-    default = os.path.relpath(CONFIG / "default", directory)
-    injector = os.path.relpath(CONFIG / "injector", directory)
-    (directory / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{default}]\ncomponents: [{injector}]\n"
-    )
-    return directory
 
 
 @pytest.fixture(scope="module")

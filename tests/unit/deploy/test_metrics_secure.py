@@ -3,8 +3,7 @@ may, and a reader role for Prometheus — no more."""
 
 from __future__ import annotations
 
-from tests.unit.deploy.kustomize import CONFIG, find, render
-from tests.unit.deploy.test_config import rules_of
+from tests.unit.deploy.kustomize import CONFIG, find, render, rules_of
 
 
 def test_the_signer_may_create_token_and_access_reviews_and_nothing_else() -> None:

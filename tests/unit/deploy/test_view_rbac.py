@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.deploy.kustomize import CONFIG, find, render
-from tests.unit.deploy.test_config import NAMESPACE, rules_of
+from tests.unit.deploy.kustomize import CONFIG, NAMESPACE, find, render, rules_of
 
 AGGREGATE = [f"rbac.authorization.k8s.io/aggregate-to-{r}" for r in ("view", "edit", "admin")]
 
