@@ -29,8 +29,8 @@ from kube.events import EventRecorder
 from kube.factory import InformerFactory
 from kube.leases import LeaseRef
 from kube.types import JSON
+from tests.integration.publisher_harness import RunningPublisher, ctb_version
 from tests.integration.signer_harness import RunningSigner, eventually, wait_terminal
-from tests.integration.test_publisher import RunningPublisher, ctb_version
 from tests.integration.webhook_server import WebhookServer
 from trust.ca import CertificateAuthority, key_pem
 

@@ -41,6 +41,7 @@ from controlplane.cluster import Cluster
 from kube.client import ApiError, Client, is_not_found
 from managedca.layout import CONFIRMED_AT
 from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
+from tests.integration.chart_harness import CONFIG, kustomize
 from tests.integration.manager_process import eventually
 from tests.integration.manifests import apply
 from tests.integration.nodes import create_service, serving_pod
@@ -54,7 +55,6 @@ from tests.integration.shipped import (
     undeploy,
     wait_namespace_gone,
 )
-from tests.integration.test_chart import CONFIG, kustomize
 from trust.ca import cert_pem, generate_ca, key_pem
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

@@ -17,7 +17,7 @@ import pytest
 from cli.common import StartupError
 from cli.main import build_options
 from cli.main import main as cli
-from tests.integration.test_chart import CHART, NAMESPACE, RELEASE, docs, helm
+from tests.integration.chart_harness import CHART, NAMESPACE, RELEASE, docs, helm
 
 pytestmark = pytest.mark.integration
 

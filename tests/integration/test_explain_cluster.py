@@ -213,7 +213,7 @@ def test_app_team_is_told_nothing_will_act_when_the_only_signer_stopped(
 
 
 def test_chart_renders_the_aggregated_view_role_and_the_lease_reader() -> None:
-    from tests.integration.test_chart import template
+    from tests.integration.chart_harness import template
 
     objects = {(o["kind"], o["metadata"]["name"]): o for o in template()}
     view = objects[("ClusterRole", VIEW_ROLE)]

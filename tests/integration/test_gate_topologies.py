@@ -40,11 +40,11 @@ from controlplane.process import PRODUCT_SIGNER
 from kube.client import ApiError, Client
 from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
 from tests.integration import identities
+from tests.integration.chart_harness import CHART, CONFIG, docs, helm, kustomize
 from tests.integration.injector_harness import VWC_PATH, delete_quietly, validating_webhook
 from tests.integration.managed_ca_harness import ca_cli, edit, phase
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.manifests import apply, object_path
-from tests.integration.test_chart import CHART, CONFIG, docs, helm, kustomize
 
 pytestmark = pytest.mark.integration
 

@@ -27,8 +27,8 @@ from injector.targets import ANNOTATION, FIELD_MANAGER, MARK_LABEL
 from kube.client import Client, is_not_found
 from kube.leases import LeaseRef
 from tests.integration.injector_harness import RunningInjector
+from tests.integration.publisher_harness import create_ctb, ctb_path, ctb_version, delete_ctb
 from tests.integration.signer_harness import eventually
-from tests.integration.test_publisher import create_ctb, ctb_path, ctb_version, delete_ctb
 from trust import convergence
 from trust.bundle import anchor_ders, bundle_name, fingerprints, normalize_bundle
 from trust.ca import generate_ca

@@ -102,7 +102,7 @@ def test_after_a_restart_an_emptied_selection_is_still_counted_with_its_expiry(
     restart. The annotation written beside the caBundle says what it holds."""
     from cryptography.hazmat.primitives.serialization import Encoding
 
-    from tests.integration.test_publisher import ctb_path, ctb_version
+    from tests.integration.publisher_harness import ctb_path, ctb_version
     from trust.bundle import bundle_name
     from trust.ca import generate_ca
 

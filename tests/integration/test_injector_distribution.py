@@ -32,9 +32,9 @@ from tests.integration.injector_harness import Delivered, RunningInjector, cache
 from tests.integration.manager_process import SignerProcess
 from tests.integration.manifests import apply as apply_manifest
 from tests.integration.manifests import ensure_namespace
+from tests.integration.publisher_harness import ctb_path, ctb_version
 from tests.integration.signer_harness import eventually
 from tests.integration.test_injector_rbac import LEASE, NS, RBAC_KINDS, SA, SUBJECT
-from tests.integration.test_publisher import ctb_path, ctb_version
 from tests.unit.deploy.kustomize import CONFIG, render
 from trust.bundle import bundle_name, normalize_bundle
 from trust.ca import generate_ca

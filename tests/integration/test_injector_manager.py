@@ -21,7 +21,7 @@ from tests.integration.injector_harness import (
     validating_webhook,
 )
 from tests.integration.manager_process import SignerProcess, eventually
-from tests.integration.test_publisher import bundles_of, delete_ctb
+from tests.integration.publisher_harness import bundles_of, delete_ctb
 from trust.bundle import normalize_bundle
 from trust.ca import write_ca
 

@@ -31,8 +31,8 @@ from tests.integration.injector_harness import (
     serve,
     validating_webhook,
 )
+from tests.integration.publisher_harness import swap_key_and_cert
 from tests.integration.signer_harness import eventually
-from tests.integration.test_publisher import _swap_key_and_cert
 from trust.bundle import stable_bundle_name
 from trust.ca import cert_pem, generate_ca
 
@@ -132,7 +132,7 @@ def test_rotation_runbook_with_zero_failed_admission_calls(
 
                 # (2) Swap key and cert to the new CA; re-issue the webhook's certificate
                 # from it and serve it.
-                _swap_key_and_cert(issuer.signer.files.key, issuer.signer.files.cert, new_root)
+                swap_key_and_cert(issuer.signer.files.key, issuer.signer.files.cert, new_root)
                 eventually(
                     lambda: issuer.signer.material.current().signing_cert == new_root.cert,
                     timeout=30,

@@ -17,8 +17,8 @@ from controlplane import ControlPlane
 from controlplane.binaries import tool
 from kube.client import ApiError, Client, is_not_found
 from kube.types import JSON
+from tests.integration.chart_harness import CHART, CONFIG, helm, kustomize, overlay
 from tests.integration.manifests import ensure_monitoring_crds
-from tests.integration.test_chart import CHART, CONFIG, helm, kustomize, overlay
 from tests.unit.deploy.kustomize import render
 
 pytestmark = pytest.mark.integration

@@ -19,6 +19,7 @@ from controlplane.cluster import Cluster
 from controlplane.workload import BUNDLE_FILE, CHAIN_FILE
 from kube.client import ApiError, Client, is_not_found
 from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
+from tests.integration.chart_harness import CHART, CONFIG, helm, kustomize
 from tests.integration.manager_process import eventually
 from tests.integration.nodes import create_service, running_files, serving_pod
 from tests.integration.shipped import (
@@ -30,7 +31,6 @@ from tests.integration.shipped import (
     undeploy,
     wait_namespace_gone,
 )
-from tests.integration.test_chart import CHART, CONFIG, helm, kustomize
 from tests.unit.deploy.kustomize import find
 
 pytestmark = pytest.mark.integration

@@ -29,8 +29,8 @@ from bench.signers import OurSigner
 from controlplane import ControlPlane
 from kube.client import Client, is_not_found, path_segment
 from kube.types import JSON
+from tests.integration.publisher_harness import RunningPublisher, ctb_path
 from tests.integration.signer_harness import eventually
-from tests.integration.test_publisher import RunningPublisher, ctb_path
 from trust.bundle import anchor_ders, stable_bundle_name
 from trust.ca import write_ca
 
