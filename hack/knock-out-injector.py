@@ -177,7 +177,8 @@ RULES: dict[str, tuple[list[tuple[str, str, str]], list[str]]] = {
         [
             (
                 DECIDE,
-                "            kept = _kept_selection(held, bundles)\n",
+                "            kept = frozenset().union(*(f for f in found if f & held)) "
+                "or NOTHING_HELD\n",
                 "            kept = NOTHING_HELD\n",
             )
         ],

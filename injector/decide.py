@@ -297,21 +297,6 @@ class Memory:
     failures: int = 0
 
 
-def _kept_selection(held: frozenset[str], bundles: list[Any]) -> frozenset[str]:
-    """Every anchor of the cached bundles that hold one of `held` (empty without `held`)."""
-    if not held:
-        return NOTHING_HELD  # one shared empty set: a status keeps it per object
-    kept: set[str] = set()
-    for bundle in bundles:
-        try:
-            anchors = fingerprints(str((bundle.get("spec") or {}).get("trustBundle") or ""))
-        except ValueError:
-            continue
-        if anchors & held:
-            kept |= anchors
-    return frozenset(kept) if kept else NOTHING_HELD
-
-
 def blocked_by(memory: Memory) -> bool:
     """The object's failed writes in a row (not refusals) reached `FAILURE_BOUND`."""
     return memory.failures >= FAILURE_BOUND and memory.refusal is not None
@@ -527,7 +512,11 @@ def _plan(seen: Seen, bundles: list[Any], memory: Memory, now: float) -> Plan:
             # It keeps what it holds: it still selects every anchor of the bundles those
             # anchors are in now (a rotation adds the new root to them), blocked — an
             # admin's object so left holds the swap, named; a tenant's is excused.
-            kept = _kept_selection(held, bundles)
+            found = [
+                fingerprints(str((b.get("spec") or {}).get("trustBundle") or ""))
+                for b in (bundles if held else ())
+            ]
+            kept = frozenset().union(*(f for f in found if f & held)) or NOTHING_HELD
             status = ObjectConvergence(
                 kind, name, "empty", kept, held, blocked=message if kept - held else None
             )

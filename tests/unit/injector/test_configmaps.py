@@ -258,6 +258,24 @@ def test_release_removes_our_entry_only_and_is_guarded_by_the_uid() -> None:
     ]
 
 
+def test_a_released_config_maps_ca_crt_stays_and_is_handed_to_no_other_manager() -> None:
+    """The ConfigMap release keeps `ca.crt` (a consumer may still read it) and, unlike a
+    webhook's caBundle, adds it to no other manager's entry, even a server-side apply
+    owner's: the admission policy lets the injector's token only remove a ConfigMap's
+    fields from other entries (docs/trust-consumers.md). Only our entry goes."""
+    ours: Any = {
+        "manager": FIELD_MANAGER,
+        "operation": "Update",
+        "fieldsV1": {"f:data": {"f:ca.crt": {}}},
+    }
+    owner: Any = {"manager": "flux", "operation": "Apply", "fieldsV1": {"f:data": {"f:mode": {}}}}
+    target = to_target(config_map(annotations={}, data={"ca.crt": "x"}, managers=[owner, ours]))
+    assert (target.handover, target.unowned) == ((), ())
+    ops = release_ops(target)
+    assert not any("fieldsV1" in op["path"] or "/data" in op["path"] for op in ops)
+    assert {"op": "remove", "path": "/metadata/managedFields/1"} in ops
+
+
 # the controller's release, over seeded caches ---------------------------------------------
 
 
