@@ -40,8 +40,8 @@ from controlplane import ControlPlane
 from controlplane.binaries import tool
 from controlplane.server import free_port
 from kube.client import ApiError, Client, is_not_found
+from tests.integration.image_harness import ROOT, built_image
 from tests.integration.signer_harness import eventually
-from tests.integration.test_image import ROOT, built_image
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 

@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.integration.test_image import ROOT, Image, built_image
+from tests.integration.image_harness import ROOT, Image, built_image
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
