@@ -4,8 +4,10 @@ injector writes (caBundle of opted-in webhook configurations, APIServices and CR
 conversion; `ca.crt` and the truststore key of labelled ConfigMaps) and its own mark, and
 nothing else: no ownerReferences (the garbage collector would delete the object), no
 finalizers, no other label or annotation, no other spec field, no managedFields entry for
-a manager that had none, and no change to another manager's entry on the caBundle kinds
-but what the injector's writes cause and what its release hands over. With
+a manager that had none, and no change to another manager's entry on any kind but what
+the injector's writes cause (the server taking the injector's leaves, or folding old
+Update entries into `ancient-changes`) and what its release hands over — so no key of a
+ConfigMap can be moved into a GitOps applier's entry for its next apply to delete. With
 config/injector-distribution it may create and delete only ConfigMaps shaped like the
 distributor's copies, and fill the distribution key once.
 
