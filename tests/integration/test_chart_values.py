@@ -17,7 +17,9 @@ import pytest
 from cli.common import StartupError
 from cli.main import build_options
 from cli.main import main as cli
+from manager.options import LOG_FORMATS
 from tests.integration.chart_harness import CHART, NAMESPACE, RELEASE, docs, helm
+from trust import keys
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +35,7 @@ FLAGS = {
     "managedCA.retireMargin": "--managed-ca-retire-margin",
     "managedCA.keepPrevious": "--managed-ca-keep-previous",
     "managedCA.waitForInjector": "--managed-ca-wait-for-injector",
+    "logFormat": "--log-format",
 }
 LONG_DOMAIN = ".".join(["a" * 50] * 5) + ".io"  # 258 characters, labels of 50
 
@@ -53,8 +56,9 @@ CASES: list[tuple[str, Any, tuple[str, ...]]] = [
     ("clusterServiceDomain", "Cluster_Local", ()),
     ("managedCA.secretName", "my-ca", MANAGED),
     ("managedCA.secretName", "My_CA", MANAGED),
-    ("managedCA.keyType", "RSA2048", MANAGED),
-    ("managedCA.keyType", "ED25519", MANAGED),
+    # Every key type of the table (trust.keys.KEYS): a CA-only, leaf-only or new row too.
+    *[("managedCA.keyType", spec.name, MANAGED) for spec in keys.KEYS],
+    ("managedCA.keyType", "DSA", MANAGED),
     ("managedCA.lifetime", "8760h", MANAGED),
     ("managedCA.lifetime", "525600m", MANAGED),
     ("managedCA.lifetime", "49h", MANAGED),
@@ -88,6 +92,8 @@ CASES: list[tuple[str, Any, tuple[str, ...]]] = [
     ("managedCA.keepPrevious", -1, MANAGED),
     ("managedCA.waitForInjector", "true", MANAGED),
     ("managedCA.waitForInjector", "maybe", MANAGED),
+    *[("logFormat", log_format, ()) for log_format in LOG_FORMATS],
+    ("logFormat", "logfmt", ()),
     # The room after the rotation point counts --max-certificate-lifetime from extraArgs.
     ("managedCA.lifetime", "30h", (*MANAGED, "extraArgs={--max-certificate-lifetime=12h}")),
     ("managedCA.lifetime", "24h", (*MANAGED, "extraArgs={--max-certificate-lifetime=12h}")),
