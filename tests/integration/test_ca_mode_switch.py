@@ -1,6 +1,6 @@
 """Switching CA modes keeps issuing (docs/managed-ca.md "Moving between file mode and the
-managed CA"), with kustomize, both ways, while a workload on the hollow nodes keeps asking
-for certificates.
+managed CA"), with kustomize and with Helm, both ways, while a workload on the hollow
+nodes keeps asking for certificates.
 
 The shipped Deployment runs on the hollow nodes, and each of its Pods' container runs as
 `ShippedSigner` on exactly what the kubelet wrote (its ServiceAccount token, in-cluster,
@@ -28,11 +28,11 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from cryptography import x509
@@ -41,7 +41,7 @@ from controlplane.cluster import Cluster
 from kube.client import ApiError, Client, is_not_found
 from managedca.layout import CONFIRMED_AT
 from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
-from tests.integration.chart_harness import CONFIG, kustomize
+from tests.integration.chart_harness import CHART, CONFIG, helm, kustomize
 from tests.integration.manager_process import eventually
 from tests.integration.manifests import apply
 from tests.integration.nodes import create_service, serving_pod
@@ -63,6 +63,7 @@ SIGNER = "kubernetes.io/service-serving"
 CTBS = "/apis/certificates.k8s.io/v1/clustertrustbundles"
 STABLE = "kubernetes.io:service-serving:trust-anchors"
 MANAGED_SECRET = f"/api/v1/namespaces/{NS}/secrets/{DEFAULT_SECRET_NAME}"
+RELEASE = "service-serving-signer"  # README: `helm install service-serving-signer …`
 
 
 def delete_signer_bundles(client: Client) -> None:
@@ -241,34 +242,101 @@ def issuer_of(chain_pem: str) -> str:
     return leaf.issuer.rfc4514_string()
 
 
+class Install(Protocol):
+    """One way of installing: the file-mode install, and the two switches, as documented."""
+
+    def install(self) -> None: ...
+    def to_managed(self) -> None: ...
+    def to_file(self) -> None: ...
+
+
+@dataclass
+class WithKustomize:
+    """README's quick install; docs/managed-ca.md's `kubectl apply -k` lines."""
+
+    cluster: Cluster
+    client: Client
+    material: Callable[[], None]
+
+    def install(self) -> None:
+        tree = kustomize(CONFIG / "namespace") + kustomize(CONFIG / "default")
+        deploy_objects(self.cluster, self.client, tree, before=self.material)
+
+    def to_managed(self) -> None:  # kubectl apply -k config/managed
+        apply_tree(self.client, kustomize(CONFIG / "managed"))
+
+    def to_file(self) -> None:  # kubectl apply -k config/default
+        apply_tree(self.client, kustomize(CONFIG / "default"))
+
+
+@dataclass
+class WithHelm:
+    """README's Helm install; docs/managed-ca.md's `helm upgrade … --set
+    managedCA.enabled=…` lines."""
+
+    cluster: Cluster
+    client: Client
+    material: Callable[[], None]
+
+    def helm(self, *args: str) -> None:
+        done = helm(*args, "--kubeconfig", str(self.cluster.plane.kubeconfig))
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def install(self) -> None:
+        for obj in kustomize(CONFIG / "namespace"):
+            apply(self.client, obj, dry_run=False)
+        self.material()
+        self.helm("install", RELEASE, str(CHART), "-n", NS)
+
+    def upgrade(self, managed: bool) -> None:
+        self.helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "-n",
+            NS,
+            "--reset-then-reuse-values",
+            "--set",
+            f"managedCA.enabled={str(managed).lower()}",
+        )
+
+    def to_managed(self) -> None:
+        self.upgrade(managed=True)
+
+    def to_file(self) -> None:
+        self.upgrade(managed=False)
+
+
 @pytest.mark.usefixtures("clean")
-def test_switching_ca_modes_with_kustomize_keeps_issuing(
-    cluster: Cluster, cluster_client: Client, node_namespace: str, tmp_path: Path
+@pytest.mark.parametrize("how", ["kustomize", "helm"])
+def test_switching_ca_modes_keeps_issuing(
+    cluster: Cluster, cluster_client: Client, node_namespace: str, tmp_path: Path, how: str
 ) -> None:
     client = cluster_client
     ca = generate_ca("file mode root", validity=timedelta(days=30))
     root = cert_pem(ca.cert)
-    file_tree = kustomize(CONFIG / "namespace") + kustomize(CONFIG / "default")
-    managed_tree = kustomize(CONFIG / "managed")
 
     def material() -> None:  # README: `kubectl create secret tls …`, `… create configmap …`
         put_signing_material(client, key_pem(ca.key), root)
         put_trust_bundle(client, root)
 
-    deploy_objects(cluster, client, file_tree, before=material)
+    installer: Install = (WithKustomize if how == "kustomize" else WithHelm)(
+        cluster, client, material
+    )
+    installer.install()
     follower = Follower(cluster, client, tmp_path).start()
     prober: Prober | None = None
     try:
-        assert eventually(lambda: any(s.leading() for s in follower.signers.values()), 90), (
+        assert eventually(lambda: any(s.leading() for s in follower.signers.values()), 120), (
             follower.log_tails()
         )
         assert eventually(lambda: rollout_done(client, follower, managed=False), 60)
         prober = Prober(cluster, client, node_namespace).start()
         time.sleep(10)  # the baseline: issuance in file mode, nothing switching
 
-        # File → managed: `kubectl apply -k config/managed` over the running install.
+        # File → managed, over the running install.
         switched = prober.mark()
-        apply_tree(client, managed_tree)
+        installer.to_managed()
         assert eventually(lambda: rollout_done(client, follower, managed=True), 180), (
             follower.log_tails()
         )
@@ -281,13 +349,13 @@ def test_switching_ca_modes_with_kustomize_keeps_issuing(
         assert secret["metadata"]["annotations"].get(CONFIRMED_AT), "confirmed at once"
 
         # Managed → file: the managed CA's signing CA and every root it publishes into
-        # the file-mode Secret and ConfigMap, then `kubectl apply -k config/default`.
+        # the file-mode Secret and ConfigMap, then the file-mode install.
         key = base64.b64decode(secret["data"]["ca.key"])
         bundle = client.get(f"{CTBS}/{STABLE}")["spec"]["trustBundle"].encode()
         put_signing_material(client, key, current)
         put_trust_bundle(client, bundle)
         back = prober.mark()
-        apply_tree(client, [o for o in file_tree if o["kind"] != "Namespace"])
+        installer.to_file()
         assert eventually(lambda: rollout_done(client, follower, managed=False), 180), (
             follower.log_tails()
         )
@@ -302,7 +370,7 @@ def test_switching_ca_modes_with_kustomize_keeps_issuing(
         to_managed = prober.longest_wait(switched, managed_at)
         to_file = prober.longest_wait(back, done)
         print(
-            "longest wait for a certificate (s, over n Pods): "
+            f"{how}: longest wait for a certificate (s, over n Pods): "
             f"baseline {baseline[0]:.1f} (n={baseline[1]}), "
             f"file -> managed {to_managed[0]:.1f} (n={to_managed[1]}), "
             f"managed -> file {to_file[0]:.1f} (n={to_file[1]})"
