@@ -286,7 +286,8 @@ class WithHelm:
         for obj in kustomize(CONFIG / "namespace"):
             apply(self.client, obj, dry_run=False)
         self.material()
-        self.helm("install", RELEASE, str(CHART), "-n", NS)
+        # --take-ownership: the cluster-scoped RBAC a kustomize install before left.
+        self.helm("install", RELEASE, str(CHART), "-n", NS, "--take-ownership")
 
     def upgrade(self, managed: bool) -> None:
         self.helm(
