@@ -174,6 +174,7 @@ def bundle_keys(bundle: Mapping[str, Any]) -> list[str]:
 def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
     """The outcome for `target` given every cached ClusterTrustBundle; the selector is
     parsed once."""
+    bundles = list(bundles)
     parsed = _parse(target)
     if parsed is None:
         return Release() if target.managed else Ignore()
@@ -187,10 +188,16 @@ def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
     except BundleError as err:
         return Invalid(REASON_INVALID_SELECTOR, f"the selected ClusterTrustBundles: {err}")
     stable = hash_named_stable_name(selector.name) if selector.name is not None else None
+    # The stable name is advised only where that bundle exists (this project's publisher
+    # keeps one for its signer; kube-controller-manager's signers have none).
+    twin = stable is not None and any(
+        (b.get("metadata") or {}).get("name") == stable for b in bundles
+    )
     hashed = (
         f"{selector.name} is a hash-named ClusterTrustBundle, deleted when its content "
-        f"changes (a CA rotation); select {json.dumps({'name': stable})} (updated in place) "
-        "or by signerName instead"
+        "changes (a CA rotation); select "
+        + (f"{json.dumps({'name': stable})} (updated in place) or " if twin else "")
+        + "by signerName instead"
         if stable is not None
         else None
     )

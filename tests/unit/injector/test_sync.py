@@ -215,7 +215,7 @@ def test_deleted_object_leaves_the_expiry_gauge() -> None:
     assert value is not None and value != value  # NaN: no caBundle kept
 
 
-# a `name` selector on a hash-named bundle (issue 30) ---------------------------------
+# a `name` selector on a hash-named bundle ------------------------------------------------
 
 HASH_NAMED = "kubernetes.io:service-serving:0123456789abcdef01234567"
 STABLE_NAMED = "kubernetes.io:service-serving:trust-anchors"
@@ -226,7 +226,8 @@ def test_name_selector_on_a_hash_named_bundle_injects_and_warns_to_name_the_stab
     empty and the old caBundle is kept for ever. Said while it still works."""
     annotation = json.dumps({"name": HASH_NAMED})
     target = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=annotation))
-    ctrl, client, events, _ = controller([target], [ctb(HASH_NAMED, ["a"])])
+    bundles = [ctb(HASH_NAMED, ["a"]), ctb(STABLE_NAMED, ["a"])]
+    ctrl, client, events, _ = controller([target], bundles)
     ctrl.sync(target.key)
     assert len(client.patches) == 1
     [(type_, _, reason, note)] = events.events
@@ -234,12 +235,25 @@ def test_name_selector_on_a_hash_named_bundle_injects_and_warns_to_name_the_stab
     assert STABLE_NAMED in note
 
 
+def test_the_stable_name_is_advised_only_for_a_hash_named_bundle_that_has_a_stable_twin() -> None:
+    """kube-controller-manager's own hash-named bundles
+    (`kubernetes.io:kube-apiserver-serving:<24 hex>`) have no `:trust-anchors` twin: the
+    advice is to select by signerName, never a name nobody publishes."""
+    kcm = "kubernetes.io:kube-apiserver-serving:0123456789abcdef01234567"
+    target = to_target(VALIDATING_WEBHOOK, webhook_config(annotation=json.dumps({"name": kcm})))
+    ctrl, _, events, _ = controller([target], [ctb(kcm, ["a"])])
+    ctrl.sync(target.key)
+    [(_, _, reason, note)] = events.events
+    assert reason == decisions.REASON_HASH_NAMED
+    assert "trust-anchors" not in note and "by signerName" in note
+
+
 def test_name_selector_on_a_gone_hash_named_bundle_names_the_stable_one() -> None:
     annotation = json.dumps({"name": HASH_NAMED})
     target = to_target(
         VALIDATING_WEBHOOK, webhook_config(annotation=annotation, ca_bundles=("QQ==", "QQ=="))
     )
-    ctrl, _, events, _ = controller([target], [ctb("b1", ["a"])])
+    ctrl, _, events, _ = controller([target], [ctb("b1", ["a"]), ctb(STABLE_NAMED, ["a"])])
     ctrl.sync(target.key)
     [(_, _, reason, note)] = events.events
     assert reason == decisions.REASON_EMPTY and STABLE_NAMED in note
