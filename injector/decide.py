@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,10 +171,9 @@ def bundle_keys(bundle: Mapping[str, Any]) -> list[str]:
     return keys
 
 
-def decide(target: Target, bundles: Iterable[Mapping[str, Any]]) -> Decision:
+def decide(target: Target, bundles: Sequence[Mapping[str, Any]]) -> Decision:
     """The outcome for `target` given every cached ClusterTrustBundle; the selector is
     parsed once."""
-    bundles = list(bundles)
     parsed = _parse(target)
     if parsed is None:
         return Release() if target.managed else Ignore()
