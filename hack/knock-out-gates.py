@@ -176,7 +176,19 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
         (DECIDE, "        return RecordInjectorSeen(now)\n", "        pass\n"),
     ],
     "the leader remembers the injector's report it has seen": [
-        (OBSERVE, "        self.injector_seen |= injector is not None\n", "        pass\n"),
+        (
+            OBSERVE,
+            "        self.injector_seen |= injector is not None or revocations.injector_seen("
+            "stable)\n",
+            "        pass\n",
+        ),
+    ],
+    "the stable bundle remembers that the injector's report was seen": [
+        (
+            OBSERVE,
+            "seen_injector = self.injector_seen and not revocations.injector_seen(seen.stable)",
+            "seen_injector = False",
+        ),
     ],
     "the swap waits the delay after the injector's report converged": [
         (
@@ -209,6 +221,13 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
         (
             MATERIAL,
             "        if self._published and ca.fingerprint not in published:\n",
+            "        if False:\n",
+        ),
+    ],
+    "a replica that cannot read the revocation record serves no new bundle": [
+        (
+            MATERIAL,
+            "        if bundle_digest != self._digests[0] and not readable:\n",
             "        if False:\n",
         ),
     ],

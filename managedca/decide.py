@@ -406,9 +406,12 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
         # the old root expired signing at once).
         adopt = tuple(sorted(c for c in obs.published_cas if c.fingerprint not in obs.revoked))
         return Bootstrap(now, adopt, obs.revoked)
-    if state.emergency_requested_at is not None:
-        return Emergency(now, state.revoke or frozenset({state.current.fingerprint}))
     known = {a.fingerprint for a in state.anchors()}
+    if state.emergency_requested_at is not None:
+        # With any root this state holds that an earlier emergency revoked (a request
+        # made on a restored Secret): it is dropped in the same write.
+        asked = state.revoke or frozenset({state.current.fingerprint})
+        return Emergency(now, asked | (known & obs.revoked))
     if known & obs.revoked:
         # A root revoked by an emergency this state predates (a restore): it is dropped
         # again now, and a revoked current CA is replaced as in the emergency.

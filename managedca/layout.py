@@ -24,6 +24,9 @@ CONFIRMED_AT = ANNOTATION_PREFIX + "ca-confirmed-at"
 REVOKED = ANNOTATION_PREFIX + "ca-revoked"  # fingerprints, comma-separated
 RETIRED = ANNOTATION_PREFIX + "ca-retired"  # fingerprints, comma-separated, newest first
 REVOKED_ROOTS = ANNOTATION_PREFIX + "revoked-roots"
+# On the stable ClusterTrustBundle too: a leader has seen the injector's convergence
+# report Lease ("true"), remembered where a Secret deletion or restore does not reach.
+INJECTOR_SEEN = ANNOTATION_PREFIX + "injector-report-seen"
 """On the signer's stable ClusterTrustBundle (`<signer>:trust-anchors`): every root ever
 revoked, comma-separated. Cluster-scoped and never deleted by the publisher, it outlives
 a restore of the Secret or of the namespace (docs/managed-ca.md "Revoked roots")."""

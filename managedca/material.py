@@ -344,7 +344,15 @@ class ApiMaterialSource:
         signing_digest = files.digest if confirmed and self.signing else ()
         rejected: dict[str, str] = {}
         swapped_bundle = swapped_set = False
-        if bundle_digest != self._digests[0]:
+        if bundle_digest != self._digests[0] and not readable:
+            # A Secret restored from before an emergency could name a revoked root, and
+            # only that record says so: serve what is served (nothing yet, for a replica
+            # just started) until it is read (retried on every re-read).
+            rejected["trust bundle"] = (
+                f"{self._where}: cannot read the revoked roots on the stable "
+                "ClusterTrustBundle: the trust bundle it serves stays until it is read"
+            )
+        elif bundle_digest != self._digests[0]:
             try:
                 bundle = validate_trust_bundle(raw_bundle, self._where, self._clock())
             except MaterialError as err:

@@ -162,7 +162,7 @@ class Observer:
             self._led_since = (now, self.monotonic())
         state = stored.state if stored is not None else None
         injector = self._injector()
-        self.injector_seen |= injector is not None
+        self.injector_seen |= injector is not None or revocations.injector_seen(stable)
         observations = d.Observations(
             published,
             tuple(reports),
@@ -245,16 +245,25 @@ class Observer:
 
     def _remember_revoked(self, seen: Observed) -> None:
         """Every root the state revoked is on the stable bundle's annotation too, where a
-        restore of the Secret does not erase it (`managedca.revocations`)."""
+        restore of the Secret does not erase it (`managedca.revocations`); so is that a
+        leader saw the injector's report (a Secret deleted or restored from before it
+        was seen, with the report Lease deleted too, still waits for the injector)."""
         state = seen.stored.state if seen.stored is not None else None
-        if state is None or seen.stable is None:
-            return  # nothing revoked yet, or the publisher has not created it yet
-        missing = revocations.wanted(state) - revocations.of(seen.stable)
-        if missing:
-            revocations.remember(self.client, self.ctb_path, seen.stable, missing)
+        if seen.stable is None:
+            return  # the publisher has not created it yet
+        missing = revocations.wanted(state) - revocations.of(seen.stable) if state else set()
+        seen_injector = self.injector_seen and not revocations.injector_seen(seen.stable)
+        if missing or seen_injector:
+            revocations.remember(
+                self.client, self.ctb_path, seen.stable, missing, seen_injector=seen_injector
+            )
             log.info(
-                "managed CA: revocation remembered on the stable ClusterTrustBundle",
-                extra={"revoked": sorted(missing), "bundle": self.stable_name},
+                "managed CA: remembered on the stable ClusterTrustBundle",
+                extra={
+                    "revoked": sorted(missing),
+                    "injectorSeen": seen_injector,
+                    "bundle": self.stable_name,
+                },
             )
 
     def _injector(self) -> d.InjectorView | None:

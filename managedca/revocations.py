@@ -24,7 +24,7 @@ from typing import Any
 from kube.client import ApiError, Client, is_not_found, path_segment
 from managedca.codec import ca_info
 from managedca.decide import CaInfo, State
-from managedca.layout import REVOKED_ROOTS, split_pem
+from managedca.layout import INJECTOR_SEEN, REVOKED_ROOTS, split_pem
 
 
 def of(bundle: Mapping[str, Any] | None) -> frozenset[str]:
@@ -59,18 +59,32 @@ def read_stable(client: Client, path: str) -> tuple[frozenset[str], tuple[CaInfo
     return of(bundle), tuple(roots)
 
 
+def injector_seen(bundle: Mapping[str, Any] | None) -> bool:
+    """Whether the stable bundle remembers that a leader saw the injector's report."""
+    annotations = ((bundle or {}).get("metadata") or {}).get("annotations") or {}
+    return annotations.get(INJECTOR_SEEN) == "true"
+
+
 def remember(
-    client: Client, collection: str, bundle: Mapping[str, Any], revoked: Iterable[str]
+    client: Client,
+    collection: str,
+    bundle: Mapping[str, Any],
+    revoked: Iterable[str],
+    *,
+    seen_injector: bool = False,
 ) -> None:
-    """Add `revoked` to `bundle`'s annotation: a conditional replace (its resourceVersion),
-    so the publisher's concurrent update of its anchors is never lost; a conflict is
-    retried by the next step."""
+    """Add `revoked` to `bundle`'s annotation (and, with `seen_injector`, that the
+    injector's report was seen): a conditional replace (its resourceVersion), so the
+    publisher's concurrent update of its anchors is never lost; a conflict is retried by
+    the next step."""
     meta = dict(bundle.get("metadata") or {})
     merged = of(bundle) | frozenset(revoked)
-    meta["annotations"] = {
-        **(meta.get("annotations") or {}),
-        REVOKED_ROOTS: ",".join(sorted(merged)),
-    }
+    annotations = dict(meta.get("annotations") or {})
+    if merged:
+        annotations[REVOKED_ROOTS] = ",".join(sorted(merged))
+    if seen_injector:
+        annotations[INJECTOR_SEEN] = "true"
+    meta["annotations"] = annotations
     version = collection.rstrip("/").split("/")[-2]  # /apis/certificates.k8s.io/<v>/...
     body = {
         **bundle,
@@ -87,4 +101,9 @@ def wanted(state: State) -> frozenset[str]:
     requested: frozenset[str] = frozenset()
     if state.emergency_requested_at is not None:
         requested = state.revoke or frozenset({state.current.fingerprint})
+        if state.current.fingerprint in requested and state.next is not None:
+            # The emergency revokes the staged CA too (its key sat beside the
+            # compromised one): remembered before the write as well, so a Secret deleted
+            # right after the emergency cannot bring it back as an adopted root.
+            requested |= {state.next.fingerprint}
     return state.revoked | requested

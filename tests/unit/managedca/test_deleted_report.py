@@ -6,6 +6,7 @@ leader (its memory) and for every later one (the Secret's `ca-injector-report-se
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
@@ -13,10 +14,12 @@ from typing import Any
 
 from managedca import decide as d
 from managedca.codec import INJECTOR_SEEN, decode, encode
+from managedca.layout import INJECTOR_SEEN as INJECTOR_SEEN_ON_BUNDLE
 from managedca.report import READY_TO_SIGN
 from tests.unit.fakes import FakeRecorder
 from tests.unit.managedca.builders import NOW, replica_lease
 from tests.unit.managedca.test_waiting_objects import HOOKS, Api, _controller
+from trust.bundle import stable_bundle_name
 
 
 def test_a_deleted_convergence_report_holds_the_swap_visibly() -> None:
@@ -121,3 +124,41 @@ def test_a_deleted_replica_report_counts_as_last_seen_until_its_duration_passes(
     seconds[0] += 31  # past its 30 s duration: gone, like a dead replica's report
     action = controller.sync_once()
     assert not (isinstance(action, d.Wait) and action.reason == "replica-not-ready"), action
+
+
+class WithStableBundle(Api):
+    """The staged rotation's API, the stable ClusterTrustBundle named as the signer's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stable: dict[str, Any] = {
+            "metadata": {"name": stable_bundle_name("example.com/x"), "resourceVersion": "3"},
+            "spec": {"signerName": "example.com/x", "trustBundle": self.bundle},
+        }
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        if "clustertrustbundles" in path:
+            return {"items": [copy.deepcopy(self.stable)]}
+        return super().get(path, params)
+
+    def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        if "clustertrustbundles" in path:
+            self.stable = copy.deepcopy(dict(body))
+            return copy.deepcopy(self.stable)
+        return super().replace(path, body)
+
+
+def test_the_stable_bundle_remembers_the_report_a_secret_restore_forgets() -> None:
+    """Seen once, it is also written on the stable ClusterTrustBundle (cluster-scoped, not
+    restored with the Secret): a Secret deleted or restored from before the report was
+    seen, the report Lease deleted and a new leader elected, still waits for it."""
+    api = WithStableBundle()
+    api.lagging(HOOKS)
+    _controller(api, FakeRecorder()).sync_once()
+    annotations = api.stable["metadata"].get("annotations") or {}
+    assert annotations.get(INJECTOR_SEEN_ON_BUNDLE) == "true"
+    stored = decode(api.secret)
+    api.secret = _encoded(api, replace(stored.state, injector_seen=False))  # a restore
+    api.report = None  # and the Lease deleted
+    action = _controller(api, FakeRecorder()).sync_once()  # a new leader
+    assert isinstance(action, d.Wait) and action.reason == "injector-report-missing", action

@@ -181,6 +181,13 @@ class World:
     targets: list[frozenset[str]] = field(default_factory=lambda: [frozenset()])
     injector_report: frozenset[str] = frozenset()
     forged: bool = False  # a hostile live report claiming endless leaves
+    # The injector's shipped Leases (its leader Lease and its report): deleted, it can
+    # neither lead (inject) nor report until they are applied again.
+    report_lease: bool = True
+    leader_saw_report: bool = False  # the leader's memory (a new process forgets)
+    bundle_saw_report: bool = False  # the stable bundle's record (a Secret delete keeps it)
+    # The stable bundle's record (revoked roots, published roots) cannot be read.
+    record_unreadable: bool = False
     revoked_ever: frozenset[str] = frozenset()  # every root a persisted state revoked
     cas: dict[str, CaInfo] = field(default_factory=dict)  # every CA a state held
     serial: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -259,6 +266,8 @@ class World:
             requested: frozenset[str] = frozenset()
             if state.emergency_requested_at is not None:
                 requested = state.revoke or frozenset({state.current.fingerprint})
+                if state.current.fingerprint in requested and state.next is not None:
+                    requested |= {state.next.fingerprint}  # revoked with it
             self.remembered |= state.revoked | requested
         reports = tuple(
             ReplicaView(
@@ -299,13 +308,23 @@ class World:
         # A running injector's report counts every consumer it manages (a new one too);
         # a stopped one's says what it last saw.
         report = self.injected if self.injector_alive else self.injector_report
-        injector = InjectorView(self.injector_alive, report)
+        injector = InjectorView(self.injector_alive, report) if self.report_lease else None
+        self.leader_saw_report |= self.report_lease
+        self.bundle_saw_report |= self.leader_saw_report and bool(self.published)
         remembered = (
             self.replicas[self.leader].revoked
             | (state.revoked if state is not None else frozenset())
             | self.remembered
         )
-        obs = Observations(self.published, reports, cas, published_for, injector, remembered)
+        obs = Observations(
+            self.published,
+            reports,
+            cas,
+            published_for,
+            injector,
+            remembered,
+            injector_seen=self.leader_saw_report or self.bundle_saw_report,
+        )
         action = decide(state, obs, now, CFG)
         if isinstance(action, Bootstrap) and remembered - action.revoked:
             raise InvariantBroken("a bootstrap forgot a revoked root the leader remembers")
@@ -377,8 +396,15 @@ class World:
         if view is None:
             r.view = rv
             return  # a deleted Secret: keep the material loaded before
-        r.revoked |= view.revoked | self.remembered
-        published = tuple(self.cas[fp] for fp in sorted(self.published))
+        readable = not self.record_unreadable  # the stable bundle's record
+        r.revoked |= view.revoked | (self.remembered if readable else frozenset())
+        published = tuple(self.cas[fp] for fp in sorted(self.published)) if readable else ()
+        if not readable and _anchors(view) != _anchors(r.served):
+            # The product's source serves what it serves until the record is read, and
+            # still stops signing with a root the state revokes.
+            if r.signing is not None and r.signing.fingerprint in r.revoked:
+                r.signing = None
+            return
         if dropped_roots(r.served, view, r.revoked, self.clock(i), published):
             # The product's source refuses it (retried on every re-read), but what it
             # serves follows every revocation it knows.
@@ -392,7 +418,12 @@ class World:
         if r.signing is not None and r.signing.fingerprint in r.revoked:
             r.signing = None  # the product's source stops signing with it at once
         usable = view.current.fingerprint not in r.revoked  # the source never signs with one
-        if view.confirmed_at is not None and usable and self._valid(i, view.current):
+        # The product's source never switches its signing set to a CA the stable bundle
+        # does not publish, nor to any CA while it cannot read that bundle's record.
+        switch = r.signing == view.current or (
+            readable and (not self.published or view.current.fingerprint in self.published)
+        )
+        if view.confirmed_at is not None and usable and switch and self._valid(i, view.current):
             r.signing = view.current
         upcoming = view.next if view.confirmed_at is not None else view.current
         ready = upcoming is not None and self._valid(i, upcoming)
@@ -425,7 +456,7 @@ class World:
         self.published = anchors
 
     def inject(self) -> None:
-        if self.injector_alive:
+        if self.injector_alive and self.report_lease:  # it leads only with its Leases
             self.targets = [self.published for _ in self.targets]
             self.injector_report = self.published
 
@@ -457,7 +488,10 @@ class World:
             usable = view.current.not_after - r.lifetime > self.clock(i)
             settled = r.view == self.rv and self.true_now - self.written_at[r.view] > LAG
             mended = view.current.fingerprint not in self.corrupt
-            if settled and usable and mended and r.signing != view.current:
+            # It keeps what it has while it cannot read the stable bundle's record, and
+            # switches only to a CA that bundle publishes.
+            switchable = not self.record_unreadable and view.current.fingerprint in self.published
+            if settled and usable and mended and switchable and r.signing != view.current:
                 raise InvariantBroken(f"r{i} stranded on {r.signing} after a swap")
 
 
@@ -492,7 +526,9 @@ STEPS = st.one_of(
     st.tuples(st.just("rotate"), st.just(0)),
     st.tuples(st.just("delete"), st.just(0)),
     st.tuples(st.just("emergency"), st.integers(0, 2)),
-    st.tuples(st.just("restore"), st.integers(0, 3)),
+    st.tuples(st.just("restore"), st.integers(0, 12)),  # any earlier version
+    st.tuples(st.just("lease"), st.integers(0, 1)),  # the injector's Leases: 0 deleted
+    st.tuples(st.just("unreadable"), st.integers(0, 1)),  # the stable bundle's record
     st.tuples(st.just("forge"), st.integers(0, 1)),
     st.tuples(st.just("target"), st.just(0)),
     st.tuples(st.just("restart"), st.integers(0, REPLICAS - 1), st.integers(0, len(LIFETIMES) - 1)),
@@ -583,6 +619,7 @@ def run(steps: list[Step]) -> World:
         elif op == "elect" and w.replicas[arg].alive and w.leader != arg:
             w.leader = arg
             w.leader_seen = None  # a new process: its own monotonic clock
+            w.leader_saw_report = False  # and its own memory
         elif op == "rotate" and w.state is not None and w.state.next is None:
             w.write(w.rv, rotate_requested(w.state, w.clock(0)), by="ca rotate")
         elif op == "emergency" and w.state is not None:
@@ -617,6 +654,10 @@ def run(steps: list[Step]) -> World:
             w.corrupt.clear()
         elif op == "inject":
             w.inject()
+        elif op == "lease":
+            w.report_lease = bool(arg)
+        elif op == "unreadable":
+            w.record_unreadable = bool(arg)
         elif op == "blind":
             w.blind = bool(arg)
         elif op == "injector":

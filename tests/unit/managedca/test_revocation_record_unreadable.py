@@ -83,3 +83,17 @@ def test_the_switch_refused_for_an_unreadable_record_is_retried_on_the_re_read()
     record.fault = None
     source.apply(_secret(c_state, B_KEY, "20"))  # the 60 s re-read of the same Secret
     assert source.loaded().signing == BI.fingerprint
+
+
+def test_a_replica_started_while_the_record_is_unreadable_serves_no_bundle_yet() -> None:
+    """Its bundle is what the publisher publishes: a restored Secret's roots (a revoked
+    one among them) are not served until the record says which are revoked."""
+    record = Record(ApiError(503, "ServiceUnavailable"))
+    source = _source(record)
+    restored = d.State(current=AI, previous=(d.Previous(BI, NOW, None),), confirmed_at=NOW - H)
+    source.apply(_secret(restored, A_KEY, "90"))
+    assert not source.has_bundle()
+    record.fault = None
+    source.apply(_secret(restored, A_KEY, "90"))  # the re-read
+    assert source.has_bundle()
+    assert AI.fingerprint not in source.loaded().anchors  # the record revokes A
