@@ -336,3 +336,29 @@ def test_revoking_only_a_previous_root_does_not_sign_with_an_ungated_new_ca() ->
     after = step.apply(retiring, action)
     assert after is not None and after.current == b and after.confirmed_at == T0
     assert "aa" in after.revoked and not after.previous and after.emergency_requested_at is None
+
+
+def test_an_emergency_asked_on_a_restored_secret_also_drops_the_roots_revoked_before() -> None:
+    """`ca rotate --emergency` (naming a previous root) on a Secret restored from before an
+    earlier emergency: the write drops the root that emergency revoked as well, so no
+    state ever keeps a revoked root."""
+    restored = d.State(
+        current=AI,
+        confirmed_at=NOW - 2 * H,
+        previous=(d.Previous(BI, NOW - H, None, 24 * H),),
+        emergency_requested_at=NOW,
+        revoke=frozenset({BI.fingerprint}),
+    )
+    seen = d.Observations(frozenset({AI.fingerprint}), revoked=frozenset({AI.fingerprint}))
+    action = d.decide(restored, seen, NOW, d.Config())
+    assert isinstance(action, d.Emergency)
+    assert action.revoke == {AI.fingerprint, BI.fingerprint}
+
+
+def test_the_staged_ca_an_emergency_revokes_is_remembered_before_the_write() -> None:
+    """Its key sat beside the compromised one: remembered on the stable bundle with the
+    request, so a Secret deleted right after the emergency cannot adopt it back."""
+    staged = d.State(current=AI, confirmed_at=NOW - 2 * H, next=BI, emergency_requested_at=NOW)
+    assert revocations.wanted(staged) == {AI.fingerprint, BI.fingerprint}
+    only_previous = replace(staged, revoke=frozenset({CI.fingerprint}))
+    assert revocations.wanted(only_previous) == {CI.fingerprint}
