@@ -35,6 +35,12 @@ def test_the_emergency_flag_does_not_outlive_the_emergency() -> None:
     assert not state.emergency, "a scheduled CA swapped in is still marked as an emergency CA"
     adopted = step.apply(BACKUP, d.Adopt(T0, (F,), unconfirm=True))
     assert adopted is not None and not adopted.emergency
+    kept = step.apply(BACKUP, d.Adopt(T0, (F,)))  # the current CA still published
+    assert kept is not None and not kept.emergency
+    # Each step clears it on its own (a state read from an older writer may carry it).
+    marked = d.State(current=E, confirmed_at=T0, next=g, emergency=True, issued_lifetime=DAY)
+    swapped = step.apply(marked, d.Swap(T0 + H))
+    assert swapped is not None and not swapped.emergency
 
 
 def test_a_restored_backup_of_an_emergency_ca_signs_only_after_the_gates() -> None:
