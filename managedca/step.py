@@ -88,6 +88,8 @@ def take(
                 "`ca rotate --emergency`)"
             )
         current_key, next_key = next_key, None
+    if new.next is None:
+        next_key = None  # a staged CA an emergency revoked: its key goes with it
     reason, note = describe(state, new, action)
     return Step(
         new,

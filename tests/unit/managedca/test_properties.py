@@ -638,6 +638,8 @@ def run(steps: list[Step]) -> World:
             )
         elif op == "restore":
             w.restore(arg)
+        elif op == "restore-version" and w.states.get(arg) is not None:
+            w.write(w.rv, w.states[arg], by="restore")  # that very backup
         elif op == "forge":
             w.forged = bool(arg)
         elif op == "target" and w.state is not None:
@@ -687,6 +689,53 @@ def test_the_model_rotates_and_retires_when_everything_goes_well() -> None:
         "a previous root was kept after a swap"
     )
     assert w.state is not None and len(w.state.previous) <= 1, "previous roots were retired"
+
+
+def _through_every_phase() -> list[Step]:
+    """A cooperative run through Stable, Staged, Retiring (swapped), a retire, and an
+    emergency: every phase a backup can be taken in."""
+    steps: list[Step] = [("round", 2)]
+    for _ in range(60):
+        steps += [("tick", 3600), ("round", 1)]
+    steps += [("emergency", 0), ("round", 3), ("tick", 3600), ("round", 2)]
+    return steps
+
+
+def _phase(state: State, emergency_made: set[str]) -> str:
+    if state.current.fingerprint in emergency_made:
+        return "after an emergency"
+    if state.next is not None:
+        return "Staged"
+    if state.previous:
+        return "Swapped" if any(p.retire_at is None for p in state.previous) else "Retiring"
+    return "Stable"
+
+
+PHASES = ("Stable", "Staged", "Swapped", "Retiring", "after an emergency")
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_secret_restored_from_any_phase_signs_only_what_every_consumer_holds(
+    phase: str,
+) -> None:
+    """A backup taken in each phase, restored after every later phase: from then on every
+    leaf issued verifies against every consumer's bundle (kubelet's projection, the
+    injected caBundles and ConfigMaps: the model's `sign` invariant), no revoked root
+    signs or is published, and signing goes on."""
+    history = _through_every_phase()
+    w = run(history)
+    versions = [
+        rv
+        for rv, s in sorted(w.states.items())
+        if s is not None and s.confirmed_at and _phase(s, w.emergency_made) == phase
+    ]
+    assert versions, f"the run never reached {phase}"
+    after: list[Step] = [("restore-version", versions[0])]
+    for _ in range(80):
+        after += [("tick", 1800), ("round", 1)]
+    restored = run([*history, *after])  # invariants checked after every step
+    assert len(restored.leaves) > len(w.leaves), "nothing was signed after the restore"
+    assert restored.state is not None and restored.state.confirmed_at is not None
 
 
 ROTATE_STAGED: list[Step] = [("round", 4), ("rotate", 0), ("act", 0)]  # ca rotate, then stage

@@ -362,3 +362,14 @@ def test_the_staged_ca_an_emergency_revokes_is_remembered_before_the_write() -> 
     assert revocations.wanted(staged) == {AI.fingerprint, BI.fingerprint}
     only_previous = replace(staged, revoke=frozenset({CI.fingerprint}))
     assert revocations.wanted(only_previous) == {CI.fingerprint}
+
+
+def test_an_emergency_revoking_the_staged_ca_drops_its_key_from_the_secret() -> None:
+    """A Staged backup restored after an emergency revoked its staged CA: the Emergency
+    that drops the staged CA drops `next.key` with it."""
+    staged = d.State(current=AI, confirmed_at=NOW - 2 * H, next=BI, issued_lifetime=24 * H)
+    stored = decode(encode("ns", "ca", staged, CERTS, A_KEY, B_KEY))
+    action = d.Emergency(NOW, frozenset({BI.fingerprint}))
+    taken = step.take(stored, action, {}, lambda _: (b"", b""), NOW)
+    assert taken is not None and taken.state.next is None
+    assert taken.next_key is None
