@@ -183,3 +183,20 @@ def test_status_shows_a_pending_emergency_request(view_only: ViewOnly) -> None:
 def test_a_stable_ca_shows_no_pause_and_no_revocation() -> None:
     report = json.loads(CliRunner().invoke(main, ["ca", "status", "-o", "json"]).output)
     assert report["issuancePaused"] is None and report["revoked"] == []
+
+
+@pytest.mark.parametrize("by", ["alice", "unknown"])
+def test_status_says_the_consumers_gate_is_skipped_and_by_whom(
+    view_only: ViewOnly, by: str
+) -> None:
+    """The leader states a skipped injector gate (`ca skip-consumers`, or "unknown" for a
+    bare annotation): `ca status` shows it, in text and JSON."""
+    decision = _decision(datetime.now(UTC))
+    decision["consumersSkipped"] = {"for": "b" * 64, "by": by}
+    view_only.decision = decision
+    result = CliRunner().invoke(main, ["ca", "status"])
+    assert result.exit_code == 0, result.output
+    assert f"Consumers: the swap to {'b' * 16}… does not wait for the injector" in result.output
+    assert f"(skipped by {by})" in result.output
+    report = json.loads(CliRunner().invoke(main, ["ca", "status", "-o", "json"]).output)
+    assert report["consumersSkipped"] == {"for": "b" * 64, "by": by}
