@@ -1,7 +1,7 @@
 """`signer.decide.Decider` on its own: built over plain stores (as `explain` builds it),
 its steps in order, the live reads it makes only where a cache may lag, and every rule
 of docs/reference.md §5.2 as one table (`RULES`). The controller's harness
-(test_signer_sync.py) keeps only what needs the controller: writes, Events, the waiting
+(test_controller.py) keeps only what needs the controller: writes, Events, the waiting
 index, metrics, races."""
 
 from __future__ import annotations
