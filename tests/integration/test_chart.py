@@ -1,4 +1,4 @@
-"""The Helm chart (charts/service-serving-signer, issue 13) against config/ and the real
+"""The Helm chart (charts/service-serving-signer) against config/ and the real
 API server: `helm lint` (with values.schema.json), `helm template` with default values
 renders the same objects as `kustomize build config/default` — and with every optional
 part on, the same as config/default plus the prometheus, grafana, networkpolicy and

@@ -1,4 +1,4 @@
-"""The node-capable cluster is what it claims (issue 11): each hollow node has its own
+"""The node-capable cluster is what it claims: each hollow node has its own
 node identity, checked by the Node authorizer and NodeRestriction like a real kubelet;
 its only network listener is on loopback; it leaves no /tmp/hollow-kubelet.* directory or
 /tmp/kubelet_remote_*.sock behind, and its root directory goes on stop; it never writes

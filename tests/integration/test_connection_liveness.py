@@ -1,4 +1,4 @@
-"""Connection liveness against the real API server (docs/reference.md §6, issue 9 item 2):
+"""Connection liveness against the real API server (docs/reference.md §6):
 when every established connection goes silent without closing — a NAT or load balancer
 dropping its state, a partitioned server — the signer notices by itself and carries on
 over fresh connections. A `FreezingProxy` between signer and kube-apiserver stops

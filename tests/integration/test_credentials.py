@@ -1,4 +1,4 @@
-"""A kubeconfig `tokenFile` is re-read (issue 9 item 7), against the real API server: a
+"""A kubeconfig `tokenFile` is re-read, against the real API server: a
 ServiceAccount token rotated under a running client is picked up — at once when the old
 one is refused with a 401, as it is once its ServiceAccount is gone."""
 

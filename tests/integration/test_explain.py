@@ -1,4 +1,4 @@
-"""`service-serving-signer explain` against the real API server (issues 13, 23): for each
+"""`service-serving-signer explain` against the real API server: for each
 wait and deny reason, the decision the signer's own `decide` takes, why, what to fix, and
 the exit status that says which. No signer runs, so every request stays as created
 (explain is read-only: the tests also check it wrote nothing); a Lease held and renewed

@@ -1,4 +1,4 @@
-"""Issue 23 through the real kubelet, kube-controller-manager and RBAC: the only signer
+"""`explain` through the real kubelet, kube-controller-manager and RBAC: the only signer
 stopped, a new Pod hangs in ContainerCreating, and an application-team user — a client
 certificate bound to nothing but `view` in the Pod's namespace, with config/rbac's
 aggregated role folded into `view` by kube-controller-manager — runs `explain` and is

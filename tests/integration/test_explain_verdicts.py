@@ -1,5 +1,5 @@
 """`explain` tells whether anything will act, names the value that would pass, and takes
-kubectl's flags (issue 23 items 1, 3 and 4), against the real API server.
+kubectl's flags, against the real API server.
 
 The signer's Lease is written as `kube.leaderelection` writes it; the cleaner's clock is
 moved by giving `Explainer` a later `now`, since a real request cannot be made older."""

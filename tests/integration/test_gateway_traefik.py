@@ -1,4 +1,4 @@
-"""A real Gateway in the loop (issue 30): Traefik (built from its Go module, run as a
+"""A real Gateway in the loop: Traefik (built from its Go module, run as a
 process on loopback with the Kubernetes Gateway provider, experimental channel) in front
 of a backend serving the certificate the real (hollow) kubelet wrote for a Pod, trusting
 it through a BackendTLSPolicy whose `caCertificateRefs` names the ConfigMap the injector

@@ -1,4 +1,4 @@
-"""The built image (issue 13): `make image`'s OCI image run as the shipped Deployment's
+"""The built image: `make image`'s OCI image run as the shipped Deployment's
 Pod — the Pod `config/default` gets on the cluster (real kube-apiserver, KCM, the real
 kubelet on a hollow node, see tests/integration/shipped.py) — so the image, the manifests
 and the in-cluster configuration are tested together:

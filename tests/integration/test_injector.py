@@ -1,5 +1,5 @@
 """The injector against the real kube-apiserver, which is the TLS client that must trust
-what is injected (issue 12): a webhook failing TLS before injection and working after;
+what is injected: a webhook failing TLS before injection and working after;
 drift, deletion and annotation removal; the bad-input table."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Aggregated APIs and CRD conversion with injected caBundles (issue 12, must-show 2):
+"""Aggregated APIs and CRD conversion with injected caBundles:
 kube-apiserver's aggregator and its CRD conversion client both verify our test server's
 PCR-issued certificate against what the injector wrote."""
 

@@ -1,4 +1,4 @@
-"""ConfigMaps as the injector's fourth target, against the real kube-apiserver (issue 24):
+"""ConfigMaps as the injector's fourth target, against the real kube-apiserver:
 a labelled ConfigMap gets `ca.crt` (and a PKCS#12 truststore key on request); drift is
 restored; a rotation goes old → old+new → new; an empty selection keeps the content and
 says why; removing the label stops management and releases every field we owned; a

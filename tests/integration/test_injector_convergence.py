@@ -1,4 +1,4 @@
-"""The convergence report against the real API server (issue 30 item 4, the contract in
+"""The convergence report against the real API server (the contract in
 docs/reference.md §11): the injector's report Lease carries, per anchor,
 how many annotated objects select it, hold it and are blocked, per kind the counts of
 stale, empty, invalid and conflicting objects, and the bundles it saw; it is renewed on
@@ -98,7 +98,7 @@ def test_the_report_lease_says_who_holds_the_anchor_and_is_renewed_on_change(
 def test_after_a_restart_an_emptied_selection_is_still_counted_with_its_expiry(
     client: Client, namespace: str
 ) -> None:
-    """Issue 30: empty and invalid objects dropped out of the expiry gauge after a
+    """Empty and invalid objects dropped out of the expiry gauge after a
     restart. The annotation written beside the caBundle says what it holds."""
     from cryptography.hazmat.primitives.serialization import Encoding
 

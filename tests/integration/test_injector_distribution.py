@@ -1,4 +1,4 @@
-"""Distribution against the real kube-apiserver (issue 24): a configuration in the
+"""Distribution against the real kube-apiserver: a configuration in the
 injector's namespace puts a named trust ConfigMap, kept by the ConfigMap target, into
 every matching namespace; a namespace that stops matching loses it; removing the
 configuration removes every copy; a ConfigMap of that name the distribution did not
@@ -302,7 +302,7 @@ def configuration(
 def test_a_tenant_label_cannot_make_the_distributor_delete_or_overwrite(
     client: Client, namespace: str, bundle: tuple[str, str]
 ) -> None:
-    """Issue 30 item 3: the label is no mark. A ConfigMap someone labelled
+    """The label is no mark. A ConfigMap someone labelled
     `distributed-from=<our configuration>` (coredns, say) is neither overwritten while
     the configuration wants its name, nor deleted when the configuration goes."""
     selector, _ = bundle

@@ -1,4 +1,4 @@
-"""The real injector in the managed CA's loop (issue 30 item 4, the contract in
+"""The real injector in the managed CA's loop (the contract in
 docs/reference.md §11/§12): a `run --ca-mode=managed` signer and a `run
 --controllers=injector` process; `ca rotate` swaps only once the injector's convergence
 report says every consumer that can be written holds the next CA, and a consumer its

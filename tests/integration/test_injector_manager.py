@@ -79,7 +79,7 @@ def test_star_leaves_the_injector_off_and_star_injector_turns_it_on(
 def test_an_injector_deployment_leads_beside_the_signer_without_naming_a_lease(
     control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
 ) -> None:
-    """Issue 22: `run --controllers=injector` next to the signer, neither naming a Lease,
+    """`run --controllers=injector` next to the signer, neither naming a Lease,
     used to wait for ever on the signer's Lease (ready, never leading, nothing injected).
     Each set now has its own default Lease, so both lead at once."""
     files = write_ca(tmp_path / "ca")

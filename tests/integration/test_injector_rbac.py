@@ -1,4 +1,4 @@
-"""config/injector against the real API server (issue 12, must-show 6): with only the
+"""config/injector against the real API server: with only the
 component's RBAC applied, `service-serving-signer run --controllers=injector` (the real
 CLI, no signing files) running as the injector's ServiceAccount injects a caBundle;
 SubjectAccessReviews show it cannot read Secrets or do anything it does not need; the

@@ -1,4 +1,4 @@
-"""A GitOps owner and the injector on one object (issues 22 and 30), against the real
+"""A GitOps owner and the injector on one object, against the real
 kube-apiserver with a real server-side-apply field manager `gitops` (what `kubectl apply
 --server-side --field-manager=gitops` sends): the injector's test-guarded JSON patches own
 only caBundle leaves, so the owner renames and removes webhooks while the annotation is

@@ -1,6 +1,6 @@
-"""CA rotation end to end through an injected webhook (issue 12, must-show 3).
+"""CA rotation end to end through an injected webhook.
 
-While a loop keeps creating ConfigMaps through the validating webhook of must-show 1,
+While a loop keeps creating ConfigMaps through the injected validating webhook,
 walk the README's runbook: (1) add the new root to the trust bundle; (2) swap the signing
 key and cert; the webhook's certificate is re-issued from the new CA (kubelet would do it
 at beginRefreshAt; here a new PCR); (3) drop the old root. kube-apiserver, the TLS client,
@@ -62,7 +62,7 @@ def vwc_name(client: Client) -> Iterator[str]:
 def test_rotation_runbook_with_zero_failed_admission_calls(
     client: Client, namespace: str, vwc_name: str, by: str
 ) -> None:
-    """`stable-name` (issue 30): `{"name": "<signer prefix>:trust-anchors"}` follows the
+    """`stable-name`: `{"name": "<signer prefix>:trust-anchors"}` follows the
     rotation exactly as the signerName selection does — the bundle is updated in place."""
     old_root = generate_ca(OLD.removeprefix("CN="))
     new_root = generate_ca(NEW.removeprefix("CN="))

@@ -1,4 +1,4 @@
-"""Install, upgrade and uninstall as a platform team does (issue 22), with the real helm
+"""Install, upgrade and uninstall as a platform team does, with the real helm
 and kustomize against the real API server: `helm uninstall` leaves the namespace and the
 CA Secret made by hand; the chart installs as a subchart of a parent that sets `global`
 values and the knobs kube-prometheus-stack and real clusters need; values that cannot
@@ -100,7 +100,7 @@ def test_helm_uninstall_keeps_the_namespace_and_the_ca_secret_it_did_not_create(
     )
 
 
-# What the chart rendered before issue 22 (its templates/namespace.yaml), to stand for a
+# What the chart rendered when it shipped templates/namespace.yaml, to stand for a
 # release installed from such a chart.
 OLD_NAMESPACE_TEMPLATE = """apiVersion: v1
 kind: Namespace

@@ -1,4 +1,4 @@
-"""Through the real kubelet (issue 11 must-show 3): a Pod whose projection carries a bad
+"""Through the real kubelet: a Pod whose projection carries a bad
 annotation is Denied — final, so the Pod never runs — and the signer's own Warning Event
 on the Pod says what to fix (reason = the condition's reason). Kubelet's Event for a
 Denied request garbles its message (and a hollow kubelet discards its Events), so ours is

@@ -1,4 +1,4 @@
-"""The garbage collector is real (issue 11 must-show 6): the kubelet's request carries
+"""The garbage collector is real: the kubelet's request carries
 an ownerReference to its Pod, so deleting a Pod whose request waits on a missing Service
 makes kube-controller-manager's garbage collector delete the request — and the signer's
 waiting index lets go of it (no leak per deleted Pod)."""

@@ -1,4 +1,4 @@
-"""Through the real kubelet (hollow nodes, issue 11 must-show 1): for each of the six key
+"""Through the real kubelet (hollow nodes): for each of the six key
 types a Pod with a `podCertificate` volume reaches Running, and the files the kubelet
 wrote verify — the chain against the bundle the kubelet projected from our
 ClusterTrustBundle, the key against the leaf, the SANs exactly the Service's names."""

@@ -1,4 +1,4 @@
-"""Installing with a managed CA from an empty namespace (issue 21): `config/managed`
+"""Installing with a managed CA from an empty namespace: `config/managed`
 (kustomize) and the chart with `managedCA.enabled=true`, nothing prepared by hand; the
 Deployment's Pod on a hollow node, the signer run on exactly what its Pod got (its
 ServiceAccount token, in-cluster, with only the shipped RBAC); the first certificate is

@@ -1,4 +1,4 @@
-"""Through the 1.38 kubelet (issue 31 must-show): on a cluster of Kubernetes 1.38
+"""Through the 1.38 kubelet: on a cluster of Kubernetes 1.38
 (`binaries.NEXT_VERSION`: kube-apiserver with `PodCertificateMLDSA` on, its
 kube-controller-manager, and a hollow kubelet built on 1.38's kubelet packages), a Pod
 whose projected volume asks for `keyType: MLDSA65` reaches Running: the kubelet generated

@@ -1,4 +1,4 @@
-"""The sample workload reloads its certificate (issue 22 item 8, docs/reload.md), with the
+"""The sample workload reloads its certificate (docs/reload.md), with the
 files the real kubelet wrote.
 
 The shipped `web` sample (config/samples: the Deployment, its Service and the `tls-server`

@@ -1,4 +1,4 @@
-"""The shipped Deployment on hollow nodes (issue 11 must-show 4 and 5): `config/default`
+"""The shipped Deployment on hollow nodes: `config/default`
 applied, its Pod bound to a hollow node, and the signer run on exactly what the kubelet
 wrote for that Pod — its Secret and ConfigMap volumes for the signing material, its
 ServiceAccount volume for its identity (in-cluster, through the official client's

@@ -1,4 +1,4 @@
-"""Through the real kubelet (issue 11 must-show 2): a Pod naming a Service that does not
+"""Through the real kubelet: a Pod naming a Service that does not
 exist yet waits — not Running, its request neither Issued nor Denied, the signer's
 Warning Event on it — and runs once the Service is created; a StatefulSet's Pod with
 `add-pod-fqdn` and its headless Service gets exactly its stable DNS names."""

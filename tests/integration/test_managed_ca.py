@@ -1,4 +1,4 @@
-"""The managed CA against the real API server, with real `run` processes (issue 21):
+"""The managed CA against the real API server, with real `run` processes:
 bootstrap from nothing (two replicas racing make one CA), `ca rotate` through stage and
 swap with every phase persisted, a leader SIGKILLed in each phase and its successor
 resuming there, and retire driven by the persisted timestamps."""

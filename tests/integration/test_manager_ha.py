@@ -1,4 +1,4 @@
-"""High availability with two real `run` processes on one API server (issue 5, must-show 3):
+"""High availability with two real `run` processes on one API server:
 exactly one leads and signs; SIGTERM to the leader hands over within 3 s (the Lease is
 released); SIGKILL to the leader hands over within the lease duration; no request is
 issued twice or lost."""

@@ -1,4 +1,4 @@
-"""The process's operational surface against a real API server (issue 5, must-show 4):
+"""The process's operational surface against a real API server:
 /readyz is 503 until the caches are synced and the material is loaded and 200 after;
 /healthz stays 200 while the API server is down; JSON log lines parse with the expected
 keys; SIGTERM exits 0; start-up failures are one line naming the file."""

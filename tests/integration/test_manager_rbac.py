@@ -1,4 +1,4 @@
-"""config/ against the real API server (issue 5, must-show 2): with only config/rbac
+"""config/ against the real API server: with only config/rbac
 applied, the controller running as its ServiceAccount (token from the TokenRequest API)
 issues certificates and publishes the bundle; SubjectAccessReviews show what it cannot
 do; every manifest under config/ passes server-side dry-run."""

@@ -1,5 +1,5 @@
 """Operability of `service-serving-signer run` as a real process against the real API
-server (issue 10): a rejected rotation is visible in metrics, the publisher's bundle is
+server: a rejected rotation is visible in metrics, the publisher's bundle is
 validated on its own, a replica with a stale ConfigMap volume does not take a new root
 back out, and the process behaves on IPv6, on a busy port and on SIGHUP."""
 

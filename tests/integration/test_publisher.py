@@ -1,5 +1,5 @@
 """The ClusterTrustBundle publisher and signing-material hot reload against the real
-kube-apiserver (issue 4's must-shows): published form, self-healing, content changes
+kube-apiserver: published form, self-healing, content changes
 without a gap, CA rotation with zero failed requests, bad material never used, and the
 start-up failure table of the `run` command."""
 
@@ -189,7 +189,7 @@ def test_bundle_file_change_replaces_the_bundle_without_a_gap(
 def test_stable_bundle_goes_old_to_both_to_new_in_place_and_projects_the_same_anchors(
     client: Client, publisher: RunningPublisher, ca_dir: Path, signer_name: str
 ) -> None:
-    """Issue 30: a by-name referent through the runbook (add a root, drop the old one).
+    """A by-name referent through the runbook (add a root, drop the old one).
     Never absent, never re-created (one UID), and at every observation it holds exactly
     what the hash-named bundles hold together — what a Pod projecting by `signerName`
     sees (kubelet de-duplicates), so that projection is the same set as without it."""
@@ -249,7 +249,7 @@ def test_stable_bundle_goes_old_to_both_to_new_in_place_and_projects_the_same_an
 def test_stable_bundle_follows_a_managed_rotation_in_place(
     control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
 ) -> None:
-    """Issue 30, managed mode (a real `run --ca-mode=managed`): through `ca rotate` →
+    """Managed mode (a real `run --ca-mode=managed`): through `ca rotate` →
     staged → swapped → retired, the stable bundle is never absent, never re-created, goes
     old → old+new → new, and always holds what the hash-named bundles hold together (a
     signerName projection sees the same set). `ca status` names it."""
@@ -325,7 +325,7 @@ def test_stable_bundle_follows_a_managed_rotation_in_place(
 def test_two_bundle_file_writes_within_one_second_converge_to_the_second(
     client: Client, publisher: RunningPublisher, ca_dir: Path, signer_name: str
 ) -> None:
-    """Issue 30, finding 5: a tool that writes twice, or a quick undo. The bundle of the
+    """A tool that writes twice, or a quick undo. The bundle of the
     first write is our own, so it goes, however close the second write came."""
     first = eventually(publisher.published, timeout=10, what="the bundle")
     bundle = ca_dir / "trust-bundle.pem"

@@ -1,4 +1,4 @@
-"""The release's SBOM lists what the image actually contains (issue 22): hack/sbom.sh
+"""The release's SBOM lists what the image actually contains: hack/sbom.sh
 (syft) scans the image archive `make image` wrote, and every Debian package dpkg knows
 in a container of that image, and every Python distribution (`*.dist-info`) on its
 filesystem, is in the SPDX and the CycloneDX document with the same version — and the

@@ -190,7 +190,7 @@ def test_deleted_waiting_request_leaves_no_index_entry(
 def test_a_pods_wait_goes_on_when_its_waiting_request_is_replaced(
     signer: RunningSigner, client: Client, namespace: str
 ) -> None:
-    """Issue 22: what kube-controller-manager's cleaner and kubelet do to a stuck Pod —
+    """What kube-controller-manager's cleaner and kubelet do to a stuck Pod —
     delete its waiting request, then make a new one for the same Pod. The Pod's wait
     (`pod_waiting_seconds{namespace}`, the pending alert's metric) does not start again;
     once the Service appears and the new request is issued, the namespace's series goes."""

@@ -1,5 +1,5 @@
-"""`status` (and `explain --all`) against the real API server and a real signer process
-(issue 23 item 5): the signer's health, then every request that waits, was denied or
+"""`status` (and `explain --all`) against the real API server and a real signer process:
+the signer's health, then every request that waits, was denied or
 failed, by namespace and reason, oldest first, with advice; issued ones counted. Checked
 line by line, with times and generated names replaced by placeholders."""
 

@@ -1,4 +1,4 @@
-"""Trust for consumers that cannot read a ClusterTrustBundle (issue 24, docs/trust-consumers.md),
+"""Trust for consumers that cannot read a ClusterTrustBundle (docs/trust-consumers.md),
 through the real kubelet: a server Pod's certificate is the one the hollow kubelet wrote
 into its `podCertificate` volume; the injector keeps a labelled ConfigMap's `ca.crt` (and
 a PKCS#12 truststore) equal to the signer's ClusterTrustBundle.

@@ -440,7 +440,7 @@ def test_each_controller_set_elects_on_its_own_default_lease(
     captured: list[Options], controllers: str, lease: str
 ) -> None:
     """`run --controllers=injector` beside the signer's Deployment must not wait for ever
-    on the signer's Lease (issue 22): without --leader-elect-resource-name each set of
+    on the signer's Lease: without --leader-elect-resource-name each set of
     controllers has its own Lease; the default set keeps the historical name."""
     opts = run_with(captured, *FILES, f"--controllers={controllers}")
     assert opts.leader_elect_resource_name == lease

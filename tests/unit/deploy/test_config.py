@@ -49,7 +49,7 @@ def test_the_namespace_is_its_own_tree_so_deleting_default_keeps_the_ca_secret(
     default: list[dict[str, Any]],
 ) -> None:
     """`kubectl delete -k config/default` must not delete the namespace, and with it the
-    CA Secret made by hand (issue 22): the Namespace lives in config/namespace, applied
+    CA Secret made by hand: the Namespace lives in config/namespace, applied
     once before the Secret is created."""
     assert not [o for o in default if o["kind"] == "Namespace"]
     (namespace,) = render(CONFIG / "namespace")

@@ -1,9 +1,9 @@
-"""How the shipped Deployments are scheduled (issue 13). The signer gates every Pod that
+"""How the shipped Deployments are scheduled. The signer gates every Pod that
 projects a certificate, and the optional injector keeps webhook, APIService and CRD
 caBundles current through a rotation (without it admission calls start failing once
 the old root leaves): both run at system-cluster-critical priority, and the two
 replicas of each prefer different nodes and zones (soft spreads plus a preferred
-anti-affinity: a one-node cluster still runs both, issue 22)."""
+anti-affinity: a one-node cluster still runs both)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_replicas_spread_softly_over_nodes_and_zones_so_one_node_runs_both(
     spec = found["spec"]["template"]["spec"]
     constraints = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
     assert set(constraints) == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
-    # A hard hostname spread leaves replica 2 Pending on a one-node cluster (issue 22).
+    # A hard hostname spread leaves replica 2 Pending on a one-node cluster.
     assert constraints["kubernetes.io/hostname"]["whenUnsatisfiable"] == "ScheduleAnyway"
     assert constraints["kubernetes.io/hostname"]["nodeTaintsPolicy"] == "Honor"
     assert constraints["topology.kubernetes.io/zone"]["whenUnsatisfiable"] == "ScheduleAnyway"

@@ -1,4 +1,4 @@
-"""What config/rbac grants application teams for `explain` and `status` (issue 23)."""
+"""What config/rbac grants application teams for `explain` and `status`."""
 
 from __future__ import annotations
 

@@ -324,7 +324,7 @@ def test_many_namespaces_at_their_quota_make_one_event_an_hour_per_configuration
     assert ctrl.metrics.refusals("quota") == 2 * len(names)
 
 
-# ownership that cannot be forged (issue 30 item 3) -------------------------------------
+# ownership that cannot be forged -------------------------------------
 
 
 def marked(

@@ -1,4 +1,4 @@
-"""Consumer convergence as a signal (issue 30 item 4), without a server: per-object
+"""Consumer convergence as a signal, without a server: per-object
 states and per-kind counts, what a restarted injector still knows (from the annotation it
 wrote beside its output, never by parsing), and the convergence report Lease of the
 contract (docs/reference.md §11)."""

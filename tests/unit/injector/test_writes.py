@@ -1,4 +1,4 @@
-"""GitOps-safe writes (issue 30 item 2), without a server: the injector writes a
+"""GitOps-safe writes, without a server: the injector writes a
 test-guarded JSON patch that sets only caBundle leaves (an Update entry owns those leaves
 and no list key), releases by removing only its own managedFields entries (the values
 stay), never writes over a field another Apply manager owns (Event naming it, a

@@ -1,5 +1,5 @@
 """Credentials are computed once and cached; a token file is re-read every minute and
-after a 401 (issue 9 item 7), against the in-process fake API server."""
+after a 401, against the in-process fake API server."""
 
 from __future__ import annotations
 

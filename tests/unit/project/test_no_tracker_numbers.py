@@ -1,4 +1,4 @@
-"""Code, docs, deploy files and benchmarks say what a thing does, not which tracker entry
+"""Code, tests, docs, deploy files and benchmarks say what a thing does, not which tracker entry
 asked for it: a reader of the repository cannot see the tracker ("issue 22", "round 3",
 "must-show 5", "finding 4" are references to nothing for them)."""
 
@@ -9,9 +9,10 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-TRACKER = re.compile(r"\b(issues? \d|round \d|must-show \d|finding \d)", re.I)
-SKIPPED = ("tests/",)
-"""Not yet: the test suite's comments are rewritten in one move with its layout."""
+TRACKER = re.compile(r"\b(issues? \d+\b(?!,\d)|round \d|must-shows?\b|finding \d)", re.I)
+"""(`issue 31,700-year leaves` is the verb.)"""
+SKIPPED = ("tests/unit/project/test_no_tracker_numbers.py",)
+"""This file, which must spell what it looks for."""
 
 
 def tracked_text_files() -> list[str]:

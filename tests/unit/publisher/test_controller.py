@@ -189,7 +189,7 @@ def test_success_sets_the_expiry_gauge() -> None:
     )
 
 
-# a replica with a stale ConfigMap volume (issue 10, item 5) -------------------------
+# a replica with a stale ConfigMap volume -------------------------
 
 BOTH = normalize_bundle(cert_pem(pki.ca("pub-a").cert, pki.ca("pub-b").cert))
 
@@ -224,7 +224,7 @@ def test_keeps_it_when_created_in_the_same_second_as_our_file_changed(
 
 
 def test_a_bundle_we_published_ourselves_is_never_kept_however_new() -> None:
-    """Issue 30, finding 5: two writes to our file within one second (the first's bundle
+    """Two writes to our file within one second (the first's bundle
     is created in the same second as the second write). Ours, so it goes."""
     ours = newer(FILE_MODIFIED.replace(microsecond=0), US)
     client = FakeClient()
@@ -272,7 +272,7 @@ def test_deletes_the_kept_bundle_once_our_file_changes_after_it() -> None:
     assert deletes(client) == [bundle_name(SIGNER, BOTH)]
 
 
-# the stable bundle (issue 30) ---------------------------------------------------------
+# the stable bundle ---------------------------------------------------------
 
 
 def test_stable_bundle_is_updated_in_place_before_stale_ones_are_deleted() -> None:

@@ -828,7 +828,7 @@ def test_signer_takes_no_new_request_once_stop_is_set(h: Harness) -> None:
     assert synced == [f"{NS}/req-0"]
 
 
-# events on final decisions (issue 9 item 9) ------------------------------------------------
+# events on final decisions ------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -871,7 +871,7 @@ def test_no_warning_when_another_replica_finished_the_request_first(h: Harness) 
     assert h.recorder.warnings == []
 
 
-# race windows, made deterministic (issue 9 items 3 and 4) ----------------------------------
+# race windows, made deterministic ----------------------------------
 
 
 def test_request_deleted_while_its_sync_decides_leaves_no_index_entry(h: Harness) -> None:
@@ -961,7 +961,7 @@ def test_a_service_named_twice_is_read_once_per_decision(h: Harness) -> None:
     assert h.written_status()["conditions"][0]["type"] == "Issued"
 
 
-# re-drive only on what a decision reads (issue 9 item 5) -----------------------------------
+# re-drive only on what a decision reads -----------------------------------
 
 
 def test_service_update_that_changes_nothing_a_decision_reads_enqueues_nobody(
@@ -986,7 +986,7 @@ def test_service_update_that_changes_nothing_a_decision_reads_enqueues_nobody(
         h.controller.queue.done(f"{NS}/req-a")
 
 
-# the periodic resync of waiting requests (issue 9 item 4) ----------------------------------
+# the periodic resync of waiting requests ----------------------------------
 
 
 def test_periodic_resync_re_drives_only_the_waiting_requests_and_counts_them() -> None:
@@ -1034,7 +1034,7 @@ def pod_wait(h: Harness, namespace: str = NS) -> float | None:
 def test_a_pods_wait_is_counted_across_the_cleaners_replacement_of_its_request(
     h: Harness,
 ) -> None:
-    """Issue 22: the cleaner deletes the waiting request and kubelet makes another; the
+    """The cleaner deletes the waiting request and kubelet makes another; the
     Pod's wait (the pending alert's metric) goes on from the first request's creation,
     where the oldest request's age starts again."""
     pod = h.pod()

@@ -1,5 +1,5 @@
-"""How long a Pod has waited for its certificate, across the requests kubelet makes for it
-(issue 22): kube-controller-manager's cleaner deletes a waiting request after 15-20
+"""How long a Pod has waited for its certificate, across the requests kubelet makes for it:
+kube-controller-manager's cleaner deletes a waiting request after 15-20
 minutes and kubelet makes a new one, so a request's age restarts every ~16 minutes while
 the Pod's wait goes on; the pending alert reads the Pod's wait, per namespace."""
 

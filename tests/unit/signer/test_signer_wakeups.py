@@ -1,6 +1,6 @@
 """Wake-ups that need a real informer (against the in-process fake API server): a Pod that
 first reaches the Pod cache on a LIST — a relist, or the informer's first list after a
-restart — wakes the requests waiting on it (issue 9 item 4)."""
+restart — wakes the requests waiting on it."""
 
 from __future__ import annotations
 

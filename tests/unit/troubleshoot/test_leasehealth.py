@@ -90,7 +90,7 @@ def test_lease_state_keeps_when_the_holder_took_it_and_how_often_it_changed() ->
 
 
 def test_an_anchor_in_several_bundles_is_listed_once() -> None:
-    """The stable bundle holds the hash-named one's anchors (issue 30), and during a
+    """The stable bundle holds the hash-named one's anchors, and during a
     rotation two hash-named bundles share the old root: what a Pod projecting by
     signerName sees is each anchor once (kubelet de-duplicates), and so is the report."""
     from cryptography.hazmat.primitives.serialization import Encoding

@@ -1,4 +1,4 @@
-"""Signing sets whose chains no TLS client accepts are refused (issue 10, items 1 and 3):
+"""Signing sets whose chains no TLS client accepts are refused:
 a throw-away leaf issued with the set (the signer's real profile) must verify for server
 auth against the set's own anchors, and the signing cert must outlive the next hour."""
 
