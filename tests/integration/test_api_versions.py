@@ -24,8 +24,6 @@ from tests.integration.signer_harness import condition, unique_signer_name, wait
 from trust.bundle import stable_bundle_name
 from trust.ca import write_ca
 
-pytestmark = pytest.mark.integration
-
 GROUP = "certificates.k8s.io"
 
 

@@ -57,7 +57,7 @@ from tests.integration.shipped import (
 )
 from trust.ca import cert_pem, generate_ca, key_pem
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 SIGNER = "kubernetes.io/service-serving"
 CTBS = "/apis/certificates.k8s.io/v1/clustertrustbundles"

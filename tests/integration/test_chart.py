@@ -35,8 +35,6 @@ from tests.integration.manifests import (
 )
 from trust.convergence import REPORT_NAME
 
-pytestmark = pytest.mark.integration
-
 ALL_OPTIONS = [
     "prometheus.serviceMonitor.enabled=true",
     "prometheus.rules.enabled=true",

@@ -21,8 +21,6 @@ from manager.options import LOG_FORMATS
 from tests.integration.chart_harness import CHART, NAMESPACE, RELEASE, docs, helm
 from trust import keys
 
-pytestmark = pytest.mark.integration
-
 MANAGED = ("managedCA.enabled=true",)
 FLAGS = {
     "signerName": "--signer-name",

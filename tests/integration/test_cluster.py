@@ -17,8 +17,6 @@ from controlplane.hollow_node import HollowNode
 from controlplane.kubelet import Kubelet
 from kube.client import ApiError, Client
 
-pytestmark = pytest.mark.integration
-
 
 def listening_addresses(pid: int) -> set[str]:
     """Local addresses of the process's listening TCP sockets (from /proc)."""

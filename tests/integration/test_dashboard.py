@@ -18,8 +18,6 @@ from controlplane import ControlPlane
 from tests.integration.manager_process import eventually, signer_with_a_new_ca
 from tests.unit.deploy.kustomize import CONFIG
 
-pytestmark = pytest.mark.integration
-
 DASHBOARD = CONFIG / "grafana" / "service-serving-signer.json"
 CHART_COPY = CONFIG.parent / "charts" / "service-serving-signer" / "files" / "dashboard.json"
 # Grafana's variables, as Grafana would expand them for one query.

@@ -41,8 +41,6 @@ from tests.integration.test_gate_topologies import (
 )
 from trust.convergence import REPORT_NAME
 
-pytestmark = pytest.mark.integration
-
 SEPARATE_INJECTOR = ["injector-apart", "managed-with-injector", "helm-other-release"]
 
 

@@ -43,7 +43,7 @@ from kube.client import ApiError, Client, is_not_found
 from tests.integration.image_harness import ROOT, built_image
 from tests.integration.signer_harness import eventually
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 
 NAMESPACE = "service-serving-signer"
 EXAMPLE_REGISTRY = "registry.example.com/platform"

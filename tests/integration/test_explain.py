@@ -22,7 +22,7 @@ from controlplane.kubelet import Kubelet, generate_key, pcr_manifest, pcr_path, 
 from kube.client import Client
 from tests.integration.explain_harness import LEASE, run_explain, write_lease
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("leader")]
+pytestmark = pytest.mark.usefixtures("leader")
 
 SERVICE = {"kubernetes.io/service-names": "web"}
 FQDN = {"kubernetes.io/add-pod-fqdn": "true"}

@@ -37,8 +37,6 @@ from tests.integration.nodes import (
 from tests.unit.deploy.kustomize import CONFIG, render
 from trust.ca import write_ca
 
-pytestmark = pytest.mark.integration
-
 SIGNER = unique_signer_name()
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 VIEW_ROLE = "service-serving-signer-view"

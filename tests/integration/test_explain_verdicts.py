@@ -21,8 +21,6 @@ from tests.integration.explain_harness import LEASE, run_explain, write_lease
 from troubleshoot.explain import Explainer, Outcome
 from troubleshoot.leasehealth import read_health
 
-pytestmark = pytest.mark.integration
-
 SERVICE = {"kubernetes.io/service-names": "web"}
 
 

@@ -29,8 +29,6 @@ from tests.integration.manifests import (
 )
 from tests.unit.deploy.kustomize import CONFIG, find, render
 
-pytestmark = pytest.mark.integration
-
 COMPONENT = render(CONFIG / "flowcontrol")
 SCHEMA = find(COMPONENT, "FlowSchema", "service-serving-signer")
 LEASES_SCHEMA = find(COMPONENT, "FlowSchema", "service-serving-signer-leader-election")

@@ -46,8 +46,6 @@ from tests.integration.managed_ca_harness import ca_cli, edit, phase
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.manifests import apply, object_path
 
-pytestmark = pytest.mark.integration
-
 POLICY_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 BINDING_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
 # The test's own flags replace these of the shipped args (see the module's docstring).

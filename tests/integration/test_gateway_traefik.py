@@ -54,8 +54,6 @@ from trust.ca import generate_ca
 from trust.clustertrustbundles import anchors_of
 from trust.selector import resolve_selector
 
-pytestmark = pytest.mark.integration
-
 SIGNER = unique_signer_name()
 SECRET = f"gw-ca-{uuid.uuid4().hex[:8]}"
 SECRET_PATH = f"/api/v1/namespaces/kube-system/secrets/{SECRET}"

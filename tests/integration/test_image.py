@@ -65,7 +65,7 @@ from tests.integration.shipped import (
 )
 from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 
 SIGNER = "kubernetes.io/service-serving"
 

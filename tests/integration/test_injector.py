@@ -32,8 +32,6 @@ from tests.integration.injector_harness import (
 from tests.integration.signer_harness import eventually
 from tests.integration.webhook_server import REJECT_MESSAGE, WebhookServer
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def issuer(client: Client) -> Iterator[Issuer]:

@@ -61,8 +61,6 @@ from trust.bundle import bundle_name, normalize_bundle
 from trust.ca import generate_ca
 from trust.consumers import ANNOTATION, FIELD_MANAGER, LABEL, TRUSTSTORE_ANNOTATION
 
-pytestmark = pytest.mark.integration
-
 POLICY = CONFIG / "injector-admission-policy" / "policy.yaml"
 JSON_PATCH = "application/json-patch+json"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"

@@ -28,8 +28,6 @@ from tests.integration.injector_harness import (
 from tests.integration.signer_harness import eventually
 from tests.integration.webhook_server import WebhookServer
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def issuer(client: Client) -> Iterator[Issuer]:

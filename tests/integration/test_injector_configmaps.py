@@ -34,8 +34,6 @@ from trust.bundle import anchor_ders, bundle_name, fingerprints, normalize_bundl
 from trust.ca import generate_ca
 from trust.truststore import truststore_anchors
 
-pytestmark = pytest.mark.integration
-
 
 class Roots:
     """ClusterTrustBundles of a signer name unique to the test, written by hand: one per

@@ -26,8 +26,6 @@ from tests.integration.signer_harness import eventually
 from trust.bundle import fingerprints, normalize_bundle
 from trust.convergence import REPORT_ANNOTATION
 
-pytestmark = pytest.mark.integration
-
 KIND = "ValidatingWebhookConfiguration"
 
 

@@ -39,8 +39,6 @@ from tests.unit.deploy.kustomize import CONFIG, render
 from trust.bundle import bundle_name, normalize_bundle
 from trust.ca import generate_ca
 
-pytestmark = pytest.mark.integration
-
 
 def create_namespace(client: Client, labels: dict[str, str]) -> str:
     name = f"dist-{uuid.uuid4().hex[:8]}"

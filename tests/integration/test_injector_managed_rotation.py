@@ -12,8 +12,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from controlplane import ControlPlane
 from kube.client import Client
 from managedca.material import pem_fingerprints
@@ -22,8 +20,6 @@ from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.test_managed_ca import LEASE, Managed
 from trust.consumers import ANNOTATION, LABEL
 from trust.convergence import REPORT_ANNOTATION as REPORT
-
-pytestmark = pytest.mark.integration
 
 
 def held(client: Client, hook: str) -> set[str]:

@@ -8,8 +8,6 @@ import json
 import uuid
 from pathlib import Path
 
-import pytest
-
 from controlplane import ControlPlane
 from kube.client import Client
 from signer.presence import presence_name
@@ -24,8 +22,6 @@ from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.publisher_harness import bundles_of, delete_ctb
 from trust.bundle import normalize_bundle
 from trust.ca import write_ca
-
-pytestmark = pytest.mark.integration
 
 
 def test_star_leaves_the_injector_off_and_star_injector_turns_it_on(

@@ -30,8 +30,6 @@ from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.manifests import apply, ensure_namespace
 from tests.unit.deploy.kustomize import CONFIG, render
 
-pytestmark = pytest.mark.integration
-
 NS = "service-serving-signer"
 SA = "service-serving-signer-injector"
 SUBJECT = service_account_subject(NS, SA)

@@ -42,8 +42,6 @@ from tests.integration.injector_harness import (
 from tests.integration.signer_harness import eventually
 from tests.integration.test_injector_apis import conversion_crd
 
-pytestmark = pytest.mark.integration
-
 APPLY = "application/apply-patch+yaml"
 OWNER = "gitops"
 

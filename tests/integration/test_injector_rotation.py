@@ -36,8 +36,6 @@ from tests.integration.signer_harness import eventually
 from trust.bundle import stable_bundle_name
 from trust.ca import cert_pem, generate_ca
 
-pytestmark = pytest.mark.integration
-
 OLD = "CN=injector rotation old root"
 NEW = "CN=injector rotation new root"
 

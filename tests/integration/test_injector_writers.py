@@ -28,8 +28,6 @@ from tests.integration.injector_harness import (
 )
 from tests.integration.signer_harness import eventually
 
-pytestmark = pytest.mark.integration
-
 KIND = "ValidatingWebhookConfiguration"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from controlplane import ControlPlane
@@ -20,8 +19,6 @@ from kube.types import JSON
 from tests.integration.chart_harness import CHART, CONFIG, helm, kustomize, overlay
 from tests.integration.manifests import ensure_monitoring_crds
 from tests.unit.deploy.kustomize import render
-
-pytestmark = pytest.mark.integration
 
 
 def prepare_namespace(client: Client, namespace: str) -> None:

@@ -6,8 +6,6 @@ the one the user sees."""
 
 from __future__ import annotations
 
-import pytest
-
 from controlplane.cluster import Cluster
 from kube.client import Client
 from tests.integration.manager_process import SignerProcess, eventually
@@ -21,8 +19,6 @@ from tests.integration.nodes import (
     stays_not_running,
     unique_signer_name,
 )
-
-pytestmark = pytest.mark.integration
 
 SIGNER = unique_signer_name()
 

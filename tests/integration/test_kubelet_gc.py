@@ -5,15 +5,10 @@ waiting index lets go of it (no leak per deleted Pod)."""
 
 from __future__ import annotations
 
-import pytest
-
 from controlplane.cluster import Cluster
 from kube.client import Client, is_not_found
 from tests.integration.nodes import pcrs_of, serving_pod
 from tests.integration.signer_harness import RunningSigner, eventually, running_signer_fixture
-
-pytestmark = pytest.mark.integration
-
 
 signer = running_signer_fixture("cluster_client")
 

@@ -15,8 +15,6 @@ from tests.integration import nodes
 from tests.integration.manager_process import SignerProcess
 from trust.selector import resolve_selector
 
-pytestmark = pytest.mark.integration
-
 SIGNER = nodes.unique_signer_name()
 
 

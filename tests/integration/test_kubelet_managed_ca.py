@@ -31,8 +31,6 @@ from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import create_service, running_files, serving_pod
 from tests.integration.signer_harness import unique_signer_name
 
-pytestmark = pytest.mark.integration
-
 SIGNER = unique_signer_name()
 SECRET = f"ca-{uuid.uuid4().hex[:8]}"
 SECRET_PATH = f"/api/v1/namespaces/kube-system/secrets/{SECRET}"

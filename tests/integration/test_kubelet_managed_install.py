@@ -33,8 +33,6 @@ from tests.integration.shipped import (
 )
 from tests.unit.deploy.kustomize import find
 
-pytestmark = pytest.mark.integration
-
 SIGNER = "kubernetes.io/service-serving"
 SECRET_PATH = f"/api/v1/namespaces/{NS}/secrets/{DEFAULT_SECRET_NAME}"
 

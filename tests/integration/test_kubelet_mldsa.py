@@ -22,8 +22,6 @@ from tests.conftest import create_test_namespace
 from tests.integration import nodes
 from tests.integration.manager_process import SignerProcess
 
-pytestmark = pytest.mark.integration
-
 SIGNER = nodes.unique_signer_name()
 
 

@@ -46,8 +46,6 @@ from tests.integration.nodes import signer_fixture, unique_signer_name, verify_a
 from tests.integration.signer_harness import wait_terminal
 from tests.unit.deploy.kustomize import CONFIG, find, render
 
-pytestmark = pytest.mark.integration
-
 SIGNER = unique_signer_name()
 
 

@@ -45,8 +45,6 @@ from tests.integration.shipped import (
 )
 from trust.ca import CertificateAuthority, cert_pem, generate_ca, key_pem
 
-pytestmark = pytest.mark.integration
-
 SIGNER = "kubernetes.io/service-serving"
 KEY_MOUNT = "/var/run/secrets/service-serving-signer/ca"
 BUNDLE_MOUNT = "/var/run/service-serving-signer/trust-bundle"

@@ -5,15 +5,11 @@ Warning Event on it — and runs once the Service is created; a StatefulSet's Po
 
 from __future__ import annotations
 
-import pytest
-
 from controlplane.cluster import Cluster
 from controlplane.workload import cert_volume
 from kube.client import Client
 from tests.integration import nodes
 from tests.integration.manager_process import SignerProcess, eventually
-
-pytestmark = pytest.mark.integration
 
 SIGNER = nodes.unique_signer_name()
 # kubelet retries a failed volume mount with exponential backoff up to ~2 minutes, so a

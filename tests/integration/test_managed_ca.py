@@ -35,8 +35,6 @@ from tests.integration.manager_process import SignerProcess, eventually, issue_o
 from trust import convergence
 from trust.clustertrustbundles import anchors_of
 
-pytestmark = pytest.mark.integration
-
 LEASE = (
     "--leader-elect-lease-duration=4s",
     "--leader-elect-renew-deadline=3s",

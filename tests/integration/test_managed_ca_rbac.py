@@ -29,8 +29,6 @@ from tests.integration.test_injector_rbac import RBAC_KINDS as INJECTOR_KINDS
 from tests.integration.test_injector_rbac import SA as INJECTOR_SA
 from tests.unit.deploy.kustomize import CONFIG, render
 
-pytestmark = pytest.mark.integration
-
 NS = identities.PRODUCT_NAMESPACE
 SA = identities.CONTROLLER_SA
 SUBJECT = identities.CONTROLLER_SUBJECT

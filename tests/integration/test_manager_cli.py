@@ -17,8 +17,6 @@ from kube.client import Client
 from trust.bundle import normalize_bundle
 from trust.ca import cert_pem, generate_ca
 
-pytestmark = pytest.mark.integration
-
 CTBS = "/apis/certificates.k8s.io/v1/clustertrustbundles"
 
 

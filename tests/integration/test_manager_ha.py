@@ -9,8 +9,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet
 from kube.client import Client
@@ -21,8 +19,6 @@ from tests.integration.manager_process import (
     wait_issued,
 )
 from trust.ca import write_ca
-
-pytestmark = pytest.mark.integration
 
 LEASE = (
     "--leader-elect-lease-duration=6s",

@@ -23,8 +23,6 @@ from manager.options import BindAddress, Options
 from tests.integration.manager_process import eventually, signer_with_a_new_ca
 from trust.ca import write_ca
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def private_plane() -> Iterator[ControlPlane]:

@@ -24,8 +24,6 @@ from tests.integration.manifests import apply, ensure_monitoring_crds, ensure_na
 from tests.unit.deploy.kustomize import CONFIG, render
 from trust.ca import write_ca
 
-pytestmark = pytest.mark.integration
-
 NS = identities.PRODUCT_NAMESPACE
 SA = identities.CONTROLLER_SA
 SUBJECT = identities.CONTROLLER_SUBJECT

@@ -23,8 +23,6 @@ from tests.integration.manager_process import signer_with_a_new_ca
 from tests.integration.manifests import apply, ensure_namespace
 from tests.unit.deploy.kustomize import CONFIG, render
 
-pytestmark = pytest.mark.integration
-
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 READER_ROLE = "service-serving-signer-metrics-reader"
 

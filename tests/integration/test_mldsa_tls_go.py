@@ -19,8 +19,6 @@ from trust.ca import cert_pem, generate_ca, key_pem
 from trust.keys import generate_leaf_key
 from trust.material import MaterialFiles, validate_material
 
-pytestmark = pytest.mark.integration
-
 PROGRAM = Path(__file__).with_name("go") / "mldsatls"
 
 

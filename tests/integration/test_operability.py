@@ -34,8 +34,6 @@ from trust.bundle import (
 )
 from trust.ca import CaFiles, CertificateAuthority, cert_pem, generate_ca, key_pem, write_ca
 
-pytestmark = pytest.mark.integration
-
 PUBLISHER_SUCCESS = 'controller="publisher",result="success"'
 CTB = "/apis/certificates.k8s.io/v1/clustertrustbundles"
 LEASE = (

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from controlplane import ControlPlane
 from controlplane.process import SignerProcess, eventually
 from kube.client import Client
@@ -18,8 +16,6 @@ from kube.presence import read
 from tests.integration.explain_harness import age_presence, run_cli
 from tests.integration.manager_process import signer_with_a_new_ca
 from tests.integration.signer_harness import unique_signer_name
-
-pytestmark = pytest.mark.integration
 
 LEASE = "service-serving-signer"
 PRESENCE = f"{LEASE}-presence"

@@ -18,7 +18,7 @@ import pytest
 
 from tests.integration.image_harness import ROOT, Image, built_image
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 
 # Run inside the image: every *.dist-info on its filesystem (venv and system; not the
 # kernel's /proc, /sys, /dev or /run, and no symlink followed), as JSON.

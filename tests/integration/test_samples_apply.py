@@ -17,8 +17,6 @@ from controlplane.binaries import tool
 from kube.client import Client
 from tests.integration.signer_harness import eventually
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 LINE = "kubectl apply -k config/samples"
 

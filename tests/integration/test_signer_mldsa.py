@@ -20,8 +20,6 @@ from controlplane.kubelet import MLDSA_KEY_TYPES
 from kube.client import ApiError, Client
 from tests.integration.signer_harness import RunningSigner
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize("key_type", MLDSA_KEY_TYPES)
 @pytest.mark.parametrize("legacy_pkix", [False, True], ids=["stub-csr", "pkix-public-key"])

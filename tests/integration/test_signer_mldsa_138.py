@@ -23,8 +23,6 @@ from tests.conftest import create_test_namespace
 from tests.integration.explain_harness import run_explain
 from tests.integration.signer_harness import RunningSigner, condition, eventually, wait_terminal
 
-pytestmark = pytest.mark.integration
-
 VERSION = binaries.NEXT_VERSION
 # The plane turns the gate on for 1.38 (`controlplane.server.version_args`); this turns
 # it off again, as 1.38 ships it.

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 
-import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -15,8 +14,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from kube.client import ApiError, Client
 from manager.options import signer_name_problem
 from tests.unit.manager.test_options import ACCEPTED_SIGNER_NAMES, REJECTED_SIGNER_NAMES
-
-pytestmark = pytest.mark.integration
 
 CSR = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 

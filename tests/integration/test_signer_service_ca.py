@@ -6,8 +6,6 @@ The caveat of a reserved `kubernetes.io/` name is in docs/configuration.md."""
 
 from __future__ import annotations
 
-import pytest
-
 from controlplane.cluster import Cluster
 from kube.client import Client
 from manager.options import signer_name_problem
@@ -15,8 +13,6 @@ from tests.integration import nodes
 from tests.integration.explain_harness import run_cli
 from tests.integration.manager_process import SignerProcess
 from trust.selector import resolve_selector
-
-pytestmark = pytest.mark.integration
 
 SIGNER = "kubernetes.io/service-ca"
 

@@ -9,13 +9,9 @@ from __future__ import annotations
 import re
 import subprocess
 
-import pytest
-
 from kube.client import Client
 from kube.types import JSON
 from tests.integration.signer_harness import RunningSigner, condition, wait_terminal
-
-pytestmark = pytest.mark.integration
 
 
 def openssl_text(chain_pem: str) -> str:

@@ -13,8 +13,6 @@ import pytest
 
 from signer.authority import PodSubject
 
-pytestmark = pytest.mark.integration
-
 PROGRAM = Path(__file__).with_name("go") / "podsubject"
 
 

@@ -34,8 +34,6 @@ from tests.integration.signer_harness import eventually
 from trust.bundle import anchor_ders, stable_bundle_name
 from trust.ca import write_ca
 
-pytestmark = pytest.mark.integration
-
 
 def stable_path(client: Client, signer: str) -> str:
     return f"{ctb_path(client)}/{path_segment(stable_bundle_name(signer))}"

@@ -29,8 +29,6 @@ from tests.integration.manifests import ensure_namespace
 from tests.integration.signer_harness import unique_signer_name
 from trust.ca import write_ca
 
-pytestmark = pytest.mark.integration
-
 LEASE = "status-signer"
 
 

@@ -52,8 +52,6 @@ from trust.bundle import bundle_name, normalize_bundle
 from trust.ca import generate_ca
 from trust.selector import resolve_selector
 
-pytestmark = pytest.mark.integration
-
 SIGNER = unique_signer_name()
 JAVA_CLIENT = Path(__file__).with_name("java") / "TrustCheck.java"
 BTLS_PATH = "/apis/gateway.networking.k8s.io/v1/namespaces/{ns}/backendtlspolicies"
