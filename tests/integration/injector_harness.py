@@ -29,6 +29,7 @@ from kube.events import EventRecorder
 from kube.factory import InformerFactory
 from kube.leases import LeaseRef
 from kube.types import JSON
+from tests.integration.identities import service_account_subject
 from tests.integration.publisher_harness import RunningPublisher, ctb_version
 from tests.integration.signer_harness import RunningSigner, eventually, wait_terminal
 from tests.integration.webhook_server import WebhookServer
@@ -391,3 +392,56 @@ def events_about(client: Client, name: str, reason: str) -> list[JSON]:
         for e in items
         if (e.get("regarding") or {}).get("name") == name and e.get("reason") == reason
     ]
+
+
+# The injector's shipped identity (config/injector).
+NS = "service-serving-signer"
+SA = "service-serving-signer-injector"
+SUBJECT = service_account_subject(NS, SA)
+# What the injector's ServiceAccount needs to run: its RBAC, and its two Leases (shipped:
+# its Role may get and update them by name, never create one).
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"}
+LEASE = "service-serving-signer-injector"
+
+
+def conversion_crd(group: str, namespace: str, annotation: str) -> dict[str, Any]:
+    def version(name: str, storage: bool, field: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "served": True,
+            "storage": storage,
+            "schema": {
+                "openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {"type": "object", "properties": {field: {"type": "integer"}}}
+                    },
+                }
+            },
+        }
+
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"things.{group}", "annotations": {ANNOTATION: annotation}},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "things", "singular": "thing", "kind": "Thing"},
+            "versions": [version("v1", True, "size"), version("v2", False, "replicas")],
+            "conversion": {
+                "strategy": "Webhook",
+                "webhook": {
+                    "conversionReviewVersions": ["v1"],
+                    "clientConfig": {
+                        "service": {
+                            "namespace": namespace,
+                            "name": "convert",
+                            "path": "/convert",
+                            "port": SERVICE_PORT,
+                        }
+                    },
+                },
+            },
+        },
+    }

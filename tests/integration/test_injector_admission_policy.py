@@ -42,9 +42,15 @@ from injector.targets import Kind, release_ops
 from kube.client import ApiError, Client, is_not_found
 from tests.integration.identities import can, service_account_token
 from tests.integration.injector_harness import (
+    LEASE,
+    NS,
+    RBAC_KINDS,
+    SA,
+    SUBJECT,
     VWC_PATH,
     api_service,
     b64,
+    conversion_crd,
     delete_quietly,
     validating_webhook,
 )
@@ -53,9 +59,7 @@ from tests.integration.manifests import apply as apply_manifest
 from tests.integration.manifests import ensure_namespace
 from tests.integration.publisher_harness import ctb_path, ctb_version
 from tests.integration.signer_harness import eventually
-from tests.integration.test_injector_apis import conversion_crd
 from tests.integration.test_injector_distribution import configuration
-from tests.integration.test_injector_rbac import LEASE, NS, RBAC_KINDS, SA, SUBJECT
 from tests.unit.deploy.kustomize import CONFIG, render
 from trust.bundle import bundle_name, normalize_bundle
 from trust.ca import generate_ca

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from injector.targets import ANNOTATION
 from kube.client import ApiError, Client
 from tests.integration.injector_harness import (
     APISERVICE_PATH,
@@ -21,6 +20,7 @@ from tests.integration.injector_harness import (
     api_service,
     b64,
     ca_bundles,
+    conversion_crd,
     create_service,
     delete_quietly,
     endpoint_slice,
@@ -96,49 +96,6 @@ def _get_or_none(client: Client, path: str) -> dict[str, Any] | None:
         return client.get(path)
     except ApiError:
         return None
-
-
-def conversion_crd(group: str, namespace: str, annotation: str) -> dict[str, Any]:
-    def version(name: str, storage: bool, field: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "served": True,
-            "storage": storage,
-            "schema": {
-                "openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {
-                        "spec": {"type": "object", "properties": {field: {"type": "integer"}}}
-                    },
-                }
-            },
-        }
-
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"things.{group}", "annotations": {ANNOTATION: annotation}},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"plural": "things", "singular": "thing", "kind": "Thing"},
-            "versions": [version("v1", True, "size"), version("v2", False, "replicas")],
-            "conversion": {
-                "strategy": "Webhook",
-                "webhook": {
-                    "conversionReviewVersions": ["v1"],
-                    "clientConfig": {
-                        "service": {
-                            "namespace": namespace,
-                            "name": "convert",
-                            "path": "/convert",
-                            "port": SERVICE_PORT,
-                        }
-                    },
-                },
-            },
-        },
-    }
 
 
 def test_crd_conversion_webhook_serves_the_non_stored_version_after_injection(

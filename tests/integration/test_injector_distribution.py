@@ -28,13 +28,21 @@ from kube.client import ApiError, Client, is_already_exists, is_not_found
 from kube.events import EventRecorder
 from kube.factory import InformerFactory
 from tests.integration.identities import can, service_account_token
-from tests.integration.injector_harness import Delivered, RunningInjector, cache_key
+from tests.integration.injector_harness import (
+    LEASE,
+    NS,
+    RBAC_KINDS,
+    SA,
+    SUBJECT,
+    Delivered,
+    RunningInjector,
+    cache_key,
+)
 from tests.integration.manager_process import SignerProcess
 from tests.integration.manifests import apply as apply_manifest
 from tests.integration.manifests import ensure_namespace
 from tests.integration.publisher_harness import ctb_path, ctb_version
 from tests.integration.signer_harness import eventually
-from tests.integration.test_injector_rbac import LEASE, NS, RBAC_KINDS, SA, SUBJECT
 from tests.unit.deploy.kustomize import CONFIG, render
 from trust.bundle import bundle_name, normalize_bundle
 from trust.ca import generate_ca

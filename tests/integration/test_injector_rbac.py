@@ -16,8 +16,13 @@ import pytest
 from controlplane import ControlPlane
 from injector.decide import REASON_INVALID_SELECTOR
 from kube.client import Client
-from tests.integration.identities import can, service_account_subject, service_account_token
+from tests.integration.identities import can, service_account_token
 from tests.integration.injector_harness import (
+    LEASE,
+    NS,
+    RBAC_KINDS,
+    SA,
+    SUBJECT,
     VWC_PATH,
     Issuer,
     b64,
@@ -29,14 +34,6 @@ from tests.integration.injector_harness import (
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.manifests import apply, ensure_namespace
 from tests.unit.deploy.kustomize import CONFIG, render
-
-NS = "service-serving-signer"
-SA = "service-serving-signer-injector"
-SUBJECT = service_account_subject(NS, SA)
-# What the injector's ServiceAccount needs to run: its RBAC, and its two Leases (shipped:
-# its Role may get and update them by name, never create one).
-RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"}
-LEASE = "service-serving-signer-injector"
 
 
 @pytest.fixture(scope="module")

@@ -35,12 +35,12 @@ from tests.integration.injector_harness import (
     api_service,
     b64,
     ca_bundles,
+    conversion_crd,
     delete_quietly,
     events_about,
     validating_webhook,
 )
 from tests.integration.signer_harness import eventually
-from tests.integration.test_injector_apis import conversion_crd
 
 APPLY = "application/apply-patch+yaml"
 OWNER = "gitops"

@@ -21,12 +21,12 @@ from controlplane.process import eventually
 from kube.client import ApiError, Client, is_not_found
 from managedca.material import DEFAULT_SECRET_NAME
 from tests.integration import identities
+from tests.integration.injector_harness import LEASE as INJECTOR_LEASE
+from tests.integration.injector_harness import RBAC_KINDS as INJECTOR_KINDS
+from tests.integration.injector_harness import SA as INJECTOR_SA
 from tests.integration.managed_ca_harness import phase
 from tests.integration.manager_process import issue_one, signer_with_token, wait_issued
 from tests.integration.manifests import apply, ensure_namespace
-from tests.integration.test_injector_rbac import LEASE as INJECTOR_LEASE
-from tests.integration.test_injector_rbac import RBAC_KINDS as INJECTOR_KINDS
-from tests.integration.test_injector_rbac import SA as INJECTOR_SA
 from tests.unit.deploy.kustomize import CONFIG, render
 
 NS = identities.PRODUCT_NAMESPACE
