@@ -231,7 +231,7 @@ class Kubelet:
         self,
         pod: dict[str, Any],
         *,
-        key_type: str = "ECDSAP256",
+        key_type: str = keys.DEFAULT_KEY_TYPE,
         key: PrivateKey | None = None,
         annotations: dict[str, str] | None = None,
         max_expiration_seconds: int | None = 86400,

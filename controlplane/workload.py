@@ -16,6 +16,7 @@ from typing import Any
 
 from controlplane.hollow_node import HollowNode
 from controlplane.kubelet import pod_manifest
+from trust import keys
 
 SIGNER_NAME = "kubernetes.io/service-serving"
 VOLUME = "tls"
@@ -28,7 +29,7 @@ CREDENTIAL_FILE = "credential.pem"
 
 def cert_volume(
     *,
-    key_type: str = "ECDSAP256",
+    key_type: str = keys.DEFAULT_KEY_TYPE,
     annotations: dict[str, str] | None = None,
     signer_name: str = SIGNER_NAME,
     max_expiration_seconds: int | None = None,
