@@ -17,3 +17,20 @@ def test_build_backend_is_new_enough_to_read_an_spdx_license() -> None:
     (setuptools,) = [r for r in PYPROJECT["build-system"]["requires"] if r.startswith("setuptools")]
     floor = re.fullmatch(r"setuptools>=(\d+)(?:\.\d+)*", setuptools)
     assert floor is not None and int(floor.group(1)) >= 77, setuptools
+
+
+def test_every_subpackage_of_a_shipped_package_is_in_the_wheel() -> None:
+    """A subpackage the include list does not name is left out of the wheel and the image,
+    and `run` fails on its import there while every test from the checkout passes."""
+    from setuptools import find_packages
+
+    root = Path(__file__).resolve().parents[3]
+    include = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    shipped = set(find_packages(str(root), include=include))
+    tops = {name.split(".")[0] for name in include}
+    on_disk = {
+        ".".join(init.parent.relative_to(root).parts)
+        for top in tops
+        for init in (root / top).rglob("__init__.py")
+    }
+    assert on_disk - shipped == set()
