@@ -33,6 +33,7 @@ from tests.integration.test_gate_topologies import (
     deployments,
     flag,
     freeze,
+    frozen,
     grant,
     held,
     kubeconfig_of,
@@ -103,6 +104,7 @@ def test_a_deleted_report_lease_holds_the_swap_until_it_is_applied_again(
         assert eventually(lambda: len(held(client, hook)) == 1, 60), "the webhook is injected"
         [old] = held(client, hook)
         policy = freeze(client, hook)
+        assert eventually(lambda: frozen(client, hook), 30), "the policy is in force"
         rotate = ca_cli(
             control_plane.kubeconfig,
             "rotate",
@@ -118,7 +120,7 @@ def test_a_deleted_report_lease_holds_the_swap_until_it_is_applied_again(
         assert "kubectl apply -k config/injector" in str(last.get("waitingFor")), last
         time.sleep(5)
         assert phase(client, secret_path) == "Staged", "swapped without the injector's word"
-        assert held(client, hook) == {old}
+        assert held(client, hook) == {old}, "the frozen webhook holds only the old root"
         # The documented recovery: the shipped Lease applied again; then the webhook is
         # mended, and the rotation proceeds.
         body = copy.deepcopy(report)
@@ -126,7 +128,8 @@ def test_a_deleted_report_lease_holds_the_swap_until_it_is_applied_again(
         client.create(leases, body)
         thaw(client, policy)
         policy = ""
-        assert eventually(lambda: phase(client, secret_path) == "Retiring", 120), status()
+        swapped = eventually(lambda: phase(client, secret_path) == "Retiring", 240)
+        assert swapped, (status().get("reason"), status().get("waitingFor"))
     finally:
         if policy:
             thaw(client, policy)
