@@ -666,23 +666,23 @@ def _whole_second_up(t: datetime) -> datetime:
 def _retire_unconfirmed(
     state: State, retired: frozenset[str], obs: Observations, now: datetime, config: Config
 ) -> Wait | None:
-    """A retire cannot be undone, so the wall clock alone does not decide it: this leader
-    has also led for the retire margin (one elected with its clock ahead sees every
-    retire time past at once), and its wall clock when it started leading, advanced by
-    its monotonic clock, is past each retire time (a clock stepped ahead while leading).
+    """A retire cannot be undone, so the wall clock alone does not decide it: this
+    leader's wall clock when it started leading, advanced by its monotonic clock, is past
+    each retire time (a clock stepped ahead while leading retires no earlier). A leader
+    elected with its clock already ahead is not caught here (see docs/managed-ca.md).
     None: confirmed (or not tracked)."""
     if obs.led_for is None or obs.led_since is None:
         return None
     steady = obs.led_since + obs.led_for
     due = max(p.retire_at for p in state.previous if p.ca.fingerprint in retired and p.retire_at)
-    short = max(config.retire_margin - obs.led_for, due - steady)
+    short = due - steady
     if short <= timedelta(0):
         return None
     return Wait(
         now + short,
         "retire-time",
         "the retire time of a previous root, as this leader's monotonic clock confirms it "
-        "(it has led for the retire margin, and its clock has not stepped ahead)",
+        "(its clock has not stepped ahead while leading)",
     )
 
 

@@ -95,17 +95,6 @@ def _leader(clocks: Clocks) -> ManagedCAController:
     )
 
 
-def test_a_new_leader_whose_clock_runs_ahead_does_not_retire_at_once() -> None:
-    # 10 min ahead: its "now" is past RETIRE_AT; the true time is 5 min before it, and a
-    # 24 h leaf A signed just before the swap is still valid.
-    clocks = Clocks(timedelta(minutes=10))
-    leader = _leader(clocks)
-    action = leader.sync_once()
-    assert isinstance(action, d.Wait) and action.reason == "retire-time", action
-    clocks.true += CFG.retire_margin  # the true retire time: now it may go
-    assert isinstance(leader.sync_once(), d.Retire)
-
-
 def test_a_clock_stepped_ahead_while_leading_does_not_retire_early() -> None:
     clocks = Clocks(timedelta(0))
     leader = _leader(clocks)
