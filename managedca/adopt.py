@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kube.client import ApiError, Client, is_not_found, path_segment
 from managedca import decide as d
@@ -46,8 +46,25 @@ from managedca.layout import split_pem
 from trust.material import MaterialError, MaterialFiles, validate_material
 
 if TYPE_CHECKING:
-    from managedca.controller import ManagedCAController
+    from managedca.observe import Observer
     from managedca.step import MakeCa, Step
+    from managedca.store import SecretStore
+
+
+class Replica(Protocol):
+    """What adopting before leading reads of a replica's managed-CA controller (a
+    structural type, so this module does not import the controller that calls it)."""
+
+    config: d.Config
+    observer: Observer
+    store: SecretStore
+
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+
+    @property
+    def file_ca(self) -> Callable[[], FileCa | None] | None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -187,9 +204,7 @@ def maker(
     return (lambda _at: (adopted.key_pem, adopted.cert_pem)), adopted
 
 
-def adopt_once(
-    controller: ManagedCAController, on_written: Callable[[Mapping[str, Any]], object]
-) -> bool:
+def adopt_once(controller: Replica, on_written: Callable[[Mapping[str, Any]], object]) -> bool:
     """On a replica that may not lead: when no managed CA Secret exists and the
     file-mode CA is adoptable, create the Secret with it (confirmed) and hand it to
     `on_written`. True: it was created here."""
@@ -237,7 +252,7 @@ def adopt_once(
 
 
 def before_leading(
-    controller: ManagedCAController,
+    controller: Replica,
     on_written: Callable[[Mapping[str, Any]], object],
     stop: threading.Event,
     retry: float = 5.0,
