@@ -90,12 +90,13 @@ def clean(cluster_client: Client) -> Iterator[None]:
 
 class Follower:
     """The kubelet and the runtime for the Deployment's Pods: a `ShippedSigner` for each
-    Running Pod, SIGTERM once the Pod is being deleted."""
+    Running Pod, restarted if it exits on its own, SIGTERM once the Pod is being deleted."""
 
     def __init__(self, cluster: Cluster, client: Client, logs: Path) -> None:
         self.cluster, self.client, self.logs = cluster, client, logs
         self.signers: dict[str, ShippedSigner] = {}
         self.stopped: list[tuple[str, int]] = []
+        self.restarts = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -124,6 +125,11 @@ class Follower:
         for uid in [u for u in self.signers if u not in live]:
             signer = self.signers.pop(uid)
             self.stopped.append((uid, signer.stop()))
+        for uid in [u for u in self.signers if not self.signers[u].alive()]:
+            # Exited on its own while its Pod runs (this stand-in can start a signer before
+            # it has written every volume file): restarted, as the kubelet would.
+            self.restarts += 1
+            self.signers.pop(uid)
         for uid, pod in live.items():
             if uid not in self.signers:
                 name = pod["metadata"]["name"]
