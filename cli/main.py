@@ -40,6 +40,7 @@ from cli.common import (
 from manager import logs
 from manager.options import (
     CA_MODES,
+    DEFAULT_ADOPT_SECRET,
     DEFAULT_MANAGED_CA_SECRET,
     DEFAULT_SIGNER_NAME,
     LOG_FORMATS,
@@ -299,6 +300,13 @@ class KlogVerbosity(click.IntRange):
     "--managed-ca-secret-name",
     default=DEFAULT_MANAGED_CA_SECRET,
     help="Secret holding the managed CA, in the leader-election namespace.",
+)
+@flag(
+    "--managed-ca-adopt-secret-name",
+    default=DEFAULT_ADOPT_SECRET,
+    help="The file-mode CA Secret (kubernetes.io/tls) a first managed bootstrap adopts as "
+    "its CA, in the leader-election namespace, so a move from file mode keeps signing; "
+    "empty: adopt none (docs/managed-ca.md).",
 )
 @flag(
     "--managed-ca-key-type",

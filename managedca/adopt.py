@@ -1,6 +1,8 @@
 """A move from file mode with no issuance gap: on its first start (no managed CA Secret),
 the managed CA takes the file-mode CA — the `kubernetes.io/tls` Secret the file-mode
-install mounts, `FILE_MODE_SECRET` in the same namespace — as its confirmed current CA,
+install mounts, named by `--managed-ca-adopt-secret-name` (default
+`service-serving-signer-ca`, the README's and the chart's) in the same namespace — as its
+confirmed current CA,
 so it signs at once with a CA every consumer already trusts, and rotates away from it
 later through the normal gates (stage → swap → retire), like any CA it made.
 
@@ -68,10 +70,6 @@ class Replica(Protocol):
 
 log = logging.getLogger(__name__)
 
-FILE_MODE_SECRET = "service-serving-signer-ca"
-"""The file-mode CA Secret of the README's quick install and of the chart
-(`signingSecret.name`'s default)."""
-
 
 @dataclass(frozen=True)
 class FileCa:
@@ -138,7 +136,7 @@ def parse_file_ca(where: str, key_pem: bytes, cert_pem: bytes, now: datetime) ->
 
 
 def read_file_ca(
-    client: Client, namespace: str, name: str = FILE_MODE_SECRET, now: datetime | None = None
+    client: Client, namespace: str, name: str, now: datetime | None = None
 ) -> FileCa | None:
     """GET the file-mode Secret: None when it does not exist, a `FileCa` with `problem`
     when it may not be read or is not a `kubernetes.io/tls` Secret with one root."""

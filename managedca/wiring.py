@@ -39,6 +39,7 @@ class Settings:
 
     namespace: str
     secret_name: str
+    adopt_secret_name: str  # the file-mode CA Secret a first bootstrap adopts; "": none
     signer_name: str
     key_type: str
     domain: str
@@ -113,7 +114,11 @@ def wire(
         on_written=source.apply,
         injector_report=settings.injector_report,
         revoked=source.revoked,
-        file_ca=lambda: adopt.read_file_ca(client, settings.namespace),
+        file_ca=(
+            (lambda: adopt.read_file_ca(client, settings.namespace, settings.adopt_secret_name))
+            if settings.adopt_secret_name
+            else None
+        ),
     )
     reporter = LoadedReporter(
         client,

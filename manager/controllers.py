@@ -278,6 +278,7 @@ def managed_ca_settings(opts: Options) -> ManagedSettings:
     return Settings(
         namespace=opts.leader_elect_resource_namespace,
         secret_name=opts.managed_ca_secret_name,
+        adopt_secret_name=opts.managed_ca_adopt_secret_name,
         signer_name=opts.signer_name,
         key_type=opts.managed_ca_key_type,
         domain=opts.cluster_service_domain,

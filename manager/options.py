@@ -44,6 +44,9 @@ LOG_FORMATS = ("text", "json")
 CA_MODES = ("file", "managed")
 MANAGED_CA_KEY_TYPES = keys.managed_ca_key_types()
 DEFAULT_MANAGED_CA_SECRET = "service-serving-signer-managed-ca"
+DEFAULT_ADOPT_SECRET = "service-serving-signer-ca"
+"""The file-mode CA Secret of the README's quick install and of the chart
+(`signingSecret.name`'s default): what a first managed bootstrap adopts."""
 KUBELET_PROJECTION_WORST_CASE = 390.0
 """kubelet's clusterTrustBundle projection: a 5 min cache plus a 1 min Pod resync jittered
 by up to 0.5 (docs/managed-ca.md "Defaults"): the least --managed-ca-propagation-delay."""
@@ -317,6 +320,8 @@ class Options:
     # managed CA (docs/managed-ca.md); ignored with ca_mode="file"
     ca_mode: str = "file"
     managed_ca_secret_name: str = DEFAULT_MANAGED_CA_SECRET
+    # The file-mode CA Secret a first bootstrap adopts (managedca.adopt); "" adopts none.
+    managed_ca_adopt_secret_name: str = DEFAULT_ADOPT_SECRET
     managed_ca_key_type: str = keys.DEFAULT_KEY_TYPE
     managed_ca_lifetime: float = 365 * 86400.0
     managed_ca_rotate_at: float = 0.5
@@ -432,6 +437,17 @@ class Options:
             raise OptionsError(
                 "--managed-ca-secret-name",
                 f"{self.managed_ca_secret_name!r} is not a DNS subdomain",
+            )
+        adopt = self.managed_ca_adopt_secret_name
+        if adopt and not _DNS1123_SUBDOMAIN.fullmatch(adopt):
+            raise OptionsError(
+                "--managed-ca-adopt-secret-name",
+                f"{adopt!r} is not a DNS subdomain (or empty, to adopt none)",
+            )
+        if adopt == self.managed_ca_secret_name:
+            raise OptionsError(
+                "--managed-ca-adopt-secret-name",
+                "is the managed CA's own Secret (--managed-ca-secret-name)",
             )
         if self.managed_ca_key_type not in MANAGED_CA_KEY_TYPES:
             raise OptionsError(

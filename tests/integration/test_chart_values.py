@@ -26,6 +26,7 @@ FLAGS = {
     "signerName": "--signer-name",
     "clusterServiceDomain": "--cluster-service-domain",
     "managedCA.secretName": "--managed-ca-secret-name",
+    "signingSecret.name": "--managed-ca-adopt-secret-name",  # with managedCA.enabled
     "managedCA.keyType": "--managed-ca-key-type",
     "managedCA.lifetime": "--managed-ca-lifetime",
     "managedCA.rotateAt": "--managed-ca-rotate-at",
@@ -54,6 +55,10 @@ CASES: list[tuple[str, Any, tuple[str, ...]]] = [
     ("clusterServiceDomain", "Cluster_Local", ()),
     ("managedCA.secretName", "my-ca", MANAGED),
     ("managedCA.secretName", "My_CA", MANAGED),
+    ("managedCA.secretName", "service-serving-signer-ca", MANAGED),
+    ("signingSecret.name", "platform-ca", MANAGED),
+    ("signingSecret.name", "service-serving-signer-managed-ca", MANAGED),
+    ("signingSecret.name", "Platform_CA", MANAGED),
     # Every key type of the table (trust.keys.KEYS): a CA-only, leaf-only or new row too.
     *[("managedCA.keyType", spec.name, MANAGED) for spec in keys.KEYS],
     ("managedCA.keyType", "DSA", MANAGED),

@@ -5,6 +5,9 @@ KUBELET_PROJECTION_WORST_CASE, the room left after the rotation point) is refuse
 a release never crash-loops on it; tests/integration/test_chart_values.py renders value by
 value and runs the binary's own validation on the same flags. */ -}}
 {{- $m := .Values.managedCA -}}
+{{- if eq $m.secretName .Values.signingSecret.name -}}
+{{- fail "managedCA.secretName: must differ from signingSecret.name, the file-mode CA Secret a move from file mode adopts (run refuses the same name)" -}}
+{{- end -}}
 {{- $margin := include "sss.seconds" (dict "v" $m.retireMargin "name" "managedCA.retireMargin") | float64 -}}
 {{- if lt $margin 300.0 -}}
 {{- fail "managedCA.retireMargin: must be at least 5m0s (run refuses less)" -}}
@@ -33,6 +36,7 @@ value and runs the binary's own validation on the same flags. */ -}}
 {{- end }}
 - --ca-mode=managed
 - --managed-ca-secret-name={{ $m.secretName }}
+- --managed-ca-adopt-secret-name={{ .Values.signingSecret.name }}
 - --managed-ca-key-type={{ $m.keyType }}
 - --managed-ca-lifetime={{ $m.lifetime }}
 - --managed-ca-rotate-at={{ $m.rotateAt }}

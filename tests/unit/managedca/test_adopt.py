@@ -98,12 +98,15 @@ class FileModeCluster:
     """No managed CA Secret yet; the file-mode Secret and its published bundle (what a
     file-mode install leaves for `config/managed`)."""
 
-    def __init__(self, *, file_secret: bool = True) -> None:
+    def __init__(
+        self, *, file_secret: bool = True, file_secret_name: str = "service-serving-signer-ca"
+    ) -> None:
         self.file_secret = file_secret
+        self.file_secret_name = file_secret_name
         self.created: list[Mapping[str, Any]] = []
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
-        if path.endswith("/secrets/service-serving-signer-ca") and self.file_secret:
+        if path.endswith(f"/secrets/{self.file_secret_name}") and self.file_secret:
             return {
                 "type": "kubernetes.io/tls",
                 "data": {
@@ -122,7 +125,9 @@ class FileModeCluster:
         return {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
 
 
-def controller(cluster: FileModeCluster) -> ManagedCAController:
+def controller(
+    cluster: FileModeCluster, adopt_name: str = "service-serving-signer-ca"
+) -> ManagedCAController:
     client = cast(Client, cluster)
     return ManagedCAController(
         client,
@@ -135,7 +140,7 @@ def controller(cluster: FileModeCluster) -> ManagedCAController:
         clock=lambda: NOW,
         registry=CollectorRegistry(),
         monotonic=time.monotonic,
-        file_ca=lambda: adopt.read_file_ca(client, "ns", now=NOW),
+        file_ca=lambda: adopt.read_file_ca(client, "ns", adopt_name, now=NOW),
     )
 
 
@@ -159,6 +164,21 @@ def test_without_a_file_mode_secret_the_bootstrap_makes_a_new_root_gated_like_a_
     assert stored.state.current != INFO
     assert stored.state.confirmed_at is None
     assert [p.ca for p in stored.state.previous] == [INFO]
+
+
+def test_the_bootstrap_adopts_from_the_secret_it_is_told_to_and_no_other() -> None:
+    """`--managed-ca-adopt-secret-name`: a file-mode install whose CA Secret has another
+    name is adopted from that name; told the default, the bootstrap finds no file-mode CA
+    there and makes a new root, gated."""
+    told = FileModeCluster(file_secret_name="platform-ca")
+    controller(told, adopt_name="platform-ca").sync_once()
+    assert decode(told.created[0]).state.current == INFO
+
+    default = FileModeCluster(file_secret_name="platform-ca")
+    controller(default).sync_once()
+    stored = decode(default.created[0])
+    assert stored.state.current != INFO
+    assert stored.state.confirmed_at is None
 
 
 def test_a_replica_that_does_not_lead_adopts_the_file_mode_ca_so_a_rollout_goes_on() -> None:

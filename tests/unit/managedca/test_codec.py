@@ -140,7 +140,9 @@ def test_a_managed_root_signs_leaves_only() -> None:
 
     from managedca.wiring import Settings, make_ca_of
 
-    settings = Settings("ns", "ca", "example.com/x", "ECDSAP256", "cluster.local", d.Config())
+    settings = Settings(
+        "ns", "ca", "file-ca", "example.com/x", "ECDSAP256", "cluster.local", d.Config()
+    )
     _key, cert = make_ca_of(settings)(NOW)
     constraints = x509.load_pem_x509_certificate(cert).extensions.get_extension_for_class(
         x509.BasicConstraints

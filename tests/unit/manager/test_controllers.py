@@ -160,3 +160,34 @@ def test_discovery_refused_by_a_saturated_level_is_asked_again_after_retry_after
     with pytest.raises(ApiError):
         ctx.ctb_version("the publisher")
     assert len(client.gets) == 31  # 30 waits of 2 s fill the minute, then it gives up
+
+
+@pytest.mark.parametrize("name", ["service-serving-signer-ca", "platform-ca", ""])
+def test_the_managed_ca_adopts_from_the_secret_its_flag_names(name: str) -> None:
+    """`--managed-ca-adopt-secret-name` reaches the managed CA: it adopts from that Secret,
+    and from none when it is empty."""
+    from managedca.material import ApiMaterialSource
+    from managedca.wiring import wire
+    from manager.controllers import managed_ca_settings
+    from tests.unit.fakes import FakeRecorder
+
+    opts = Options("", "", "", ca_mode="managed", managed_ca_adopt_secret_name=name)
+    settings = managed_ca_settings(opts)
+    assert settings.adopt_secret_name == name
+    gets: list[str] = []
+
+    class Recording(DiscoveryClient):
+        def get(self, path: str, params: Any = None) -> Any:
+            gets.append(path)
+            raise ApiError(404, "Not Found", {"reason": "NotFound"})
+
+    client = cast(Client, Recording())
+    source = ApiMaterialSource(client, "ns", settings.secret_name)
+    recorder = FakeRecorder()
+    controller, _ = wire(settings, client, CollectorRegistry(), "me", source, "v1", recorder)
+    if not name:
+        assert controller.file_ca is None
+        return
+    assert controller.file_ca is not None
+    assert controller.file_ca() is None, "no such Secret: nothing to adopt"
+    assert gets == [f"/api/v1/namespaces/{opts.leader_elect_resource_namespace}/secrets/{name}"]

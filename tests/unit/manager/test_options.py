@@ -302,9 +302,14 @@ def test_a_managed_ca_needs_no_files_and_keeps_the_documented_defaults() -> None
     opts = managed()
     assert opts.managed_ca
     assert opts.managed_ca_secret_name == "service-serving-signer-managed-ca"
+    assert opts.managed_ca_adopt_secret_name == "service-serving-signer-ca", "the README's"
     assert (opts.managed_ca_lifetime, opts.managed_ca_rotate_at) == (365 * 86400.0, 0.5)
     assert (opts.managed_ca_propagation_delay, opts.managed_ca_retire_margin) == (600.0, 3600.0)
     assert not make().managed_ca, "file mode is the default"
+
+
+def test_an_empty_adopt_secret_name_adopts_none() -> None:
+    assert managed(managed_ca_adopt_secret_name="").managed_ca_adopt_secret_name == ""
 
 
 def test_a_short_propagation_delay_only_when_forced() -> None:
@@ -321,6 +326,11 @@ def test_a_short_propagation_delay_only_when_forced() -> None:
         ({"managed_ca_retire_margin": 60.0}, "--managed-ca-retire-margin: must be at least 5m"),
         ({"managed_ca_key_type": "DSA"}, "--managed-ca-key-type: 'DSA' is not one of"),
         ({"managed_ca_secret_name": "Bad_Name"}, "--managed-ca-secret-name"),
+        ({"managed_ca_adopt_secret_name": "Bad_Name"}, "--managed-ca-adopt-secret-name"),
+        (
+            {"managed_ca_adopt_secret_name": "service-serving-signer-managed-ca"},
+            "--managed-ca-adopt-secret-name: is the managed CA's own Secret",
+        ),
         ({"managed_ca_keep_previous": -1}, "--managed-ca-keep-previous"),
         (
             {"managed_ca_propagation_delay": 0.0},
