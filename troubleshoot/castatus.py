@@ -383,6 +383,19 @@ FILE_MODE_LINES = (
 )
 
 
+def _no_phase(status: CaStatus) -> str:
+    """Why no phase is shown: only a leader publishes one (in its report Lease)."""
+    leader = status.leader
+    if status.signer_running is False:
+        return (
+            f"none shown: no signer runs, so no leader reports one (an uninstall keeps the "
+            f"Secret {status.secret} and its CA; a reinstall goes on from it)"
+        )
+    if leader is None or not leader.identity or not leader.held:
+        return "none shown: no leader right now (a replica reports it once it leads)"
+    return f"not published yet by the leader {leader.identity} (it does after its first sync)"
+
+
 def lines(status: CaStatus, now: datetime) -> list[str]:
     """`ca status` as text, one fact a line."""
     if file_mode(status):
@@ -399,7 +412,7 @@ def lines(status: CaStatus, now: datetime) -> list[str]:
             f"{span(timedelta(seconds=leader.renewed_seconds_ago or 0))} ago, {state})"
         )
     out = [f"Secret:  {status.secret}", f"Leader:  {who}"]
-    out.append(f"Phase:   {status.phase or 'unknown (no leader has published a decision)'}")
+    out.append(f"Phase:   {status.phase or _no_phase(status)}")
     if status.decided_at:
         by = "" if status.decided_by_leader else " (not the current leader)"
         out.append(f"  decided by {status.decided_by}{by} at {_ago(status.decided_at, now)}")

@@ -90,3 +90,32 @@ def test_a_released_leader_lease_is_shown_released_not_expired(
     out = ca_status(api, tmp_path).stdout
     assert "Leader:  none (Lease service-serving-signer released: no leader right now)" in out
     assert "EXPIRED" not in out
+
+
+def test_ca_status_after_a_managed_uninstall_says_no_signer_runs_not_phase_unknown(
+    api: FakeApi, tmp_path: Path
+) -> None:
+    """The uninstalled leader released its Lease, the presence Lease is no longer renewed
+    and no replica reports: the phase is not "unknown", nobody runs to decide one; the
+    Secret, which the uninstall kept, is named for the reinstall."""
+    api.put(LEASES, lease(NS, "", 60))
+    api.put(
+        LEASES,
+        lease(f"{NS}-presence", "pod-a", 120, {signer_presence.CA_MODE: "managed"}),
+    )
+    result = ca_status(api, tmp_path)
+    assert result.exit_code == 0, result.stderr
+    (phase,) = [line for line in result.stdout.splitlines() if line.startswith("Phase:")]
+    assert "unknown" not in phase
+    assert "no signer runs" in phase
+    assert "service-serving-signer/service-serving-signer-managed-ca" in phase
+
+
+def test_ca_status_with_a_leader_that_has_not_decided_yet_says_so(
+    api: FakeApi, tmp_path: Path
+) -> None:
+    api.put(LEASES, lease(NS, "pod-a", 1))
+    api.put(LEASES, lease(f"{NS}-presence", "pod-a", 1, {signer_presence.CA_MODE: "managed"}))
+    result = ca_status(api, tmp_path)
+    (phase,) = [line for line in result.stdout.splitlines() if line.startswith("Phase:")]
+    assert "pod-a" in phase and "not published" in phase
