@@ -177,6 +177,16 @@ class KlogVerbosity(click.IntRange):
 )
 @flag("--concurrent-syncs", type=click.IntRange(min=1), default=4, help="Signer worker threads.")
 @flag(
+    "--publish-unlinked-bundle",
+    type=click.BOOL,
+    default=False,
+    is_flag=False,
+    flag_value=True,
+    help="Opt-in: also publish the anchors as a ClusterTrustBundle without a signerName "
+    "(<signer with '.'>.trust-anchors), which kubelet 1.35-1.37 refreshes by name at its next "
+    "Pod resync; lowers the least --managed-ca-propagation-delay to 2m.",
+)
+@flag(
     "--waiting-resync-period",
     type=Duration(),
     default="5m",
@@ -351,8 +361,9 @@ class KlogVerbosity(click.IntRange):
     default=False,
     is_flag=False,
     flag_value=True,
-    help="Accept a --managed-ca-propagation-delay below kubelet's worst case (6m30s); "
-    "clients may then get leaves their projected bundle cannot verify yet.",
+    help="Accept a --managed-ca-propagation-delay below kubelet's worst case (6m30s; 2m with "
+    "--publish-unlinked-bundle); clients may then get leaves their projected bundle cannot "
+    "verify yet.",
 )
 @flag(
     "--managed-ca-wait-for-injector",

@@ -77,6 +77,24 @@ TRAEFIK_VERSION = "v3.6.12"
 # Binaries built from this repository's Go source: a cached one counts only while the
 # `<name>.sha256` stamp beside it matches its source (otherwise it is rebuilt).
 PROJECT_SOURCES = {"hollow-node": Path(__file__).with_name("hollownode")}
+RESYNC_NODE_PREFIX = "hollow-node-resync-"
+"""`hollow-node-resync-<N>`: hollownode built with a Pod resync (`SyncFrequency`) of N s
+instead of its 10 s — a real kubelet's default is 60 (`hollow_node_binary`)."""
+
+
+def hollow_node_binary(resync_seconds: int | None = None) -> str:
+    """The hollow kubelet's binary name: hollownode's 10 s Pod resync, or `resync_seconds`."""
+    if resync_seconds is None:
+        return "hollow-node"
+    if resync_seconds < 1:
+        raise ValueError(f"a Pod resync of {resync_seconds} s")
+    return f"{RESYNC_NODE_PREFIX}{resync_seconds}"
+
+
+def _project_source(name: str) -> Path | None:
+    if name.startswith(RESYNC_NODE_PREFIX):
+        return PROJECT_SOURCES["hollow-node"]
+    return PROJECT_SOURCES.get(name)
 
 
 class BinaryError(RuntimeError):
@@ -268,7 +286,7 @@ def find(name: str, version: str = KUBERNETES_VERSION) -> Path | None:
 def source_digest(name: str) -> str | None:
     """SHA-256 over the paths and contents of a project-built binary's source directory
     (None for upstream binaries)."""
-    source = PROJECT_SOURCES.get(name)
+    source = _project_source(name)
     if source is None:
         return None
     digest = hashlib.sha256()

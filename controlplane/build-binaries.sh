@@ -79,11 +79,18 @@ build_module_main() {  # $1 module@version, $2 package, $3 output name
   log "built $OUT/$3"
 }
 
-build_k8s_main() {  # $1 source dir of a main package (its *.go), $2 output name: a main in the wrapper module
-  local W SRC=$1
+build_k8s_main() {  # $1 source dir of a main package (its *.go), $2 output name: a main in the wrapper module;
+  # $3 (hollow-node only): the kubelet's Pod resync period in seconds instead of hollownode's 10
+  local W SRC=$1 RESYNC=${3:-} LINE='	c.SyncFrequency.Duration = 10 * time.Second'
   W=$(mktemp -d); trap 'rm -rf "$W"' RETURN
   k8s_module "$W"
   mkdir -p "$W/main" && cp "$SRC"/*.go "$W/main/"
+  if [ -n "$RESYNC" ]; then
+    [[ $RESYNC =~ ^[0-9]+$ ]] && [ "$(grep -cxF "$LINE" "$W/main/kubelet.go")" = 1 ] \
+      || { log "$2: cannot set SyncFrequency to ${RESYNC}s in hollownode/kubelet.go"; exit 2; }
+    sed -i "s/^\tc\.SyncFrequency\.Duration = 10 \* time\.Second\$/\tc.SyncFrequency.Duration = $RESYNC * time.Second/" "$W/main/kubelet.go"
+    grep -qxF "	c.SyncFrequency.Duration = $RESYNC * time.Second" "$W/main/kubelet.go"
+  fi
   log "resolving modules for $2 (k8s.io/kubernetes $KV)"
   (cd "$W" && go mod tidy)
   log "compiling $2 (a few minutes cold; seconds when kube-apiserver's packages are cached)"
@@ -125,6 +132,8 @@ for w in $WHAT; do
     bench-populate) have bench-populate || build_k8s_main "$HERE/../bench/populate" bench-populate ;;
     traefik) have traefik || build_module_dir "github.com/traefik/traefik/v3@${TRAEFIK_VERSION:?}" ./cmd/traefik traefik ;;
     hollow-node) have hollow-node || build_k8s_main "$HERE/hollownode" hollow-node ;;
+    # the same hollow kubelet resyncing Pods every N s (a real kubelet's default: 60)
+    hollow-node-resync-*) have "$w" || build_k8s_main "$HERE/hollownode" "$w" "${w#hollow-node-resync-}" ;;
     *) log "unknown target $w"; exit 2 ;;
   esac
 done

@@ -95,13 +95,21 @@ class Cluster:
         *,
         version: str = binaries.KUBERNETES_VERSION,
         extra_args: tuple[str, ...] = (),
+        node_resync_seconds: int | None = None,
     ) -> Cluster:
         """`version`: the Kubernetes release of every component (kube-apiserver, KCM and the
-        hollow kubelets); `extra_args`: kube-apiserver's extra flags."""
+        hollow kubelets); `extra_args`: kube-apiserver's extra flags; `node_resync_seconds`:
+        the kubelets' Pod resync period when not hollownode's 10 s."""
         plane = ControlPlane.start(
             workdir, controllers=True, version=version, extra_args=extra_args
         )
-        cluster = cls(plane, [HollowNode(plane, f"hollow-node-{i}") for i in range(nodes)])
+        cluster = cls(
+            plane,
+            [
+                HollowNode(plane, f"hollow-node-{i}", resync_seconds=node_resync_seconds)
+                for i in range(nodes)
+            ],
+        )
         try:
             cluster.controller_manager.start()
             for node in cluster.nodes:

@@ -42,14 +42,18 @@ VOLUME_PLUGINS = {
 
 
 class HollowNode(ChildProcess):
-    """One hollow kubelet named `name`; `start()` waits until its Node is Ready."""
+    """One hollow kubelet named `name`; `start()` waits until its Node is Ready.
+    `resync_seconds`: its Pod resync period (`SyncFrequency`), when not hollownode's 10 s
+    (a real kubelet's default is 60): a binary of its own, `binaries.hollow_node_binary`."""
 
-    def __init__(self, plane: ControlPlane, name: str) -> None:
+    def __init__(
+        self, plane: ControlPlane, name: str, *, resync_seconds: int | None = None
+    ) -> None:
         self.dir = plane.workdir / "nodes" / name
         super().__init__(plane, self.dir / "kubelet.log")
         self.what = f"hollow node {name}"
         self.name = name
-        self.binary = binaries.tool("hollow-node", plane.kube_version)
+        self.binary = binaries.tool(binaries.hollow_node_binary(resync_seconds), plane.kube_version)
         self.root = self.dir / "root"
         self.port = free_port()
         self.identity = plane.pki.client_cert(f"system:node:{name}", ("system:nodes",))

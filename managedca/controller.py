@@ -91,6 +91,7 @@ class ManagedCAController:
         injector_report: str | None = None,
         revoked: Callable[[], frozenset[str]] = frozenset,
         file_ca: Callable[[], adopt.FileCa | None] | None = None,
+        unlinked_bundle: str | None = None,
     ) -> None:
         self.config = config
         self.file_ca = file_ca  # the file-mode CA a first bootstrap adopts (managedca.adopt)
@@ -108,6 +109,7 @@ class ManagedCAController:
             monotonic=monotonic,
             injector_report=injector_report,
             revoked=revoked,
+            unlinked_bundle=unlinked_bundle,
         )
         self.store = SecretStore(client, namespace, secret_name)
         self.metrics = ManagedCAMetrics(registry)

@@ -14,7 +14,8 @@ It also keeps two things the reading itself owns:
   source) and those the stable ClusterTrustBundle remembers (`managedca.revocations`);
   when the Secret revokes one the bundle does not list yet, it is written there now.
 - **The propagation delay on our clock**: how long this process has seen the read-back
-  hold every root the state is moving to, and the injector's report say the CA it is
+  hold every root the state is moving to (in the signer's bundles and, when the publisher
+  publishes it, the unlinked bundle too), and the injector's report say the CA it is
   moving to has converged; how long it has led (a retire needs it).
 - **What it has seen**: the injector's report Lease, once seen, is remembered (here and,
   through `RecordInjectorSeen`, on the Secret), so a deleted one is a wait.
@@ -84,8 +85,12 @@ class Observer:
         monotonic: Callable[[], float] = time.monotonic,
         injector_report: str | None = None,
         revoked: Callable[[], frozenset[str]] = frozenset,
+        unlinked_bundle: str | None = None,
     ) -> None:
         self.client = client
+        # The unlinked ClusterTrustBundle's name when it is published (the delay then runs
+        # only while it holds the roots too: Pods may project it by name), else None.
+        self.unlinked_bundle = unlinked_bundle
         self.namespace = namespace
         self.secret_name = secret_name
         self.signer_name = signer_name
@@ -167,7 +172,7 @@ class Observer:
             published,
             tuple(reports),
             published_cas=tuple(sorted(ca_info(p) for p in ca_pems.values())),
-            published_for=self._published_for(state, published),
+            published_for=self._published_for(state, published & self._unlinked(published)),
             injector=injector,
             injector_seen=self.injector_seen,
             converged_for=self._converged_for(state, injector),
@@ -283,6 +288,18 @@ class Observer:
             self._ignored(ObjectRef("Lease", self.namespace, name, uid), view.ignored)
         self._injector_ignored = view.ignored
         return view
+
+    def _unlinked(self, published: frozenset[str]) -> frozenset[str]:
+        """The roots the unlinked bundle holds (`published` when it is not published)."""
+        if self.unlinked_bundle is None:
+            return published
+        try:
+            bundle = self.client.get(f"{self.ctb_path}/{path_segment(self.unlinked_bundle)}")
+        except ApiError as err:
+            if not is_not_found(err):
+                raise
+            return frozenset()
+        return anchors_of(pem_of(bundle))
 
     @staticmethod
     def _published_roots(pems: tuple[str, ...]) -> dict[str, bytes]:

@@ -45,6 +45,9 @@ class Settings:
     domain: str
     config: Config
     injector_report: str | None = None  # the injector's convergence Lease
+    # The unlinked ClusterTrustBundle, when the publisher publishes it (--publish-unlinked-
+    # bundle): the propagation delay runs only while it holds the new roots too.
+    unlinked_bundle: str | None = None
 
 
 def make_ca_of(settings: Settings) -> Callable[[datetime], tuple[bytes, bytes]]:
@@ -119,6 +122,7 @@ def wire(
             if settings.adopt_secret_name
             else None
         ),
+        unlinked_bundle=settings.unlinked_bundle,
     )
     reporter = LoadedReporter(
         client,

@@ -44,6 +44,7 @@ from kube.events import REPORTING_CONTROLLER, EventRecorder
 from kube.factory import InformerFactory
 from kube.leases import LeaseRef
 from manager.options import SIGNING_CONTROLLERS, Options
+from trust.bundle import unlinked_bundle_name
 from trust.clustertrustbundles import CTB_VERSIONS
 from trust.convergence import report_lease
 
@@ -189,6 +190,7 @@ def _publisher(ctx: BuildContext) -> Controller:
         registry=ctx.registry,
         # Marks the bundles this process publishes (its Lease identity: unique per process).
         publisher_id=ctx.identity,
+        publish_unlinked=opts.publish_unlinked_bundle,
     )
     material.add_bundle_listener(publisher.trigger)
     log.info("publisher configured", extra={"clustertrustbundles": version})
@@ -298,6 +300,9 @@ def managed_ca_settings(opts: Options) -> ManagedSettings:
             ),
         ),
         injector_report=opts.managed_ca_injector_report,
+        unlinked_bundle=(
+            unlinked_bundle_name(opts.signer_name) if opts.publish_unlinked_bundle else None
+        ),
     )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trust import keys
+from trust.bundle import unlinked_bundle_name
 from trust.convergence import REPORT_NAME
 
 KNOWN_CONTROLLERS: tuple[str, ...] = ("signer", "publisher", "injector", "trust-distributor")
@@ -50,6 +51,11 @@ DEFAULT_ADOPT_SECRET = "service-serving-signer-ca"
 KUBELET_PROJECTION_WORST_CASE = 390.0
 """kubelet's clusterTrustBundle projection: a 5 min cache plus a 1 min Pod resync jittered
 by up to 0.5 (docs/managed-ca.md "Defaults"): the least --managed-ca-propagation-delay."""
+UNLINKED_PROJECTION_WORST_CASE = 120.0
+"""The same with --publish-unlinked-bundle, for clusters whose Pods project by signerName or
+the unlinked bundle by name: kubelet drops its cached answer for either when the bundle
+changes, so a change shows at the next Pod resync — 1 min jittered by up to 0.5, plus
+room for the rewrite (measured: docs/trust-consumers.md "Which projection")."""
 MIN_RETIRE_MARGIN = 300.0
 """Above the managed material source's re-read period (60 s) with room for clock steps:
 the margin must cover a replica signing with the old CA a moment after the swap."""
@@ -295,6 +301,8 @@ class Options:
     controllers: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_CONTROLLERS))
     max_certificate_lifetime: float = KUBERNETES_SIGNER_MAX_LIFETIME
     concurrent_syncs: int = 4
+    # The publisher's opt-in bundle without a signerName (publisher.controller point 5)
+    publish_unlinked_bundle: bool = False
     waiting_resync_period: float = 300.0
     # KEP-6283's certificate shape, each off by default (docs/configuration.md)
     pod_identity_subject: bool = False
@@ -337,6 +345,15 @@ class Options:
     @property
     def managed_ca(self) -> bool:
         return self.ca_mode == "managed"
+
+    @property
+    def least_propagation_delay(self) -> float:
+        """The shortest --managed-ca-propagation-delay accepted without
+        --managed-ca-allow-short-propagation-delay: kubelet's worst case for the bundles
+        Pods may project by name (the unlinked one, when published, is refreshed sooner)."""
+        if self.publish_unlinked_bundle:
+            return UNLINKED_PROJECTION_WORST_CASE
+        return KUBELET_PROJECTION_WORST_CASE
 
     def _validate_metrics_security(self) -> None:
         cert, key = self.metrics_tls_cert_file, self.metrics_tls_private_key_file
@@ -397,6 +414,15 @@ class Options:
         if len(domain) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(domain):
             raise OptionsError("--cluster-service-domain", f"{domain!r} is not a DNS subdomain")
         validate_signer_name(self.signer_name)
+        unlinked = unlinked_bundle_name(self.signer_name)
+        if self.publish_unlinked_bundle and (
+            len(unlinked) > _DNS1123_SUBDOMAIN_MAX or not _DNS1123_SUBDOMAIN.fullmatch(unlinked)
+        ):
+            raise OptionsError(
+                "--publish-unlinked-bundle",
+                f"the bundle's name {unlinked!r} (from --signer-name) is not a DNS subdomain "
+                f"of at most {_DNS1123_SUBDOMAIN_MAX} characters",
+            )
         unknown = set(self.controllers) - set(KNOWN_CONTROLLERS)
         if unknown or not self.controllers:
             raise OptionsError("--controllers", f"invalid set {sorted(self.controllers)}")
@@ -463,13 +489,15 @@ class Options:
             )
         if self.managed_ca_propagation_delay < 0:
             raise OptionsError("--managed-ca-propagation-delay", "must not be negative")
-        short = self.managed_ca_propagation_delay < KUBELET_PROJECTION_WORST_CASE
+        least = self.least_propagation_delay
+        short = self.managed_ca_propagation_delay < least
         if short and not self.managed_ca_allow_short_propagation_delay:
             raise OptionsError(
                 "--managed-ca-propagation-delay",
-                f"must be at least {format_duration(KUBELET_PROJECTION_WORST_CASE)} (kubelet's "
-                "clusterTrustBundle projection refresh, worst case); "
-                "--managed-ca-allow-short-propagation-delay accepts less",
+                f"must be at least {format_duration(least)} (kubelet's "
+                "clusterTrustBundle projection refresh, worst case"
+                + (", with --publish-unlinked-bundle" if self.publish_unlinked_bundle else "")
+                + "); --managed-ca-allow-short-propagation-delay accepts less",
             )
         if self.managed_ca_wait_for_injector not in ("auto", "true", "false"):
             raise OptionsError("--managed-ca-wait-for-injector", "must be auto, true or false")

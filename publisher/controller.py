@@ -37,8 +37,19 @@ pure: `sync` reads the cache, plans, then acts in the plan's order):
    older bundle is deleted, and a bundle that only lacks anchors of ours is never
    protected.
 
+5. opt-in (`publish_unlinked`, `--publish-unlinked-bundle`): the **unlinked** bundle
+   `<signer with ".">.trust-anchors` (`trust.bundle.unlinked_bundle_name`) — no
+   `spec.signerName`, so the API requires a colon-free name and checks no `attest` on its
+   writes — holding exactly what the stable bundle holds, written right after it (same
+   rules: created, or replaced conditionally when it differs). Kubernetes 1.35-1.37's
+   kubelet drops its cached by-name answer for such a bundle when it changes, which it
+   does not for the signer-linked stable bundle (docs/trust-consumers.md "Which
+   projection"). Turned off again, a bundle of that name with our managed-by label is
+   deleted with the stale ones, so it never lingers holding a root later removed.
+
 Bundles of other signers are never touched: the informer only sees ours (field selector
-`spec.signerName=<signer>`) and `sync` re-checks the field.
+`spec.signerName=<signer>`) and `sync` re-checks the field; a second informer sees only
+the unlinked bundle's name (`metadata.name=<name>`).
 
 Reconciles are triggered by any add/update/delete of one of our bundles, by `trigger()`
 (the trust-bundle file changed) and by a periodic resync. Failures raise and are retried
@@ -73,7 +84,7 @@ from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
 from publisher import decide
 from publisher.metrics import PublisherMetrics
-from trust.bundle import TrustBundle, stable_bundle_name
+from trust.bundle import TrustBundle, stable_bundle_name, unlinked_bundle_name
 from trust.clustertrustbundles import bundles_path
 
 log = logging.getLogger(__name__)
@@ -93,20 +104,29 @@ class BundleCache(Cache[JSON], Protocol):
 
 @dataclass(frozen=True)
 class Caches:
-    """The cache the publisher reads: the ClusterTrustBundles of our signer."""
+    """The caches the publisher reads: the ClusterTrustBundles of our signer, and the one
+    named like our unlinked bundle (None: not watched, as if absent)."""
 
     bundles: BundleCache
+    unlinked: BundleCache | None = None
 
 
 def informers(factory: InformerFactory, *, signer_name: str, ctb_version: str) -> Caches:
-    """Our signer's ClusterTrustBundles, whole (a bundle is small and few exist)."""
+    """Our signer's ClusterTrustBundles, whole (a bundle is small and few exist), and the
+    unlinked bundle by name (watched whether published or not: point 5)."""
     return Caches(
         bundles=factory.informer(
             bundles_path(ctb_version),
             name="clustertrustbundles",
             field_selector=f"spec.signerName={signer_name}",
             transform=_whole,
-        )
+        ),
+        unlinked=factory.informer(
+            bundles_path(ctb_version),
+            name="unlinked-clustertrustbundle",
+            field_selector=f"metadata.name={unlinked_bundle_name(signer_name)}",
+            transform=_whole,
+        ),
     )
 
 
@@ -132,6 +152,7 @@ class PublisherController:
         registry: CollectorRegistry | None = None,
         resync_period: float = 60.0,
         publisher_id: str | None = None,
+        publish_unlinked: bool = False,
     ) -> None:
         if ctb_version not in ("v1", "v1beta1", "v1alpha1"):
             raise ValueError(f"unsupported ClusterTrustBundle version {ctb_version!r}")
@@ -144,22 +165,27 @@ class PublisherController:
         # identity; two processes on one host must differ).
         self.publisher_id = publisher_id or socket.gethostname()
         self.stable_name = stable_bundle_name(signer_name)
+        self.unlinked_name = unlinked_bundle_name(signer_name)
+        self.publish_unlinked = publish_unlinked
         self.path = bundles_path(ctb_version)
         self.metrics = PublisherMetrics(registry)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(QUEUE_NAME, registry)
         self.cache = caches.bundles
-        self.cache.add_handler(
-            lambda _obj: self.trigger(),
-            lambda _old, _new: self.trigger(),
-            lambda _obj: self.trigger(),
-        )
+        self.unlinked_cache = caches.unlinked
+        for cache in (self.cache, self.unlinked_cache):
+            if cache is not None:
+                cache.add_handler(
+                    lambda _obj: self.trigger(),
+                    lambda _old, _new: self.trigger(),
+                    lambda _obj: self.trigger(),
+                )
         self._kept: set[str] = set()
         self.loop = Loop(
             self.name,
             self.sync,
             self.queue,
             registry=registry,
-            synced=(self.cache.has_synced,),
+            synced=tuple(c.has_synced for c in (self.cache, self.unlinked_cache) if c is not None),
             resync_period=resync_period,
             resync_keys=lambda: (KEY,),
         )
@@ -193,9 +219,16 @@ class PublisherController:
             signer_name=self.signer_name,
             publisher_id=self.publisher_id,
             api_version=self.ctb_version,
+            unlinked=self._unlinked(),
         )
         self._act(planned)
         self.metrics.trust_bundle_expiry.set(planned.expiry.timestamp())
+
+    def _unlinked(self) -> decide.Unlinked | None:
+        if self.unlinked_cache is None:
+            return None
+        current = self.unlinked_cache.get(self.unlinked_name)
+        return decide.Unlinked(self.unlinked_name, current, self.publish_unlinked)
 
     def _act(self, planned: decide.Plan) -> None:
         """Carry out the plan in order; a stable bundle's write that does not go through

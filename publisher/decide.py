@@ -8,7 +8,10 @@ the rules are the controller module's docstring, points 1-4):
 3. every other bundle of our signer is `stale`, to be deleted once the stable bundle's
    write went through;
 4. but another replica's newer bundle holding an anchor our file lacks is `kept`, unless
-   it holds a root revoked for good (the stable bundle's `REVOKED_ROOTS_ANNOTATION`).
+   it holds a root revoked for good (the stable bundle's `REVOKED_ROOTS_ANNOTATION`);
+5. opt-in (`Unlinked`): the unlinked bundle — no `spec.signerName`, a colon-free name —
+   holding what the stable bundle holds, written right after it; when not opted in, one
+   we published before is deleted with the stale ones.
 """
 
 from __future__ import annotations
@@ -74,6 +77,16 @@ Op = Create | Replace | Delete
 
 
 @dataclass(frozen=True)
+class Unlinked:
+    """The unlinked bundle `name` (`trust.bundle.unlinked_bundle_name`) and its cached
+    object, if any: `publish` it (point 5), or, when not, delete it if it is ours."""
+
+    name: str
+    current: JSON | None
+    publish: bool
+
+
+@dataclass(frozen=True)
 class Plan:
     """One sync's writes in order: the hash-named bundle, the stable bundle, then the
     stale bundles' deletes (carried out only once the stable bundle's write went through).
@@ -93,8 +106,10 @@ def plan(
     signer_name: str,
     publisher_id: str,
     api_version: str,
+    unlinked: Unlinked | None = None,
 ) -> Plan:
-    """What to write so our signer's bundles hold `bundle` (see the module docstring)."""
+    """What to write so our signer's bundles (and, with `unlinked`, that one) hold
+    `bundle` (see the module docstring)."""
     name, ours, digest, expiry = (
         bundle_name(signer_name, bundle.pem),
         anchor_ders(bundle.pem),
@@ -112,10 +127,17 @@ def plan(
         newer = _another_replicas_newer(obj, ours, bundle.modified, publisher_id)
         (kept if newer and not _holds(obj, revoked) else stale).append(obj)
     meta = _Meta(signer_name, publisher_id, f"{GROUP}/{api_version}")
-    writes = (
+    union = _union(ours, kept)
+    writes = [
         meta.write(name, by_name.get(name), bundle.pem, hashed=True),
-        meta.write(stable_name, by_name.get(stable_name), _union(ours, kept), hashed=False),
-    )
+        meta.write(stable_name, by_name.get(stable_name), union, hashed=False),
+    ]
+    if unlinked is not None and unlinked.publish:
+        writes.append(
+            meta.write(unlinked.name, unlinked.current, union, hashed=False, linked=False)
+        )
+    elif unlinked is not None and unlinked.current is not None and _ours(unlinked.current):
+        stale.append(unlinked.current)
     return Plan(
         ops=(*(w for w in writes if w is not None), *(_delete(obj) for obj in stale)),
         kept=frozenset(_name(obj) for obj in kept),
@@ -132,12 +154,16 @@ class _Meta:
     publisher_id: str
     api_version: str
 
-    def write(self, name: str, current: JSON | None, pem: str, *, hashed: bool) -> Op | None:
+    def write(
+        self, name: str, current: JSON | None, pem: str, *, hashed: bool, linked: bool = True
+    ) -> Op | None:
+        """`linked`: with our `spec.signerName` (every bundle but the unlinked one)."""
         if current is None:
             metadata: JSON = {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}}
             if hashed:
                 metadata["annotations"] = {PUBLISHED_BY_ANNOTATION: self.publisher_id}
-            spec = {"signerName": self.signer_name, "trustBundle": pem}
+            signer = {"signerName": self.signer_name} if linked else {}
+            spec = {**signer, "trustBundle": pem}
             return Create(name, self._object(metadata, spec), hashed)
         if up_to_date(current, pem):
             return None
@@ -176,6 +202,11 @@ def up_to_date(obj: JSON, pem: str) -> bool:
         (obj.get("spec") or {}).get("trustBundle") == pem
         and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
     )
+
+
+def _ours(obj: JSON) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(MANAGED_BY_LABEL) == MANAGED_BY)
 
 
 def _another_replicas_newer(

@@ -198,6 +198,17 @@ def stable_bundle_name(signer_name: str) -> str:
     return f"{signer_name.replace('/', ':')}:{STABLE_SUFFIX}"
 
 
+UNLINKED_SUFFIX = "trust-anchors"
+
+
+def unlinked_bundle_name(signer_name: str) -> str:
+    """The name of the opt-in ClusterTrustBundle without a `spec.signerName` that holds
+    what the stable bundle holds: `<signer with "/" → ".">.trust-anchors`
+    (`kubernetes.io.service-serving.trust-anchors`). Colon-free, as the API requires of a
+    bundle linked to no signer, so it can never be taken for one of a signer's bundles."""
+    return f"{signer_name.replace('/', '.')}.{UNLINKED_SUFFIX}"
+
+
 def hash_named_stable_name(name: str) -> str | None:
     """For a name in kube-controller-manager's hash convention (`<prefix>:<24 hex>`, which
     changes with the content, so the bundle is deleted at the next rotation): the stable

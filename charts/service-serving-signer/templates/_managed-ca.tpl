@@ -1,7 +1,8 @@
 {{/* The `run` flags of --ca-mode=managed (docs/managed-ca.md), from .Values.managedCA. */}}
 {{- define "sss.managedCAArgs" -}}
 {{- /* What `run` refuses (manager/options.py Options._validate_managed_ca: MIN_RETIRE_MARGIN,
-KUBELET_PROJECTION_WORST_CASE, the room left after the rotation point) is refused here, so
+KUBELET_PROJECTION_WORST_CASE or, with the unlinked bundle, UNLINKED_PROJECTION_WORST_CASE,
+the room left after the rotation point) is refused here, so
 a release never crash-loops on it; tests/integration/test_chart_values.py renders value by
 value and runs the binary's own validation on the same flags. */ -}}
 {{- $m := .Values.managedCA -}}
@@ -13,10 +14,13 @@ value and runs the binary's own validation on the same flags. */ -}}
 {{- fail "managedCA.retireMargin: must be at least 5m0s (run refuses less)" -}}
 {{- end -}}
 {{- $short := $m.allowShortPropagationDelay -}}
+{{- $unlinked := .Values.unlinkedBundle.enabled -}}
 {{- $maxLifetime := 86400.0 -}}
 {{- range .Values.extraArgs -}}
 {{- if or (eq . "--managed-ca-allow-short-propagation-delay") (eq . "--managed-ca-allow-short-propagation-delay=true") -}}
 {{- $short = true -}}
+{{- else if or (eq . "--publish-unlinked-bundle") (eq . "--publish-unlinked-bundle=true") -}}
+{{- $unlinked = true -}}
 {{- else if hasPrefix "--max-certificate-lifetime=" . -}}
 {{- $maxLifetime = include "sss.seconds" (dict "v" (trimPrefix "--max-certificate-lifetime=" .) "name" "extraArgs --max-certificate-lifetime") | float64 -}}
 {{- end -}}
@@ -25,7 +29,9 @@ value and runs the binary's own validation on the same flags. */ -}}
 {{- if lt $delay 0.0 -}}
 {{- fail "managedCA.propagationDelay: must not be negative" -}}
 {{- end -}}
-{{- if and (lt $delay 390.0) (not $short) -}}
+{{- if and $unlinked (lt $delay 120.0) (not $short) -}}
+{{- fail "managedCA.propagationDelay: must be at least 2m0s with the unlinked bundle, kubelet's clusterTrustBundle projection refresh (run refuses less; managedCA.allowShortPropagationDelay accepts it)" -}}
+{{- else if and (not $unlinked) (lt $delay 390.0) (not $short) -}}
 {{- fail "managedCA.propagationDelay: must be at least 6m30s, kubelet's clusterTrustBundle projection refresh (run refuses less; managedCA.allowShortPropagationDelay accepts it)" -}}
 {{- end -}}
 {{- $lifetime := include "sss.seconds" (dict "v" $m.lifetime "name" "managedCA.lifetime") | float64 -}}

@@ -297,3 +297,23 @@ def test_a_version_the_proxy_serves_but_does_not_list_is_found_by_asking_for_it(
 def test_a_proxy_that_cannot_be_reached_is_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOPROXY", "http://127.0.0.1:9,off")
     assert binaries.served_versions() is None
+
+
+def test_a_hollow_kubelet_with_another_resync_is_a_binary_of_its_own_from_the_same_source() -> None:
+    """`hollow-node-resync-60` is hollownode with a 60 s Pod resync: its own file beside the
+    shared `hollow-node` (building it never replaces that one), stale whenever hollownode's
+    source changes."""
+    assert binaries.hollow_node_binary() == "hollow-node"
+    assert binaries.hollow_node_binary(60) == "hollow-node-resync-60"
+    assert binaries.source_digest("hollow-node-resync-60") == binaries.source_digest("hollow-node")
+    with pytest.raises(ValueError):
+        binaries.hollow_node_binary(0)
+
+
+def test_the_build_finds_the_one_resync_line_it_changes_in_the_hollow_kubelet() -> None:
+    """build-binaries.sh sets the resync of `hollow-node-resync-<N>` by rewriting this exact
+    line of hollownode/kubelet.go (and refuses to build when it is not there once)."""
+    kubelet = binaries.PROJECT_SOURCES["hollow-node"] / "kubelet.go"
+    line = "\tc.SyncFrequency.Duration = 10 * time.Second"
+    assert kubelet.read_text().splitlines().count(line) == 1
+    assert line.strip() in binaries.BUILD_SCRIPT.read_text().replace("\\", "")

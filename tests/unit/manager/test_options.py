@@ -347,3 +347,24 @@ def test_rejects_unusable_managed_ca_values_naming_the_flag(
     with pytest.raises(OptionsError) as info:
         managed(**overrides)
     assert str(info.value).startswith(problem), str(info.value)
+
+
+def test_the_least_propagation_delay_follows_the_unlinked_bundle_when_it_is_published() -> None:
+    """kubelet refreshes a by-name projection of a bundle without a signerName at its next
+    Pod resync, a signer-linked one only after its 5 min cache too: with the unlinked
+    bundle published, 2 min is accepted without the force flag, and less still is not."""
+    assert managed().least_propagation_delay == 390.0
+    opted_in = managed(publish_unlinked_bundle=True, managed_ca_propagation_delay=120.0)
+    assert opted_in.least_propagation_delay == 120.0
+    with pytest.raises(OptionsError, match=r"must be at least 2m0s .*--publish-unlinked-bundle"):
+        managed(publish_unlinked_bundle=True, managed_ca_propagation_delay=119.0)
+    with pytest.raises(OptionsError, match="must be at least 6m30s"):
+        managed(managed_ca_propagation_delay=120.0)
+
+
+def test_an_unlinked_bundle_name_the_api_would_refuse_is_refused_at_start() -> None:
+    """The bundle's name is the signer name's, which may be longer than a name can be."""
+    long_signer = "example.com/" + ".".join(["a" * 60] * 4)
+    assert make(signer_name=long_signer).signer_name == long_signer
+    with pytest.raises(OptionsError, match="--publish-unlinked-bundle: the bundle's name"):
+        make(signer_name=long_signer, publish_unlinked_bundle=True)

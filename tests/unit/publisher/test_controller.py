@@ -37,6 +37,7 @@ from trust.bundle import (
     bundle_name,
     earliest_expiry,
     normalize_bundle,
+    unlinked_bundle_name,
 )
 from trust.ca import cert_pem
 
@@ -305,3 +306,43 @@ def test_an_edited_stable_bundle_is_restored() -> None:
     assert (verb, unquote(path).rsplit("/", 1)[1]) == ("replace", STABLE)
     assert body["metadata"]["labels"] == {MANAGED_BY_LABEL: MANAGED_BY}
     assert body["spec"]["trustBundle"] == BUNDLE
+
+
+# the opt-in unlinked bundle --------------------------------------
+
+
+def test_an_opted_in_publisher_writes_the_unlinked_bundle_from_its_own_cache() -> None:
+    """The unlinked bundle has no signerName, so the signer's informer never sees it: the
+    publisher reads it from a cache of its own, and writes it after the stable bundle."""
+    unlinked_name = unlinked_bundle_name(SIGNER)
+    client = FakeClient()
+    pub = PublisherController(
+        client,  # type: ignore[arg-type]
+        Caches(cached(published()), unlinked=cached([])),
+        trust_bundle,
+        signer_name=SIGNER,
+        ctb_version="v1",
+        registry=CollectorRegistry(),
+        publisher_id=US,
+        publish_unlinked=True,
+    )
+    pub.sync()
+    [(verb, path, body)] = client.actions
+    assert (verb, path) == ("create", PATH)
+    assert body["metadata"]["name"] == unlinked_name
+    assert body["spec"] == {"trustBundle": BUNDLE}
+
+
+def test_no_reconcile_before_the_unlinked_bundles_cache_has_synced_too() -> None:
+    """Deciding before it has synced would take a bundle in place for a missing one."""
+    pub = PublisherController(
+        FakeClient(),  # type: ignore[arg-type]
+        Caches(cached(published()), unlinked=cached([], synced=False)),
+        trust_bundle,
+        signer_name=SIGNER,
+        ctb_version="v1",
+        registry=CollectorRegistry(),
+        publisher_id=US,
+        publish_unlinked=True,
+    )
+    assert not pub.loop.has_synced()

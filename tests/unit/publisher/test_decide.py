@@ -26,6 +26,7 @@ from trust.bundle import (
     normalize_bundle,
     parse_anchors,
     stable_bundle_name,
+    unlinked_bundle_name,
 )
 from trust.ca import cert_pem
 
@@ -217,3 +218,75 @@ def test_a_replace_keeps_the_cached_objects_version_and_a_delete_its_uid() -> No
         "kind": "DeleteOptions",
         "preconditions": {"uid": f"uid-{BOTH_NAME}"},
     }
+
+
+UNLINKED = unlinked_bundle_name(SIGNER)
+
+
+def unlinked_ctb(pem: str, *, labelled: bool = True) -> JSON:
+    obj = ctb(UNLINKED, pem, by=None, labelled=labelled)
+    del obj["spec"]["signerName"]
+    return obj
+
+
+def _plan_unlinked(cached: list[JSON], current: JSON | None, *, publish: bool) -> decide.Plan:
+    bundle = TrustBundle(OURS, tuple(parse_anchors(OURS)), MODIFIED)
+    return decide.plan(
+        bundle,
+        cached,
+        signer_name=SIGNER,
+        publisher_id=US,
+        api_version="v1",
+        unlinked=decide.Unlinked(UNLINKED, current, publish),
+    )
+
+
+def test_the_unlinked_bundle_is_a_colon_free_name_of_its_own() -> None:
+    """The API requires a bundle without a signerName to have no ":" in its name."""
+    assert UNLINKED == "kubernetes.io.service-serving.trust-anchors"
+    assert ":" not in UNLINKED and UNLINKED != STABLE
+
+
+def test_an_opted_in_unlinked_bundle_is_created_after_the_stable_one_without_a_signer() -> None:
+    """It holds what the stable bundle holds, carries our label and no signerName, and is
+    written after the stable bundle and before any delete."""
+    cached = [ctb(BOTH_NAME, BOTH), ctb(STABLE, BOTH, by=None)]
+    got = _plan_unlinked(cached, None, publish=True)
+    assert [(_verb(op), op.name) for op in got.ops] == [
+        ("create", NAME),
+        ("replace", STABLE),
+        ("create", UNLINKED),
+        ("delete", BOTH_NAME),
+    ]
+    stable, unlinked = got.ops[1], got.ops[2]
+    assert isinstance(stable, decide.Replace) and isinstance(unlinked, decide.Create)
+    assert unlinked.body["spec"] == {"trustBundle": stable.body["spec"]["trustBundle"]}
+    assert unlinked.body["metadata"] == {
+        "name": UNLINKED,
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+    }
+    assert not unlinked.hashed
+
+
+def test_an_unlinked_bundle_that_differs_is_replaced_and_one_in_place_left_alone() -> None:
+    stale = unlinked_ctb(BOTH)
+    got = _plan_unlinked(PLACED, stale, publish=True)
+    ((verb, name),) = [(_verb(op), op.name) for op in got.ops]
+    assert (verb, name) == ("replace", UNLINKED)
+    replace = got.ops[0]
+    assert isinstance(replace, decide.Replace)
+    assert replace.body["metadata"]["resourceVersion"] == "7"
+    assert "signerName" not in replace.body["spec"]
+    assert anchor_ders(replace.body["spec"]["trustBundle"]) == anchor_ders(OURS)
+    assert _plan_unlinked(PLACED, unlinked_ctb(OURS), publish=True).ops == ()
+
+
+def test_turned_off_the_unlinked_bundle_we_published_is_deleted_and_anyone_elses_kept() -> None:
+    """Off again, ours is deleted (conditionally, on its UID) rather than left holding a
+    root the signer's bundles drop later; a bundle of that name without our label is not
+    ours to delete."""
+    got = _plan_unlinked(PLACED, unlinked_ctb(OURS), publish=False)
+    ((verb, name),) = [(_verb(op), op.name) for op in got.ops]
+    assert (verb, name) == ("delete", UNLINKED)
+    assert _plan_unlinked(PLACED, unlinked_ctb(OURS, labelled=False), publish=False).ops == ()
+    assert _plan_unlinked(PLACED, None, publish=False).ops == ()
