@@ -71,6 +71,8 @@ class RunningPublisher:
         directory: Path,
         signer: str,
         material: FileMaterialSource | None = None,
+        *,
+        publish_unlinked: bool = False,
     ) -> None:
         self.client = client
         self.signer = signer
@@ -91,6 +93,7 @@ class RunningPublisher:
             ctb_version=ctb_version(client),
             registry=self.registry,
             resync_period=2.0,
+            publish_unlinked=publish_unlinked,
         )
         self.material.add_bundle_listener(self.controller.trigger)
         self.stop = threading.Event()
