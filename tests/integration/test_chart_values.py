@@ -87,6 +87,10 @@ CASES: list[tuple[str, Any, tuple[str, ...]]] = [
         (*MANAGED, "extraArgs={--managed-ca-allow-short-propagation-delay}"),
     ),
     ("managedCA.propagationDelay", "-1m", (*MANAGED, "managedCA.allowShortPropagationDelay=true")),
+    # With the unlinked bundle published the least delay is 2m (the value or the flag).
+    ("managedCA.propagationDelay", "2m", (*MANAGED, "unlinkedBundle.enabled=true")),
+    ("managedCA.propagationDelay", "119s", (*MANAGED, "unlinkedBundle.enabled=true")),
+    ("managedCA.propagationDelay", "2m", (*MANAGED, "extraArgs={--publish-unlinked-bundle}")),
     ("managedCA.retireMargin", "1h", MANAGED),
     ("managedCA.retireMargin", "5m", MANAGED),
     ("managedCA.retireMargin", "4m59s", MANAGED),

@@ -1,5 +1,5 @@
 """The chart's `files/` are copies of what config/ ships (the Prometheus rules, the
-Grafana dashboard, the injector's admission policy), byte for byte: one source, and
+Grafana dashboard, the injector's and the unlinked bundle's admission policies), byte for byte: one source, and
 `helm install` from the chart directory reads plain files (symlinks there made every
 install print `found symbolic link in path`)."""
 
@@ -15,6 +15,7 @@ SOURCES = {
     "prometheus_rule.yaml": "config/prometheus/prometheus_rule.yaml",
     "dashboard.json": "config/grafana/service-serving-signer.json",
     "injector-admission-policy.yaml": "config/injector-admission-policy/policy.yaml",
+    "unlinked-bundle-policy.yaml": "config/unlinked-bundle-policy/policy.yaml",
 }
 
 
