@@ -1,7 +1,7 @@
 """The chart's `files/` are copies of what config/ ships (the Prometheus rules, the
-Grafana dashboard, the injector's and the unlinked bundle's admission policies), byte for byte: one source, and
-`helm install` from the chart directory reads plain files (symlinks there made every
-install print `found symbolic link in path`)."""
+Grafana dashboard, the injector's and the unlinked bundle's admission policies), byte for
+byte: one source, and `helm install` from the chart directory reads plain files (symlinks
+there made every install print `found symbolic link in path`)."""
 
 from __future__ import annotations
 
