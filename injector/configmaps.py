@@ -30,8 +30,18 @@ What it decides:
   (`DEPARTED_SELECTOR`) — whether the label went while the injector ran or while none
   did — and the controller releases each (`targets.release_ops`, which removes the mark
   too). Anyone may set the mark on a ConfigMap of any size, so that informer keeps only
-  `departed_record` (name, uid, our entries, the mark), lists by a streaming list (one
-  object decoded at a time) or small pages, and nothing ever LISTs whole objects.
+  `departed_record` (name, uid, our entries, the mark, who takes our leaves), lists by a
+  streaming list (one object decoded at a time) or small pages, and nothing ever LISTs
+  whole objects. The release (also of a labelled ConfigMap whose annotation went) keeps
+  `ca.crt` and the truststore and hands each key our entry owns to the ConfigMap's owner,
+  as a webhook's caBundle goes to whoever names its server (`targets.handover_of`,
+  `OWNER_PATHS`): its entry gets the key in the patch that removes ours, so a GitOps
+  owner's next apply keeps it if its configuration sets it and prunes it if not, like
+  any key it applies. With no other entry to take it (a ConfigMap only the injector and
+  subresources wrote), the key stays owned by nobody, and a log line says so. The
+  truststore key is handed only while `TRUSTSTORE_ANNOTATION` still names it: the
+  admission policy admits that and no other binaryData key (a stolen token must not give
+  an owner a key its next apply would delete).
 * **Records are bounded whatever the tenant wrote**: digests (of `ca.crt`, of the
   truststore's text, of its password), what our `injected` note says the object holds
   as 32-byte digests (`targets.MAX_HELD`), at most `targets.MAX_MANAGERS` field managers
@@ -52,7 +62,9 @@ from injector.targets import (
     Target,
     Truststore,
     annotation_of,
+    handover_of,
     owned_by_us,
+    owns,
     pointer,
     shared,
     single_slot,
@@ -84,6 +96,18 @@ TENANT_PAGE = 10
 """Objects per page of a LIST of ConfigMaps (both informers, when the server refuses
 streaming lists): anyone who may write a ConfigMap may label one of 1 MiB, so a page is
 then ~10 MiB, not 500."""
+
+OWNER_PATHS: tuple[tuple[str, ...], ...] = (("f:data",), ("f:metadata",))
+"""Where a ConfigMap's owner is named, in turn (`targets.handover_of`): the entry owning
+its other data keys (who writes what its consumers read beside `ca.crt`), else the entry
+owning its metadata (a GitOps configuration of only labels and annotations, the usual
+shape of a ConfigMap that asks for injection)."""
+
+CA_LEAF: tuple[str, ...] = ("f:data", f"f:{CA_KEY}")
+
+MAX_STORES = 2
+"""The most binaryData keys of our entry a release names (the truststore key, and one a
+former annotation named)."""
 
 MAPS = ("data", "binaryData", "annotations")
 """The maps a record says exist (`Target.maps`), in this order."""
@@ -135,14 +159,15 @@ def _record(raw: Mapping[str, Any]) -> Target:
             )
     if raw.get("immutable"):
         not_applicable = "the ConfigMap is immutable; delete and re-create it mutable"
-    leaves: tuple[tuple[str, ...], ...] = (("f:data", f"f:{CA_KEY}"),)
+    leaves: tuple[tuple[str, ...], ...] = (CA_LEAF,)
     if truststore is not None:
         leaves += (("f:binaryData", f"f:{truststore.key}"),)
+    annotation = annotation_of(meta)
     return Target(
         kind=KIND,
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
-        annotation=annotation_of(meta),
+        annotation=annotation,
         slots=single_slot(str(data.get(CA_KEY) or "")),
         not_applicable=not_applicable,
         owned=owned_by_us(meta),
@@ -151,6 +176,7 @@ def _record(raw: Mapping[str, Any]) -> Target:
         **writers(meta, leaves),
         marked=_marked(meta),
         resource_version=str(meta.get("resourceVersion", "")),
+        **(_releasing(meta) if annotation is None else {}),
         maps=_MAP_SETS[
             tuple(
                 isinstance(value, Mapping) and bool(value)
@@ -163,8 +189,10 @@ def _record(raw: Mapping[str, Any]) -> Target:
 def _departed(raw: Mapping[str, Any]) -> Target:
     """The transform of the informer of departed ConfigMaps (`DEPARTED_SELECTOR`: our mark
     without the opt-in label; anyone may set the mark): what a release needs — name,
-    namespace, uid, our managedFields entries (at most `targets.MAX_MANAGERS`), the mark.
-    Nothing else of the object, whose data may be 1 MiB."""
+    namespace, uid, our managedFields entries (at most `targets.MAX_MANAGERS`), the mark,
+    who takes the keys our entry owns (at most two handovers) and the resourceVersion
+    that guards adding a map to the taker's entry. Nothing else of the object, whose data
+    may be 1 MiB."""
     meta = raw.get("metadata") or {}
     return Target(
         kind=KIND,
@@ -175,7 +203,18 @@ def _departed(raw: Mapping[str, Any]) -> Target:
         owned=owned_by_us(meta),
         namespace=str(meta.get("namespace", "")),
         marked=_marked(meta),
+        resource_version=str(meta.get("resourceVersion", "")),
+        **_releasing(meta),
     )
+
+
+def _releasing(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """`Target` fields `handover` and `unowned` of a ConfigMap to release (an entry of
+    ours); none otherwise."""
+    if not owned_by_us(meta):
+        return {}
+    handover, unowned = handover_of(CONFIG_MAP, meta)
+    return {"handover": handover, "unowned": unowned}
 
 
 def _made_from(annotations: Mapping[str, Any], text: Any) -> str:
@@ -266,6 +305,30 @@ class ConfigMaps(Kind):
 
     def departed_record(self, raw: Mapping[str, Any]) -> Target:
         return _departed(raw)
+
+    def our_leaves(
+        self, ours: list[Mapping[str, Any]], meta: Mapping[str, Any]
+    ) -> list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...], str]]:
+        """`ca.crt`, and the truststore key while `TRUSTSTORE_ANNOTATION` names it, each
+        to the ConfigMap's owner (`OWNER_PATHS`); another binaryData key our entry owns
+        (a store an earlier annotation named) to nobody, and at most `MAX_STORES` named
+        (managedFields are client-writable)."""
+        found: list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...], str]] = []
+        if any(owns(fields, CA_LEAF) for fields in ours):
+            found.append((CA_LEAF, OWNER_PATHS, f"data[{CA_KEY}]"))
+        store = (meta.get("annotations") or {}).get(TRUSTSTORE_ANNOTATION)
+        named = f"f:{store}" if isinstance(store, str) else None
+        keys = {
+            key
+            for fields in ours
+            if isinstance(binary := fields.get("f:binaryData"), Mapping)
+            for key in binary
+            if key != "."
+        }
+        for key in sorted(keys, key=lambda k: (k != named, k))[:MAX_STORES]:
+            owner: tuple[tuple[str, ...], ...] = OWNER_PATHS if key == named else ()
+            found.append((("f:binaryData", shared(key)), owner, f"binaryData[{key[2:][:253]}]"))
+        return found
 
     def value_of(self, bundle: str) -> str:
         return bundle

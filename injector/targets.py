@@ -33,11 +33,12 @@ What it decides (pure; no client):
   caBundle leaf our entry owns is handed to the object's owner (`handover_of`): added to
   the fieldsV1 of the owner's existing managedFields entry, in the same patch that removes
   ours, so the owner's next server-side apply keeps the value if its configuration sets
-  one and removes it if not, like any field it applies. A leaf nobody else can take stays
-  unowned, as before (logged). The same patch removes our note (`INJECTED_ANNOTATION`,
-  tested against its value: `Target.note`) unless another manager owns it. A ConfigMap's
-  `ca.crt` and truststore are released unowned and its note stays (the departed record
-  keeps no managedFields and no note; the mark label goes).
+  one and removes it if not, like any field it applies. A ConfigMap's `ca.crt` and
+  truststore key go the same way, to the owner of its data (`injector.configmaps`). A
+  leaf nobody else can take stays unowned, as before (logged). The same patch removes
+  our note (`INJECTED_ANNOTATION`, tested against its value: `Target.note`) unless
+  another manager owns it; a ConfigMap's note stays (its records keep no note), and the
+  mark label goes.
 * **Who else applies our leaves** (`others`): the names of other `Apply` managers whose
   managedFields own a caBundle (or `ca.crt`, or the truststore key) we would write. Such
   an object is never written: its owner's configuration and ours would fight for ever.
@@ -118,11 +119,12 @@ class Kind:
         raise NotImplementedError
 
     def our_leaves(
-        self, ours: list[Mapping[str, Any]]
-    ) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
-        """(leaf, where its owner is named, the leaf's name for a log line) of each leaf
-        one of `ours` (our managedFields entries' fieldsV1) owns, in a stable order: who
-        takes it at the release (`handover_of`)."""
+        self, ours: list[Mapping[str, Any]], meta: Mapping[str, Any]
+    ) -> list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...], str]]:
+        """(leaf, where its owner is named — fieldsV1 paths tried in turn —, the leaf's name
+        for a log line) of each leaf one of `ours` (our managedFields entries' fieldsV1 in
+        the object's `meta`) owns and may hand over, in a stable order: who takes it at
+        the release (`handover_of`)."""
         return []
 
     def value_of(self, bundle: str) -> str:
@@ -222,14 +224,19 @@ class Slot:
 
 @dataclass(frozen=True, slots=True)
 class Handover:
-    """One caBundle leaf our managedFields entry owns, and the entry that takes it at the
-    release: the owner's entry at `index` (its `manager` and `operation` are tested
-    before the write) gets `f:caBundle` in the map at the fieldsV1 path `into`."""
+    """One leaf our managedFields entry owns, and the entry that takes it at the release:
+    the owner's entry at `index` (its `manager` and `operation` are tested before the
+    write) gets `leaf` below the map at the fieldsV1 path `into`."""
 
     index: int
     manager: str
     operation: str
     into: tuple[str, ...]
+    leaf: tuple[str, ...] = ("f:caBundle",)
+    """The keys added below `into`, the last the leaf itself. More than one where the
+    owner's entry has no map to take the leaf yet (a ConfigMap owner that applied only
+    metadata has no `f:data`): the map is added whole, and the release is then guarded
+    by the object's resourceVersion, so a map the entry gained since is never replaced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,19 +441,25 @@ def owns(fields: Mapping[str, Any], path: tuple[str, ...]) -> bool:
     return isinstance(child, Mapping) and owns(child, rest)
 
 
+OWNER_NAME = 128
+"""The longest field manager name that may take a leaf at the release (the API server's
+limit on a manager name; a record keeps the name to test it)."""
+
+
 def handover_of(
     kind: Kind, meta: Mapping[str, Any]
 ) -> tuple[tuple[Handover, ...], tuple[str, ...]]:
-    """Who takes each caBundle leaf our entries own at the release, and the leaves nobody
-    takes (`Target.handover`, `Target.unowned`).
+    """Who takes each leaf our entries own at the release, and the leaves nobody takes
+    (`Target.handover`, `Target.unowned`).
 
     The owner of a leaf is the manager that owns where the server it verifies is named:
     the webhook's `clientConfig` (its `url` or `service`), an APIService's `spec.service`,
-    a CRD's `spec.conversion.webhook.clientConfig`. Among the entries that own it (never
-    ours, never a subresource's): an `Apply` entry before an `Update` entry, then the
-    first manager name in byte order, then the first in managedFields. A leaf another
-    manager owns already is left to it (nothing to hand); a leaf nobody's entry can take
-    stays unowned."""
+    a CRD's `spec.conversion.webhook.clientConfig`; for a ConfigMap, whoever owns its
+    other data keys, else its metadata (`Kind.our_leaves` says where, in turn). Among the
+    entries that own it (never ours, never a subresource's): an `Apply` entry before an
+    `Update` entry, then the first manager name in byte order, then the first in
+    managedFields. A leaf another manager owns already is left to it (nothing to hand);
+    a leaf nobody's entry can take stays unowned."""
     entries = [
         (i, e)
         for i, e in enumerate(meta.get("managedFields") or ())
@@ -458,24 +471,50 @@ def handover_of(
     ]
     handed: list[Handover] = []
     unowned: list[str] = []
-    for leaf, where, name in kind.our_leaves(ours):
+    for leaf, wheres, name in kind.our_leaves(ours, meta):
         if any(owns(e["fieldsV1"], leaf) for _, e in others):
             continue
+        owner = _owner(others, wheres)
+        if owner is None:
+            unowned.append(name)
+            continue
+        index, entry = owner
+        manager, operation = str(entry.get("manager", "")), str(entry.get("operation", ""))
+        into = _held_prefix(entry["fieldsV1"], leaf[:-1])
+        handed.append(Handover(index, manager, operation, into, leaf[len(into) :]))
+    return tuple(handed), tuple(unowned)
+
+
+def _owner(
+    others: list[tuple[int, Mapping[str, Any]]], wheres: tuple[tuple[str, ...], ...]
+) -> tuple[int, Mapping[str, Any]] | None:
+    """The first entry (`handover_of`'s order) owning the first of `wheres` any owns."""
+    for where in wheres:
         owners = sorted(
-            ((i, e) for i, e in others if owns(e["fieldsV1"], where)),
+            (
+                (i, e)
+                for i, e in others
+                if owns(e["fieldsV1"], where) and len(str(e.get("manager", ""))) <= OWNER_NAME
+            ),
             key=lambda owner: (
                 owner[1].get("operation") != "Apply",
                 str(owner[1].get("manager", "")).encode(),
                 owner[0],
             ),
         )
-        if not owners:
-            unowned.append(name)
-            continue
-        index, entry = owners[0]
-        manager, operation = str(entry.get("manager", "")), str(entry.get("operation", ""))
-        handed.append(Handover(index, manager, operation, leaf[:-1]))
-    return tuple(handed), tuple(unowned)
+        if owners:
+            return owners[0]
+    return None
+
+
+def _held_prefix(fields: Mapping[str, Any], path: tuple[str, ...]) -> tuple[str, ...]:
+    """The longest start of `path` whose maps `fields` has."""
+    node: Any = fields
+    for depth, key in enumerate(path):
+        node = node.get(key) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            return path[:depth]
+    return path
 
 
 def injected_note(value: str, anchors: frozenset[str], not_after: float) -> str:
@@ -569,8 +608,8 @@ def selector_record(text: str) -> str:
 def unowned_note(target: Target) -> str:
     """The release's log line for the leaves nobody took (`Target.unowned`)."""
     return (
-        f"released caBundle: no other managedFields entry owns where "
-        f"{', '.join(target.unowned)} point; the value stays, owned by no field manager "
+        f"released {', '.join(target.unowned)}: no other managedFields entry owns where "
+        "its owner is named; the value stays, owned by no field manager "
         "(a server-side-apply owner does not remove it by omitting it: set it in its "
         "configuration, then omit it, or remove it with a patch)"
     )
@@ -629,19 +668,23 @@ def is_current(target: Target, ca_bundle: str) -> bool:
 
 def release_ops(target: Target, operation: str | None = None) -> list[dict[str, Any]]:
     """The JSON patch that releases every field we own (or only our entries of
-    `operation`, handing nothing over): add each caBundle leaf of `target.handover` to its
-    owner's entry (guarded by a `test` of that entry's manager and operation; the map it
-    is added to exists, or the patch fails and the object's next event re-plans it), then
+    `operation`, handing nothing over): add each leaf of `target.handover` to its owner's
+    entry (guarded by a `test` of that entry's manager and operation; the map it is added
+    to exists, or the patch fails and the object's next event re-plans it; a map added
+    whole is guarded by the record's resourceVersion), then
     remove each managedFields entry of ours (highest index first, each guarded by a
     `test` of its manager), and our note (`target.note`, tested) and mark label, and no
     value, guarded by the uid (an object deleted meanwhile is not re-created)."""
     ops: list[dict[str, Any]] = [test_op("/metadata/uid", target.uid)]
-    for hand in target.handover if operation is None else ():
+    handover = target.handover if operation is None else ()
+    if any(len(hand.leaf) > 1 for hand in handover):
+        ops.append(test_op("/metadata/resourceVersion", target.resource_version))
+    for hand in handover:
         entry = f"/metadata/managedFields/{hand.index}"
-        into = "/".join(pointer(key) for key in hand.into)
+        into = "/".join(pointer(key) for key in (*hand.into, hand.leaf[0]))
         ops.append(test_op(f"{entry}/manager", hand.manager))
         ops.append(test_op(f"{entry}/operation", hand.operation))
-        ops.append(add_op(f"{entry}/fieldsV1/{into}/f:caBundle", {}))
+        ops.append(add_op(f"{entry}/fieldsV1/{into}", _nested(hand.leaf[1:])))
     for index, op in sorted(target.owned, reverse=True):
         if operation is not None and op != operation:
             continue
@@ -654,6 +697,11 @@ def release_ops(target: Target, operation: str | None = None) -> list[dict[str, 
         mark = f"/metadata/labels/{pointer(MARK_LABEL)}"
         ops += [test_op(mark, "true"), {"op": "remove", "path": mark}]
     return ops
+
+
+def _nested(keys: tuple[str, ...]) -> dict[str, Any]:
+    """`{keys[0]: {keys[1]: ... {}}}` (fieldsV1 maps down to a leaf)."""
+    return {keys[0]: _nested(keys[1:])} if keys else {}
 
 
 def test_op(path: str, value: Any) -> dict[str, Any]:

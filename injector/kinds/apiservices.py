@@ -37,9 +37,9 @@ class APIServices(CaBundleKind):
         return (LEAF,)
 
     def our_leaves(
-        self, ours: list[Mapping[str, Any]]
-    ) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
-        return [(LEAF, OWNER, "spec.caBundle")] if any(owns(f, LEAF) for f in ours) else []
+        self, ours: list[Mapping[str, Any]], meta: Mapping[str, Any]
+    ) -> list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...], str]]:
+        return [(LEAF, (OWNER,), "spec.caBundle")] if any(owns(f, LEAF) for f in ours) else []
 
     def slot_ops(self, target: Target, ca_bundle: str) -> list[dict[str, Any]]:
         return [add_op("/spec/caBundle", ca_bundle)]

@@ -34,10 +34,10 @@ class ConversionCRDs(CaBundleKind):
         return (LEAF,)
 
     def our_leaves(
-        self, ours: list[Mapping[str, Any]]
-    ) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
+        self, ours: list[Mapping[str, Any]], meta: Mapping[str, Any]
+    ) -> list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...], str]]:
         name = "spec.conversion.webhook.clientConfig.caBundle"
-        return [(LEAF, LEAF[:-1], name)] if any(owns(f, LEAF) for f in ours) else []
+        return [(LEAF, (LEAF[:-1],), name)] if any(owns(f, LEAF) for f in ours) else []
 
     def slot_ops(self, target: Target, ca_bundle: str) -> list[dict[str, Any]]:
         return [

@@ -29,8 +29,8 @@ class WebhookConfigurations(CaBundleKind):
         return (LEAF,)
 
     def our_leaves(
-        self, ours: list[Mapping[str, Any]]
-    ) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
+        self, ours: list[Mapping[str, Any]], meta: Mapping[str, Any]
+    ) -> list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...], str]]:
         """Each webhook's caBundle goes to the owner of its `clientConfig` (its url or
         service)."""
         keys = sorted(
@@ -43,7 +43,7 @@ class WebhookConfigurations(CaBundleKind):
         )
         hooks = [(LEAF[0], key, *LEAF[2:]) for key in keys]
         return [
-            (hook, hook[:-1], f"webhooks[{element_name(hook[1])}].clientConfig.caBundle")
+            (hook, (hook[:-1],), f"webhooks[{element_name(hook[1])}].clientConfig.caBundle")
             for hook in hooks
         ]
 

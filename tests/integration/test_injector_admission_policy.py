@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from controlplane import ControlPlane, binaries
 from distributor import decide
 from distributor.key import KEY_SECRET
+from injector.configmaps import departed_record
 from injector.kinds import API_SERVICE, CRD, VALIDATING_WEBHOOK, to_target
 from injector.targets import Kind, release_ops
 from kube.client import ApiError, Client, is_not_found
@@ -1045,39 +1046,20 @@ def admitted_writes(injector: Client, o: Objects, admin: Client) -> dict[str, Ca
         return written
 
     def release_config_map_handing_over() -> Any:
-        # As the webhooks' release: the leaves our entry owned (ca.crt, the truststore
-        # key) are added to the owner's entry in the patch that removes ours.
+        # The injector's own release of a ConfigMap whose label went (its departed
+        # record, `release_ops`): as a webhook's caBundle, the leaves our entry owned
+        # (ca.crt, the truststore key) go to the owner's entry in the patch that removes
+        # ours — here an entry without binaryData, which gets the map whole.
         path = o.released_cm
-        live = injector.get(path)
-        managed = live["metadata"]["managedFields"]
-        owner = next(
-            i
-            for i, e in enumerate(managed)
-            if e["manager"] not in (FIELD_MANAGER, OPS) and not e.get("subresource")
-        )
-        at = f"/metadata/managedFields/{owner}"
-        ops: list[dict[str, Any]] = [
-            {"op": "test", "path": f"{at}/manager", "value": managed[owner]["manager"]},
-            {"op": "add", "path": f"{at}/fieldsV1/f:data/f:ca.crt", "value": {}},
-            {"op": "add", "path": f"{at}/fieldsV1/f:binaryData", "value": {f"f:{STORE_KEY}": {}}},
-        ]
-        for i in reversed(range(len(managed))):
-            if managed[i]["manager"] == FIELD_MANAGER:
-                ops += [
-                    {
-                        "op": "test",
-                        "path": f"/metadata/managedFields/{i}/manager",
-                        "value": FIELD_MANAGER,
-                    },
-                    {"op": "remove", "path": f"/metadata/managedFields/{i}"},
-                ]
-        mark = f"/metadata/labels/{escape(MARK_LABEL)}"
-        ops += [{"op": "test", "path": mark, "value": "true"}, {"op": "remove", "path": mark}]
-        after = patch(injector, path, *ops)
+        target = departed_record(injector.get(path))
+        owners = {hand.manager for hand in target.handover}
+        assert len(target.handover) == 2 and len(owners) == 1, target.handover
+        after = patch(injector, path, *release_ops(target))
         entries = {e["manager"]: e["fieldsV1"] for e in after["metadata"]["managedFields"]}
         assert FIELD_MANAGER not in entries
-        assert "f:ca.crt" in entries[managed[owner]["manager"]]["f:data"]
-        assert f"f:{STORE_KEY}" in entries[managed[owner]["manager"]]["f:binaryData"]
+        owner = owners.pop()
+        assert "f:ca.crt" in entries[owner]["f:data"]
+        assert f"f:{STORE_KEY}" in entries[owner]["f:binaryData"]
         assert after["data"]["ca.crt"] == "anchors"  # the values stay
         return after
 
@@ -1366,17 +1348,17 @@ def test_the_injector_and_distributor_refuse_nothing_under_the_policy(
     )
     selector = json.dumps({"signerName": signer, "labelSelector": {}})
     cms = f"/api/v1/namespaces/{namespace}/configmaps"
-    admin.create(
-        cms,
-        {
-            "metadata": {
-                "name": "trust",
-                "labels": {LABEL: "true"},
-                "annotations": {ANNOTATION: selector},
-            },
-            "data": {"app.conf": "x"},
+    # A GitOps owner's ConfigMap asking for injection: labels and annotations, no data.
+    gitops: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "trust",
+            "labels": {LABEL: "true"},
+            "annotations": {ANNOTATION: selector, TEAM: "a"},
         },
-    )
+    }
+    admin.patch(f"{cms}/trust", gitops, patch_type=APPLY, params={"fieldManager": "gitops"})
     hook, group = f"policy-run-{suffix}", f"r{suffix}.policy.example.com"
     admin.create(VWC_PATH, validating_webhook(hook, f"unused-{suffix}", "svc", selector))
     admin.create(MWC_PATH, mutating_webhook(hook, selector))
@@ -1454,13 +1436,25 @@ def test_the_injector_and_distributor_refuse_nothing_under_the_policy(
         # The namespace stops matching: the copy is deleted.
         admin.patch(f"/api/v1/namespaces/{target}", {"metadata": {"labels": {"trust": "no"}}})
         eventually(lambda: not get(copy_path), timeout=30, what="the copy deleted")
-        # The release (label removed) passes too.
-        admin.patch(f"{cms}/trust", {"metadata": {"labels": {LABEL: None}}})
+        # The release passes too: the owner applies its ConfigMap without the opt-in
+        # label; ca.crt stays and goes to the owner's entry, so its next apply of the
+        # same configuration (no ca.crt in it) prunes ca.crt, as any key it stops applying.
+        del gitops["metadata"]["labels"]
+        del gitops["metadata"]["annotations"][ANNOTATION]
+        admin.patch(f"{cms}/trust", gitops, patch_type=APPLY, params={"fieldManager": "gitops"})
         eventually(
             lambda: MARK_LABEL not in (get(f"{cms}/trust").get("metadata") or {}).get("labels", {}),
             timeout=30,
             what="the release",
         )
+        released = get(f"{cms}/trust")
+        assert released["data"] == {"ca.crt": pem}
+        entries = {e["manager"]: e["fieldsV1"] for e in released["metadata"]["managedFields"]}
+        assert FIELD_MANAGER not in entries and "f:ca.crt" in entries["gitops"]["f:data"]
+        pruned = admin.patch(
+            f"{cms}/trust", gitops, patch_type=APPLY, params={"fieldManager": "gitops"}
+        )
+        assert "ca.crt" not in (pruned.get("data") or {})
         # And a webhook configuration's: its caBundle handed to the administrator's entry.
         admin.patch(f"{VWC_PATH}/{hook}", {"metadata": {"annotations": {ANNOTATION: None}}})
 

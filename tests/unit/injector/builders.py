@@ -1,9 +1,10 @@
 """Objects the injector tests build: bundles as the cache records them, annotated
-webhook configurations, APIServices and CRDs."""
+webhook configurations, APIServices and CRDs; a JSON patch applied as the API server does."""
 
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from typing import Any
 
@@ -87,3 +88,30 @@ BAD_ANNOTATIONS = [
         "unknown operator",
     ),
 ]
+
+
+def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 `test`, `add` and `remove` (what the release sends), as kube-apiserver
+    applies them: all or nothing, a failed test or a missing parent fails the patch."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [
+            p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]
+        ]
+        node = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        key: Any = int(last) if isinstance(node, list) else last
+        if op["op"] == "test":
+            if node[key] != op["value"]:
+                raise ValueError(f"test failed: {op['path']}")
+        elif op["op"] == "add":
+            if isinstance(node, list):
+                node.insert(key, op["value"])
+            else:
+                node[key] = op["value"]
+        elif op["op"] == "remove":
+            del node[key]
+        else:
+            raise AssertionError(op)
+    return doc

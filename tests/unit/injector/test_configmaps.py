@@ -4,7 +4,9 @@ the decisions and the apply bodies (no server)."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
+import logging
 from typing import Any, cast
 
 import pytest
@@ -25,10 +27,10 @@ from injector.configmaps import (
 from injector.controller import SELECTION_INDEX, Caches, InjectorController
 from injector.kinds import VALIDATING_WEBHOOK, path_of
 from injector.kinds import to_target as to_webhook_target
-from injector.targets import ANNOTATION, FIELD_MANAGER, release_ops, value_digest
+from injector.targets import ANNOTATION, FIELD_MANAGER, Handover, release_ops, value_digest
 from kube.client import ApiError, Client
 from tests.unit.fakes import FakeCache
-from tests.unit.injector.builders import SELECT_ALL, ctb, pem
+from tests.unit.injector.builders import SELECT_ALL, apply_json_patch, ctb, pem
 from trust.bundle import anchor_ders, normalize_bundle, parse_anchors
 from trust.truststore import java_truststore, truststore_anchors
 
@@ -258,22 +260,143 @@ def test_release_removes_our_entry_only_and_is_guarded_by_the_uid() -> None:
     ]
 
 
-def test_a_released_config_maps_ca_crt_stays_and_is_handed_to_no_other_manager() -> None:
-    """The ConfigMap release keeps `ca.crt` (a consumer may still read it) and, unlike a
-    webhook's caBundle, adds it to no other manager's entry, even a server-side apply
-    owner's: the admission policy lets the injector's token only remove a ConfigMap's
-    fields from other entries (docs/trust-consumers.md). Only our entry goes."""
+FLUX: Any = {
+    "manager": "flux",
+    "operation": "Apply",
+    "fieldsV1": {
+        "f:metadata": {"f:annotations": {"f:example.com/team": {}}},
+        "f:data": {"f:mode": {}},
+    },
+}
+OPS_ENTRY: Any = {"manager": "ops", "operation": "Update", "fieldsV1": {"f:data": {"f:ref": {}}}}
+OURS_WITH_STORE: Any = {
+    "manager": FIELD_MANAGER,
+    "operation": "Update",
+    "fieldsV1": {
+        "f:data": {"f:ca.crt": {}},
+        "f:binaryData": {"f:truststore.p12": {}},
+        "f:metadata": {"f:labels": {f"f:{MARK_LABEL}": {}}},
+    },
+}
+
+
+def departed_config_map(
+    *managers: Any, annotations: dict[str, str] | None = None, data: Any = None
+) -> dict[str, Any]:
+    """A ConfigMap we wrote (`ca.crt`, a truststore, our mark) whose opt-in label went."""
+    raw = config_map(
+        annotations=annotations if annotations is not None else dict(STORE_ANNOTATIONS),
+        data=data if data is not None else {"mode": "prod", "ref": "vault:x", CA_KEY: "pem"},
+        binary={"truststore.p12": "c3RvcmU="},
+        managers=[copy.deepcopy(m) for m in managers],
+    )
+    raw["metadata"]["labels"] = {MARK_LABEL: "true"}
+    raw["metadata"]["resourceVersion"] = "41"
+    return raw
+
+
+def fields_of(obj: Any, manager: str) -> Any:
+    [found] = [e for e in obj["metadata"]["managedFields"] if e["manager"] == manager]
+    return found["fieldsV1"]
+
+
+def test_a_released_config_maps_ca_crt_and_truststore_go_to_the_owner_of_its_data() -> None:
+    """As a webhook's caBundle goes to whoever names its server, a released ConfigMap's
+    `ca.crt` and truststore key go to the ConfigMap's owner — the entry owning its other
+    data keys, a server-side apply's before an Update's — in the patch that removes ours:
+    a GitOps owner's next apply then keeps or prunes them as its configuration says. No
+    value changes; the other managers' entries are as they were."""
+    raw = departed_config_map(OPS_ENTRY, FLUX, OURS_WITH_STORE)
+    target = departed_record(raw)
+    assert target.handover == (
+        Handover(1, "flux", "Apply", ("f:data",), ("f:ca.crt",)),
+        Handover(1, "flux", "Apply", (), ("f:binaryData", "f:truststore.p12")),
+    )
+    assert target.unowned == ()
+    after = apply_json_patch(raw, release_ops(target))
+    assert FIELD_MANAGER not in [e["manager"] for e in after["metadata"]["managedFields"]]
+    assert fields_of(after, "flux") == {
+        **FLUX["fieldsV1"],
+        "f:data": {"f:mode": {}, "f:ca.crt": {}},
+        "f:binaryData": {"f:truststore.p12": {}},
+    }
+    assert fields_of(after, "ops") == OPS_ENTRY["fieldsV1"]
+    assert (after["data"], after["binaryData"]) == (raw["data"], raw["binaryData"])
+    assert MARK_LABEL not in after["metadata"]["labels"]
+
+
+def test_a_map_added_to_the_owners_entry_is_guarded_by_the_resource_version() -> None:
+    """Adding `f:binaryData` whole to an owner's entry that had none would replace one it
+    gained since (its other keys then owned by nobody): the patch tests the
+    resourceVersion the record was made from, and the next event re-plans it."""
+    target = departed_record(departed_config_map(FLUX, OURS_WITH_STORE))
+    ops = release_ops(target)
+    assert {"op": "test", "path": "/metadata/resourceVersion", "value": "41"} in ops
+    no_store = dict(OURS_WITH_STORE, fieldsV1={"f:data": {"f:ca.crt": {}}})
+    plain = release_ops(departed_record(departed_config_map(FLUX, no_store)))
+    assert not any(op["path"] == "/metadata/resourceVersion" for op in plain)
+
+
+def test_an_owner_that_applied_only_metadata_takes_ca_crt() -> None:
+    """The usual GitOps shape of an injected ConfigMap: the owner applies its labels and
+    annotations and no data. With no entry owning a data key, the entry owning its
+    metadata takes `ca.crt` (its `f:data` added), so its next apply without the opt-in
+    label prunes `ca.crt` instead of leaving it owned by nobody."""
+    flux = {
+        "manager": "flux",
+        "operation": "Apply",
+        "fieldsV1": {"f:metadata": {"f:annotations": {"f:example.com/team": {}}}},
+    }
+    ours = {
+        "manager": FIELD_MANAGER,
+        "operation": "Update",
+        "fieldsV1": {"f:data": {"f:ca.crt": {}}},
+    }
+    raw = departed_config_map(flux, ours, annotations={}, data={CA_KEY: "pem"})
+    target = departed_record(raw)
+    assert target.handover == (Handover(0, "flux", "Apply", (), ("f:data", "f:ca.crt")),)
+    after = apply_json_patch(raw, release_ops(target))
+    assert fields_of(after, "flux")["f:data"] == {"f:ca.crt": {}}
+
+
+def test_a_truststore_key_the_annotation_no_longer_names_is_left_unowned() -> None:
+    """The admission policy admits handing over only the truststore key the annotation
+    names (a stolen token must not hand an arbitrary binaryData key to a GitOps owner,
+    whose next apply would delete it): a key no longer named stays, owned by nobody."""
+    raw = departed_config_map(FLUX, OURS_WITH_STORE, annotations={})
+    target = departed_record(raw)
+    assert target.handover == (Handover(0, "flux", "Apply", ("f:data",), ("f:ca.crt",)),)
+    assert target.unowned == ("binaryData[truststore.p12]",)
+
+
+def test_a_released_config_map_nobody_else_owns_keeps_ca_crt_unowned() -> None:
+    """No other entry (but a subresource's) can take `ca.crt`: it stays, owned by nobody,
+    as before; only our entry and the mark go."""
+    status: Any = {"manager": "x", "operation": "Update", "subresource": "status", "fieldsV1": {}}
+    ours = {
+        "manager": FIELD_MANAGER,
+        "operation": "Update",
+        "fieldsV1": {"f:data": {"f:ca.crt": {}}},
+    }
+    target = departed_record(departed_config_map(status, ours, annotations={}))
+    assert (target.handover, target.unowned) == ((), ("data[ca.crt]",))
+    ops = release_ops(target)
+    assert not any("fieldsV1" in op["path"] or "/data" in op["path"] for op in ops)
+
+
+def test_a_labelled_config_map_whose_annotation_went_hands_ca_crt_over_too() -> None:
+    """The opt-in annotation removed, the label kept: released the same way."""
     ours: Any = {
         "manager": FIELD_MANAGER,
         "operation": "Update",
         "fieldsV1": {"f:data": {"f:ca.crt": {}}},
     }
-    owner: Any = {"manager": "flux", "operation": "Apply", "fieldsV1": {"f:data": {"f:mode": {}}}}
-    target = to_target(config_map(annotations={}, data={"ca.crt": "x"}, managers=[owner, ours]))
-    assert (target.handover, target.unowned) == ((), ())
-    ops = release_ops(target)
-    assert not any("fieldsV1" in op["path"] or "/data" in op["path"] for op in ops)
-    assert {"op": "remove", "path": "/metadata/managedFields/1"} in ops
+    raw = config_map(annotations={}, data={"mode": "prod", CA_KEY: "x"}, managers=[FLUX, ours])
+    target = to_target(raw)
+    assert decisions.decide(target, [ctb("b", ["a"])]) == decisions.Release()
+    assert target.handover == (Handover(0, "flux", "Apply", ("f:data",), ("f:ca.crt",)),)
+    after = apply_json_patch(raw, release_ops(target))
+    assert "f:ca.crt" in fields_of(after, "flux")["f:data"]
 
 
 # the controller's release, over seeded caches ---------------------------------------------
@@ -379,6 +502,39 @@ def test_a_config_map_that_lost_its_label_is_released_reading_nothing() -> None:
         {"op": "remove", "path": "/metadata/labels/service-serving-signer~1ca-injected"},
     ]
     assert {"op": "remove", "path": "/metadata/managedFields/0"} in body
+
+
+def test_the_controllers_release_of_a_departed_config_map_hands_ca_crt_to_its_owner(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Over the departed informer's cache, the one release patch the controller sends
+    adds `ca.crt` to the owner's entry; a ConfigMap with nobody to take it is released
+    with a log line naming what stays owned by nobody."""
+    raw = departed_config_map(FLUX, OURS_WITH_STORE)
+    target = to_target(config_map(managers=[FLUX, OURS_WITH_STORE]))
+    client = RecordingClient()
+    ctrl, caches = injector(client, target, departed=departed_cache(raw))
+    leaves_the_watch(caches, target)
+    with caplog.at_level(logging.INFO, logger="injector.controller"):
+        ctrl.sync(target.key)
+    [(_, body, _)] = client.patches
+    assert body == release_ops(departed_record(raw))
+    assert "f:ca.crt" in fields_of(apply_json_patch(raw, body), "flux")["f:data"]
+    assert not [r for r in caplog.records if "owned by no field manager" in r.getMessage()]
+    ours = {
+        "manager": FIELD_MANAGER,
+        "operation": "Update",
+        "fieldsV1": {"f:data": {"f:ca.crt": {}}},
+    }
+    lonely = departed_config_map(ours, annotations={})
+    client = RecordingClient()
+    ctrl, caches = injector(client, target, departed=departed_cache(lonely))
+    leaves_the_watch(caches, target)
+    with caplog.at_level(logging.INFO, logger="injector.controller"):
+        ctrl.sync(target.key)
+    assert client.patches
+    [line] = [r.getMessage() for r in caplog.records if "owned by no field manager" in r.message]
+    assert "data[ca.crt]" in line
 
 
 def test_a_config_map_really_deleted_is_not_released() -> None:

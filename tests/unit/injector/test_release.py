@@ -28,7 +28,7 @@ from injector.targets import (
     release_ops,
     unowned_note,
 )
-from tests.unit.injector.builders import api_service, crd, webhook_config
+from tests.unit.injector.builders import api_service, apply_json_patch, crd, webhook_config
 from tests.unit.injector.harness import controller
 
 W0, W1 = 'k:{"name":"w0.example.com"}', 'k:{"name":"w1.example.com"}'
@@ -65,33 +65,6 @@ def released(raw: dict[str, Any], *entries: dict[str, Any]) -> dict[str, Any]:
     out["metadata"].pop("annotations", None)
     out["metadata"]["managedFields"] = [copy.deepcopy(e) for e in entries]
     return out
-
-
-def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
-    """RFC 6902 `test`, `add` and `remove` (what the release sends), as kube-apiserver
-    applies them: all or nothing, a failed test or a missing parent fails the patch."""
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        *parents, last = [
-            p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]
-        ]
-        node = doc
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        key: Any = int(last) if isinstance(node, list) else last
-        if op["op"] == "test":
-            if node[key] != op["value"]:
-                raise ValueError(f"test failed: {op['path']}")
-        elif op["op"] == "add":
-            if isinstance(node, list):
-                node.insert(key, op["value"])
-            else:
-                node[key] = op["value"]
-        elif op["op"] == "remove":
-            del node[key]
-        else:
-            raise AssertionError(op)
-    return doc
 
 
 def entry(obj: dict[str, Any], manager: str) -> dict[str, Any]:
