@@ -85,6 +85,12 @@ build_k8s_main() {  # $1 source dir of a main package (its *.go), $2 output name
   W=$(mktemp -d); trap 'rm -rf "$W"' RETURN
   k8s_module "$W"
   mkdir -p "$W/main" && cp "$SRC"/*.go "$W/main/"
+  # an older release's API differences, as a patch beside the source (hollownode-v1.36.patch)
+  local COMPAT="$SRC-${KV%.*}.patch"
+  if [ -f "$COMPAT" ]; then
+    log "$2: applying $(basename "$COMPAT") for $KV"
+    patch --quiet -d "$W/main" -p1 < "$COMPAT"
+  fi
   if [ -n "$RESYNC" ]; then
     [[ $RESYNC =~ ^[0-9]+$ ]] && [ "$(grep -cxF "$LINE" "$W/main/kubelet.go")" = 1 ] \
       || { log "$2: cannot set SyncFrequency to ${RESYNC}s in hollownode/kubelet.go"; exit 2; }

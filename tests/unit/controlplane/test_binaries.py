@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -317,3 +318,22 @@ def test_the_build_finds_the_one_resync_line_it_changes_in_the_hollow_kubelet() 
     line = "\tc.SyncFrequency.Duration = 10 * time.Second"
     assert kubelet.read_text().splitlines().count(line) == 1
     assert line.strip() in binaries.BUILD_SCRIPT.read_text().replace("\\", "")
+
+
+def test_the_1_36_compatibility_patch_still_applies_to_the_hollow_kubelets_source(
+    tmp_path: Path,
+) -> None:
+    """build-binaries.sh builds hollow-node for 1.36 from hollownode/ with
+    hollownode-v1.36.patch applied (1.36's kubelet packages predate two calls it makes):
+    a change to hollownode/ that the patch no longer fits fails here, not in a 1.36 build."""
+    source = binaries.PROJECT_SOURCES["hollow-node"]
+    patch = source.with_name("hollownode-v1.36.patch")
+    for go in source.glob("*.go"):
+        shutil.copy(go, tmp_path / go.name)
+    result = subprocess.run(
+        ["patch", "--dry-run", "-d", str(tmp_path), "-p1"],
+        input=patch.read_bytes(),
+        capture_output=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
