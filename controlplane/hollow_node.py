@@ -5,8 +5,9 @@ as a Node of a local control plane.
 
 Decides how a node runs here:
 - its kubelet is the plane's release (`plane.kube_version`: 1.37, or 1.38 for the ML-DSA
-  projection), so kubelet and kube-apiserver never skew, with the feature gates the plane
-  turns on that a kubelet has too (`server.node_feature_gates`: 1.38's PodCertificateMLDSA);
+  projection, or 1.36), so kubelet and kube-apiserver never skew, with the feature gates
+  the plane turns on that a kubelet has too (`server.node_feature_gates`: 1.38's
+  PodCertificateMLDSA, 1.36's beta projection gates);
 - each node has its own identity, a client certificate `CN=system:node:<name>,
   O=system:nodes` from the plane's client CA, so the Node authorizer and `NodeRestriction`
   check its requests exactly as on a real cluster;

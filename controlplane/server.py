@@ -80,8 +80,19 @@ def minor_of(version: str) -> int:
 def node_feature_gates(version: str) -> tuple[str, ...]:
     """The gates a kubelet of `version` needs to match the plane's: 1.38's kubelet declares
     the `PodCertificateMLDSA` node feature only with its gate on (and refuses a Pod that
-    asks for an ML-DSA key otherwise, `PodFeatureUnsupported`)."""
-    return ("PodCertificateMLDSA=true",) if minor_of(version) >= 38 else ()
+    asks for an ML-DSA key otherwise, `PodFeatureUnsupported`); before 1.37 the kubelet
+    projects `clusterTrustBundle` and `podCertificate` sources only with the beta gates
+    the plane turns on too (otherwise the Pod never leaves ContainerCreating)."""
+    minor = minor_of(version)
+    if minor >= 38:
+        return ("PodCertificateMLDSA=true",)
+    if minor >= 37:
+        return ()
+    return (
+        "PodCertificateRequest=true",
+        "ClusterTrustBundle=true",
+        "ClusterTrustBundleProjection=true",
+    )
 
 
 def version_args(version: str, extra_args: tuple[str, ...] = ()) -> tuple[str, ...]:

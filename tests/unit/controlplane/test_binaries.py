@@ -112,10 +112,16 @@ def test_any_change_under_the_hollow_nodes_source_changes_its_digest(
     assert binaries.source_digest("kube-apiserver") is None
 
 
-def test_only_a_1_38_kubelet_gets_the_ml_dsa_gate_its_plane_has() -> None:
+def test_a_kubelet_gets_the_gates_its_plane_has() -> None:
+    """1.38: the ML-DSA gate; 1.37: none (the APIs are GA); 1.36: the beta gates of
+    PodCertificateRequest and ClusterTrustBundle projection, as its kube-apiserver."""
     assert node_feature_gates("v1.38.0-beta.0") == ("PodCertificateMLDSA=true",)
     assert node_feature_gates("v1.37.2") == ()
-    assert node_feature_gates("v1.36.5") == ()
+    assert node_feature_gates("v1.36.5") == (
+        "PodCertificateRequest=true",
+        "ClusterTrustBundle=true",
+        "ClusterTrustBundleProjection=true",
+    )
 
 
 def test_the_version_sensitive_tests_run_on_1_37_first_then_1_38_and_1_36() -> None:
