@@ -114,11 +114,17 @@ def token_kubeconfig(ctx: Context, directory: Path, token: str) -> Path:
 
 
 class Noise:
-    """`NOISE_THREADS` threads LISTing the noise namespace as `NOISE_ACCOUNTS` accounts."""
+    """`NOISE_THREADS` threads LISTing the noise namespace as `NOISE_ACCOUNTS` accounts:
+    back to back, or with `rate`, LISTs started on a fixed schedule of `rate` a second
+    between them (an offered load held constant whatever the server does; a thread free
+    only after its LIST ends, so the achieved rate, `done`, falls short when the server
+    cannot keep up with `NOISE_THREADS` in flight)."""
 
-    def __init__(self, clients: list[Client], namespace: str) -> None:
+    def __init__(self, clients: list[Client], namespace: str, rate: float | None = None) -> None:
         self.clients = clients
         self.path = f"/api/v1/namespaces/{namespace}/configmaps"
+        self.rate = rate
+        self._due = 0.0
         self.done = 0
         self.rejected = 0
         self._lock = threading.Lock()
@@ -130,6 +136,10 @@ class Noise:
     def _run(self, i: int) -> None:
         client = self.clients[i % len(self.clients)]
         while not self._stop.is_set():
+            if self.rate:
+                with self._lock:
+                    due = self._due = max(self._due + 1 / self.rate, time.monotonic() - 1.0)
+                time.sleep(max(0.0, due - time.monotonic()))
             try:
                 client.get_bytes(self.path, timeout=60)
                 with self._lock:

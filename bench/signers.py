@@ -6,6 +6,10 @@
 * `PeerSigner`: the `peer-signer` binary (`bench/peer/main.go`, the Kubernetes project's
   hermetic test signer). Ready when it has published its ClusterTrustBundle, which it does
   only after its informer synced.
+* `KcmSigner`: the `kcm-signer` binary (`bench/kcmsigner`, a module of its own): shaped
+  like one of kube-controller-manager's certificate signers — client-go, a shared
+  informer, the certificate controller's rate-limited work queue, 5 workers, 20 QPS / 30
+  burst, protobuf, UpdateStatus. Ready when it prints `ready` (informer synced).
 * `CeilingSigner`: the `ceiling-signer` binary (`bench/ceiling/main.go`): client-go, 16
   workers, certificates pre-signed before the clock, JSON or protobuf. Ready when it
   prints `ready` (informer synced).
@@ -38,9 +42,16 @@ from trust.ca import write_ca
 
 OUR_SIGNER_NAME = "kubernetes.io/service-serving"
 PEER_SIGNER_NAME = "bench.example.com/go-peer"
+KCM_SIGNER_NAME = "bench.example.com/kcm-shaped"
+KCM_QPS, KCM_BURST, KCM_WORKERS = 20, 30, 5  # kube-controller-manager's client and signers
 QPS, BURST = 1000, 2000
 CEILING_WORKERS = 16
-GO_SOURCES = {"peer-signer": "peer", "ceiling-signer": "ceiling", "bench-populate": "populate"}
+GO_SOURCES = {
+    "peer-signer": "peer",
+    "ceiling-signer": "ceiling",
+    "bench-populate": "populate",
+    "kcm-signer": "kcmsigner",
+}
 
 
 class BenchedProcessError(RuntimeError):
@@ -198,7 +209,12 @@ class PeerSigner(BenchedProcess):
     name = "peer-signer"
 
     def __init__(
-        self, plane: ControlPlane, workdir: Path, *, signer_name: str = PEER_SIGNER_NAME
+        self,
+        plane: ControlPlane,
+        workdir: Path,
+        *,
+        signer_name: str = PEER_SIGNER_NAME,
+        kubeconfig: Path | None = None,
     ) -> None:
         super().__init__(workdir)
         self.client: Client = plane.client()
@@ -207,7 +223,7 @@ class PeerSigner(BenchedProcess):
         # Each program's own command line.
         self.args = [
             str(go_tool("peer-signer")),
-            f"--kubeconfig={plane.kubeconfig}",
+            f"--kubeconfig={kubeconfig or plane.kubeconfig}",
             f"--signer-name={signer_name}",
             f"--kube-api-qps={QPS}",
             f"--kube-api-burst={BURST}",
@@ -223,6 +239,42 @@ class PeerSigner(BenchedProcess):
             if is_not_found(err):
                 return False
             raise
+
+
+class KcmSigner(BenchedProcess):
+    """The kube-controller-manager-shaped Go signer (bench/kcmsigner), with a CA of its own."""
+
+    name = "kcm-signer"
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        kubeconfig: Path,
+        signer_name: str = KCM_SIGNER_NAME,
+        workers: int = KCM_WORKERS,
+        qps: float = KCM_QPS,
+        burst: int = KCM_BURST,
+    ) -> None:
+        super().__init__(workdir)
+        self.workers = workers
+        ca_dir = workdir / "kcm-ca"
+        if not (ca_dir / "ca.key").exists():
+            write_ca(ca_dir)
+        self.args = [
+            str(go_tool("kcm-signer")),
+            f"--kubeconfig={kubeconfig}",
+            f"--signer-name={signer_name}",
+            f"--ca-cert={ca_dir / 'ca.crt'}",
+            f"--ca-key={ca_dir / 'ca.key'}",
+            f"--workers={workers}",
+            f"--kube-api-qps={qps}",
+            f"--kube-api-burst={burst}",
+        ]
+
+    def _ready(self) -> bool:
+        path = self.workdir / f"{self.name}.log"
+        return path.exists() and "ready" in path.read_text(errors="replace").splitlines()
 
 
 class CeilingSigner(BenchedProcess):
@@ -265,8 +317,14 @@ class CeilingSigner(BenchedProcess):
 
 def go_tool(name: str) -> Path:
     """The benchmark's Go program `name`, (re)built when absent or its source changed."""
-    source = Path(__file__).with_name(GO_SOURCES[name]) / "main.go"
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    directory = Path(__file__).with_name(GO_SOURCES[name])
+    # main.go, then the module files of a program that pins its own (kcm-signer).
+    content = b"".join(
+        (directory / f).read_bytes()
+        for f in ("main.go", "go.mod", "go.sum")
+        if (directory / f).exists()
+    )
+    digest = hashlib.sha256(content).hexdigest()
     built = binaries.find(name)
     stamp = binaries.cache_dir() / f"{name}.sha256"
     if built is not None and stamp.exists() and stamp.read_text().strip() == digest:

@@ -3,10 +3,11 @@
 # Go programs) from Go modules into OUT (a cache directory).
 # Usage: build-binaries.sh OUT K8S_VERSION ETCD_VERSION KUSTOMIZE_VERSION [what...]
 # what: any of kube-apiserver etcd kustomize helm kubectl crane kube-controller-manager hollow-node
-# kubemark peer-signer ceiling-signer bench-populate traefik (default: the first three; helm,
+# kubemark peer-signer ceiling-signer bench-populate kcm-signer traefik (default: the first three; helm,
 # kubectl and crane are for the install tests, which run the documented commands; hollow-node is
-# kubemark's hollow kubelet, ported, with loopback-only ports: hollownode/; the last three
-# are the benchmarks' Go programs under bench/)
+# kubemark's hollow kubelet, ported, with loopback-only ports: hollownode/; peer-signer,
+# ceiling-signer, bench-populate and kcm-signer are the benchmarks' Go programs under bench/,
+# kcm-signer a module of its own with its versions pinned in its go.mod and go.sum)
 # A binary already in OUT is kept, unless REBUILD (space-separated names) lists it: then it
 # is built beside it and moved over it, so a running test never finds it missing.
 # The replace list for the staging modules is generated from the upstream go.mod, so a
@@ -105,6 +106,13 @@ build_k8s_main() {  # $1 source dir of a main package (its *.go), $2 output name
   log "built $OUT/$2"
 }
 
+build_own_module() {  # $1 a directory holding its own go.mod and go.sum (versions pinned there), $2 output name
+  log "compiling $2 (its go.mod's pinned modules, from the module cache or proxy)"
+  (cd "$1" && go build -mod=readonly -trimpath -ldflags "-s -w" -o "$OUT/$2.tmp" .)
+  mv "$OUT/$2.tmp" "$OUT/$2"
+  log "built $OUT/$2"
+}
+
 build_module_dir() {  # $1 module@version, $2 package in it, $3 output name: built inside a
   # copy of the module's own directory, so its go.mod's replace directives apply (`go install
   # module@version` ignores them, and Traefik's build needs them)
@@ -136,6 +144,7 @@ for w in $WHAT; do
     peer-signer) have peer-signer || build_k8s_main "$HERE/../bench/peer" peer-signer ;;
     ceiling-signer) have ceiling-signer || build_k8s_main "$HERE/../bench/ceiling" ceiling-signer ;;
     bench-populate) have bench-populate || build_k8s_main "$HERE/../bench/populate" bench-populate ;;
+    kcm-signer) have kcm-signer || build_own_module "$HERE/../bench/kcmsigner" kcm-signer ;;
     traefik) have traefik || build_module_dir "github.com/traefik/traefik/v3@${TRAEFIK_VERSION:?}" ./cmd/traefik traefik ;;
     hollow-node) have hollow-node || build_k8s_main "$HERE/hollownode" hollow-node ;;
     # the same hollow kubelet resyncing Pods every N s (a real kubelet's default: 60)

@@ -1,35 +1,78 @@
-"""The start-up bench's arithmetic: per run, start-up with and without a certificate and
-the three parts of the difference, each from the same Pods' timestamps; medians across
-rounds per kind of run."""
+"""The start-up bench's arithmetic and placement: per run, the control's start-up and per
+signer its Pods' start-up, what the certificate adds and the three parts of it, each from
+the same Pods' timestamps; medians across rounds per kind of run, rate and signer; and the
+FlowSchema that puts every benched signer in the signer's level."""
 
 from __future__ import annotations
 
-from bench.startup import Observed, PodTimes, medians, summarise
+from bench.startup import (
+    KCM_USER,
+    PEER_ACCOUNT,
+    PEER_NAMESPACE,
+    Observed,
+    PodTimes,
+    medians,
+    signer_flowcontrol_objects,
+    summarise,
+)
 
 
-def test_a_run_splits_a_certificate_pods_start_up_into_kubelet_signer_and_kubelet() -> None:
+def test_a_run_splits_each_signers_pods_start_up_into_kubelet_signer_and_kubelet() -> None:
     observed = Observed()
     observed.pods = {
-        "p-0": PodTimes(cert=True, created=0.0, pcr=1.0, issued=1.2, running=3.5),
-        "p-1": PodTimes(cert=False, created=0.5, running=1.5),
-        "p-2": PodTimes(cert=True, created=1.0, pcr=2.0, issued=2.1, running=None),
+        "p-0": PodTimes(kind="ours", created=0.0, pcr=1.0, issued=1.2, running=3.5),
+        "p-1": PodTimes(kind="none", created=0.5, running=1.5),
+        "p-2": PodTimes(kind="ours", created=1.0, pcr=2.0, issued=2.1, running=None),
+        "p-3": PodTimes(kind="kcm", created=1.5, pcr=2.5, issued=3.5, running=6.5),
     }
     summary = summarise(observed)
-    assert summary["startup_with_cert"] == {"n": 1, "p50": 3.5, "p99": 3.5}
     assert summary["startup_without_cert"] == {"n": 1, "p50": 1.0, "p99": 1.0}
-    assert summary["added_p99"] == 2.5
-    assert summary["pod_to_pcr_kubelet"]["n"] == 2
-    assert summary["pcr_to_issued_signer"]["p99"] == 0.2
-    assert summary["issued_to_running_kubelet"] == {"n": 1, "p50": 2.3, "p99": 2.3}
-    assert summary["not_running"] == 1
+    ours = summary["signers"]["ours"]
+    assert ours["startup_with_cert"] == {"n": 1, "p50": 3.5, "p99": 3.5}
+    assert ours["added_p99"] == 2.5
+    assert ours["pod_to_pcr_kubelet"]["n"] == 2
+    assert ours["pcr_to_issued_signer"]["p99"] == 0.2
+    assert ours["issued_to_running_kubelet"] == {"n": 1, "p50": 2.3, "p99": 2.3}
+    assert ours["not_running"] == 1
+    kcm = summary["signers"]["kcm"]
+    assert kcm["pcr_to_issued_signer"]["p50"] == 1.0
+    assert kcm["added_p99"] == 4.0
+    assert set(summary["signers"]) == {"ours", "kcm"}
 
 
-def test_medians_are_taken_per_kind_of_run_across_rounds() -> None:
+def test_medians_are_taken_per_kind_of_run_rate_and_signer_across_rounds() -> None:
     runs = [
-        {"run": "quiet", "startup_with_cert": {"p50": v}, "noise_lists_per_second": 0.0}
+        {
+            "run": "quiet",
+            "rate": 20.0,
+            "signers": {"ours": {"startup_with_cert": {"p50": v}}, "kcm": {}},
+            "noise_lists_per_second": 0.0,
+        }
         for v in (3.0, 1.0, 2.0)
     ]
     summary = medians(runs)
-    assert summary["quiet"]["rounds"] == 3
-    assert summary["quiet"]["startup_with_cert_p50"] == 2.0
-    assert "noise" not in summary
+    assert [(m["run"], m["rate"], m["signer"]) for m in summary] == [
+        ("quiet", 20.0, "ours"),
+        ("quiet", 20.0, "kcm"),
+    ]
+    assert summary[0]["rounds"] == 3
+    assert summary[0]["startup_with_cert_p50"] == 2.0
+    assert summary[1]["startup_with_cert_p50"] is None
+
+
+def test_the_flowschema_names_every_benched_signer_and_the_kcm_user_before_its_bootstrap_schema() -> (
+    None
+):
+    schemas = {
+        o["metadata"]["name"]: o for o in signer_flowcontrol_objects() if o["kind"] == "FlowSchema"
+    }
+    ours = schemas["service-serving-signer"]["spec"]
+    assert {"namespace": PEER_NAMESPACE, "name": PEER_ACCOUNT} in [
+        s.get("serviceAccount") for s in ours["rules"][0]["subjects"]
+    ]
+    kcm = schemas["service-serving-signer-bench-kcm-shaped"]["spec"]
+    assert kcm["rules"][0]["subjects"] == [{"kind": "User", "user": {"name": KCM_USER}}]
+    # the bootstrap `kube-controller-manager` FlowSchema matches this user at 800
+    assert kcm["matchingPrecedence"] < 800
+    assert kcm["priorityLevelConfiguration"] == ours["priorityLevelConfiguration"]
+    assert kcm["rules"][0]["resourceRules"] == ours["rules"][0]["resourceRules"]

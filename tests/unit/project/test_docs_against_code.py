@@ -42,7 +42,8 @@ OTHER_PROGRAMS_FLAGS = {
     "--type", "--use-host-image-service", "--wait", "--workdir", "--workers",
     "--dry-run", "--raw", "--replicas", "--n", "--versions", "--max-requests-inflight",
     "--max-mutating-requests-inflight", "--bloated", "--tenants", "--rounds", "--code",
-    "--nodes", "--rate", "--pods", "--runs",  # python -m bench.startup
+    "--nodes", "--rate", "--pods", "--runs", "--rates", "--signers", "--noise-rate",
+    "--pods-seconds",  # python -m bench.startup
 }  # fmt: skip
 
 
