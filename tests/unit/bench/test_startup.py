@@ -60,9 +60,7 @@ def test_medians_are_taken_per_kind_of_run_rate_and_signer_across_rounds() -> No
     assert summary[1]["startup_with_cert_p50"] is None
 
 
-def test_the_flowschema_names_every_benched_signer_and_the_kcm_user_before_its_bootstrap_schema() -> (
-    None
-):
+def test_the_flowschema_names_every_signer_and_the_kcm_user_before_its_bootstrap() -> None:
     schemas = {
         o["metadata"]["name"]: o for o in signer_flowcontrol_objects() if o["kind"] == "FlowSchema"
     }
