@@ -94,6 +94,8 @@ class CaStatus:
     # `ca skip-consumers` (or a bare annotation): the CA whose swap does not wait for the
     # injector, and who asked, as the leader states it ("unknown": not the CLI).
     consumers_skipped: tuple[str, str] | None = None
+    # With a file-mode signer running: the managed-CA report Leases found (none leads).
+    idle_reports: int = 0
 
 
 def collect(
@@ -109,15 +111,19 @@ def collect(
     from managedca.report import list_reports, parse_report
     from trust.bundle import stable_bundle_name
 
-    leases = [
-        parsed
-        for lease in list_reports(client, namespace, secret_name)
-        if (parsed := parse_report(lease)) is not None
-    ]
+    listed = list_reports(client, namespace, secret_name)
+    leases = [parsed for lease in listed if (parsed := parse_report(lease)) is not None]
     leader = _leader(client, namespace, lease_name)
     published = _published(client, signer_name)
-    status = status_of(leases, leader, published, now, f"{namespace}/{secret_name}")
+    where = f"{namespace}/{secret_name}"
+    status = status_of(leases, leader, published, now, where)
     running, mode = _presence(client, namespace, lease_name, now)
+    if running and mode == "file" and not status.decided_by_leader:
+        # A file-mode signer leads and reports nothing: the reports are of managed
+        # replicas that do not lead (a rollout to managed mode under way), or left behind
+        # by a former managed install whose replicas could not delete them (a Helm move
+        # back to file mode removes their Role first). Their decision is not the signer's.
+        status = replace(status_of([], leader, published, now, where), idle_reports=len(listed))
     return replace(
         status, stable_bundle=stable_bundle_name(signer_name), ca_mode=mode, signer_running=running
     )
@@ -336,6 +342,8 @@ def to_json(status: CaStatus) -> dict[str, Any]:
         "stableBundle": status.stable_bundle,
         "caMode": status.ca_mode,
     }
+    if status.idle_reports:
+        out["idleReports"] = status.idle_reports
     if status.consumers_skipped is not None:
         out["consumersSkipped"] = {
             "for": status.consumers_skipped[0],
@@ -399,7 +407,12 @@ def _no_phase(status: CaStatus) -> str:
 def lines(status: CaStatus, now: datetime) -> list[str]:
     """`ca status` as text, one fact a line."""
     if file_mode(status):
-        return [*FILE_MODE_LINES, *_leader_lines(status), *_published_lines(status)]
+        return [
+            *FILE_MODE_LINES,
+            *_idle_report_lines(status),
+            *_leader_lines(status),
+            *_published_lines(status),
+        ]
     leader = status.leader
     if leader is None:
         who = "none (no leader-election Lease; is the signer running?)"
@@ -469,6 +482,22 @@ def _leader_lines(status: CaStatus) -> list[str]:
         return [f"Leader:  none (Lease {leader.lease} released: no leader right now)"]
     state = "holding" if leader.held else "EXPIRED: no leader right now"
     return [f"Leader:  {leader.identity} (Lease {leader.lease}, {state})"]
+
+
+def _idle_report_lines(status: CaStatus) -> list[str]:
+    """The managed-CA report Leases beside a file-mode signer, and how to delete them."""
+    from managedca.report import REPORT_LABEL
+
+    n = status.idle_reports
+    if not n:
+        return []
+    namespace, secret = status.secret.split("/", 1)
+    leases = "1 report Lease" if n == 1 else f"{n} report Leases"
+    return [
+        f"  {leases} of managed-CA replicas that do not lead: a rollout to managed mode "
+        "under way, or left by a former managed install (after a move back to file mode, "
+        f"delete them: kubectl -n {namespace} delete lease -l {REPORT_LABEL}={secret})."
+    ]
 
 
 def _published_lines(status: CaStatus) -> list[str]:

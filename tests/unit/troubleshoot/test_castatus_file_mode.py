@@ -119,3 +119,36 @@ def test_ca_status_with_a_leader_that_has_not_decided_yet_says_so(
     result = ca_status(api, tmp_path)
     (phase,) = [line for line in result.stdout.splitlines() if line.startswith("Phase:")]
     assert "pod-a" in phase and "not published" in phase
+
+
+def test_ca_status_after_a_move_back_to_file_mode_ignores_the_former_managed_reports(
+    api: FakeApi, tmp_path: Path
+) -> None:
+    """A Helm move back to file mode deletes the managed CA's Role before its replicas
+    stop, so their report Leases stay behind, one with the former leader's decision.
+    The running signer is a file-mode one and does not report: `ca status` says file mode
+    and names the leftovers to delete, instead of describing a managed CA that no longer
+    runs."""
+    from managedca.report import DECISION, LOADED_ANCHORS, REPORT_LABEL
+
+    file_mode_signer(api, leader="pod-b")
+    decision = {"at": "2026-12-07T00:00:00Z", "phase": "Stable", "cas": [], "replicas": []}
+    report = lease(
+        "service-serving-signer-managed-ca-replica-1",
+        "pod-old",
+        5,
+        {LOADED_ANCHORS: "a" * 64, DECISION: json.dumps(decision)},
+    )
+    report["metadata"]["labels"] = {REPORT_LABEL: "service-serving-signer-managed-ca"}
+    report["spec"]["leaseDurationSeconds"] = 30
+    api.put(LEASES, report)
+    result = ca_status(api, tmp_path)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("CA mode: file"), out
+    assert "Phase:" not in out
+    assert "1 report Lease of managed-CA replicas that do not lead" in out
+    assert json.loads(ca_status(api, tmp_path, "-o", "json").stdout)["idleReports"] == 1
+    assert f"kubectl -n {NS} delete lease -l {REPORT_LABEL}=service-serving-signer-managed-ca" in (
+        out
+    )
