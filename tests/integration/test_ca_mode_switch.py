@@ -2,37 +2,41 @@
 managed CA"), with kustomize and with Helm, both ways, while a workload on the hollow
 nodes keeps asking for certificates.
 
-The shipped Deployment runs on the hollow nodes, and each of its Pods' container runs as
-`ShippedSigner` on exactly what the kubelet wrote (its ServiceAccount token, in-cluster,
-the shipped RBAC); a follower does what the kubelet and the container runtime would:
-starts the signer of each Running Pod and sends SIGTERM when its Pod is deleted. The
-documented commands run as what they send: `kubectl apply -k` is the rendered tree
-(kustomize) applied server-side by one field manager, `kubectl create secret tls … |
-kubectl apply -f -` a create-or-replace of the Secret.
+The switch commands are the page's own ```sh blocks, read from it and run with bash
+(`documented.Shell`: real kubectl and helm, the cluster in `$KUBECONFIG`), so the page
+and this test cannot drift. The installs before them are the README's (`kubectl apply -k
+config/namespace`, the CA Secret and ConfigMap, `kubectl apply -k config/default`; or
+`helm install`). The shipped Deployment runs on the hollow nodes, and each of its Pods'
+container runs as `ShippedSigner` on exactly what the kubelet wrote (its ServiceAccount
+token, in-cluster, the shipped RBAC), started, restarted and stopped by
+`pod_runtime.Runtime` as the kubelet and the container runtime would. One departure:
+on hollow nodes a Pod is Ready as soon as it runs, so `kubectl rollout status` returns
+before the signers do; after it, the test waits for what it would wait for on a real
+node (every signer of the new template running and ready) before the block's next line.
 
-- **File → managed**: `config/managed` over the running file-mode install. The managed CA
-  adopts the file-mode CA as its confirmed current CA (`managedca/adopt.py`): the Secret
-  it creates holds that CA, confirmed from the start, and every certificate issued
-  during the switch chains to it.
+- **File → managed**: the managed CA adopts the file-mode CA as its confirmed current CA
+  (`managedca/adopt.py`): the Secret it creates holds that CA, confirmed from the start,
+  and every certificate issued during the switch chains to it.
 - **Managed → file**: the managed CA's signing CA and the stable bundle's roots into the
-  file-mode Secret and ConfigMap, then `config/default`.
+  file-mode Secret and ConfigMap (the page's block), then the file-mode install.
 
 A prober creates a Pod every second and records how long each waits for its certificate
 (Pod created → its request read back Issued); the test prints the longest wait before
 the switches (the baseline), during file → managed and during managed → file. Goals live
-in the printed figures, not in assertions.
+in the printed figures, not in assertions. A request not issued in the end fails the test
+with the request's status and Events and every signer's log tail.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
 
 import pytest
 from cryptography import x509
@@ -42,14 +46,13 @@ from kube.client import ApiError, Client, is_not_found
 from managedca.layout import CONFIRMED_AT
 from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
 from tests.integration.chart_harness import CHART, CONFIG, helm, kustomize
+from tests.integration.documented import DOCS, Shell, sh_block_with
 from tests.integration.manager_process import eventually
 from tests.integration.manifests import apply
 from tests.integration.nodes import create_service, serving_pod
+from tests.integration.pod_runtime import Runtime
 from tests.integration.shipped import (
     NS,
-    ShippedPod,
-    ShippedSigner,
-    deploy_objects,
     put_signing_material,
     put_trust_bundle,
     undeploy,
@@ -61,9 +64,16 @@ pytestmark = pytest.mark.timeout(900)
 
 SIGNER = "kubernetes.io/service-serving"
 CTBS = "/apis/certificates.k8s.io/v1/clustertrustbundles"
-STABLE = "kubernetes.io:service-serving:trust-anchors"
 MANAGED_SECRET = f"/api/v1/namespaces/{NS}/secrets/{DEFAULT_SECRET_NAME}"
 RELEASE = "service-serving-signer"  # README: `helm install service-serving-signer …`
+PAGE = DOCS / "managed-ca.md"
+SECTION = "## Moving between file mode and the managed CA"
+ROLLOUT = "rollout status"
+
+
+def documented(text: str) -> str:
+    """The page's switch block holding `text`."""
+    return sh_block_with(PAGE, SECTION, text)
 
 
 def delete_signer_bundles(client: Client) -> None:
@@ -88,64 +98,6 @@ def clean(cluster_client: Client) -> Iterator[None]:
     delete_signer_bundles(cluster_client)
 
 
-class Follower:
-    """The kubelet and the runtime for the Deployment's Pods: a `ShippedSigner` for each
-    Running Pod, restarted if it exits on its own, SIGTERM once the Pod is being deleted."""
-
-    def __init__(self, cluster: Cluster, client: Client, logs: Path) -> None:
-        self.cluster, self.client, self.logs = cluster, client, logs
-        self.signers: dict[str, ShippedSigner] = {}
-        self.stopped: list[tuple[str, int]] = []
-        self.restarts = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Follower:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            try:
-                self.sync()
-            except Exception as err:  # a read racing a delete: next round
-                print(f"follower: {err}")
-
-    def sync(self) -> None:
-        pods = self.client.get(
-            f"/api/v1/namespaces/{NS}/pods",
-            {"labelSelector": "app.kubernetes.io/name=service-serving-signer"},
-        )["items"]
-        live = {}
-        for pod in pods:
-            if pod["metadata"].get("deletionTimestamp"):
-                continue
-            if (pod.get("status") or {}).get("phase") == "Running":
-                live[pod["metadata"]["uid"]] = pod
-        for uid in [u for u in self.signers if u not in live]:
-            signer = self.signers.pop(uid)
-            self.stopped.append((uid, signer.stop()))
-        for uid in [u for u in self.signers if not self.signers[u].alive()]:
-            # Exited on its own while its Pod runs (this stand-in can start a signer before
-            # it has written every volume file): restarted, as the kubelet would.
-            self.restarts += 1
-            self.signers.pop(uid)
-        for uid, pod in live.items():
-            if uid not in self.signers:
-                name = pod["metadata"]["name"]
-                shipped = ShippedPod(pod, self.cluster.node_of(pod))
-                self.signers[uid] = ShippedSigner(self.cluster, shipped, self.logs / f"{name}.log")
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        for signer in self.signers.values():
-            signer.stop()
-
-    def log_tails(self) -> str:
-        return "\n".join(line for s in self.signers.values() for line in s.log_lines()[-15:])
-
-
 @dataclass
 class Probe:
     name: str
@@ -156,7 +108,9 @@ class Probe:
 
 @dataclass
 class Prober:
-    """A Pod asking for a certificate every `every` seconds; each one's wait."""
+    """A Pod asking for a certificate every `every` seconds; each one's wait. `stop()`
+    stops creating Pods; the watch goes on until `close()`, so the Pods created last are
+    still seen issued."""
 
     cluster: Cluster
     client: Client
@@ -164,6 +118,11 @@ class Prober:
     every: float = 1.0
     probes: list[Probe] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _closed: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def requests(self) -> str:
+        return f"/apis/certificates.k8s.io/v1/namespaces/{self.namespace}/podcertificaterequests"
 
     def start(self) -> Prober:
         create_service(self.client, self.namespace, "web", {"app": "web"})
@@ -174,7 +133,7 @@ class Prober:
     def _create(self) -> None:
         i = 0
         while not self._stop.wait(self.every):
-            name = f"probe-{i}"
+            name, created = f"probe-{i}", time.monotonic()
             serving_pod(
                 self.cluster,
                 self.client,
@@ -184,14 +143,13 @@ class Prober:
                 signer_name=SIGNER,
                 node_index=i % len(self.cluster.nodes),
             )
-            self.probes.append(Probe(name, time.monotonic()))
+            self.probes.append(Probe(name, created))
             i += 1
 
     def _watch(self) -> None:
-        path = f"/apis/certificates.k8s.io/v1/namespaces/{self.namespace}/podcertificaterequests"
-        while not self._stop.wait(0.2):
+        while not self._closed.wait(0.2):
             try:
-                items = self.client.get(path)["items"]
+                items = self.client.get(self.requests)["items"]
             except Exception:
                 continue
             now = time.monotonic()
@@ -208,6 +166,10 @@ class Prober:
     def stop(self) -> None:
         self._stop.set()
 
+    def close(self) -> None:
+        self._stop.set()
+        self._closed.set()
+
     def longest_wait(self, since: float, until: float) -> tuple[float, int]:
         """The longest wait of the Pods created in [since, until) (a Pod still waiting
         counts up to now), and how many there were."""
@@ -215,13 +177,47 @@ class Prober:
         waits = [(p.issued or now) - p.created for p in self.probes if since <= p.created < until]
         return max(waits, default=0.0), len(waits)
 
-    def all_issued(self) -> bool:
-        return all(p.issued is not None for p in self.probes)
+    def waiting(self) -> list[Probe]:
+        return [p for p in self.probes if p.issued is None]
+
+    def describe(self, probe: Probe) -> str:
+        """What the cluster says of `probe`'s requests: each one's status and conditions,
+        and the Events on the Pod and on its requests."""
+        age = time.monotonic() - probe.created
+        out = [f"Pod {self.namespace}/{probe.name}, created {age:.0f}s ago"]
+        pcrs = [
+            pcr
+            for pcr in self.client.get(self.requests)["items"]
+            if pcr["spec"]["podName"] == probe.name
+        ]
+        if not pcrs:
+            out.append("  no PodCertificateRequest (the kubelet has not asked)")
+        for pcr in pcrs:
+            meta, status = pcr["metadata"], dict(pcr.get("status") or {})
+            status.pop("certificateChain", None)
+            out.append(
+                f"  PodCertificateRequest {meta['name']} created {meta['creationTimestamp']} "
+                f"resourceVersion {meta['resourceVersion']}: {json.dumps(status)}"
+            )
+        names = {probe.name} | {p["metadata"]["name"] for p in pcrs}
+        events = self.client.get(f"/api/v1/namespaces/{self.namespace}/events")["items"]
+        for event in events:
+            involved = event.get("involvedObject") or {}
+            if involved.get("name") in names:
+                source = (event.get("source") or {}).get("component")
+                out.append(
+                    f"  Event {event.get('lastTimestamp') or event.get('eventTime')} "
+                    f"{involved.get('kind')}/{involved.get('name')} {event.get('type')} "
+                    f"{event.get('reason')} x{event.get('count', 1)} "
+                    f"({source or event.get('reportingComponent')}): "
+                    f"{event.get('message')}"
+                )
+        return "\n".join(out)
 
 
-def rollout_done(client: Client, follower: Follower, managed: bool) -> bool:
-    """Every Pod of the Deployment runs the template of the wanted mode, and a signer runs
-    for each."""
+def rollout_done(client: Client, runtime: Runtime, managed: bool) -> bool:
+    """Every Pod of the Deployment runs the template of the wanted mode, a signer runs
+    for each, and each answers ready (what a rollout waits for on a real node)."""
     pods = client.get(
         f"/api/v1/namespaces/{NS}/pods",
         {"labelSelector": "app.kubernetes.io/name=service-serving-signer"},
@@ -232,14 +228,10 @@ def rollout_done(client: Client, follower: Follower, managed: bool) -> bool:
         args = " ".join(pod["spec"]["containers"][0].get("args", []))
         if ("--ca-mode=managed" in args) != managed:
             return False
-    return {p["metadata"]["uid"] for p in pods} == set(follower.signers)
-
-
-def apply_tree(client: Client, objects: list[dict[str, Any]]) -> None:
-    """`kubectl apply -k` as one field manager: what the tree no longer holds is removed."""
-    for obj in objects:
-        if obj["kind"] != "Namespace":
-            apply(client, obj, dry_run=False)
+    signers = dict(runtime.signers)
+    if {p["metadata"]["uid"] for p in pods} != set(signers):
+        return False
+    return all(s.ready() for s in signers.values())
 
 
 def issuer_of(chain_pem: str) -> str:
@@ -248,70 +240,24 @@ def issuer_of(chain_pem: str) -> str:
     return leaf.issuer.rfc4514_string()
 
 
-class Install(Protocol):
-    """One way of installing: the file-mode install, and the two switches, as documented."""
-
-    def install(self) -> None: ...
-    def to_managed(self) -> None: ...
-    def to_file(self) -> None: ...
-
-
 @dataclass
-class WithKustomize:
-    """README's quick install; docs/managed-ca.md's `kubectl apply -k` lines."""
+class Switch:
+    """The documented commands, run in `shell`; `settle(managed)` waits for the rollout
+    as a real node's readiness would make `kubectl rollout status` wait."""
 
-    cluster: Cluster
-    client: Client
-    material: Callable[[], None]
+    shell: Shell
+    settle: Callable[[bool], None]
 
-    def install(self) -> None:
-        tree = kustomize(CONFIG / "namespace") + kustomize(CONFIG / "default")
-        deploy_objects(self.cluster, self.client, tree, before=self.material)
-
-    def to_managed(self) -> None:  # kubectl apply -k config/managed
-        apply_tree(self.client, kustomize(CONFIG / "managed"))
-
-    def to_file(self) -> None:  # kubectl apply -k config/default
-        apply_tree(self.client, kustomize(CONFIG / "default"))
-
-
-@dataclass
-class WithHelm:
-    """README's Helm install; docs/managed-ca.md's `helm upgrade … --set
-    managedCA.enabled=…` lines."""
-
-    cluster: Cluster
-    client: Client
-    material: Callable[[], None]
-
-    def helm(self, *args: str) -> None:
-        done = helm(*args, "--kubeconfig", str(self.cluster.plane.kubeconfig))
-        assert done.returncode == 0, done.stdout + done.stderr
-
-    def install(self) -> None:
-        for obj in kustomize(CONFIG / "namespace"):
-            apply(self.client, obj, dry_run=False)
-        self.material()
-        # --take-ownership: the cluster-scoped RBAC a kustomize install before left.
-        self.helm("install", RELEASE, str(CHART), "-n", NS, "--take-ownership")
-
-    def upgrade(self, managed: bool) -> None:
-        self.helm(
-            "upgrade",
-            RELEASE,
-            str(CHART),
-            "-n",
-            NS,
-            "--reset-then-reuse-values",
-            "--set",
-            f"managedCA.enabled={str(managed).lower()}",
-        )
-
-    def to_managed(self) -> None:
-        self.upgrade(managed=True)
-
-    def to_file(self) -> None:
-        self.upgrade(managed=False)
+    def run(self, block: str, *, managed: bool) -> str:
+        """Run `block`; after its `rollout status` line, settle before the rest. Returns
+        what the lines after it printed."""
+        lines = block.splitlines(keepends=True)
+        cut = next((i + 1 for i, line in enumerate(lines) if ROLLOUT in line), len(lines))
+        self.shell.run("".join(lines[:cut]))
+        if cut == len(lines):
+            return ""
+        self.settle(managed)
+        return self.shell.run("".join(lines[cut:])).stdout
 
 
 @pytest.mark.usefixtures("clean")
@@ -322,31 +268,58 @@ def test_switching_ca_modes_keeps_issuing(
     client = cluster_client
     ca = generate_ca("file mode root", validity=timedelta(days=30))
     root = cert_pem(ca.cert)
-
-    def material() -> None:  # README: `kubectl create secret tls …`, `… create configmap …`
-        put_signing_material(client, key_pem(ca.key), root)
-        put_trust_bundle(client, root)
-
-    installer: Install = (WithKustomize if how == "kustomize" else WithHelm)(
-        cluster, client, material
-    )
-    installer.install()
-    follower = Follower(cluster, client, tmp_path).start()
+    shell = Shell(cluster, tmp_path / "workspace")
+    runtime = Runtime(cluster, client, tmp_path / "signers")
     prober: Prober | None = None
-    try:
-        assert eventually(lambda: any(s.leading() for s in follower.signers.values()), 120), (
-            follower.log_tails()
+
+    def diagnosis() -> str:
+        waiting = prober.waiting() if prober else []
+        return "\n".join(
+            [
+                f"{len(waiting)} probe(s) not issued; signer restarts {runtime.restarts}, "
+                f"exits {runtime.exits}",
+                *(prober.describe(p) for p in waiting[:5] if prober),
+                runtime.log_tails(100),
+            ]
         )
-        assert eventually(lambda: rollout_done(client, follower, managed=False), 60)
+
+    def settle(managed: bool) -> None:
+        assert eventually(lambda: rollout_done(client, runtime, managed), 180, 0.5), diagnosis()
+
+    switch = Switch(shell, settle)
+
+    # README: the namespace, `kubectl create secret tls …`, `… create configmap …`.
+    for obj in kustomize(CONFIG / "namespace"):
+        apply(client, obj, dry_run=False)
+    put_signing_material(client, key_pem(ca.key), root)
+    put_trust_bundle(client, root)
+    if how == "kustomize":
+        shell.run("kubectl apply -k config/default")
+        to_managed = documented("kubectl apply -k config/managed")
+        to_file = documented("kubectl apply -k config/default")
+    else:
+        # --take-ownership: the cluster-scoped RBAC a kustomize install before left.
+        done = helm(
+            "install", RELEASE, str(CHART), "-n", NS, "--take-ownership",
+            "--kubeconfig", str(cluster.plane.kubeconfig),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        to_managed = documented("managedCA.enabled=true")
+        to_file = documented("managedCA.enabled=false")
+    file_material = documented("create secret tls")
+    runtime.start()
+    try:
+        assert eventually(lambda: runtime.leader() is not None, 120, 0.5), diagnosis()
+        settle(False)
         prober = Prober(cluster, client, node_namespace).start()
         time.sleep(10)  # the baseline: issuance in file mode, nothing switching
 
         # File → managed, over the running install.
         switched = prober.mark()
-        installer.to_managed()
-        assert eventually(lambda: rollout_done(client, follower, managed=True), 180), (
-            follower.log_tails()
-        )
+        printed = switch.run(to_managed, managed=True)
+        if "ca status" in to_managed:  # the page: "current: your file-mode CA, confirmed"
+            assert "Phase:   Stable" in printed, printed
+        settle(True)
         time.sleep(10)
         managed_at = prober.mark()
 
@@ -357,35 +330,33 @@ def test_switching_ca_modes_keeps_issuing(
 
         # Managed → file: the managed CA's signing CA and every root it publishes into
         # the file-mode Secret and ConfigMap, then the file-mode install.
-        key = base64.b64decode(secret["data"]["ca.key"])
-        bundle = client.get(f"{CTBS}/{STABLE}")["spec"]["trustBundle"].encode()
-        put_signing_material(client, key, current)
-        put_trust_bundle(client, bundle)
         back = prober.mark()
-        installer.to_file()
-        assert eventually(lambda: rollout_done(client, follower, managed=False), 180), (
-            follower.log_tails()
-        )
+        switch.run(file_material, managed=True)
+        switch.run(to_file, managed=False)
+        settle(False)
+        # "From now on rotating is yours": `ca status` says file mode, not a managed CA.
+        shown = shell.run("service-serving-signer ca status").stdout
+        print(f"{how}: ca status after the move back:\n{shown}")
+        assert shown.startswith("CA mode: file"), shown
         time.sleep(10)
         prober.stop()
-        done = prober.mark()
-        assert eventually(prober.all_issued, 120), [
-            p.name for p in prober.probes if p.issued is None
-        ]
+        done_at = prober.mark()
+        assert eventually(lambda: not prober.waiting(), 120, 0.5), diagnosis()
 
         baseline = prober.longest_wait(0.0, switched)
-        to_managed = prober.longest_wait(switched, managed_at)
-        to_file = prober.longest_wait(back, done)
+        to_managed_wait = prober.longest_wait(switched, managed_at)
+        to_file_wait = prober.longest_wait(back, done_at)
         print(
             f"{how}: longest wait for a certificate (s, over n Pods): "
             f"baseline {baseline[0]:.1f} (n={baseline[1]}), "
-            f"file -> managed {to_managed[0]:.1f} (n={to_managed[1]}), "
-            f"managed -> file {to_file[0]:.1f} (n={to_file[1]})"
+            f"file -> managed {to_managed_wait[0]:.1f} (n={to_managed_wait[1]}), "
+            f"managed -> file {to_file_wait[0]:.1f} (n={to_file_wait[1]}); "
+            f"signer restarts {runtime.restarts}"
         )
         issuers = {issuer_of(p.chain) for p in prober.probes}
         assert issuers == {ca.cert.subject.rfc4514_string()}, "one CA signed throughout"
-        assert all(code == 0 for _, code in follower.stopped), follower.stopped
+        assert runtime.clean_exits(), diagnosis()
     finally:
         if prober is not None:
-            prober.stop()
-        follower.close()
+            prober.close()
+        runtime.close()
