@@ -28,6 +28,8 @@ down, in `_call`:
 6. **Errors.** A non-2xx answer is an `ApiError` with its status, Status body and
    `Retry-After`; a transport failure is `ApiError(0)`, and a timeout also closes the
    idle connections (below).
+7. **The server's clock.** Every answer's `Date` header sets `server_now()`
+   (`kube.times.ServerClock`): a clock the caller does not own, to check its own against.
 
 Under it, one `kube.transport.Transport` per client carries every request: the lean
 HTTP/1.1 path (`kube.http1`) when the API server is reached directly, urllib3 behind an
@@ -49,6 +51,7 @@ import threading
 import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, overload
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -61,6 +64,7 @@ from kube.clientmetrics import ClientMetrics
 from kube.credentials import Credentials, Headers, kubeconfig_token_file
 from kube.http1 import Exchanger
 from kube.incluster import ServerConfig, bypassed
+from kube.times import ServerClock
 from kube.tokenbucket import TokenBucket
 from kube.transport import Answer, Stream, StreamCanceller, Timeouts, Transport, TransportError
 from kube.types import JSON
@@ -255,6 +259,7 @@ class Client:
         self.metrics: ClientMetrics | None = None
         self._counts: dict[str, int] = {}
         self._count_lock = threading.Lock()
+        self.server_clock = ServerClock()  # shared with the views of `with_own_limiter`
 
     # construction -----------------------------------------------------------------
 
@@ -320,6 +325,11 @@ class Client:
         view = copy.copy(self)
         view.write_limiter = self.write_limiter.fresh()
         return view
+
+    def server_now(self) -> datetime | None:
+        """The API server's clock, as the `Date` of its newest answer to this client (or a
+        view of it) states it; None before the first."""
+        return self.server_clock.now()
 
     def instrument(self, registry: CollectorRegistry | None) -> ClientMetrics:
         """Report client-go's `rest_client_*` metrics for this client (and the views
@@ -433,6 +443,7 @@ class Client:
                     reply = self.transport.exchange(method, target, head, data, timeouts)
             except TransportError as err:
                 raise self._transport_failed(err) from err
+            self.server_clock.saw(reply.date)
             if reply.status == 401 and attempt == 0 and self.credentials.after_unauthorized(auth):
                 # Rotated credentials (a re-read token file): the request was not acted
                 # on, so send it once more with the new ones.

@@ -66,6 +66,7 @@ class Stream:
         self.status = head.status
         self.reason = head.reason
         self.retry_after = head.retry_after
+        self.date = head.date
 
     def data(self) -> Iterator[bytes]:
         """The body, de-chunked, as the server sends it. Raises `TransportError`
@@ -285,6 +286,7 @@ class _Head:
     chunked: bool
     close: bool
     retry_after: str | None
+    date: str | None
 
 
 def _read_head(sock: Any, buf: bytearray) -> _Head:
@@ -313,6 +315,7 @@ def _read_head(sock: Any, buf: bytearray) -> _Head:
         chunked = False
         close = version == "HTTP/1.0"
         retry_after: str | None = None
+        date: str | None = None
         for line in lines[1:]:
             name, sep, value = line.partition(":")
             if not sep:
@@ -329,9 +332,11 @@ def _read_head(sock: Any, buf: bytearray) -> _Head:
                 close = "close" in tokens or (close and "keep-alive" not in tokens)
             elif name == "retry-after":
                 retry_after = value.strip()
+            elif name == "date":
+                date = value.strip()
             elif name == "content-encoding" and value.strip().lower() not in ("", "identity"):
                 raise ValueError(f"unexpected Content-Encoding {value.strip()!r}")
-        return _Head(status, reason, length, chunked, close, retry_after)
+        return _Head(status, reason, length, chunked, close, retry_after, date)
 
 
 def _read_answer(sock: Any, method: str) -> tuple[Answer, bool]:
@@ -356,7 +361,8 @@ def _read_answer(sock: Any, method: str) -> tuple[Answer, bool]:
             buf += chunk
         body, close = bytes(buf), True
         buf.clear()
-    return Answer(head.status, head.reason, body, head.retry_after), not close and not buf
+    answer = Answer(head.status, head.reason, body, head.retry_after, head.date)
+    return answer, not close and not buf
 
 
 def _read_chunked(sock: Any, buf: bytearray) -> bytes:

@@ -12,12 +12,18 @@ a time was, said one way.
   other spellings are not), so a result is never naive.
 - `span(delta)`: a duration for people (`45s`, `12m`, `2h05m`, `3d`); `relative(t, now)`:
   `<RFC 3339>, 2h05m ago` or `<RFC 3339>, in 4m`.
+- `ServerClock`: the API server's clock as its answers' HTTP `Date` headers state it, a
+  clock this process does not own (a check on its own wall clock).
 """
 
 from __future__ import annotations
 
 import re
+import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 
 _RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
@@ -91,3 +97,38 @@ def relative(value: datetime, now: datetime) -> str:
     if delta <= timedelta(0):
         return f"{format_time(value)}, {span(-delta)} ago"
     return f"{format_time(value)}, in {span(delta)}"
+
+
+class ServerClock:
+    """The API server's clock: the `Date` header (RFC 9110, whole seconds) of the newest
+    answer, advanced by this process's monotonic clock since it arrived. The header is
+    rounded down and was written before the answer left, so `now()` is never ahead of
+    the server's clock by more than the two clocks' drift since; a header that cannot be
+    read is ignored. Thread-safe."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._seen: tuple[datetime, float] | None = None  # (Date, monotonic on arrival)
+
+    def saw(self, date: str | None) -> None:
+        """An answer arrived now with this `Date` header (None: it had none)."""
+        if not date:
+            return
+        try:
+            parsed = parsedate_to_datetime(date)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return
+        if parsed.tzinfo is None:  # "-0000": UTC, as HTTP dates always are
+            parsed = parsed.replace(tzinfo=UTC)
+        with self._lock:
+            self._seen = (parsed.astimezone(UTC), self._monotonic())
+
+    def now(self) -> datetime | None:
+        """The server's time now, as its newest answer dates it; None before any answer
+        carried a `Date`."""
+        with self._lock:
+            seen = self._seen
+        if seen is None:
+            return None
+        return seen[0] + timedelta(seconds=max(0.0, self._monotonic() - seen[1]))

@@ -61,6 +61,7 @@ class Answer:
     reason: str
     body: bytes
     retry_after: str | None
+    date: str | None = None  # the `Date` header: the server's clock when it answered
 
     def read_all(self) -> bytes:
         return self.body
@@ -76,6 +77,7 @@ class Stream(Protocol):
     status: int
     reason: str
     retry_after: str | None
+    date: str | None
 
     def data(self) -> Iterator[bytes]:
         """The body (de-chunked) as it arrives. Raises `TransportError`."""

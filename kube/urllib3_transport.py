@@ -38,7 +38,8 @@ class Urllib3Transport:
             raise _failure(err) from err
         finally:
             resp.release_conn()
-        return Answer(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
+        got = resp.headers
+        return Answer(resp.status, resp.reason or "", raw, got.get("Retry-After"), got.get("Date"))
 
     def stream(
         self,
@@ -82,6 +83,7 @@ class _ResponseStream:
         self.status = resp.status
         self.reason = resp.reason or ""
         self.retry_after: str | None = resp.headers.get("Retry-After")
+        self.date: str | None = resp.headers.get("Date")
         if canceller is not None:
             canceller.attach(self)
 

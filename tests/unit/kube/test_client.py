@@ -5,6 +5,7 @@ policy — credentials retry, error mapping with Retry-After, counts, watches.""
 from __future__ import annotations
 
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -144,5 +145,34 @@ def test_a_tiny_write_budget_shows_in_the_rate_limiter_metric_and_reads_never_wa
         assert value("rest_client_requests_total", code="409", method="GET") == 1.0
         totals = metrics.totals()
         assert (totals.writes, totals.limiter_seconds) == (3, 3.0)
+    finally:
+        server.close()
+
+
+def test_the_client_reads_the_server_clock_from_every_answer_s_date_header() -> None:
+    """`Client.server_now()`: the `Date` of the newest answer, an error answer too, over
+    the direct transport; views made by `with_own_limiter` share it."""
+
+    def answer(conn: socket.socket, n: int) -> None:
+        if n == 1:
+            reply(conn, "200 OK", b"{}", b"Date: Fri, 04 Dec 2026 16:30:05 GMT")
+        else:
+            body = b'{"kind":"Status","reason":"NotFound","code":404}'
+            reply(conn, "404 Not Found", body, b"Date: Fri, 04 Dec 2026 16:31:00 GMT")
+
+    server = ScriptedServer(answer)
+    try:
+        client = server.client()
+        assert client.server_now() is None
+        client.get("/api/v1/namespaces/ns/configmaps/x")
+        first = client.server_now()
+        assert first is not None
+        assert datetime(2026, 12, 4, 16, 30, 5, tzinfo=UTC) <= first
+        assert first < datetime(2026, 12, 4, 16, 30, 6, tzinfo=UTC)
+        view = client.with_own_limiter()
+        with pytest.raises(ApiError):
+            view.get("/api/v1/namespaces/ns/configmaps/y")
+        later = client.server_now()
+        assert later is not None and later >= datetime(2026, 12, 4, 16, 31, tzinfo=UTC)
     finally:
         server.close()

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kube.times import (
+    ServerClock,
     TimeError,
     format_time,
     micro_time,
@@ -108,3 +109,22 @@ def test_a_duration_is_said_one_way(seconds: int, text: str) -> None:
 def test_a_time_is_said_relative_to_now() -> None:
     assert relative(AT - timedelta(minutes=4), AT) == "2026-12-04T16:26:05Z, 4m ago"
     assert relative(AT + timedelta(hours=2, minutes=5), AT) == "2026-12-04T18:35:05Z, in 2h05m"
+
+
+def test_the_server_clock_is_the_newest_date_header_advanced_by_the_monotonic_clock() -> None:
+    """`ServerClock`: the API server's time from its answers' `Date` headers, moved on by
+    this process's monotonic clock since the answer arrived; None before any Date, and a
+    header it cannot read changes nothing."""
+    mono = [100.0]
+    clock = ServerClock(lambda: mono[0])
+    assert clock.now() is None
+    clock.saw(None)
+    clock.saw("not a date")
+    assert clock.now() is None
+    clock.saw("Fri, 04 Dec 2026 16:30:05 GMT")
+    mono[0] += 2.5
+    whole = AT.replace(microsecond=0)
+    assert clock.now() == whole + timedelta(seconds=2.5)
+    clock.saw("yesterday")
+    clock.saw("Fri, 04 Dec 2026 16:30:00 GMT")  # the newest answer, even if it dates earlier
+    assert clock.now() == whole - timedelta(seconds=5)
