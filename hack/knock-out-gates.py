@@ -199,7 +199,21 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
         ),
     ],
     "the retire needs the leader's monotonic clock": [
-        (DECIDE, "        if held is not None:\n            return held\n", "        pass\n"),
+        (
+            DECIDE,
+            "    if obs.led_for is not None and obs.led_since is not None:\n        short = due",
+            "    if False:\n        short = due",
+        ),
+    ],
+    "the retire needs the API server's clock": [
+        (DECIDE, "    if obs.server_now is not None and obs.server_now < due:", "    if False:"),
+    ],
+    "an unknown server clock retires nothing": [
+        (
+            OBSERVE,
+            "return self.server_clock() or d.SERVER_CLOCK_UNKNOWN",
+            "return self.server_clock()",
+        ),
     ],
     "the emergency flag is cleared at confirmation": [
         (STEP, "confirmed_at=at, emergency=False)", "confirmed_at=at)"),

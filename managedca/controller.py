@@ -92,6 +92,7 @@ class ManagedCAController:
         revoked: Callable[[], frozenset[str]] = frozenset,
         file_ca: Callable[[], adopt.FileCa | None] | None = None,
         unlinked_bundle: str | None = None,
+        server_clock: Callable[[], datetime | None] | None = None,
     ) -> None:
         self.config = config
         self.file_ca = file_ca  # the file-mode CA a first bootstrap adopts (managedca.adopt)
@@ -110,6 +111,7 @@ class ManagedCAController:
             injector_report=injector_report,
             revoked=revoked,
             unlinked_bundle=unlinked_bundle,
+            server_clock=server_clock,
         )
         self.store = SecretStore(client, namespace, secret_name)
         self.metrics = ManagedCAMetrics(registry)

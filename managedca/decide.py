@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 PHASE_BOOTSTRAPPING = "Bootstrapping"
 PHASE_STABLE = "Stable"
@@ -177,6 +177,11 @@ class InjectorView:
     ignored: str | None = None
 
 
+# `Observations.server_now` when the server's clock is tracked but unknown (no answer
+# carried a Date): before every retire time, so nothing is retired on the leader's alone.
+SERVER_CLOCK_UNKNOWN = datetime.min.replace(tzinfo=UTC)
+
+
 @dataclass(frozen=True)
 class Observations:
     published: frozenset[str]  # fingerprints of the anchors in the bundle read back
@@ -201,6 +206,11 @@ class Observations:
     # that its time has come (None: not tracked).
     led_for: timedelta | None = None
     led_since: datetime | None = None
+    # The API server's clock, as the `Date` of its answers to this leader says it (a clock
+    # the leader does not own): a retire also needs it past the retire time, so a leader
+    # elected with its wall clock already ahead does not retire early (None: not tracked;
+    # `SERVER_CLOCK_UNKNOWN`: tracked, but no answer carried a Date).
+    server_now: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -666,24 +676,35 @@ def _whole_second_up(t: datetime) -> datetime:
 def _retire_unconfirmed(
     state: State, retired: frozenset[str], obs: Observations, now: datetime, config: Config
 ) -> Wait | None:
-    """A retire cannot be undone, so the wall clock alone does not decide it: this
-    leader's wall clock when it started leading, advanced by its monotonic clock, is past
-    each retire time (a clock stepped ahead while leading retires no earlier). A leader
-    elected with its clock already ahead is not caught here (see docs/managed-ca.md).
+    """A retire cannot be undone, so the leader's wall clock alone does not decide it:
+
+    - its wall clock when it started leading, advanced by its monotonic clock, is past
+      each retire time (a clock stepped ahead while leading retires no earlier);
+    - the API server's clock is past it too (a leader elected with its clock already
+      ahead, whose monotonic clock cannot tell, retires no earlier; and no sooner than
+      after a new election, which a wait of the retire margin would cost).
+
     None: confirmed (or not tracked)."""
-    if obs.led_for is None or obs.led_since is None:
-        return None
-    steady = obs.led_since + obs.led_for
     due = max(p.retire_at for p in state.previous if p.ca.fingerprint in retired and p.retire_at)
-    short = due - steady
-    if short <= timedelta(0):
-        return None
-    return Wait(
-        now + short,
-        "retire-time",
-        "the retire time of a previous root, as this leader's monotonic clock confirms it "
-        "(its clock has not stepped ahead while leading)",
-    )
+    if obs.led_for is not None and obs.led_since is not None:
+        short = due - (obs.led_since + obs.led_for)
+        if short > timedelta(0):
+            return Wait(
+                now + short,
+                "retire-time",
+                "the retire time of a previous root, as this leader's monotonic clock "
+                "confirms it (its clock has not stepped ahead while leading)",
+            )
+    if obs.server_now is not None and obs.server_now < due:
+        # Looked at again when the server's clock gets there (at most a margin away: an
+        # unknown server clock is asked again).
+        return Wait(
+            now + min(due - obs.server_now, config.retire_margin),
+            "retire-time",
+            "the retire time of a previous root, as the API server's clock (the Date of "
+            "its answers) confirms it (this leader's clock is not ahead of it)",
+        )
+    return None
 
 
 def retirable(state: State, now: datetime, config: Config) -> frozenset[str]:

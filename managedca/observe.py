@@ -16,7 +16,8 @@ It also keeps two things the reading itself owns:
 - **The propagation delay on our clock**: how long this process has seen the read-back
   hold every root the state is moving to (in the signer's bundles and, when the publisher
   publishes it, the unlinked bundle too), and the injector's report say the CA it is
-  moving to has converged; how long it has led (a retire needs it).
+  moving to has converged; how long it has led (a retire needs it), and the API server's
+  clock (the `Date` of its answers: a retire needs it too).
 - **What it has seen**: the injector's report Lease, once seen, is remembered (here and,
   through `RecordInjectorSeen`, on the Secret), so a deleted one is a wait.
 """
@@ -86,11 +87,15 @@ class Observer:
         injector_report: str | None = None,
         revoked: Callable[[], frozenset[str]] = frozenset,
         unlinked_bundle: str | None = None,
+        server_clock: Callable[[], datetime | None] | None = None,
     ) -> None:
         self.client = client
         # The unlinked ClusterTrustBundle's name when it is published (the delay then runs
         # only while it holds the roots too: Pods may project it by name), else None.
         self.unlinked_bundle = unlinked_bundle
+        # The API server's clock: the client's (`kube.client.Client.server_now`) unless
+        # given; a stand-in client without one leaves it untracked.
+        self.server_clock = server_clock or getattr(client, "server_now", None)
         self.namespace = namespace
         self.secret_name = secret_name
         self.signer_name = signer_name
@@ -178,6 +183,7 @@ class Observer:
             converged_for=self._converged_for(state, injector),
             led_for=timedelta(seconds=self.monotonic() - self._led_since[1]),
             led_since=self._led_since[0],
+            server_now=self._server_now(),
             revoked=self.revoked()
             | revocations.of(stable)
             | (stored.state.revoked if stored else frozenset()),
@@ -185,6 +191,13 @@ class Observer:
         seen = Observed(stored, secret, observations, ca_pems, stable)
         self._remember_revoked(seen)
         return seen
+
+    def _server_now(self) -> datetime | None:
+        """The API server's clock after this step's reads; `SERVER_CLOCK_UNKNOWN` when
+        none of its answers carried a Date (a retire then waits)."""
+        if self.server_clock is None:
+            return None
+        return self.server_clock() or d.SERVER_CLOCK_UNKNOWN
 
     def _vanished(self, present: set[str]) -> dict[str, tuple[d.ReplicaView, str, float]]:
         """Reports this leader saw live that are gone (deleted by someone, or a clean

@@ -1,8 +1,10 @@
 """The retire — the one step that cannot be undone — needs the leader's monotonic clock
-as well as its wall clock: a leader elected with its clock ahead by more than the retire
-margin does not retire at its first step (it has led for the margin first), and a leader
-whose clock steps ahead while it leads does not retire before its monotonic clock has
-counted to the retire time."""
+and the API server's clock as well as its wall clock: a leader elected with its clock
+ahead by more than the retire margin does not retire at its first step (the server's
+clock, from the Date of its answers, is not there yet), a leader whose clocks agree
+retires at its first step (no wait after an election), and a leader whose clock steps
+ahead while it leads does not retire before its monotonic clock has counted to the
+retire time."""
 
 from __future__ import annotations
 
@@ -80,7 +82,7 @@ class Clocks:
         return (self.true - NOW).total_seconds()
 
 
-def _leader(clocks: Clocks) -> ManagedCAController:
+def _leader(clocks: Clocks, server: Any = None) -> ManagedCAController:
     return ManagedCAController(
         cast(Client, Api()),
         namespace="ns",
@@ -92,12 +94,41 @@ def _leader(clocks: Clocks) -> ManagedCAController:
         clock=clocks.wall,
         registry=CollectorRegistry(),
         monotonic=clocks.mono,
+        server_clock=server or (lambda: clocks.true),  # the API server's, right
     )
 
 
-def test_a_clock_stepped_ahead_while_leading_does_not_retire_early() -> None:
-    clocks = Clocks(timedelta(0))
+def test_a_new_leader_whose_clock_runs_ahead_does_not_retire_at_once() -> None:
+    # 10 min ahead: its "now" is past RETIRE_AT; the true time (the server's) is 5 min
+    # before it, and a 24 h leaf A signed just before the swap is still valid.
+    clocks = Clocks(timedelta(minutes=10))
     leader = _leader(clocks)
+    action = leader.sync_once()
+    assert isinstance(action, d.Wait) and action.reason == "retire-time", action
+    assert "API server's clock" in action.why, action
+    assert action.until is not None and action.until <= clocks.wall() + CFG.retire_margin
+    clocks.true += CFG.retire_margin  # the true retire time: now it may go
+    assert isinstance(leader.sync_once(), d.Retire)
+
+
+def test_a_new_leader_whose_clocks_agree_retires_at_its_first_step() -> None:
+    clocks = Clocks(timedelta(0))
+    clocks.true += CFG.retire_margin  # the retire time, as the leader is elected
+    assert isinstance(_leader(clocks).sync_once(), d.Retire)
+
+
+def test_a_leader_that_cannot_read_the_server_s_clock_does_not_retire() -> None:
+    clocks = Clocks(timedelta(0))
+    clocks.true += CFG.retire_margin
+    action = _leader(clocks, server=lambda: None).sync_once()  # no answer had a Date
+    assert isinstance(action, d.Wait) and action.reason == "retire-time", action
+
+
+def test_a_clock_stepped_ahead_while_leading_does_not_retire_early() -> None:
+    # The API server's clock takes the same step (one bad NTP source for both): only the
+    # leader's monotonic clock can tell.
+    clocks = Clocks(timedelta(0))
+    leader = _leader(clocks, server=clocks.wall)
     leader.sync_once()
     clocks.true += timedelta(minutes=4)  # led for 4 min: 1 min before the retire time
     clocks.step = timedelta(minutes=30)  # NTP steps the clock
