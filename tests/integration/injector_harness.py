@@ -22,6 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from injector.configmaps import LABEL
 from injector.controller import InjectorController, informers
 from injector.targets import ANNOTATION
 from kube.client import Client, is_not_found, path_segment
@@ -327,6 +328,21 @@ def validating_webhook(
             }
             for i in range(webhooks)
         ],
+    }
+
+
+def consumer_config_map(name: str, annotation: str, **extra: Any) -> JSON:
+    """A ConfigMap opted in to injection (the label) with its selection `annotation`;
+    `extra`: more top-level fields (`data`, `immutable`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "labels": {LABEL: "true"},
+            "annotations": {ANNOTATION: annotation},
+        },
+        **extra,
     }
 
 

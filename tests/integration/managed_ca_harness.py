@@ -17,9 +17,11 @@ from typing import Any
 
 from controlplane.workload import BUNDLE_FILE, CHAIN_FILE, KEY_FILE, VolumeFiles
 from kube.client import ApiError, Client, is_conflict, is_not_found
+from kube.leases import leases_path
 from kube.times import format_time
 from managedca.codec import PHASE, PREVIOUS
 from managedca.material import pem_fingerprints
+from trust import convergence
 
 
 def ca_cli(kubeconfig: object, *args: str) -> subprocess.CompletedProcess[str]:
@@ -58,6 +60,20 @@ def edit(client: Client, path: str, change: Callable[[dict[str, Any]], None]) ->
     raise AssertionError(f"could not change {path}: it kept changing")
 
 
+def shipped_report_lease(client: Client, namespace: str) -> None:
+    """The injector's convergence report Lease as config/injector ships it (empty): from
+    then on the swap waits for the injector's report."""
+    client.create(
+        leases_path(namespace),
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": convergence.REPORT_NAME},
+            "spec": {},
+        },
+    )
+
+
 def move_retire_time_to_the_past(client: Client, secret_path: str) -> None:
     def change(secret: dict[str, Any]) -> None:
         previous = json.loads(secret["metadata"]["annotations"][PREVIOUS])
@@ -72,12 +88,15 @@ def roots(files: VolumeFiles) -> set[str]:
     return set(pem_fingerprints(files.read(BUNDLE_FILE)))
 
 
-def handshake(server: VolumeFiles, client: VolumeFiles, hostname: str) -> None:
-    """Serve `server`'s projected key and chain; connect trusting only `client`'s projected
-    bundle. Each file is read now (what the kubelet has written at this instant)."""
+def handshake(
+    server: VolumeFiles, client: VolumeFiles, hostname: str, bundle: str = BUNDLE_FILE
+) -> None:
+    """Serve `server`'s projected key and chain; connect trusting only `client`'s file
+    `bundle` (its projected bundle; `ca.crt` of a mounted ConfigMap). Each file is read
+    now (what the kubelet has written at this instant)."""
     server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_ctx.load_cert_chain(server.directory / CHAIN_FILE, server.directory / KEY_FILE)
-    client_ctx = ssl.create_default_context(cafile=str(client.directory / BUNDLE_FILE))
+    client_ctx = ssl.create_default_context(cafile=str(client.directory / bundle))
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
         failure: list[BaseException] = []
@@ -101,10 +120,14 @@ def handshake(server: VolumeFiles, client: VolumeFiles, hostname: str) -> None:
 
 
 class Prober:
-    """Handshakes every `period` from the client Pod's bundle to each server Pod's files."""
+    """Handshakes every `period` from the client Pod's bundle (file `bundle` of its
+    volume) to each server Pod's files."""
 
-    def __init__(self, client: VolumeFiles, hostname: str, period: float = 0.5) -> None:
+    def __init__(
+        self, client: VolumeFiles, hostname: str, period: float = 0.5, bundle: str = BUNDLE_FILE
+    ) -> None:
         self.client = client
+        self.bundle = bundle
         self.hostname = hostname
         self.period = period
         self.servers: dict[str, VolumeFiles] = {}
@@ -125,7 +148,7 @@ class Prober:
         while not self._stop.wait(self.period):
             for name, server in list(self.servers.items()):
                 try:
-                    handshake(server, self.client, self.hostname)
+                    handshake(server, self.client, self.hostname, self.bundle)
                     self.ok += 1
                 except (OSError, ssl.SSLError) as err:
                     self.failed.append(f"{datetime.now(UTC):%H:%M:%S} {name}: {err}")

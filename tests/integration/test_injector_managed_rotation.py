@@ -15,10 +15,14 @@ from typing import Any
 from controlplane import ControlPlane
 from kube.client import Client
 from managedca.material import pem_fingerprints
-from tests.integration.injector_harness import VWC_PATH, delete_quietly, validating_webhook
+from tests.integration.injector_harness import (
+    VWC_PATH,
+    consumer_config_map,
+    delete_quietly,
+    validating_webhook,
+)
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.test_managed_ca import LEASE, Managed
-from trust.consumers import ANNOTATION, LABEL
 from trust.convergence import REPORT_ANNOTATION as REPORT
 
 
@@ -46,15 +50,9 @@ def test_a_managed_rotation_swaps_once_the_real_injector_reports_the_next_ca_hel
     client.create(VWC_PATH, validating_webhook(hook, f"unused-{hook}", "svc", selector))
     client.create(
         f"/api/v1/namespaces/{namespace}/configmaps",
-        {
-            "metadata": {
-                "name": "frozen",
-                "labels": {LABEL: "true"},
-                "annotations": {ANNOTATION: selector},
-            },
-            "data": {"ca.crt": "frozen by its owner"},
-            "immutable": True,
-        },
+        consumer_config_map(
+            "frozen", selector, data={"ca.crt": "frozen by its owner"}, immutable=True
+        ),
     )
     injector = SignerProcess(
         control_plane.kubeconfig,

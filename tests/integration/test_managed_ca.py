@@ -22,7 +22,6 @@ from cryptography import x509
 from controlplane import ControlPlane
 from controlplane.kubelet import Kubelet, pcr_path
 from kube.client import ApiError, Client, is_not_found
-from kube.leases import leases_path
 from managedca.codec import PREVIOUS, decode
 from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
 from tests.integration.managed_ca_harness import (
@@ -30,9 +29,9 @@ from tests.integration.managed_ca_harness import (
     edit,
     move_retire_time_to_the_past,
     phase,
+    shipped_report_lease,
 )
 from tests.integration.manager_process import SignerProcess, eventually, issue_one, wait_issued
-from trust import convergence
 from trust.clustertrustbundles import anchors_of
 
 LEASE = (
@@ -260,15 +259,7 @@ def test_rotate_stages_swaps_and_retires_with_every_phase_persisted(
     assert eventually(lambda: managed.phase() == "Stable", 30)
     old = managed.ca()
     assert managed.issue(kubelet, "before") == old
-    managed.client.create(
-        leases_path(managed.namespace),
-        {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": convergence.REPORT_NAME},
-            "spec": {},
-        },
-    )
+    shipped_report_lease(managed.client, managed.namespace)
 
     rotated = managed.ca_cli("rotate")
     asked = time.monotonic()
