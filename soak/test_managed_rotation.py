@@ -33,20 +33,29 @@ from cryptography import x509
 from controlplane import gateway_api
 from controlplane.cluster import Cluster
 from controlplane.traefik import Traefik
-from controlplane.workload import CHAIN_FILE, VolumeFiles
+from controlplane.workload import CHAIN_FILE, VolumeFiles, cert_pod, wait_running
 from injector.configmaps import LABEL
 from injector.targets import ANNOTATION
 from kube.client import ApiError, Client
+from managedca.material import DEFAULT_SECRET_NAME, pem_fingerprints
 from tests.integration.injector_harness import (
     VWC_PATH,
     RunningInjector,
     ca_bundles,
+    consumer_config_map,
     validating_webhook,
 )
-from tests.integration.managed_ca_harness import Prober, ca_cli, phase, roots
+from tests.integration.managed_ca_harness import (
+    Prober,
+    ca_cli,
+    phase,
+    roots,
+    shipped_report_lease,
+)
 from tests.integration.manager_process import SignerProcess, eventually
 from tests.integration.nodes import create_service, running_files, serving_pod
 from tests.integration.signer_harness import unique_signer_name
+from tests.integration.test_managed_ca import LEASE
 from tests.integration.traefik_harness import (
     GW,
     Requests,
@@ -59,6 +68,7 @@ from tests.integration.traefik_harness import (
     route_through,
 )
 from tests.integration.webhook_server import WebhookServer
+from trust.consumers import CA_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -235,3 +245,114 @@ def _webhook(client: Client, ns: str, server: VolumeFiles) -> Iterator[WebhookCa
         calls = WebhookCalls(client, ns, serving, period=2.0)
         assert eventually(lambda: calls.create() is None, 60), calls.create()
         yield stack.enter_context(calls)
+
+
+@pytest.mark.timeout(20 * 60)
+def test_a_late_convergence_fails_no_handshake_through_a_mounted_config_map(
+    cluster: Cluster, cluster_client: Client, node_namespace: str, tmp_path: Path
+) -> None:
+    """The injector's report converges long after the propagation delay (the injector was
+    down while the rotation staged, as after `injector-report-stale`'s restart): the swap
+    still waits the delay from that convergence, so a Pod reading the injected ConfigMap
+    through a volume (the hollow kubelet rewrites it on its resync) holds the new root
+    before any leaf from the new CA exists. Handshakes every second from that Pod's
+    mounted `ca.crt` to web-0 (its leaf from the old CA) and, from the moment the swap is
+    seen, to web-new (started then: its leaf from the new CA): 0 failed. About 5 min."""
+    client, ns = cluster_client, node_namespace
+    signer_name = unique_signer_name()
+    selection = json.dumps({"signerName": signer_name, "labelSelector": {}})
+    secret_path = f"/api/v1/namespaces/{ns}/secrets/{DEFAULT_SECRET_NAME}"
+    delay = 30  # hollow kubelet syncFrequency: 10 s
+    shipped_report_lease(client, ns)
+    client.create(f"/api/v1/namespaces/{ns}/configmaps", consumer_config_map("web-ca", selection))
+    common = (f"--leader-elect-resource-namespace={ns}", *LEASE)
+
+    def injector(log: str) -> SignerProcess:
+        return SignerProcess(
+            cluster.plane.kubeconfig,
+            None,
+            tmp_path / log,
+            "--controllers=injector",
+            *common,
+            signer_name=None,
+        )
+
+    signer = SignerProcess(
+        cluster.plane.kubeconfig,
+        None,
+        tmp_path / "signer.log",
+        "--ca-mode=managed",
+        "--leader-elect-resource-name=late-convergence",
+        f"--managed-ca-propagation-delay={delay}s",
+        "--managed-ca-allow-short-propagation-delay",
+        "--managed-ca-wait-for-injector=true",
+        "--max-certificate-lifetime=1h",
+        "--managed-ca-retire-margin=5m",
+        *common,
+        signer_name=signer_name,
+    )
+    first = injector("injector-1.log")
+    later: SignerProcess | None = None
+    try:
+        assert eventually(lambda: phase(client, secret_path) == "Stable", 60), signer.log_lines()[
+            -20:
+        ]
+        create_service(client, ns, "web", {"app": "web"})
+        serving_pod(cluster, client, ns, "web-0", app="web", signer_name=signer_name)
+        _, web_0 = running_files(cluster, client, ns, "web-0")
+        old_root = roots(web_0)
+        pod = cert_pod("cm-client", ns, node=cluster.nodes[0].name, signer_name=signer_name)
+        pod["spec"]["volumes"] = [{"name": "trust", "configMap": {"name": "web-ca"}}]
+        pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "trust", "mountPath": "/trust"}]
+        client.create(f"/api/v1/namespaces/{ns}/pods", pod)
+        running = wait_running(client, ns, "cm-client", 180)
+        mounted = VolumeFiles(
+            cluster.node_of(running).volume_dir(running["metadata"]["uid"], "trust", "configMap")
+        )
+
+        def mounted_roots() -> set[str]:
+            return set(pem_fingerprints(mounted.read(CA_KEY))) if mounted.exists(CA_KEY) else set()
+
+        assert eventually(lambda: mounted_roots() == old_root, 120), mounted_roots()
+
+        with Prober(mounted, f"web.{ns}.svc", period=1.0, bundle=CA_KEY) as prober:
+            prober.servers["web-0"] = web_0
+            assert first.stop() == 0  # the injector is down while the rotation stages
+            rotated = ca_cli(
+                cluster.plane.kubeconfig,
+                "rotate",
+                f"--signer-namespace={ns}",
+                f"--signer-name={signer_name}",
+            )
+            assert rotated.returncode == 0, rotated.stderr
+            staged = time.monotonic()
+            time.sleep(2 * delay)  # the delay from the read-back has long passed
+            assert phase(client, secret_path) == "Staged", "the swap waits for the injector"
+            later = injector("injector-2.log")
+            restarted = time.monotonic()
+            assert eventually(lambda: len(mounted_roots()) == 2, 120), "old + new mounted"
+            mounted_at = time.monotonic()
+            assert eventually(lambda: phase(client, secret_path) == "Retiring", 120)
+            swapped = time.monotonic()
+            serving_pod(cluster, client, ns, "web-new", app="web", signer_name=signer_name)
+            _, web_new = running_files(cluster, client, ns, "web-new")
+            assert eventually(lambda: web_new.exists(CHAIN_FILE), 60)
+            new_root = roots(web_new) - old_root
+            prober.servers["web-new"] = web_new
+            time.sleep(60)
+        leaf = x509.load_pem_x509_certificates(web_new.read(CHAIN_FILE))[0]
+        print(
+            f"late convergence soak: staged→injector restarted {restarted - staged:.0f}s, "
+            f"→ConfigMap volume holds old+new {mounted_at - restarted:.0f}s, "
+            f"→swap seen {swapped - restarted:.0f}s; web-new's leaf from "
+            f"{leaf.issuer.rfc4514_string()}; handshakes through the mounted ConfigMap "
+            f"{prober.ok} ok, {len(prober.failed)} failed"
+        )
+        assert swapped - restarted >= delay, "the swap waited the delay from the convergence"
+        assert prober.failed == [], prober.failed[:5]
+        assert prober.ok > 100
+        assert len(new_root) <= 1
+    finally:
+        for proc in (signer, first, later):
+            if proc is not None:
+                proc.stop()
