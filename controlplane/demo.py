@@ -191,7 +191,7 @@ def build_note(to_build: list[str]) -> str | None:
         return None
     return (
         f"first building {', '.join(to_build)} from Go modules into the cache: about "
-        "10-15 minutes on an idle 2-core machine (30 on a loaded one), once; later runs "
+        "10-15 minutes on an idle 2-core machine (30-50 on a loaded one), once; later runs "
         "start in seconds"
     )
 
