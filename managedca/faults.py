@@ -31,6 +31,7 @@ SOURCES = (
     ("hash-bundles", "the signer's hash-named ClusterTrustBundles (the read-back)"),
     ("stable-bundle", "the stable ClusterTrustBundle's roots (what a replica checks)"),
     ("revocation-record", "the stable ClusterTrustBundle's `revoked-roots`"),
+    ("server-clock", "the API server's clock (the `Date` of its answers)"),
 )
 """(key, what it is)."""
 
@@ -395,6 +396,46 @@ ROWS: tuple[Row, ...] = (
         FAILING,
         SIGNS_NOTHING_NEW,
         check="record_unreadable",
+    ),
+    # the API server's clock: a retire needs it past the retire time too ------------------
+    Row("server-clock", "absent", wait("retire-time"), NOT_READ, check="server_clock_unknown"),
+    Row(
+        "server-clock",
+        "deleted",
+        wait("retire-time"),
+        NOT_READ,
+        why="not an object: every answer carries a Date (a proxy that strips it: absent)",
+    ),
+    Row("server-clock", "stale", wait("retire-time"), NOT_READ, check="server_clock_behind"),
+    Row(
+        "server-clock",
+        "unparseable",
+        wait("retire-time"),
+        NOT_READ,
+        check="server_clock_unparseable",
+    ),
+    Row("server-clock", "out-of-bounds", wait("retire-time"), NOT_READ, check="server_clock_ahead"),
+    Row(
+        "server-clock",
+        "foreign",
+        wait("retire-time"),
+        NOT_READ,
+        why="a proxy rewriting Date stands between the leader and the API server: the "
+        "leader's wall and monotonic clocks still hold the retire (as out of bounds)",
+    ),
+    Row(
+        "server-clock",
+        "restored",
+        "(not stored)",
+        NOT_READ,
+        why="read from each answer, never stored: nothing to restore",
+    ),
+    Row(
+        "server-clock",
+        "unreadable",
+        FAILING,
+        NOT_READ,
+        why="no answer, no step: the step's reads fail first (sync-failing)",
     ),
 )
 

@@ -459,6 +459,69 @@ def record_absent() -> Result:
     return outcome(d.decide(STABLE, seen(revoked=frozenset({"aa"})), NOW_, CFG)), _memory_refuses()
 
 
+RETIRING = d.State(
+    current=B,
+    confirmed_at=T0 + DAY,
+    previous=(d.Previous(A, T0 + 2 * DAY, NOW_ - H, LIFE),),
+    swapped_at=T0 + 2 * DAY,
+    issued_lifetime=LIFE,
+    injector_seen=True,
+)
+
+
+def _retire(server_now: datetime | None) -> str:
+    """The leader's outcome for a root whose retire time passed an hour ago on its own
+    clocks, with the API server's clock at `server_now`."""
+    observed = seen(
+        reports=(d.ReplicaView("r1", BOTH, signing="bb"),),
+        led_since=NOW_ - 2 * H,
+        led_for=2 * H,
+        server_now=server_now,
+    )
+    return outcome(d.decide(RETIRING, observed, NOW_, CFG))
+
+
+def server_clock_unknown() -> Result:
+    assert _retire(NOW_) == "Retire"  # the scenario's baseline: every clock agrees
+    return _retire(d.SERVER_CLOCK_UNKNOWN), None
+
+
+def server_clock_behind() -> Result:
+    return _retire(NOW_ - 2 * H), None  # an old Date, advanced by the monotonic clock
+
+
+def server_clock_unparseable() -> Result:
+    from kube.times import ServerClock
+
+    clock = ServerClock()
+    clock.saw("Mon, 99 Foo 2026 25:61:61 GMT")
+    observer = Observer(
+        Api(),  # type: ignore[arg-type]
+        namespace="ns",
+        secret_name="ca",
+        signer_name="example.com/x",
+        ctb_version="v1beta1",
+        server_clock=clock.now,
+    )
+    return _retire(observer._server_now()), None
+
+
+def server_clock_ahead() -> Result:
+    # A year ahead while the leader's clocks are an hour and a half before the retire
+    # time: the server's clock alone retires nothing.
+    early = replace(
+        RETIRING,
+        previous=(replace(RETIRING.previous[0], retire_at=NOW_ + timedelta(minutes=90)),),
+    )
+    observed = seen(
+        reports=(d.ReplicaView("r1", BOTH, signing="bb"),),
+        led_since=NOW_ - 2 * H,
+        led_for=2 * H,
+        server_now=NOW_ + 365 * DAY,
+    )
+    return outcome(d.decide(early, observed, NOW_, CFG)), None
+
+
 SCENARIOS: dict[str, Callable[[], Result]] = {
     f.__name__: f
     for f in (
@@ -506,6 +569,10 @@ SCENARIOS: dict[str, Callable[[], Result]] = {
         stable_restored,
         record_unreadable,
         record_absent,
+        server_clock_unknown,
+        server_clock_behind,
+        server_clock_unparseable,
+        server_clock_ahead,
     )
 }
 
