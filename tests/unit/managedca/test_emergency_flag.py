@@ -6,6 +6,7 @@ through the gates of a swap (the delay, every replica ready, the injector)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from managedca import decide as d
 from managedca import step
@@ -61,15 +62,22 @@ def test_a_restored_backup_of_an_emergency_ca_signs_only_after_the_gates() -> No
     )
 
 
-def test_a_confirmed_ca_read_from_an_older_writer_is_not_an_emergency_ca() -> None:
-    """Secrets written before the flag was cleared still carry `ca-emergency: "true"` on a
-    confirmed CA: read as what it means now (nothing)."""
+def flagged_confirmed_secret() -> dict[str, Any]:
+    """A Secret as a writer from before the flag was cleared left it: a confirmed CA
+    still marked `ca-emergency: "true"`."""
     key, pem = ca_pems("a")
     ca = ca_info(pem)
     body = encode(
         "ns", "ca", d.State(current=ca, confirmed_at=NOW), {ca.fingerprint: pem}, key, None
     )
     body["metadata"]["annotations"][EMERGENCY] = "true"
+    return body
+
+
+def test_a_confirmed_ca_read_from_an_older_writer_is_not_an_emergency_ca() -> None:
+    """Secrets written before the flag was cleared still carry `ca-emergency: "true"` on a
+    confirmed CA: read as what it means now (nothing)."""
+    body = flagged_confirmed_secret()
     assert not decode(body).state.emergency
     del body["metadata"]["annotations"][CONFIRMED_AT]
     assert decode(body).state.emergency

@@ -20,14 +20,14 @@ import pytest
 from kube.client import ApiError
 from managedca import decide as d
 from managedca import faults, step
-from managedca.codec import EMERGENCY, PREVIOUS, StoreError, ca_info, decode, encode
+from managedca.codec import PREVIOUS, StoreError, decode
 from managedca.controller import ManagedCAController
 from managedca.observe import Observer
 from managedca.report import Liveness, injector_view
 from tests.unit.fakes import FakeRecorder
 from tests.unit.managedca import test_hostile_reports as hostile
 from tests.unit.managedca import test_restore as restore
-from tests.unit.managedca.builders import NOW, ca_pems
+from tests.unit.managedca.builders import NOW
 from tests.unit.managedca.test_deleted_report import TwoReplicas
 from tests.unit.managedca.test_waiting_objects import Api, _controller
 from trust import convergence as c
@@ -328,13 +328,9 @@ def emergency_flag_lost() -> Result:
 
 
 def emergency_flag_on_confirmed() -> Result:
-    key, pem = ca_pems("a")
-    ca = ca_info(pem)
-    body = encode(
-        "ns", "ca", d.State(current=ca, confirmed_at=NOW), {ca.fingerprint: pem}, key, None
-    )
-    body["metadata"]["annotations"][EMERGENCY] = "true"
-    assert not decode(body).state.emergency
+    from tests.unit.managedca.test_emergency_flag import flagged_confirmed_secret
+
+    assert not decode(flagged_confirmed_secret()).state.emergency
     return "(ignored on a confirmed CA)", None
 
 
