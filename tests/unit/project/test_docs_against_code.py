@@ -44,6 +44,7 @@ OTHER_PROGRAMS_FLAGS = {
     "--max-mutating-requests-inflight", "--bloated", "--tenants", "--rounds", "--code",
     "--nodes", "--rate", "--pods", "--runs", "--rates", "--signers", "--noise-rate",
     "--pods-seconds",  # python -m bench.startup
+    "--resync", "--changes",  # python -m bench.rotation_reach
 }  # fmt: skip
 
 
