@@ -67,8 +67,7 @@ from kube.factory import InformerFactory
 from kube.leases import LeaseRef, write_report
 from kube.types import JSON
 from kube.workqueue import RateLimitingQueue
-from trust.bundle import fingerprints
-from trust.clustertrustbundles import bundles_path
+from trust.clustertrustbundles import anchors_of, bundles_path, pem_of
 from trust.consumers import bundle_record, text_digest
 from trust.convergence import (
     DURATION_SECONDS,
@@ -328,7 +327,7 @@ class InjectorController:
                 for target in cache.by_index(SELECTION_INDEX, value)
             ]
             seen = self.progress.observed(*_version(bundle), selecting)
-            (observed if seen else unobserved).update(_anchors(bundle))
+            (observed if seen else unobserved).update(anchors_of(pem_of(bundle)))
         pending = self.progress.pending(self.resync(), MAX_PENDING)
         report = summarise(
             self.statuses(),
@@ -596,10 +595,3 @@ def _ref_of(key: str) -> ObjectRef:
 def _version(bundle: Mapping[str, Any]) -> tuple[str, str]:
     meta = bundle.get("metadata") or {}
     return str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
-
-
-def _anchors(bundle: Mapping[str, Any]) -> frozenset[str]:
-    try:
-        return fingerprints(str((bundle.get("spec") or {}).get("trustBundle", "")))
-    except ValueError:
-        return frozenset()

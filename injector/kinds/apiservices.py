@@ -7,15 +7,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from injector.kinds.cabundle import CaBundleKind
-from injector.targets import Slot, Target, add_op, owns, single_slot
-
-LEAF = ("f:spec", "f:caBundle")
-OWNER = ("f:spec", "f:service")
-"""Who names the server the caBundle verifies: its owner takes the caBundle at the release."""
+from injector.targets import Slot, Target, add_op, single_slot
 
 
 @dataclass(frozen=True)
 class APIServices(CaBundleKind):
+    LEAF = ("f:spec", "f:caBundle")
+    OWNER = ("f:spec", "f:service")
+    """Who names the server the caBundle verifies: its owner takes the caBundle at the
+    release."""
+    LEAF_NAME = "spec.caBundle"
+
     def slots(self, raw: Mapping[str, Any]) -> tuple[Slot, ...]:
         return single_slot(str((raw.get("spec") or {}).get("caBundle") or ""))
 
@@ -32,14 +34,6 @@ class APIServices(CaBundleKind):
                 "it (set it to false to verify the server against the injected bundle)"
             )
         return None
-
-    def leaves(self) -> tuple[tuple[str, ...], ...]:
-        return (LEAF,)
-
-    def our_leaves(
-        self, ours: list[Mapping[str, Any]], meta: Mapping[str, Any]
-    ) -> list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...], str]]:
-        return [(LEAF, (OWNER,), "spec.caBundle")] if any(owns(f, LEAF) for f in ours) else []
 
     def slot_ops(self, target: Target, ca_bundle: str) -> list[dict[str, Any]]:
         return [add_op("/spec/caBundle", ca_bundle)]

@@ -3,15 +3,16 @@ conversion CRDs): the record an informer keeps, base64 of the bundle in every sl
 a write that is one guarded JSON patch of caBundle leaves (`injector.targets` says why).
 
 A family says only what differs: its slots (`slots`), when an object cannot carry a
-caBundle (`not_applicable`), which leaves are ours to write (`leaves`), where the owner
-of each is named (`our_leaves`), and the operations that set each slot (`slot_ops`)."""
+caBundle (`not_applicable`), the leaf it writes and where its owner is named (`LEAF`,
+`OWNER`; a family with a leaf per list entry implements `leaves` and `our_leaves`), and
+the operations that set each slot (`slot_ops`)."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from injector.targets import (
     INJECTED_ANNOTATION,
@@ -22,6 +23,7 @@ from injector.targets import (
     annotation_of,
     is_current,
     owned_by_us,
+    owns,
     pointer,
     releasing,
     shared,
@@ -35,6 +37,13 @@ from injector.targets import (
 class CaBundleKind(Kind):
     """A kind with caBundle fields, watched whole (there are few such objects)."""
 
+    LEAF: ClassVar[tuple[str, ...]] = ()
+    """The fieldsV1 path of the one caBundle leaf we write (`k:*`: any list entry)."""
+    OWNER: ClassVar[tuple[str, ...]] = ()
+    """Where the owner of `LEAF` is named (who takes it at the release)."""
+    LEAF_NAME: ClassVar[str] = ""
+    """`LEAF` as a log line names it."""
+
     def slots(self, raw: Mapping[str, Any]) -> tuple[Slot, ...]:
         raise NotImplementedError
 
@@ -44,7 +53,13 @@ class CaBundleKind(Kind):
 
     def leaves(self) -> tuple[tuple[str, ...], ...]:
         """The fieldsV1 paths of the leaves we write (`k:*`: any list entry)."""
-        raise NotImplementedError
+        return (self.LEAF,)
+
+    def our_leaves(
+        self, ours: list[Mapping[str, Any]], meta: Mapping[str, Any]
+    ) -> list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...], str]]:
+        owned = any(owns(fields, self.LEAF) for fields in ours)
+        return [(self.LEAF, (self.OWNER,), self.LEAF_NAME)] if owned else []
 
     def slot_ops(self, target: Target, ca_bundle: str) -> list[dict[str, Any]]:
         """The guarded operations that set every slot to `ca_bundle`."""

@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from injector.kinds.cabundle import CaBundleKind, ca_bundle_digest
-from injector.targets import Slot, Target, add_op, owns, test_op
-
-LEAF = ("f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle")
+from injector.targets import Slot, Target, add_op, test_op
 
 
 @dataclass(frozen=True)
 class ConversionCRDs(CaBundleKind):
+    LEAF = ("f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle")
+    OWNER = LEAF[:-1]
+    LEAF_NAME = "spec.conversion.webhook.clientConfig.caBundle"
+
     def slots(self, raw: Mapping[str, Any]) -> tuple[Slot, ...]:
         conversion = (raw.get("spec") or {}).get("conversion") or {}
         webhook = conversion.get("webhook") or {}
@@ -29,15 +31,6 @@ class ConversionCRDs(CaBundleKind):
                 "a CRD has a caBundle only for its conversion webhook"
             )
         return None
-
-    def leaves(self) -> tuple[tuple[str, ...], ...]:
-        return (LEAF,)
-
-    def our_leaves(
-        self, ours: list[Mapping[str, Any]], meta: Mapping[str, Any]
-    ) -> list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...], str]]:
-        name = "spec.conversion.webhook.clientConfig.caBundle"
-        return [(LEAF, (LEAF[:-1],), name)] if any(owns(f, LEAF) for f in ours) else []
 
     def slot_ops(self, target: Target, ca_bundle: str) -> list[dict[str, Any]]:
         return [

@@ -10,11 +10,12 @@ from typing import Any
 from injector.kinds.cabundle import CaBundleKind, ca_bundle_digest
 from injector.targets import Slot, Target, add_op, element_name, owns, test_op
 
-LEAF = ("f:webhooks", "k:*", "f:clientConfig", "f:caBundle")
-
 
 @dataclass(frozen=True)
 class WebhookConfigurations(CaBundleKind):
+    LEAF = ("f:webhooks", "k:*", "f:clientConfig", "f:caBundle")
+    """One leaf per webhook (`k:*`); each goes to its own owner (`our_leaves`)."""
+
     def slots(self, raw: Mapping[str, Any]) -> tuple[Slot, ...]:
         return tuple(
             Slot(str(w.get("name", "")), ca_bundle_digest(w.get("clientConfig")))
@@ -24,9 +25,6 @@ class WebhookConfigurations(CaBundleKind):
 
     def not_applicable(self, raw: Mapping[str, Any]) -> str | None:
         return None if self.slots(raw) else "the configuration has no webhooks"
-
-    def leaves(self) -> tuple[tuple[str, ...], ...]:
-        return (LEAF,)
 
     def our_leaves(
         self, ours: list[Mapping[str, Any]], meta: Mapping[str, Any]
@@ -38,10 +36,10 @@ class WebhookConfigurations(CaBundleKind):
                 key
                 for fields in ours
                 for key, item in (fields.get("f:webhooks") or {}).items()
-                if isinstance(item, Mapping) and owns(item, LEAF[2:])
+                if isinstance(item, Mapping) and owns(item, self.LEAF[2:])
             }
         )
-        hooks = [(LEAF[0], key, *LEAF[2:]) for key in keys]
+        hooks = [(self.LEAF[0], key, *self.LEAF[2:]) for key in keys]
         return [
             (hook, (hook[:-1],), f"webhooks[{element_name(hook[1])}].clientConfig.caBundle")
             for hook in hooks
