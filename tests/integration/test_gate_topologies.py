@@ -209,6 +209,77 @@ def shipped_leases(client: Client, objects: Install, namespace: str) -> None:
         client.create(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", body)
 
 
+class Running:
+    """A documented install running in `namespace`: its shipped Leases and RBAC, each of
+    its Deployments as a process under its own ServiceAccount with the rendered
+    arguments (the test's namespace and a signer name of its own in place of what the
+    Pod would get), stopped and its grants removed on leaving."""
+
+    def __init__(
+        self,
+        topology: str,
+        control_plane: ControlPlane,
+        client: Client,
+        namespace: str,
+        tmp_path: Path,
+    ) -> None:
+        self.control_plane, self.client, self.namespace = control_plane, client, namespace
+        self.objects = TOPOLOGIES[topology](tmp_path)
+        self.signer_name = f"t{uuid.uuid4().hex[:10]}.example.com/managed"
+        self.secret_path = f"/api/v1/namespaces/{namespace}/secrets/{DEFAULT_SECRET_NAME}"
+        own = [
+            f"--leader-elect-resource-namespace={namespace}",  # what POD_NAMESPACE tells
+            f"--signer-name={self.signer_name}",
+            "--managed-ca-propagation-delay=2s",
+            "--managed-ca-allow-short-propagation-delay",
+        ]
+        shipped_leases(client, self.objects, namespace)
+        self.granted = grant(client, self.objects, namespace, self.signer_name)
+        self.processes: list[SignerProcess] = []
+        self.lease = "service-serving-signer"
+        for deployment in deployments(self.objects):
+            args = [a for a in container_args(deployment) if a.split("=", 1)[0] not in REPLACED]
+            if flag(args, "--ca-mode") == "managed":
+                self.lease = flag(args, "--leader-elect-resource-name") or self.lease
+                extra = own
+            else:  # the injector's own Deployment: no signer flags
+                extra = own[:1]
+            self.processes.append(
+                SignerProcess(
+                    kubeconfig_of(control_plane, client, deployment, namespace, tmp_path),
+                    None,
+                    tmp_path / f"{deployment['metadata']['name']}.log",
+                    *args,
+                    *extra,
+                    signer_name=None,
+                )
+            )
+
+    def __enter__(self) -> Running:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for proc in self.processes:
+            proc.stop()
+        for path in self.granted:
+            with contextlib.suppress(ApiError):
+                self.client.delete(path)
+
+    def ca(self, *args: str) -> Any:
+        """`ca <args>` for this install's signer, as the admin."""
+        return ca_cli(
+            self.control_plane.kubeconfig,
+            *args,
+            f"--signer-namespace={self.namespace}",
+            f"--signer-name={self.signer_name}",
+        )
+
+    def status(self) -> dict[str, Any]:
+        out = self.ca("status", "-o", "json", f"--lease-name={self.lease}")
+        assert out.returncode == 0, out.stderr
+        return dict(json.loads(out.stdout))
+
+
 def freeze(client: Client, hook: str) -> str:
     """A ValidatingAdmissionPolicy (and its binding) refusing every UPDATE of `hook`."""
     name = f"freeze-{hook}"
@@ -276,103 +347,60 @@ def held(client: Client, hook: str) -> set[str]:
 def test_a_frozen_injected_webhook_holds_the_swap_in_every_documented_install(
     topology: str, control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
 ) -> None:
-    objects = TOPOLOGIES[topology](tmp_path)
-    signer_name = f"t{uuid.uuid4().hex[:10]}.example.com/managed"
-    own = [
-        f"--leader-elect-resource-namespace={namespace}",  # what POD_NAMESPACE tells the Pod
-        f"--signer-name={signer_name}",
-        "--managed-ca-propagation-delay=2s",
-        "--managed-ca-allow-short-propagation-delay",
-    ]
-    shipped_leases(client, objects, namespace)
-    granted = grant(client, objects, namespace, signer_name)
-    processes: list[SignerProcess] = []
-    lease = "service-serving-signer"
-    for deployment in deployments(objects):
-        args = [a for a in container_args(deployment) if a.split("=", 1)[0] not in REPLACED]
-        if flag(args, "--ca-mode") == "managed":
-            lease = flag(args, "--leader-elect-resource-name") or lease
-            extra = own
-        else:  # the injector's own Deployment: no signer flags
-            extra = own[:1]
-        processes.append(
-            SignerProcess(
-                kubeconfig_of(control_plane, client, deployment, namespace, tmp_path),
-                None,
-                tmp_path / f"{deployment['metadata']['name']}.log",
-                *args,
-                *extra,
-                signer_name=None,
+    with Running(topology, control_plane, client, namespace, tmp_path) as install:
+        processes, lease, secret_path = install.processes, install.lease, install.secret_path
+        signer_name, ca, status = install.signer_name, install.ca, install.status
+        assert any("injector" in " ".join(p.args) for p in processes), "an injector runs"
+        hook = f"gate-{uuid.uuid4().hex[:8]}"
+        selector = json.dumps({"signerName": signer_name, "labelSelector": {}})
+        client.create(VWC_PATH, validating_webhook(hook, f"unused-{hook}", "svc", selector))
+        policy = ""
+        try:
+            assert eventually(lambda: phase(client, secret_path) == "Stable", 60)
+            assert eventually(lambda: len(held(client, hook)) == 1, 30), "the webhook is injected"
+            [old] = held(client, hook)
+            policy = freeze(client, hook)
+            assert eventually(lambda: frozen(client, hook), 30), "the policy is in force"
+            assert ca("rotate").returncode == 0
+            seen: list[dict[str, Any]] = []
+
+            def waits_naming_the_hook() -> bool:
+                seen.append(status())
+                return seen[-1].get("reason") == "injector-not-converged" and hook in str(
+                    seen[-1].get("waitingFor")
+                )
+
+            assert eventually(waits_naming_the_hook, 60), seen[-2:]
+            assert phase(client, secret_path) == "Staged", "held"
+            assert held(client, hook) == {old}, "the frozen webhook kept only the old root"
+            text = ca("status", f"--lease-name={lease}")
+            assert "[injector-not-converged]" in text.stdout and hook in text.stdout, text.stdout
+            named = (
+                f'kind="ValidatingWebhookConfiguration",name="{hook}",'
+                'reason="injector-not-converged"'
             )
-        )
-    assert any("injector" in " ".join(p.args) for p in processes), "an injector runs"
-    secret_path = f"/api/v1/namespaces/{namespace}/secrets/{DEFAULT_SECRET_NAME}"
-
-    def ca(*args: str) -> Any:
-        return ca_cli(
-            control_plane.kubeconfig,
-            *args,
-            f"--signer-namespace={namespace}",
-            f"--signer-name={signer_name}",
-        )
-
-    def status() -> dict[str, Any]:
-        out = ca("status", "-o", "json", f"--lease-name={lease}")
-        assert out.returncode == 0, out.stderr
-        return dict(json.loads(out.stdout))
-
-    hook = f"gate-{uuid.uuid4().hex[:8]}"
-    selector = json.dumps({"signerName": signer_name, "labelSelector": {}})
-    client.create(VWC_PATH, validating_webhook(hook, f"unused-{hook}", "svc", selector))
-    policy = ""
-    try:
-        assert eventually(lambda: phase(client, secret_path) == "Stable", 60)
-        assert eventually(lambda: len(held(client, hook)) == 1, 30), "the webhook is injected"
-        [old] = held(client, hook)
-        policy = freeze(client, hook)
-        assert eventually(lambda: frozen(client, hook), 30), "the policy is in force"
-        assert ca("rotate").returncode == 0
-        seen: list[dict[str, Any]] = []
-
-        def waits_naming_the_hook() -> bool:
-            seen.append(status())
-            return seen[-1].get("reason") == "injector-not-converged" and hook in str(
-                seen[-1].get("waitingFor")
+            assert eventually(
+                lambda: any(p.metric(WAITING_OBJECT, named) == 1 for p in processes), 30
             )
 
-        assert eventually(waits_naming_the_hook, 60), seen[-2:]
-        assert phase(client, secret_path) == "Staged", "held"
-        assert held(client, hook) == {old}, "the frozen webhook kept only the old root"
-        text = ca("status", f"--lease-name={lease}")
-        assert "[injector-not-converged]" in text.stdout and hook in text.stdout, text.stdout
-        named = (
-            f'kind="ValidatingWebhookConfiguration",name="{hook}",reason="injector-not-converged"'
-        )
-        assert eventually(lambda: any(p.metric(WAITING_OBJECT, named) == 1 for p in processes), 30)
-
-        # Thawed: the policy goes and the owner touches the object. A write the API
-        # refused is sent again at once when the object or the bundle changes, else only
-        # after its back-off (decide.REFUSAL_FIRST, a minute): the touch keeps this short.
-        thaw(client, policy)
-        assert eventually(lambda: not frozen(client, hook), 30), "the policy is gone"
-        edit(client, f"{VWC_PATH}/{hook}", _touch)
-        assert eventually(lambda: phase(client, secret_path) == "Retiring", 90), status()
-        assert len(held(client, hook)) == 2, "the swap followed the webhook holding both roots"
-        # RBAC's refusals name the ServiceAccount (the frozen webhook's are the policy's).
-        refused = [
-            line
-            for p in processes
-            for line in p.log_lines()
-            if "system:serviceaccount:" in line and " cannot " in line
-        ]
-        assert not refused, refused[:3]
-        assert not any(p.metric(WAITING_OBJECT, named) for p in processes), "no longer held"
-    finally:
-        if policy:
+            # Thawed: the policy goes and the owner touches the object. A write the API
+            # refused is sent again at once when the object or the bundle changes, else only
+            # after its back-off (decide.REFUSAL_FIRST, a minute): the touch keeps this short.
             thaw(client, policy)
-        for proc in processes:
-            proc.stop()
-        delete_quietly(client, VWC_PATH, hook)
-        for path in granted:
-            with contextlib.suppress(ApiError):
-                client.delete(path)
+            assert eventually(lambda: not frozen(client, hook), 30), "the policy is gone"
+            edit(client, f"{VWC_PATH}/{hook}", _touch)
+            assert eventually(lambda: phase(client, secret_path) == "Retiring", 90), status()
+            assert len(held(client, hook)) == 2, "the swap followed the webhook holding both roots"
+            # RBAC's refusals name the ServiceAccount (the frozen webhook's are the policy's).
+            refused = [
+                line
+                for p in processes
+                for line in p.log_lines()
+                if "system:serviceaccount:" in line and " cannot " in line
+            ]
+            assert not refused, refused[:3]
+            assert not any(p.metric(WAITING_OBJECT, named) for p in processes), "no longer held"
+        finally:
+            if policy:
+                thaw(client, policy)
+            delete_quietly(client, VWC_PATH, hook)
