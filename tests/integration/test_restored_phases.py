@@ -4,8 +4,9 @@ with real `run` processes (a managed signer and a separate injector): every leaf
 after the restore verifies against every consumer's bundle at the moment it is issued —
 the signer's ClusterTrustBundles (what the kubelet projects), an injected webhook
 caBundle and an injected ConfigMap. The one exception is the documented one: a CA an
-emergency made signs as soon as the bundle read back holds it, before the injector has
-written it.
+emergency the restore set off (a backup holding a root revoked since) makes signs as soon
+as the bundle read back holds it, before the injector has written it; a CA an earlier
+emergency made, restored, is held to every consumer.
 
 One control plane, one signer and one history serve every case: the history (an
 emergency, then a rotation: stage, swap, retire) runs once, a watch keeps every version
@@ -51,7 +52,10 @@ from tests.integration.test_managed_ca import LEASE, Managed
 from trust.consumers import CA_KEY
 
 DELAY = 2  # --managed-ca-propagation-delay (s): the swap's and the convergence's wait
-PHASES = ("Stable", "Staged", "Swapped", "Retiring", "after an emergency")
+# In the order the cases run, each restoring over what the one before left: Staged first,
+# over the history's end (the current CA it names was retired since, and no root the
+# bundle holds is missing from it: only the unpublished current CA tells).
+PHASES = ("Staged", "Swapped", "Retiring", "after an emergency", "Stable")
 WATCHED_FOR = 3 * DELAY + 4.0  # seconds of issuing after a restore, at least
 
 
@@ -119,8 +123,8 @@ class Cluster(Managed):
         return set(pem_fingerprints(base64.b64decode(ca_bundle))) if ca_bundle else set()
 
     def config_map(self) -> set[str]:
-        data = self.client.get(self.config_map_path).get("data") or {}
-        return set(pem_fingerprints(data.get(CA_KEY, "").encode()))
+        held = (self.client.get(self.config_map_path).get("data") or {}).get(CA_KEY)
+        return set(pem_fingerprints(held.encode())) if held else set()
 
     def consumers(self) -> dict[str, set[str]]:
         return {
@@ -249,7 +253,8 @@ def history(
         cluster.asked("rotate", "--emergency", "--yes")
         assert eventually(lambda: bool(cluster.versions.emergency_made), 30)
         [made] = cluster.versions.emergency_made
-        assert eventually(lambda: _phase(cluster.secret() or {}, {made}) == PHASES[-1], 30)
+        after_it = "after an emergency"
+        assert eventually(lambda: _phase(cluster.secret() or {}, {made}) == after_it, 30)
         assert eventually(lambda: everywhere({made}), 30), cluster.consumers()
         cluster.asked("rotate")
         assert eventually(lambda: cluster.phase() == "Retiring", 60), cluster.consumers()
@@ -261,6 +266,8 @@ def history(
         assert eventually(retire_scheduled, 30)
         move_retire_time_to_the_past(client, cluster.secret_path)
         assert eventually(lambda: cluster.phase() == "Stable", 30)
+        last = cluster.ca()
+        assert eventually(lambda: everywhere({last}), 30), "the retired root left every consumer"
         for phase in PHASES:
             cluster.versions.first(phase)  # every backup is there before any case runs
         yield cluster
@@ -276,11 +283,13 @@ def history(
 def test_a_secret_restored_from_a_phase_signs_only_what_every_consumer_holds(
     phase: str, history: Cluster, kubelet: Kubelet
 ) -> None:
-    """From the restore on, each leaf issued chains to a root every consumer holds (an
-    emergency-made CA: the projection holds it), and signing goes on until the restored
-    state has settled (its current CA confirmed, nothing staged)."""
+    """From the restore on, each leaf issued chains to a root every consumer holds (a CA
+    an emergency the restore caused made: the projection holds it), and signing goes on
+    until the restored state has settled (its current CA confirmed, nothing staged). A CA
+    an earlier emergency made, restored, is held to every consumer like any other."""
     cluster = history
     backup = cluster.versions.first(phase)
+    made_before = set(cluster.versions.emergency_made)
     _restore(cluster, backup)
     restored = time.monotonic()
     signed: list[tuple[str, str]] = []
@@ -294,7 +303,7 @@ def test_a_secret_restored_from_a_phase_signs_only_what_every_consumer_holds(
         assert time.monotonic() - restored < 60, ("not settled after a minute", signed)
         root, consumers = cluster.issue_leaf(kubelet)
         signed.append((root[:12], cluster.phase() or "?"))
-        emergency = root in cluster.versions.emergency_made
+        emergency = root in cluster.versions.emergency_made - made_before
         for consumer, roots in consumers.items():
             if root not in roots and not (emergency and consumer != "projection"):
                 wrong.append(f"{root[:12]} not in the {consumer} ({sorted(r[:12] for r in roots)})")
