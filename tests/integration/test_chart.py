@@ -46,6 +46,7 @@ ALL_OPTIONS = [
     "injector.admissionPolicy.enabled=true",
     "flowControl.enabled=true",
     "metrics.secure=true",
+    "unlinkedBundle.enabled=true",
 ]
 
 # What the chart renders with every option on: each kind the tests apply (their API paths
@@ -121,6 +122,7 @@ def test_helm_template_with_every_option_equals_config_with_every_component(
             "injector-admission-policy",
             "flowcontrol",
             "metrics-secure",
+            "unlinked-bundle-policy",
         )
     )
     assert {o["kind"] for o in config} >= {"NetworkPolicy", "ConfigMap", "PrometheusRule"}
