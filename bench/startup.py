@@ -241,6 +241,15 @@ def pod(name: str, namespace: str, node: str, *, signer_name: str | None) -> JSO
     return manifest
 
 
+def placement(i: int, nodes: list[str], kinds: list[str]) -> tuple[str, str]:
+    """The node and kind of the `i`-th Pod: nodes round-robin, kinds round-robin shifted by
+    one at every lap of the nodes, so every node starts every kind alike (a plain `i % n`
+    for both puts each kind on the nodes congruent to it: with 10 nodes and 4 kinds, two
+    signers' Pods share the even nodes while the third's share the odd ones with the
+    control)."""
+    return nodes[i % len(nodes)], kinds[(i + i // len(nodes)) % len(kinds)]
+
+
 def _quantile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -351,9 +360,9 @@ def run_once(setup: Setup, label: str, round_: int, pods: int, rate: float) -> d
                 due = began + i / rate
                 time.sleep(max(0.0, due - time.monotonic()))
                 name = f"p-{i}"
-                kind = kinds[i % len(kinds)]
+                node, kind = placement(i, nodes, kinds)
                 signer_name = SIGNERS.get(kind)
-                body = pod(name, namespace, nodes[i % len(nodes)], signer_name=signer_name)
+                body = pod(name, namespace, node, signer_name=signer_name)
                 client.create(f"/api/v1/namespaces/{namespace}/pods", body)
                 with observed.lock:
                     observed.pods[name] = PodTimes(kind=kind, created=time.monotonic())

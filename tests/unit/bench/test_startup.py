@@ -12,6 +12,7 @@ from bench.startup import (
     Observed,
     PodTimes,
     medians,
+    placement,
     signer_flowcontrol_objects,
     summarise,
 )
@@ -74,3 +75,17 @@ def test_the_flowschema_names_every_signer_and_the_kcm_user_before_its_bootstrap
     assert kcm["matchingPrecedence"] < 800
     assert kcm["priorityLevelConfiguration"] == ours["priorityLevelConfiguration"]
     assert kcm["rules"][0]["resourceRules"] == ours["rules"][0]["resourceRules"]
+
+
+def test_every_node_starts_every_kind_of_pod_alike() -> None:
+    nodes = [f"n{k}" for k in range(10)]
+    kinds = ["ours", "kcm", "peer", "none"]
+    counts: dict[tuple[str, str], int] = {}
+    for i in range(400):
+        pair = placement(i, nodes, kinds)
+        counts[pair] = counts.get(pair, 0) + 1
+    assert set(counts) == {(n, k) for n in nodes for k in kinds}
+    assert set(counts.values()) == {10}
+    # still one Pod per node per lap, and the kinds evenly interleaved in time
+    assert [placement(i, nodes, kinds)[0] for i in range(10)] == nodes
+    assert sorted(placement(i, nodes, kinds)[1] for i in range(4)) == sorted(kinds)
