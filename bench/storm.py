@@ -4,6 +4,7 @@ namespaces").
 
     python -m bench.storm                  # 1,000-request storm, 3 rounds
     python -m bench.storm --n 1000 --rounds 3
+    python -m bench.storm --qps 200 --burst 400 --workers 8   # the large roll-out profile
 
 A light plane (kube-apiserver + etcd; the bench's admin credentials, which APF exempts, so
 the API server is not what queues) and ours at the shipped budget (`--kube-api-qps=50
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.storm", description=__doc__)
     parser.add_argument("--n", type=int, default=1000, help="requests in the storm")
     parser.add_argument("--rounds", type=int, default=3, help="rounds")
+    parser.add_argument("--qps", type=float, default=50, help="our --kube-api-qps")
+    parser.add_argument("--burst", type=int, default=100, help="our --kube-api-burst")
+    parser.add_argument("--workers", type=int, default=4, help="our --concurrent-syncs")
     parser.add_argument("--out", type=Path, default=None, help="the JSON file to write")
     args = parser.parse_args(argv)
     out = args.out or RESULTS / f"storm-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
@@ -89,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     plane = ControlPlane.start()
     try:
         with tempfile.TemporaryDirectory(prefix="bench-storm-") as workdir:
-            signer = OurSigner(plane, Path(workdir), workers=4, qps=50, burst=100).start()
+            signer = OurSigner(
+                plane, Path(workdir), workers=args.workers, qps=args.qps, burst=args.burst
+            ).start()
             try:
                 signer.wait_ready()
                 for round_ in range(args.rounds):
@@ -109,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "scenario": "storm",
         "n": args.n,
-        "signer": {"qps": 50, "burst": 100, "workers": 4},
+        "signer": {"qps": args.qps, "burst": args.burst, "workers": args.workers},
+        # the client bucket's floor for the storm: what the burst does not cover, at qps
+        "bucket_floor_s": round(max(0, args.n - args.burst) / args.qps, 2),
         "load_before": load_before,
         "load_after": load_after,
         "probe_latency_median_s": statistics.median(r["probe_latency_s"] for r in rounds),
