@@ -13,8 +13,11 @@ the API server is not what queues) and ours at the shipped budget (`--kube-api-q
 the last POST returns, one request in a second namespace. Reported per round: the probe's
 latency (POST returned → Issued seen on a watch), how many storm requests were still not
 Issued when the probe was POSTed (what a FIFO queue would have put before it), and the
-storm's drain time. The signer's queue serves namespaces round-robin, so the probe waits
-for about one sync per worker, not for the storm.
+storm's drain time; and, from the signer's client metrics over the round, its writes per
+request and the mean seconds a write waited in its own budget (client-side rate limiter),
+so a drain can be told bound by the budget or by the server and CPU. The signer's queue
+serves namespaces round-robin, so the probe waits for about one sync per worker, not for
+the storm.
 """
 
 from __future__ import annotations
@@ -33,18 +36,27 @@ from bench.signers import OUR_SIGNER_NAME, OurSigner
 from controlplane import ControlPlane
 
 RESULTS = Path(__file__).with_name("results")
+LIMITER = "rest_client_rate_limiter_duration_seconds"
 
 
 def _log(message: str) -> None:
     print(f"[storm {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def one_round(plane: ControlPlane, keys: KeyPool, n: int, round_: int) -> dict[str, Any]:
+def _limiter(signer: OurSigner) -> tuple[float, float]:
+    """(writes, seconds waited in the client's rate limiter) so far."""
+    return signer.metric(f"{LIMITER}_count"), signer.metric(f"{LIMITER}_sum")
+
+
+def one_round(
+    plane: ControlPlane, signer: OurSigner, keys: KeyPool, n: int, round_: int
+) -> dict[str, Any]:
     client = plane.client()
     storm = populate(client, f"storm-{round_}", pods=200, groups=20)
     probe = populate(client, f"probe-{round_}", pods=1, groups=1)
     storm_bodies = pcr_bodies(storm, keys, n, signer_name=OUR_SIGNER_NAME)
     [probe_body] = pcr_bodies(probe, keys, 1, signer_name=OUR_SIGNER_NAME)
+    writes_before, waited_before = _limiter(signer)
     storm_watch = Watcher(client, storm.namespace).start()
     probe_watch = Watcher(client, probe.namespace).start()
     try:
@@ -63,6 +75,8 @@ def one_round(plane: ControlPlane, keys: KeyPool, n: int, round_: int) -> dict[s
     finally:
         storm_watch.stop()
         probe_watch.stop()
+    writes_after, waited_after = _limiter(signer)
+    writes = writes_after - writes_before
     condition, at = probe_watch.terminal.get(sent.name, ("", float("nan")))
     return {
         "round": round_,
@@ -72,6 +86,10 @@ def one_round(plane: ControlPlane, keys: KeyPool, n: int, round_: int) -> dict[s
         "storm_queued_at_probe": len(storm_creator.created) - issued_before,
         "storm_posted_s": round(sent.sent - began, 3),
         "storm_drained_s": round(drained - began, 3),
+        "writes_per_request": round(writes / (len(storm_creator.created) + 1), 2),
+        "budget_wait_mean_ms": round(1000 * (waited_after - waited_before) / writes, 1)
+        if writes
+        else 0.0,
     }
 
 
@@ -99,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 signer.wait_ready()
                 for round_ in range(args.rounds):
-                    result = one_round(plane, keys, args.n, round_)
+                    result = one_round(plane, signer, keys, args.n, round_)
                     rounds.append(result)
                     print(json.dumps(result), flush=True)
                     _log(
