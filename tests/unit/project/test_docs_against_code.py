@@ -45,6 +45,7 @@ OTHER_PROGRAMS_FLAGS = {
     "--nodes", "--rate", "--pods", "--runs", "--rates", "--signers", "--noise-rate",
     "--pods-seconds",  # python -m bench.startup
     "--resync", "--changes",  # python -m bench.rotation_reach
+    "--qps", "--burst",  # python -m bench.storm
     "--gil", "--nonblocking",  # py-spy record
 }  # fmt: skip
 
