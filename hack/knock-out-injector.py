@@ -1,7 +1,9 @@
 """Remove each of the injector's classification rules in turn — the rules that keep every
 outcome of every object classified in bounded time (docs/inject.md, "Every outcome,
-classified") — and run the tests that pin them against the weakened code: each rule must
-make at least one of them fail (exit 1 if one survives).
+classified"), release each kind's leaves to their owner, keep a tenant's record bounded,
+and keep a tenant's full quota the tenant's matter in distribution — and run the tests
+that pin them against the weakened code: each rule must make at least one of them fail
+(exit 1 if one survives).
 
 It works on a copy of the checkout (a temporary directory, the checkout itself is never
 edited), so it may run beside anything, and in CI (`tests/unit/injector/
@@ -29,6 +31,13 @@ SELECTOR = "trust/selector.py"
 REPORT = "trust/convergence.py"
 PROPERTY = "tests/unit/injector/test_outcomes_property.py"
 CLASSIFY = "tests/unit/injector/test_classification.py"
+CONFIG_MAPS = "injector/configmaps.py"
+TARGETS = "injector/targets.py"
+DISTRIBUTOR = "distributor/controller.py"
+RELEASE = "tests/unit/injector/test_configmaps.py"
+BOUNDS = "tests/unit/injector/test_tenant_bounds.py"
+INJECTOR = "tests/unit/injector/test_controller.py"
+DISTRIBUTE = "tests/unit/distributor/test_distribute.py"
 
 # rule -> ([(file, text in it, what it becomes without the rule)], the tests that pin it)
 RULES: dict[str, tuple[list[tuple[str, str, str]], list[str]]] = {
@@ -183,6 +192,75 @@ RULES: dict[str, tuple[list[tuple[str, str, str]], list[str]]] = {
             )
         ],
         [CLASSIFY],
+    ),
+    "a released ConfigMap's ca.crt goes to the owner of its other data keys": (
+        [
+            (
+                CONFIG_MAPS,
+                '            found.append((CA_LEAF, OWNER_PATHS, f"data[{CA_KEY}]"))\n',
+                '            found.append((CA_LEAF, (), f"data[{CA_KEY}]"))\n',
+            )
+        ],
+        [RELEASE],
+    ),
+    "with no data key owned, the owner of its metadata takes ca.crt": (
+        [
+            (
+                CONFIG_MAPS,
+                'OWNER_PATHS: tuple[tuple[str, ...], ...] = (("f:data",), ("f:metadata",))\n',
+                'OWNER_PATHS: tuple[tuple[str, ...], ...] = (("f:data",),)\n',
+            )
+        ],
+        [RELEASE],
+    ),
+    "the truststore key is handed over only while the annotation names it": (
+        [
+            (
+                CONFIG_MAPS,
+                "            owner: tuple[tuple[str, ...], ...] = OWNER_PATHS if key == named "
+                "else ()\n",
+                "            owner: tuple[tuple[str, ...], ...] = OWNER_PATHS\n",
+            )
+        ],
+        [RELEASE],
+    ),
+    "a map added whole to the owner's entry is guarded by the resourceVersion": (
+        [
+            (
+                TARGETS,
+                "    if any(len(hand.leaf) > 1 for hand in handover):\n",
+                "    if False:\n",
+            )
+        ],
+        [RELEASE],
+    ),
+    "a tenant's selector is kept canonical and bounded, never as its text": (
+        [
+            (
+                TARGETS,
+                "    if len(canonical) > MAX_SELECTOR:\n",
+                "    if False:\n",
+            )
+        ],
+        [BOUNDS],
+    ),
+    "every informer over tenant ConfigMaps lists in small pages": (
+        [(CONFIG_MAPS, "    page_size=TENANT_PAGE,\n", "")],
+        [BOUNDS],
+    ),
+    "the stable name is advised only where that bundle exists": (
+        [
+            (
+                DECIDE,
+                "    twin = stable is not None and any(\n",
+                "    twin = stable is not None or any(\n",
+            )
+        ],
+        [INJECTOR],
+    ),
+    "a namespace at its ConfigMap quota is an Event and a count, not a distributor error": (
+        [(DISTRIBUTOR, "            if _over_quota(err):\n", "            if False:\n")],
+        [DISTRIBUTE],
     ),
 }
 
