@@ -244,6 +244,16 @@ RULES: dict[str, tuple[list[tuple[str, str, str]], list[str]]] = {
         ],
         [BOUNDS],
     ),
+    "a record keeps what it parsed of the selector, never the annotation's text": (
+        [
+            (
+                TARGETS,
+                "    return shared(selector_record(value)) if isinstance(value, str) else None\n",
+                "    return shared(value) if isinstance(value, str) else None\n",
+            )
+        ],
+        [BOUNDS],
+    ),
     "every informer over tenant ConfigMaps lists in small pages": (
         [(CONFIG_MAPS, "    page_size=TENANT_PAGE,\n", "")],
         [BOUNDS],

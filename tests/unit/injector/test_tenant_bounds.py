@@ -129,9 +129,10 @@ def test_a_tenant_config_maps_record_costs_at_most_2_kb_whatever_the_tenant_wrot
 @pytest.mark.parametrize("valid", [True, False], ids=["valid", "invalid"])
 def test_a_tenant_config_map_with_its_own_long_selector_costs_at_most_2_kb(valid: bool) -> None:
     """A tenant giving each ConfigMap its own selector of up to `MAX_ANNOTATION`
-    characters (valid, or cut invalid) once cost 5.2 KB a record (the text kept whole):
-    the record keeps the canonical selector (at most `MAX_SELECTOR`) or why it is
-    invalid (bounded), never the text."""
+    characters once cost 5.2 KB a record (the text kept whole): the record keeps the
+    canonical selector (at most `MAX_SELECTOR`) or why it is invalid (bounded), never the
+    text — whether the text is a short selector padded with whitespace to the bound
+    (valid) or 180 labels, ~3.9 KB, over `MAX_SELECTOR` once canonical (invalid)."""
     count = 300
     texts = []
     for i in range(count):
@@ -139,7 +140,7 @@ def test_a_tenant_config_map_with_its_own_long_selector_costs_at_most_2_kb(valid
         raw["data"] = {"ca.crt": "A" * 4096}
         labels = {f"k{j}": f"{i:06d}-{j:03d}" for j in range(12 if valid else 180)}
         selector = json.dumps({"signerName": SIGNER, "labelSelector": {"matchLabels": labels}})
-        raw["metadata"]["annotations"][configmaps.ANNOTATION] = selector[: MAX_ANNOTATION - 1]
+        raw["metadata"]["annotations"][configmaps.ANNOTATION] = selector.ljust(MAX_ANNOTATION - 1)
         texts.append(json.dumps(raw))
     tracemalloc.start()
     try:
