@@ -22,7 +22,7 @@ from injector.configmaps import (
     TRUSTSTORE_ANNOTATION,
     TRUSTSTORE_PASSWORD_ANNOTATION,
 )
-from injector.decide import REASON_EMPTY, REASON_REFUSED
+from injector.decide import REASON_EMPTY, REASON_INVALID_SELECTOR, REASON_REFUSED
 from injector.targets import ANNOTATION, FIELD_MANAGER, MARK_LABEL
 from kube.client import Client, is_not_found
 from kube.leases import LeaseRef
@@ -350,8 +350,9 @@ def test_a_tenants_nested_selector_annotation_does_not_stop_the_report_completin
     """A labelled ConfigMap whose selector annotation is 4,000 '[' (a tenant's edit
     rights suffice) once made every sync of it raise, for ever: the report never became
     complete and the managed CA's swap waited, naming nothing. Now the annotation is
-    `invalid` (selecting nothing), the well-behaved ConfigMap beside it is injected, the
-    report completes and the anchor converges; the loop counts no error."""
+    `invalid` (selecting nothing) with a Warning Event on it — classified, not dropped
+    from the cache unseen —, the well-behaved ConfigMap beside it is injected, the report
+    completes and the anchor converges; the loop counts no error."""
     suffix = uuid.uuid4().hex[:8]
     signer = f"example.com/nested-{suffix}"
     bundle = normalize_bundle(
@@ -386,9 +387,24 @@ def test_a_tenants_nested_selector_annotation_does_not_stop_the_report_completin
                 return report.complete and convergence.converged(report, anchor)
 
             eventually(converged, timeout=30, what="the report complete and the anchor converged")
+
+            def warned() -> list[dict[str, Any]]:
+                events = client.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+                return [
+                    e
+                    for e in events["items"]
+                    if e["regarding"].get("name") == "nested"
+                    and e.get("reason") == REASON_INVALID_SELECTOR
+                ]
+
+            [event] = eventually(warned, timeout=30, what="the nested one's Warning Event")
+            assert event["type"] == "Warning"
+            invalid = running.registry.get_sample_value(
+                "cabundle_injector_sync_total", {"kind": "ConfigMap", "result": "invalid"}
+            )
             errors = running.registry.get_sample_value(
                 "controller_sync_total", {"controller": "injector", "result": "error"}
             )
-            assert not errors
+            assert invalid and not errors
     finally:
         delete_ctb(client, ctb_name)
