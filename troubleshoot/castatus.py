@@ -87,6 +87,11 @@ class CaStatus:
     waiting: Waiting | None = None
     next_step: str | None = None
     stable_bundle: str | None = None
+    # With --publish-unlinked-bundle: the signer-less bundle's name, and the published
+    # anchors (fingerprints) it does not hold yet — the managed CA counts a root as
+    # published only once it does. None: not published.
+    unlinked_bundle: str | None = None
+    unlinked_lacks: tuple[str, ...] = ()
     # The running signer's --ca-mode, as its presence Lease says ("file", "managed"), or
     # None when no signer says (none runs, or one older than the annotation).
     ca_mode: str | None = None
@@ -109,12 +114,13 @@ def collect(
     """Read what `ca status` shows. Raises `ApiError` when the API refuses a read (the
     CLI words it), `CaStatusError` when the cluster serves no ClusterTrustBundles."""
     from managedca.report import list_reports, parse_report
-    from trust.bundle import stable_bundle_name
+    from trust.bundle import stable_bundle_name, unlinked_bundle_name
 
     listed = list_reports(client, namespace, secret_name)
     leases = [parsed for lease in listed if (parsed := parse_report(lease)) is not None]
     leader = _leader(client, namespace, lease_name)
-    published = _published(client, signer_name)
+    published, version = _published(client, signer_name)
+    unlinked = _unlinked_anchors(client, version, unlinked_bundle_name(signer_name))
     where = f"{namespace}/{secret_name}"
     status = status_of(leases, leader, published, now, where)
     running, mode = _presence(client, namespace, lease_name, now)
@@ -125,7 +131,12 @@ def collect(
         # back to file mode removes their Role first). Their decision is not the signer's.
         status = replace(status_of([], leader, published, now, where), idle_reports=len(listed))
     return replace(
-        status, stable_bundle=stable_bundle_name(signer_name), ca_mode=mode, signer_running=running
+        status,
+        stable_bundle=stable_bundle_name(signer_name),
+        ca_mode=mode,
+        signer_running=running,
+        unlinked_bundle=None if unlinked is None else unlinked_bundle_name(signer_name),
+        unlinked_lacks=() if unlinked is None else tuple(p for p in published if p not in unlinked),
     )
 
 
@@ -172,13 +183,31 @@ def _leader(client: Client, namespace: str, name: str) -> Mapping[str, Any] | No
     }
 
 
-def _published(client: Client, signer_name: str) -> list[str]:
+def _published(client: Client, signer_name: str) -> tuple[list[str], str]:
+    """The anchors the signer's bundles publish, and the ClusterTrustBundle version."""
     from trust.clustertrustbundles import served_version, signer_anchors
 
     version = served_version(client)
     if version is None:
         raise CaStatusError("API server: certificates.k8s.io serves no clustertrustbundles")
-    return sorted(signer_anchors(client, version, signer_name))
+    return sorted(signer_anchors(client, version, signer_name)), version
+
+
+def _unlinked_anchors(client: Client, version: str, name: str) -> frozenset[str] | None:
+    """The anchors of the unlinked bundle `name` (`--publish-unlinked-bundle`); None when
+    there is none, or it may not be read (then nothing is said of it)."""
+    from kube.client import ApiError, path_segment
+    from trust.clustertrustbundles import anchors_of, bundles_path, pem_of
+
+    try:
+        bundle = client.get(f"{bundles_path(version)}/{path_segment(name)}")
+    except ApiError as err:
+        if err.status in (403, 404):
+            return None
+        raise
+    if (bundle.get("metadata") or {}).get("name") != name:
+        return None
+    return anchors_of(pem_of(bundle))
 
 
 def status_of(
@@ -340,6 +369,9 @@ def to_json(status: CaStatus) -> dict[str, Any]:
         "emergencyRequestedAt": status.revoke_requested_at,
         "issuancePaused": status.paused,
         "stableBundle": status.stable_bundle,
+        "unlinkedBundle": None
+        if status.unlinked_bundle is None
+        else {"name": status.unlinked_bundle, "lacks": list(status.unlinked_lacks)},
         "caMode": status.ca_mode,
     }
     if status.idle_reports:
@@ -434,6 +466,12 @@ def lines(status: CaStatus, now: datetime) -> list[str]:
     if status.stable_bundle:
         # The name to reference (Gateway caCertificateRefs, the injector's name selector).
         out.append(f"Bundle:  ClusterTrustBundle {status.stable_bundle} (stable name)")
+    if status.unlinked_bundle:
+        out.append(
+            f"         ClusterTrustBundle {status.unlinked_bundle} (unlinked: no signerName, "
+            "--publish-unlinked-bundle; a by-name projection of it follows a change at the "
+            "Pod's next kubelet resync, and the swap waits until it holds the new root)"
+        )
     for ca in status.cas:
         extra = f", retire at {_ago(ca.retire_at, now)}" if ca.retire_at else ""
         if ca.role == "previous" and not ca.retire_at:
@@ -441,7 +479,7 @@ def lines(status: CaStatus, now: datetime) -> list[str]:
         out.append(
             f"  {ca.role:<9} {ca.fingerprint[:16]}…  valid {ca.not_before} → "
             f"{_ago(ca.not_after, now)}  "
-            f"{'published' if ca.published else 'NOT published'}{extra}"
+            f"{_published_word(ca, status)}{extra}"
         )
     for fp in status.revoked:
         out.append(f"  revoked   {fp[:16]}…  never signed with nor published again")
@@ -502,3 +540,11 @@ def _idle_report_lines(status: CaStatus) -> list[str]:
 
 def _published_lines(status: CaStatus) -> list[str]:
     return [f"  published {fp[:16]}…" for fp in status.published]
+
+
+def _published_word(ca: CaRow, status: CaStatus) -> str:
+    if not ca.published:
+        return "NOT published"
+    if ca.fingerprint in status.unlinked_lacks:
+        return "published, not yet in the unlinked bundle"
+    return "published"

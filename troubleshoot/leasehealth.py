@@ -26,7 +26,10 @@ What it decides, for `explain` and `status` (read-only, from the API server):
   hash-named one and the stable `<prefix>:trust-anchors`). None published means clients
   that trust through a `clusterTrustBundle` projection cannot verify what is issued; it
   does not stop issuance. The CA expiry shown
-  is the earliest `notAfter` among the published anchors.
+  is the earliest `notAfter` among the published anchors. With `--publish-unlinked-bundle`
+  the publisher also keeps a bundle without `spec.signerName` (`<signer with ".">.trust-
+  anchors`, read by name): it is named, and an anchor the signer's bundles hold but it does
+  not yet is said (a managed-CA swap waits for it).
 * **Managed CA.** In managed mode each replica keeps a report Lease beside the leader
   Lease (`managedca.report`), and the leader's carries its last decision: the phase and
   what the rotation does next or waits for. Shown when such reports exist and we may
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,7 +52,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from kube import presence as kube_presence
-from kube.client import ApiError, Client, is_not_found
+from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.leases import LeaseRef, Renewal, leases_path, renewal
 from kube.presence import Presence
 from kube.times import parse_time
@@ -57,8 +60,8 @@ from kube.types import JSON
 from managedca.report import REPORT_LABEL, leading_decision, parse_report
 from signer import presence as signer_presence
 from troubleshoot.access import Forbidden, forbidden
-from trust.bundle import BundleError, normalize_bundle, parse_anchors
-from trust.clustertrustbundles import signer_bundles
+from trust.bundle import BundleError, normalize_bundle, parse_anchors, unlinked_bundle_name
+from trust.clustertrustbundles import bundles_path, signer_bundles
 
 DEFAULT_LEASE_NAMESPACE = "service-serving-signer"
 DEFAULT_LEASE_NAME = "service-serving-signer"
@@ -101,6 +104,9 @@ class BundleState:
     names: tuple[str, ...] = ()
     anchors: tuple[Anchor, ...] = ()
     problem: Forbidden | None = None
+    # The unlinked bundle's name when published, and the anchors above it lacks.
+    unlinked: str | None = None
+    unlinked_lacks: tuple[Anchor, ...] = ()
 
     @property
     def published(self) -> bool | None:
@@ -213,27 +219,33 @@ def lease_state(namespace: str, name: str, lease: JSON | None, now: datetime) ->
     )
 
 
-def bundle_state(items: Sequence[JSON]) -> BundleState:
-    """The signer's ClusterTrustBundles → names and CA anchors. Pure."""
+def _certs(item: JSON) -> list[x509.Certificate]:
+    try:
+        return parse_anchors(normalize_bundle(str((item.get("spec") or {}).get("trustBundle"))))
+    except BundleError:
+        return []
+
+
+def bundle_state(items: Sequence[JSON], unlinked: JSON | None = None) -> BundleState:
+    """The signer's ClusterTrustBundles → names and CA anchors; with `unlinked` (the
+    signer-less bundle, when published) its name and the anchors it lacks. Pure."""
     names: list[str] = []
-    anchors: list[Anchor] = []
-    seen: set[bytes] = set()
+    anchors: dict[bytes, Anchor] = {}
     for item in items:
         names.append(str((item.get("metadata") or {}).get("name", "")))
-        try:
-            certs = parse_anchors(
-                normalize_bundle(str((item.get("spec") or {}).get("trustBundle")))
-            )
-        except BundleError:
-            continue
         # Each anchor once, as a signerName projection has it (kubelet de-duplicates; the
         # stable bundle repeats the hash-named ones').
-        for cert in certs:
-            der = cert.public_bytes(Encoding.DER)
-            if der not in seen:
-                seen.add(der)
-                anchors.append(describe_anchor(cert))
-    return BundleState(tuple(sorted(names)), tuple(anchors))
+        for cert in _certs(item):
+            anchors.setdefault(cert.public_bytes(Encoding.DER), describe_anchor(cert))
+    state = BundleState(tuple(sorted(names)), tuple(anchors.values()))
+    if unlinked is None:
+        return state
+    held = {cert.public_bytes(Encoding.DER) for cert in _certs(unlinked)}
+    return replace(
+        state,
+        unlinked=str((unlinked.get("metadata") or {}).get("name", "")),
+        unlinked_lacks=tuple(a for der, a in anchors.items() if der not in held),
+    )
 
 
 def describe_anchor(cert: x509.Certificate) -> Anchor:
@@ -267,7 +279,9 @@ def read_health(
                 )
             )
         else:
-            bundle = bundle_state(listed)
+            bundle = bundle_state(
+                listed, _unlinked(client, bundle_version, unlinked_bundle_name(signer_name))
+            )
     return Health(
         signer_name,
         lease,
@@ -275,6 +289,18 @@ def read_health(
         managed_ca=_read_managed_ca(client, lease),
         presence=read_presence(client, lease_namespace, lease_name, signer_name, now),
     )
+
+
+def _unlinked(client: Client, version: str, name: str) -> JSON | None:
+    """The unlinked bundle `name` (`--publish-unlinked-bundle`); None when there is none
+    or it may not be read (then nothing is said of it)."""
+    try:
+        found = client.get(f"{bundles_path(version)}/{path_segment(name)}")
+    except ApiError as err:
+        if err.status in (403, 404):
+            return None
+        raise
+    return found if (found.get("metadata") or {}).get("name") == name else None
 
 
 def read_presence(

@@ -66,10 +66,23 @@ def health_lines(health: Health, now: datetime, *, full: bool) -> list[str]:
         shown = f"; CA expires {relative(expiry, now)}" if expiry else ""
         lines.append(f"bundle: published as ClusterTrustBundle {', '.join(bundle.names)}{shown}")
         lines += [f"  anchor: {_anchor(a, now)}" for a in bundle.anchors]
+        if bundle.unlinked:
+            lines.append(
+                f"  unlinked: also ClusterTrustBundle {bundle.unlinked} (no signerName, "
+                "--publish-unlinked-bundle): a by-name projection of it follows a change at "
+                "the Pod's next kubelet resync"
+            )
     elif full or bundle.published is False:
         lines.append(
             "bundle: no ClusterTrustBundle published for the signer: clients that trust "
             "through a clusterTrustBundle projection cannot verify its certificates"
+        )
+    if bundle.unlinked and bundle.unlinked_lacks:
+        lacks = "; ".join(a.subject for a in bundle.unlinked_lacks)
+        lines.append(
+            f"bundle: the unlinked ClusterTrustBundle {bundle.unlinked} lacks {lacks}, which "
+            "the signer's bundles hold: Pods projecting it by name do not trust that root "
+            "yet (the publisher writes it right after them; a managed-CA swap waits for it)"
         )
     if full and health.managed_ca is not None:
         lines.append(managed_ca_line(health.managed_ca, now))
@@ -238,6 +251,9 @@ def health_json(health: Health) -> dict[str, Any]:
             "names": list(bundle.names),
             "caNotAfter": _time(bundle.ca_not_after),
             "anchors": [anchor_json(a) for a in bundle.anchors],
+            "unlinked": None
+            if bundle.unlinked is None
+            else {"name": bundle.unlinked, "lacks": [a.subject for a in bundle.unlinked_lacks]},
             "forbidden": str(bundle.problem) if bundle.problem else None,
         },
         "presence": presence_json(health.presence) if health.presence else None,

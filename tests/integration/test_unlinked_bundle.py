@@ -18,9 +18,15 @@ from controlplane import ControlPlane
 from kube.client import ApiError, Client, is_not_found
 from tests.integration.identities import service_account_token
 from tests.integration.manifests import ensure_namespace
-from tests.integration.publisher_harness import RunningPublisher, bundles_of, ctb_path
+from tests.integration.publisher_harness import (
+    RunningPublisher,
+    bundles_of,
+    ctb_path,
+    ctb_version,
+)
 from tests.integration.signer_harness import eventually
 from tests.unit.deploy.kustomize import CONFIG
+from troubleshoot.leasehealth import BundleState, read_health
 from trust.bundle import anchor_ders, stable_bundle_name, unlinked_bundle_name
 from trust.ca import cert_pem, generate_ca, write_ca
 
@@ -81,6 +87,10 @@ def test_the_unlinked_bundle_follows_the_stable_one_and_goes_when_turned_off(
         # A rotation's first step: the file gains the new root; both bundles follow.
         (tmp_path / "trust-bundle.pem").write_bytes(cert_pem(old.cert) + cert_pem(new.cert))
         eventually(lambda: holds(stable, old, new) and holds(unlinked, old, new), timeout=30)
+        # `status` reads it by name from the real API server: named, lacking nothing.
+        shown = _health_bundle(client, signer_name)
+        assert shown.unlinked == unlinked_bundle_name(signer_name)
+        assert shown.unlinked_lacks == ()
     finally:
         publisher.close()
     # Turned off: the unlinked bundle goes (it would otherwise keep a root removed later),
@@ -89,10 +99,23 @@ def test_the_unlinked_bundle_follows_the_stable_one_and_goes_when_turned_off(
     try:
         eventually(lambda: _get(client, unlinked) is None, timeout=30, what="its deletion")
         assert holds(stable, old, new)
+        assert _health_bundle(client, signer_name).unlinked is None
     finally:
         publisher.close()
         for bundle in bundles_of(client, signer_name):
             _delete(client, f"{ctb_path(client)}/{bundle['metadata']['name']}")
+
+
+def _health_bundle(client: Client, signer_name: str) -> BundleState:
+    """The bundles as `status` shows them."""
+    health = read_health(
+        client,
+        signer_name=signer_name,
+        bundle_version=ctb_version(client),
+        lease_namespace="default",
+        lease_name="no-such-lease",
+    )
+    return health.bundle
 
 
 def _policy_for(signer: str, suffix: str) -> list[dict[str, Any]]:

@@ -66,6 +66,7 @@ class ViewOnly:
 
     def __init__(self) -> None:
         self.decision: dict[str, Any] | None = None  # else `_decision(now)`
+        self.bundles: list[dict[str, Any]] = []  # the signer's, and an unlinked one
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
         now = datetime.now(UTC)
@@ -101,8 +102,14 @@ class ViewOnly:
                     }
                 ]
             }
-        if "clustertrustbundles" in path:
-            return {"items": []}
+        if path.endswith("/clustertrustbundles"):
+            linked = [b for b in self.bundles if b["spec"].get("signerName")]
+            return {"items": linked}
+        if "/clustertrustbundles/" in path:
+            for bundle in self.bundles:
+                if path.endswith("/" + bundle["metadata"]["name"]):
+                    return bundle
+            raise ApiError(404, "NotFound", {"message": "not found"})
         raise AssertionError(path)
 
 
@@ -200,3 +207,51 @@ def test_status_says_the_consumers_gate_is_skipped_and_by_whom(
     assert f"(skipped by {by})" in result.output
     report = json.loads(CliRunner().invoke(main, ["ca", "status", "-o", "json"]).output)
     assert report["consumersSkipped"] == {"for": "b" * 64, "by": by}
+
+
+def test_status_names_the_unlinked_bundle_and_a_published_ca_it_does_not_hold_yet(
+    view_only: ViewOnly,
+) -> None:
+    """With `--publish-unlinked-bundle` the managed CA counts a root as published only once
+    the signer-less bundle holds it too: `ca status` names that bundle beside the stable
+    one and says which published CA it lacks; without it, nothing changes."""
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from tests.unit import pki
+    from trust.bundle import fingerprint
+
+    current, following = pki.ca("cs-current").cert, pki.ca("cs-next").cert
+    pem = {c: c.public_bytes(Encoding.PEM).decode() for c in (current, following)}
+    decision = _decision(datetime.now(UTC))
+    decision["cas"][0]["fingerprint"] = fingerprint(current)
+    decision["cas"][1]["fingerprint"] = fingerprint(following)
+    view_only.decision = decision
+    signer = "kubernetes.io/service-serving"
+    view_only.bundles = [
+        {
+            "metadata": {"name": "kubernetes.io:service-serving:trust-anchors"},
+            "spec": {"signerName": signer, "trustBundle": pem[current] + pem[following]},
+        },
+        {
+            "metadata": {"name": "kubernetes.io.service-serving.trust-anchors"},
+            "spec": {"trustBundle": pem[current]},
+        },
+    ]
+    out = CliRunner().invoke(main, ["ca", "status"]).output
+    assert "ClusterTrustBundle kubernetes.io:service-serving:trust-anchors (stable name)" in out
+    [unlinked] = [x for x in out.splitlines() if "kubernetes.io.service-serving.trust-anchors" in x]
+    assert "no signerName" in unlinked and "--publish-unlinked-bundle" in unlinked
+    [row] = [x for x in out.splitlines() if x.lstrip().startswith("next ")]
+    assert "published, not yet in the unlinked bundle" in row
+    [row] = [x for x in out.splitlines() if x.lstrip().startswith("current ")]
+    assert "not yet in the unlinked bundle" not in row and "published" in row
+    report = json.loads(CliRunner().invoke(main, ["ca", "status", "-o", "json"]).output)
+    assert report["unlinkedBundle"] == {
+        "name": "kubernetes.io.service-serving.trust-anchors",
+        "lacks": [fingerprint(following)],
+    }
+    view_only.bundles = view_only.bundles[:1]
+    out = CliRunner().invoke(main, ["ca", "status"]).output
+    assert "unlinked" not in out
+    report = json.loads(CliRunner().invoke(main, ["ca", "status", "-o", "json"]).output)
+    assert report["unlinkedBundle"] is None

@@ -172,3 +172,38 @@ def test_no_managed_ca_reports_means_no_managed_ca_line() -> None:
 
     assert managed_ca_state([], holder="a") is None
     assert managed_ca_state([_report("a", "2026-12-04T10:05:00.000000Z", None)], "a") is None
+
+
+def test_status_names_the_unlinked_bundle_and_says_which_anchors_it_lacks() -> None:
+    """With `--publish-unlinked-bundle` the signer-less bundle is what Pods on a ≤ 1.37
+    kubelet should project by name: `status` names it beside the signer's bundles, and an
+    anchor the signer's bundles hold but it does not yet is said in `status` and in
+    `explain` (a managed-CA swap waits for it)."""
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from tests.unit import pki
+    from troubleshoot.leasehealth import Health, bundle_state
+    from troubleshoot.render import health_json, health_lines
+
+    old, new = (pki.ca(n).cert.public_bytes(Encoding.PEM).decode() for n in ("ul-old", "ul-new"))
+    items = [{"metadata": {"name": "s:trust-anchors"}, "spec": {"trustBundle": old + new}}]
+    unlinked = {"metadata": {"name": "s.trust-anchors"}, "spec": {"trustBundle": old}}
+    state = bundle_state(items, unlinked=unlinked)
+    assert state.unlinked == "s.trust-anchors"
+    assert [a.subject for a in state.unlinked_lacks] == ["CN=test ul-new"]
+    health = Health("s", lease_state("ns", "name", None, NOW), state)
+    status = health_lines(health, NOW, full=True)
+    [named] = [line for line in status if "s.trust-anchors" in line and "lacks" not in line]
+    assert "no signerName" in named and "--publish-unlinked-bundle" in named
+    [lacks] = [line for line in status if "lacks" in line]
+    assert "CN=test ul-new" in lacks
+    assert lacks in health_lines(health, NOW, full=False), "explain says it too"
+    assert health_json(health)["bundle"]["unlinked"] == {
+        "name": "s.trust-anchors",
+        "lacks": ["CN=test ul-new"],
+    }
+    whole = bundle_state(items, unlinked={**unlinked, "spec": {"trustBundle": new + old}})
+    assert whole.unlinked_lacks == ()
+    quiet = health_lines(Health("s", health.lease, whole), NOW, full=False)
+    assert not any("s.trust-anchors" in line for line in quiet)
+    assert bundle_state(items).unlinked is None
