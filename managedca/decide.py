@@ -211,6 +211,20 @@ class Observations:
     # elected with its wall clock already ahead does not retire early (None: not tracked;
     # `SERVER_CLOCK_UNKNOWN`: tracked, but no answer carried a Date).
     server_now: datetime | None = None
+    # The Secret's confirmed current CA is not one the state this leader read before held
+    # (`held_by`): the Secret moved backwards past it (a restore). The publisher puts
+    # the restored roots back within milliseconds, so the read-back alone may not tell.
+    current_not_held_before: bool = False
+
+
+def held_by(served: State, ca: CaInfo, now: datetime) -> bool:
+    """Whether `served` holds `ca` as a root signing may move to next: its current or
+    staged CA, or a previous root not due to retire yet. A swap or a confirmation names
+    a CA the state before it held so; a state restored over a newer one may name a root
+    retired since, or due to retire."""
+    if ca in (served.current, served.next):
+        return True
+    return any(p.ca == ca and (p.retire_at is None or now < p.retire_at) for p in served.previous)
 
 
 @dataclass(frozen=True)
@@ -434,13 +448,16 @@ def decide(state: State | None, obs: Observations, now: datetime, config: Config
         )
     )
     # A confirmed current CA the read-back lacks while other live roots of the signer
-    # are published: the Secret moved backwards past that CA's retire (a backup taken
-    # while a rotation was staged, restored after it). Consumers dropped it: it signs
-    # again only through the gates of a swap.
-    unpublished = (
-        state.confirmed_at is not None
-        and state.current.fingerprint not in obs.published
-        and bool(obs.published - obs.revoked - set(state.retired))
+    # are published, or one the state this leader read before did not hold: the Secret
+    # moved backwards past that CA's retire (a backup taken while a rotation was staged,
+    # restored after it). Consumers dropped it: it signs again only through the gates of
+    # a swap.
+    unpublished = state.confirmed_at is not None and (
+        obs.current_not_held_before
+        or (
+            state.current.fingerprint not in obs.published
+            and bool(obs.published - obs.revoked - set(state.retired))
+        )
     )
     if lost or unpublished:
         return Adopt(now, lost, unpublished)

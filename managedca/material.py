@@ -56,7 +56,7 @@ from prometheus_client import CollectorRegistry
 from kube.client import ApiError, Client, is_not_found, path_segment
 from kube.informer import Informer
 from managedca.codec import StoreError, decode
-from managedca.decide import CaInfo, State
+from managedca.decide import CaInfo, State, held_by
 from managedca.layout import (  # re-exported: the source's public names
     ANNOTATION_PREFIX as ANNOTATION_PREFIX,
 )
@@ -310,6 +310,7 @@ class ApiMaterialSource:
             return
         state = stored.state
         confirmed = state.confirmed_at is not None
+        served_before = self._served  # the state whose roots this replica served so far
         remembered, readable = self._remembered_revoked()
         self._revoked |= state.revoked | remembered
         dropped = self._dropped(state)
@@ -366,7 +367,7 @@ class ApiMaterialSource:
         if bundle_digest == self._digests[0]:
             self._served = state  # the state whose roots the served bundle holds
         refused = (
-            self._refuse_switch(state.current, readable)
+            self._refuse_switch(state.current, readable, served_before)
             if signing_digest and signing_digest != self._digests[1]
             else None
         )
@@ -464,7 +465,7 @@ class ApiMaterialSource:
             )
             return frozenset(), False
 
-    def _refuse_switch(self, ca: CaInfo, readable: bool) -> str | None:
+    def _refuse_switch(self, ca: CaInfo, readable: bool, served: State | None) -> str | None:
         """Why this replica must not switch its signing set to `ca` now (None: it may).
         It keeps signing with what it has, and retries on every re-read:
 
@@ -472,7 +473,14 @@ class ApiMaterialSource:
           Secret restored from before an emergency could make `ca` a revoked root;
         - the stable bundle exists and does not publish `ca`: a Secret restored from a
           backup taken while a rotation was staged, after that rotation retired `ca`
-          (consumers dropped it; the leader puts it through the gates again)."""
+          (consumers dropped it; the leader puts it through the gates again);
+        - the state this replica `served` before this version of the Secret did not
+          hold `ca` as its current, staged or a previous root not due to retire: a swap
+          or a confirmation names the CA the state before it staged or held, a restore
+          may name a root retired since (or whose retire time had passed) — and the
+          publisher puts the restored roots back into the stable bundle within
+          milliseconds, long before consumers hold them again (the re-read retries it;
+          by then the leader has unconfirmed a restored CA)."""
         with self._lock:
             material = self._material
         if material is not None and material.signing_fingerprint == ca.fingerprint:
@@ -488,6 +496,12 @@ class ApiMaterialSource:
                 f"{self._where}: CA {ca.fingerprint} is not in the stable ClusterTrustBundle "
                 "(restored from an older backup?): no leaf is signed with a root "
                 "consumers do not hold; the leader puts it through the gates again"
+            )
+        if served is not None and not held_by(served, ca, self._clock()):
+            return (
+                f"{self._where}: CA {ca.fingerprint} was not in the state this replica "
+                "served before, or was being retired (restored from an older backup?): "
+                "consumers may not hold it; the leader puts it through the gates again"
             )
         return None
 

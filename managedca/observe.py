@@ -114,6 +114,7 @@ class Observer:
         self.collect_in: float | None = None  # seconds until a dead report can be collected
         self._published_since: tuple[frozenset[str], float] | None = None
         self._converged_since: tuple[str, float] | None = None
+        self._not_held_current: str | None = None  # a restored confirmed current CA
         self._led_since: tuple[datetime, float] | None = None  # (wall, monotonic) at start
         self.injector_seen = False  # this leader has seen the injector's report Lease
         self._bad_reports: dict[str, str] = {}  # report Lease -> why it is ignored
@@ -131,7 +132,7 @@ class Observer:
                 raise
             secret = None
         stored = decode(secret) if secret is not None else None
-        self.last_state = stored.state if stored is not None else None
+        before, self.last_state = self.last_state, stored.state if stored is not None else None
         items = signer_bundles(self.client, self.ctb_version, self.signer_name)
         pems = tuple(pem_of(item) for item in items)
         stable = next(
@@ -184,6 +185,7 @@ class Observer:
             led_for=timedelta(seconds=self.monotonic() - self._led_since[1]),
             led_since=self._led_since[0],
             server_now=self._server_now(),
+            current_not_held_before=self._current_not_held_before(before, state, now),
             revoked=self.revoked()
             | revocations.of(stable)
             | (stored.state.revoked if stored else frozenset()),
@@ -341,6 +343,19 @@ class Observer:
         if self._published_since is None or self._published_since[0] != needed:
             self._published_since = (needed, mono)
         return timedelta(seconds=mono - self._published_since[1])
+
+    def _current_not_held_before(
+        self, before: d.State | None, state: d.State | None, now: datetime
+    ) -> bool:
+        """Whether the confirmed current CA of `state` is one the state read `before` did
+        not hold (`decide.held_by`): remembered until that CA is unconfirmed or replaced,
+        so a failed write does not forget it (the read-back holds it again by then)."""
+        if state is None or state.confirmed_at is None:
+            self._not_held_current = None
+            return False
+        if before is not None and not d.held_by(before, state.current, now):
+            self._not_held_current = state.current.fingerprint
+        return self._not_held_current == state.current.fingerprint
 
     def _converged_for(self, state: d.State | None, view: d.InjectorView | None) -> timedelta:
         """How long (this process's monotonic clock) the injector's report has said the CA

@@ -145,8 +145,9 @@ def describe(state: d.State | None, new: d.State, action: d.Action) -> tuple[str
         return (
             "ManagedCAUnconfirmed",
             f"the current CA {state.current.fingerprint} is not in the ClusterTrustBundle "
-            "read back while other roots are (the Secret was restored from an older "
-            "backup?): it signs again only after the gates of a swap",
+            "read back while other roots are, or the state before did not hold it (the "
+            "Secret was restored from an older backup?): it signs again only after the "
+            "gates of a swap",
         )
     if isinstance(action, d.Adopt):
         return (

@@ -8,11 +8,18 @@ emergency the restore set off (a backup holding a root revoked since) makes sign
 as the bundle read back holds it, before the injector has written it; a CA an earlier
 emergency made, restored, is held to every consumer.
 
+A consumer holds a root once it has had it for its refresh lag (kubelet rewrites
+projected ClusterTrustBundles and ConfigMap volumes later; the managed CA waits the
+propagation delay for both), and not while the root is gone, even for a moment: a leaf
+signed with a root that has just come back (the publisher puts a restored Secret's roots
+back within milliseconds) is one a Pod may fail to verify.
+
 One control plane, one signer and one history serve every case: the history (an
 emergency, then a rotation: stage, swap, retire) runs once, a watch keeps every version
-of the Secret, and each case restores the first version of its phase over whatever the
-previous cases left (a restore, like Velero's or a GitOps re-apply, replaces the live
-object)."""
+of the Secret and of each consumer, and each case first brings the cluster to the
+history's end again (every root but the current one retired and gone from every
+consumer), then restores the first version of its phase over it (a restore, like
+Velero's or a GitOps re-apply, replaces the live object)."""
 
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,11 +59,18 @@ from tests.integration.test_managed_ca import LEASE, Managed
 from trust.consumers import CA_KEY
 
 DELAY = 2  # --managed-ca-propagation-delay (s): the swap's and the convergence's wait
-# In the order the cases run, each restoring over what the one before left: Staged first,
-# over the history's end (the current CA it names was retired since, and no root the
-# bundle holds is missing from it: only the unpublished current CA tells).
+# Each restored over the history's end: the CA a Staged or post-emergency backup names
+# as current was retired since (only the state before tells; the read-back holds it
+# again at once), the Stable backup holds the root the emergency revoked.
 PHASES = ("Staged", "Swapped", "Retiring", "after an emergency", "Stable")
 WATCHED_FOR = 3 * DELAY + 4.0  # seconds of issuing after a restore, at least
+# How long after a root reaches what a consumer reads it holds it: kubelet refreshes
+# projected ClusterTrustBundles and ConfigMap volumes later, and the managed CA waits
+# the propagation delay for both; the API server reads a webhook's caBundle at once.
+LAG = {"projection": float(DELAY), "webhook caBundle": 0.0, "ConfigMap": float(DELAY)}
+# Allowance for the watch's own delivery (a root is stamped when the event arrives,
+# later than the write): a leaf may come this much sooner than the lag after it.
+SLACK = 0.5
 
 
 @dataclass
@@ -84,6 +98,44 @@ class Versions:
         raise AssertionError(f"the history never reached {phase}")
 
 
+@dataclass
+class Held:
+    """When each root entered and left what one consumer reads (the union over the
+    objects it reads), stamped as the watch delivered each version: roots held now
+    since when, and the spans of roots that left."""
+
+    objects: dict[str, frozenset[str]] = field(default_factory=dict)
+    since: dict[str, float] = field(default_factory=dict)
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def update(self, name: str, roots: frozenset[str], at: float) -> None:
+        with self.lock:
+            self.objects[name] = roots
+            now = frozenset().union(*self.objects.values())
+            for root in now - self.since.keys():
+                self.since[root] = at
+            for root in set(self.since) - now:
+                self.spans.append((root, self.since.pop(root), at))
+
+    def trusted(self, root: str, at: float, lag: float) -> bool:
+        """Whether a consumer reading this with `lag` held `root` at `at`: the root
+        reached it at least `lag` (less the slack) before and had not left."""
+        with self.lock:
+            spans = [*self.spans, *((r, t, float("inf")) for r, t in self.since.items())]
+        return any(r == root and start + lag - SLACK <= at < end for r, start, end in spans)
+
+    def history(self, root: str) -> list[tuple[float, float]]:
+        """The spans `root` was held (since the watch began; end inf: held now)."""
+        with self.lock:
+            spans = [*self.spans, *((r, t, float("inf")) for r, t in self.since.items())]
+        return [(round(start, 2), round(end, 2)) for r, start, end in spans if r == root]
+
+    def roots(self) -> list[str]:
+        with self.lock:
+            return sorted(r[:12] for r in self.since)
+
+
 def _phase(secret: dict[str, Any], emergency_made: set[str]) -> str | None:
     """The phase a backup of `secret` was taken in (the property model's names); None
     while its current CA is not confirmed."""
@@ -108,6 +160,7 @@ class Cluster(Managed):
         self.hook = f"restored-{uuid.uuid4().hex[:8]}"
         self.config_map_path = f"/api/v1/namespaces/{namespace}/configmaps/injected"
         self.versions = Versions()
+        self.held = {consumer: Held() for consumer in LAG}
         self.leaves = 0
 
     def asked(self, *args: str) -> None:
@@ -135,15 +188,15 @@ class Cluster(Managed):
 
     # leaves -----------------------------------------------------------------------------
 
-    def issue_leaf(self, kubelet: Kubelet) -> tuple[str, dict[str, set[str]]]:
-        """Issue one leaf; the fingerprint of the root that signed it, and every
-        consumer's roots read as soon as it was issued."""
+    def issue_leaf(self, kubelet: Kubelet) -> tuple[str, float]:
+        """Issue one leaf; the fingerprint of the root that signed it, and when it was
+        seen issued (the watches' clock)."""
         self.leaves += 1
         name = issue_one(
             kubelet, self.namespace, f"leaf-{self.leaves}", signer_name=self.signer_name
         )
         assert wait_issued(self.client, self.namespace, name, 30), f"{name} was not issued"
-        consumers = self.consumers()
+        issued = time.monotonic()
         status = self.client.get(pcr_path(self.namespace, "v1", name))["status"]
         leaf = x509.load_pem_x509_certificates(status["certificateChain"].encode())[0]
         for secret in list(self.versions.seen):
@@ -154,7 +207,7 @@ class Cluster(Managed):
                 leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(pem))
             except Exception:
                 continue
-            return fp, consumers
+            return fp, issued
         raise AssertionError("the leaf was signed by no CA the Secret ever held")
 
 
@@ -162,23 +215,72 @@ def _all_ca_pems(secret: dict[str, Any]) -> bytes:
     return bundle_pem(secret_data(secret))
 
 
-def _watch(cluster: Cluster, stop: threading.Event) -> None:
-    """Record every version of the Secret until `stop` (re-watching from the last one)."""
-    path = f"/api/v1/namespaces/{cluster.namespace}/secrets"
-    selector = {"fieldSelector": f"metadata.name={DEFAULT_SECRET_NAME}"}
+def _watch(
+    cluster: Cluster,
+    path: str,
+    params: dict[str, str],
+    record: Callable[[str, dict[str, Any]], None],
+    stop: threading.Event,
+) -> None:
+    """Pass every event on `path` to `record` until `stop` (re-watching from the last
+    version seen)."""
     version = "0"
     while not stop.is_set():
         try:
             for event in cluster.client.watch(
-                path, {**selector, "resourceVersion": version}, read_timeout=2
+                path, {**params, "resourceVersion": version}, read_timeout=2
             ):
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    cluster.versions.add(event["object"])
+                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    record(event["type"], event["object"])
                     version = event["object"]["metadata"]["resourceVersion"]
                 if stop.is_set():
                     return
         except ApiError:
             time.sleep(0.1)
+
+
+def _watched(
+    cluster: Cluster,
+) -> list[tuple[str, dict[str, str], Callable[[str, dict[str, Any]], None]]]:
+    """What each watch reads and records: the Secret's versions, and the roots of each
+    consumer's objects (the signer's ClusterTrustBundles, the webhook, the ConfigMap)."""
+
+    def secret(kind: str, obj: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            cluster.versions.add(obj)
+
+    def held(consumer: str, pem: Callable[[dict[str, Any]], str | None]) -> Any:
+        def record(kind: str, obj: dict[str, Any]) -> None:
+            at = time.monotonic()
+            text = None if kind == "DELETED" else pem(obj)
+            roots = frozenset(pem_fingerprints(text.encode())) if text else frozenset()
+            cluster.held[consumer].update(obj["metadata"]["name"], roots, at)
+
+        return record
+
+    def ca_bundle(vwc: dict[str, Any]) -> str | None:
+        encoded = vwc["webhooks"][0]["clientConfig"].get("caBundle")
+        return base64.b64decode(encoded).decode() if encoded else None
+
+    def named(name: str) -> dict[str, str]:
+        return {"fieldSelector": f"metadata.name={name}"}
+
+    ctbs = {"fieldSelector": f"spec.signerName={cluster.signer_name}"}
+    configmaps = f"/api/v1/namespaces/{cluster.namespace}/configmaps"
+    return [
+        (f"/api/v1/namespaces/{cluster.namespace}/secrets", named(DEFAULT_SECRET_NAME), secret),
+        (
+            "/apis/certificates.k8s.io/v1/clustertrustbundles",
+            ctbs,
+            held("projection", lambda ctb: str(ctb["spec"]["trustBundle"])),
+        ),
+        (VWC_PATH, named(cluster.hook), held("webhook caBundle", ca_bundle)),
+        (
+            configmaps,
+            named("injected"),
+            held("ConfigMap", lambda cm: (cm.get("data") or {}).get(CA_KEY)),
+        ),
+    ]
 
 
 def _restore(cluster: Cluster, backup: dict[str, Any]) -> None:
@@ -191,6 +293,31 @@ def _restore(cluster: Cluster, backup: dict[str, Any]) -> None:
         secret["data"] = dict(backup.get("data") or {})
 
     edit(cluster.client, cluster.secret_path, change)
+
+
+def _everywhere(cluster: Cluster, roots: set[str]) -> bool:
+    return all(held == roots for held in cluster.consumers().values())
+
+
+def _retire_scheduled(cluster: Cluster) -> bool:
+    state = decode(cluster.secret() or {}).state
+    return state is not None and all(p.retire_at for p in state.previous)
+
+
+def _to_the_end(cluster: Cluster) -> None:
+    """Settled (the current CA confirmed, nothing staged), every previous root retired
+    (its retire time moved to the past) and gone from every consumer."""
+
+    def settled() -> bool:
+        state = decode(cluster.secret() or {}).state
+        return state is not None and state.confirmed_at is not None and state.next is None
+
+    assert eventually(settled, 60), cluster.phase()
+    if cluster.phase() != "Stable":
+        assert eventually(lambda: _retire_scheduled(cluster), 30), cluster.phase()
+        move_retire_time_to_the_past(cluster.client, cluster.secret_path)
+        assert eventually(lambda: cluster.phase() == "Stable", 30), cluster.phase()
+    assert eventually(lambda: _everywhere(cluster, {cluster.ca()}), 30), cluster.consumers()
 
 
 @pytest.fixture(scope="module")
@@ -216,8 +343,12 @@ def history(
     shipped_report_lease(client, namespace)  # the swap waits for the injector
     Kubelet(client).create_service("web", namespace, selector={"app": "web"})
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(cluster, stop), daemon=True)
-    watcher.start()
+    watchers = [
+        threading.Thread(target=_watch, args=(cluster, *watched, stop), daemon=True)
+        for watched in _watched(cluster)
+    ]
+    for watcher in watchers:
+        watcher.start()
     common = (f"--leader-elect-resource-namespace={namespace}", *LEASE)
     injector = SignerProcess(
         control_plane.kubeconfig,
@@ -244,7 +375,7 @@ def history(
     try:
 
         def everywhere(roots: set[str]) -> bool:
-            return all(held == roots for held in cluster.consumers().values())
+            return _everywhere(cluster, roots)
 
         assert eventually(lambda: cluster.phase() == "Stable", 30), signer.log_lines()[-20:]
         first = decode(cluster.secret() or {}).state
@@ -258,16 +389,7 @@ def history(
         assert eventually(lambda: everywhere({made}), 30), cluster.consumers()
         cluster.asked("rotate")
         assert eventually(lambda: cluster.phase() == "Retiring", 60), cluster.consumers()
-
-        def retire_scheduled() -> bool:
-            state = decode(cluster.secret() or {}).state
-            return state is not None and all(p.retire_at for p in state.previous)
-
-        assert eventually(retire_scheduled, 30)
-        move_retire_time_to_the_past(client, cluster.secret_path)
-        assert eventually(lambda: cluster.phase() == "Stable", 30)
-        last = cluster.ca()
-        assert eventually(lambda: everywhere({last}), 30), "the retired root left every consumer"
+        _to_the_end(cluster)
         for phase in PHASES:
             cluster.versions.first(phase)  # every backup is there before any case runs
         yield cluster
@@ -275,7 +397,8 @@ def history(
         stop.set()
         signer.stop()
         injector.stop()
-        watcher.join(5)
+        for watcher in watchers:
+            watcher.join(5)
         delete_quietly(client, VWC_PATH, cluster.hook)
 
 
@@ -288,6 +411,7 @@ def test_a_secret_restored_from_a_phase_signs_only_what_every_consumer_holds(
     until the restored state has settled (its current CA confirmed, nothing staged). A CA
     an earlier emergency made, restored, is held to every consumer like any other."""
     cluster = history
+    _to_the_end(cluster)
     backup = cluster.versions.first(phase)
     made_before = set(cluster.versions.emergency_made)
     _restore(cluster, backup)
@@ -301,12 +425,19 @@ def test_a_secret_restored_from_a_phase_signs_only_what_every_consumer_holds(
 
     while time.monotonic() - restored < WATCHED_FOR or not settled():
         assert time.monotonic() - restored < 60, ("not settled after a minute", signed)
-        root, consumers = cluster.issue_leaf(kubelet)
+        root, issued = cluster.issue_leaf(kubelet)
         signed.append((root[:12], cluster.phase() or "?"))
         emergency = root in cluster.versions.emergency_made - made_before
-        for consumer, roots in consumers.items():
-            if root not in roots and not (emergency and consumer != "projection"):
-                wrong.append(f"{root[:12]} not in the {consumer} ({sorted(r[:12] for r in roots)})")
+        for consumer, held in cluster.held.items():
+            if emergency and consumer != "projection":
+                continue  # documented: the injector writes it after it signs
+            lag = 0.0 if emergency else LAG[consumer]
+            if not held.trusted(root, issued, lag):
+                wrong.append(
+                    f"{root[:12]} issued {issued - restored:.2f}s after the restore (at "
+                    f"{issued:.2f}), not held {lag}s by the {consumer} "
+                    f"({held.roots()}; {held.history(root)})"
+                )
     print(f"\n{phase}: {len(signed)} leaves after the restore, signed by {sorted(set(signed))}")
     assert wrong == [], wrong
     assert signed, "nothing was signed after the restore"

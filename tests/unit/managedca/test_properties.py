@@ -69,6 +69,7 @@ from managedca.decide import (
     State,
     Wait,
     decide,
+    held_by,
 )
 from managedca.material import dropped_roots
 from managedca.step import needs_key, rotate_requested, take
@@ -412,6 +413,7 @@ class World:
                 r.signing = None
             return
         r.view = rv
+        before = r.served
         if view != r.served:
             r.served_at = self.true_now
         r.served = view
@@ -419,9 +421,12 @@ class World:
             r.signing = None  # the product's source stops signing with it at once
         usable = view.current.fingerprint not in r.revoked  # the source never signs with one
         # The product's source never switches its signing set to a CA the stable bundle
-        # does not publish, nor to any CA while it cannot read that bundle's record.
+        # does not publish, nor to one the state it served before did not hold (or held
+        # due to retire), nor to any CA while it cannot read that bundle's record.
         switch = r.signing == view.current or (
-            readable and (not self.published or view.current.fingerprint in self.published)
+            readable
+            and (not self.published or view.current.fingerprint in self.published)
+            and (before is None or held_by(before, view.current, self.clock(i)))
         )
         if view.confirmed_at is not None and usable and switch and self._valid(i, view.current):
             r.signing = view.current
