@@ -26,6 +26,7 @@ MATERIAL = "managedca/material.py"
 REPORT = "managedca/report.py"
 OBSERVE = "managedca/observe.py"
 CONTROLLERS = "manager/controllers.py"
+CLIENT = "kube/client.py"
 TESTS = "tests/unit/managedca"
 
 # gate name -> [(file, text in it, what it becomes without the gate), ...]
@@ -89,6 +90,43 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
     ],
     "a restored current CA the read-back lacks is unconfirmed (a staged backup)": [
         (DECIDE, "    if lost or unpublished:\n", "    if lost:\n"),
+    ],
+    "a restored current CA the state read before did not hold is unconfirmed (the "
+    "publisher already put it back)": [
+        (
+            DECIDE,
+            "        obs.current_not_held_before\n        or (",
+            "        False\n        or (",
+        ),
+    ],
+    "the leader remembers a restored current CA until it is unconfirmed": [
+        (
+            OBSERVE,
+            "        return self._not_held_current == state.current.fingerprint",
+            "        return before is not None and not d.held_by(before, state.current, now)",
+        ),
+    ],
+    "the leader compares the Secret with the state it read before": [
+        (
+            OBSERVE,
+            "current_not_held_before=self._current_not_held_before(before, state, now),",
+            "current_not_held_before=False,",
+        ),
+    ],
+    "a replica switches only to a CA the state it served before held": [
+        (
+            MATERIAL,
+            "        if served is not None and not held_by(served, ca, self._clock()):\n",
+            "        if False:\n",
+        ),
+    ],
+    "a previous root due to retire is not one signing moves back to": [
+        (
+            DECIDE,
+            "    return any(p.ca == ca and (p.retire_at is None or now < p.retire_at) for p in "
+            "served.previous)",
+            "    return any(p.ca == ca for p in served.previous)",
+        ),
     ],
     "a root just retired is not adopted back": [
         (
@@ -208,6 +246,16 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
     "the retire needs the API server's clock": [
         (DECIDE, "    if obs.server_now is not None and obs.server_now < due:", "    if False:"),
     ],
+    "the leader reads the API server's clock from its client": [
+        (
+            OBSERVE,
+            'self.server_clock = server_clock or getattr(client, "server_now", None)',
+            "self.server_clock = server_clock",
+        ),
+    ],
+    "the client keeps the Date of every answer (the API server's clock)": [
+        (CLIENT, "            self.server_clock.saw(reply.date)\n", ""),
+    ],
     "an unknown server clock retires nothing": [
         (
             OBSERVE,
@@ -306,6 +354,7 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
 # Rules outside managedca/ are also run against the tests of their own module.
 ALSO_TESTS: dict[str, tuple[str, ...]] = {
     CONTROLLERS: ("tests/unit/manager/test_controllers.py",),
+    CLIENT: ("tests/unit/kube/test_times.py",),
 }
 
 # Kept in decide as defence in depth, but implied by a gate above in the model: removing

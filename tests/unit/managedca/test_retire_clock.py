@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from prometheus_client import CollectorRegistry
@@ -19,6 +19,7 @@ from kube.client import ApiError, Client
 from managedca import decide as d
 from managedca.codec import ca_info, encode
 from managedca.controller import ManagedCAController
+from managedca.observe import Observer
 from managedca.report import LOADED_ANCHORS, READY_TO_SIGN, SIGNING_CA
 from tests.unit.managedca.builders import NOW, H, ca_pems, replica_lease
 
@@ -136,3 +137,29 @@ def test_a_clock_stepped_ahead_while_leading_does_not_retire_early() -> None:
     assert isinstance(action, d.Wait) and action.reason == "retire-time", action
     clocks.true += timedelta(minutes=1)
     assert isinstance(leader.sync_once(), d.Retire)
+
+
+def test_the_leader_reads_the_api_servers_clock_from_its_client_unless_given_one() -> None:
+    """Nothing in the process passes a server clock: the observer takes the client's
+    `server_now` (the Date of its answers), so a real leader never retires on its wall
+    clock alone; a client that has seen no Date yet is an unknown server clock."""
+    assert callable(getattr(Client, "server_now", None))
+
+    class _Dated:
+        def __init__(self, now: datetime | None) -> None:
+            self.now = now
+
+        def server_now(self) -> datetime | None:
+            return self.now
+
+    def observer(client: _Dated) -> Observer:
+        return Observer(
+            cast(Client, client),
+            namespace="ns",
+            secret_name="ca",
+            signer_name="example.com/x",
+            ctb_version="v1",
+        )
+
+    assert observer(_Dated(NOW))._server_now() == NOW
+    assert observer(_Dated(None))._server_now() == d.SERVER_CLOCK_UNKNOWN
