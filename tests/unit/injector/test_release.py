@@ -292,23 +292,61 @@ def test_the_note_stays_while_the_annotation_is_on_and_through_a_cleanup() -> No
     assert all("annotations" not in op["path"] for op in release_ops(target, "Apply"))
 
 
-def test_a_departed_config_map_keeps_its_note_and_loses_its_mark() -> None:
-    """The ConfigMap release removes the mark label (what says "injected" on a ConfigMap)
-    and keeps the note: its record is kept small (anyone may set the mark) and does not
-    keep the note a guarded removal would test."""
-    raw = {
+DIGEST = "service-serving-signer/truststore-digest"
+
+
+def released_config_map(*others: dict[str, Any], labelled: bool = False) -> dict[str, Any]:
+    """A ConfigMap we injected (our note, a truststore digest, the mark, all owned by our
+    entry) whose opt-in label went (or, `labelled`, whose selector annotation went)."""
+    ours_fields: dict[str, Any] = {
+        "f:metadata": {
+            "f:annotations": {f"f:{INJECTED_ANNOTATION}": {}, f"f:{DIGEST}": {}},
+            "f:labels": {f"f:{configmaps.MARK_LABEL}": {}},
+        }
+    }
+    labels = {configmaps.MARK_LABEL: "true"}
+    if labelled:
+        labels[configmaps.LABEL] = "true"
+    return {
         "metadata": {
             "name": "c",
             "namespace": "n",
             "uid": "u",
-            "labels": {configmaps.MARK_LABEL: "true"},
-            "annotations": {INJECTED_ANNOTATION: NOTE},
-            "managedFields": [{"manager": FIELD_MANAGER, "operation": "Update"}],
+            "labels": labels,
+            "annotations": {INJECTED_ANNOTATION: NOTE, DIGEST: "abc:def", "team": "a"},
+            "managedFields": [
+                *others,
+                {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": ours_fields},
+            ],
         }
     }
+
+
+@pytest.mark.parametrize("labelled", [False, True], ids=["label-removed", "annotation-removed"])
+def test_a_released_config_map_loses_our_note_digest_and_mark(labelled: bool) -> None:
+    """The ConfigMap release removes what it wrote besides the values it hands over — our
+    note, the truststore digest and the mark — instead of leaving them on the ConfigMap
+    owned by nobody (no owner's next apply could remove them). The record keeps no text
+    for that: which of the two the ConfigMap has, that our entry alone owns."""
+    raw = released_config_map(labelled=labelled)
+    target = configmaps.to_target(raw) if labelled else configmaps.departed_record(raw)
+    after = apply_json_patch(raw, release_ops(target))
+    assert after["metadata"]["annotations"] == {"team": "a"}
+    assert configmaps.MARK_LABEL not in after["metadata"]["labels"]
+    assert FIELD_MANAGER not in [e["manager"] for e in after["metadata"]["managedFields"]]
+
+
+def test_an_annotation_of_ours_another_manager_owns_stays_at_the_release() -> None:
+    """A note another manager's entry owns is theirs (their configuration sets it; their
+    next apply would put it back): only the digest, ours alone, goes."""
+    theirs = {
+        "manager": "flux",
+        "operation": "Apply",
+        "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{INJECTED_ANNOTATION}": {}}}},
+    }
+    raw = released_config_map(theirs)
     after = apply_json_patch(raw, release_ops(configmaps.departed_record(raw)))
-    assert after["metadata"]["labels"] == {}
-    assert after["metadata"]["annotations"] == {INJECTED_ANNOTATION: NOTE}
+    assert after["metadata"]["annotations"] == {INJECTED_ANNOTATION: NOTE, "team": "a"}
 
 
 def test_nothing_is_handed_while_the_annotation_is_on() -> None:
