@@ -35,6 +35,7 @@ CONFIG_MAPS = "injector/configmaps.py"
 TARGETS = "injector/targets.py"
 DISTRIBUTOR = "distributor/controller.py"
 RELEASE = "tests/unit/injector/test_configmaps.py"
+RELEASES = "tests/unit/injector/test_release.py"
 BOUNDS = "tests/unit/injector/test_tenant_bounds.py"
 INJECTOR = "tests/unit/injector/test_controller.py"
 DISTRIBUTE = "tests/unit/distributor/test_distribute.py"
@@ -223,6 +224,16 @@ RULES: dict[str, tuple[list[tuple[str, str, str]], list[str]]] = {
             )
         ],
         [RELEASE],
+    ),
+    "a released ConfigMap loses the annotations of ours our entry alone owns": (
+        [
+            (
+                CONFIG_MAPS,
+                "        present.append(key in annotations and owners == {True})\n",
+                "        present.append(False)\n",
+            )
+        ],
+        [RELEASES],
     ),
     "a map added whole to the owner's entry is guarded by the resourceVersion": (
         [

@@ -42,6 +42,8 @@ What it decides:
   truststore key is handed only while `TRUSTSTORE_ANNOTATION` still names it: the
   admission policy admits that and no other binaryData key (a stolen token must not give
   an owner a key its next apply would delete).
+  The same patch removes our note and truststore digest (`DROPPED`) where our entry
+  alone owns them (`Target.dropped`), untested: the record keeps no text.
 * **Records are bounded whatever the tenant wrote**: digests (of `ca.crt`, of the
   truststore's text, of its password), what our `injected` note says the object holds
   as 32-byte digests (`targets.MAX_HELD`), at most `targets.MAX_MANAGERS` field managers
@@ -77,13 +79,13 @@ from injector.targets import (
 from trust.consumers import ANNOTATION as ANNOTATION
 from trust.consumers import CA_KEY as CA_KEY
 from trust.consumers import DIGEST_ANNOTATION as DIGEST_ANNOTATION
+from trust.consumers import FIELD_MANAGER, outputs, text_digest
 from trust.consumers import LABEL as LABEL
 from trust.consumers import LABEL_SELECTOR as LABEL_SELECTOR
 from trust.consumers import TRUSTSTORE_ANNOTATION as TRUSTSTORE_ANNOTATION
 from trust.consumers import TRUSTSTORE_PASSWORD_ANNOTATION as TRUSTSTORE_PASSWORD_ANNOTATION
 from trust.consumers import inputs_digest as _inputs_digest
 from trust.consumers import is_selected as is_selected
-from trust.consumers import outputs, text_digest
 
 MAX_PASSWORD = 1024
 
@@ -209,12 +211,40 @@ def _departed(raw: Mapping[str, Any]) -> Target:
 
 
 def _releasing(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """`Target` fields `handover` and `unowned` of a ConfigMap to release (an entry of
-    ours); none otherwise."""
+    """`Target` fields `handover`, `unowned` and `dropped` of a ConfigMap to release (an
+    entry of ours); none otherwise."""
     if not owned_by_us(meta):
         return {}
     handover, unowned = handover_of(CONFIG_MAP, meta)
-    return {"handover": handover, "unowned": unowned}
+    return {"handover": handover, "unowned": unowned, "dropped": _ours_alone(meta)}
+
+
+DROPPED = (INJECTED_ANNOTATION, DIGEST_ANNOTATION)
+"""Our annotations on a ConfigMap that its release removes (`Target.dropped`)."""
+
+_DROP_SETS = {
+    present: tuple(k for k, there in zip(DROPPED, present, strict=True) if there)
+    for present in itertools.product((False, True), repeat=len(DROPPED))
+}
+"""Which of `DROPPED` to remove, by presence: one shared tuple for each answer."""
+
+
+def _ours_alone(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    """The `DROPPED` annotations the ConfigMap has that our managedFields entry owns and
+    no other entry does (one another manager owns is theirs: their configuration sets it,
+    their next apply would put it back). Left, they would stay owned by nobody."""
+    annotations = meta.get("annotations") or {}
+    fields = [
+        (e.get("manager") == FIELD_MANAGER, e["fieldsV1"])
+        for e in meta.get("managedFields") or ()
+        if isinstance(e, Mapping) and isinstance(e.get("fieldsV1"), Mapping)
+    ]
+    present = []
+    for key in DROPPED:
+        leaf = ("f:metadata", "f:annotations", f"f:{key}")
+        owners = {ours for ours, f in fields if owns(f, leaf)}
+        present.append(key in annotations and owners == {True})
+    return _DROP_SETS[tuple(present)]
 
 
 def _made_from(annotations: Mapping[str, Any], text: Any) -> str:

@@ -37,8 +37,8 @@ What it decides (pure; no client):
   truststore key go the same way, to the owner of its data (`injector.configmaps`). A
   leaf nobody else can take stays unowned, as before (logged). The same patch removes
   our note (`INJECTED_ANNOTATION`, tested against its value: `Target.note`) unless
-  another manager owns it; a ConfigMap's note stays (its records keep no note), and the
-  mark label goes.
+  another manager owns it — a ConfigMap's note and truststore digest untested
+  (`Target.dropped`: its records keep no text) —, and the mark label goes.
 * **Who else applies our leaves** (`others`): the names of other `Apply` managers whose
   managedFields own a caBundle (or `ca.crt`, or the truststore key) we would write. Such
   an object is never written: its owner's configuration and ours would fight for ever.
@@ -296,6 +296,10 @@ class Target:
     """Our `INJECTED_ANNOTATION` on an object the release is for, while no other
     managedFields entry owns it (at most `MAX_INJECTED` characters): the release removes
     it, tested against this value (`released_note`); None otherwise, the usual case."""
+    dropped: tuple[str, ...] = ()
+    """Annotations of ours on a ConfigMap the release is for that our entry alone owns
+    (the note, the truststore digest): the release removes them without testing their
+    value, which a ConfigMap's record does not keep (`injector.configmaps`)."""
 
     def with_holding(self, meta: Mapping[str, Any]) -> Target:
         """This record with what `meta`'s `INJECTED_ANNOTATION` says it holds."""
@@ -686,8 +690,9 @@ def release_ops(target: Target, operation: str | None = None) -> list[dict[str, 
     to exists, or the patch fails and the object's next event re-plans it; a map added
     whole is guarded by the record's resourceVersion), then
     remove each managedFields entry of ours (highest index first, each guarded by a
-    `test` of its manager), and our note (`target.note`, tested) and mark label, and no
-    value, guarded by the uid (an object deleted meanwhile is not re-created)."""
+    `test` of its manager), our note (`target.note`, tested), the annotations
+    `target.dropped` names and the mark label, and no value, guarded by the uid (an
+    object deleted meanwhile is not re-created)."""
     ops: list[dict[str, Any]] = [test_op("/metadata/uid", target.uid)]
     handover = target.handover if operation is None else ()
     if any(len(hand.leaf) > 1 for hand in handover):
@@ -706,6 +711,8 @@ def release_ops(target: Target, operation: str | None = None) -> list[dict[str, 
     if target.note is not None and operation is None:
         note = f"/metadata/annotations/{pointer(INJECTED_ANNOTATION)}"
         ops += [test_op(note, target.note), {"op": "remove", "path": note}]
+    for key in target.dropped if operation is None else ():
+        ops.append({"op": "remove", "path": f"/metadata/annotations/{pointer(key)}"})
     if target.marked and operation is None:
         mark = f"/metadata/labels/{pointer(MARK_LABEL)}"
         ops += [test_op(mark, "true"), {"op": "remove", "path": mark}]

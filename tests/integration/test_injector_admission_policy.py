@@ -1449,6 +1449,7 @@ def test_the_injector_and_distributor_refuse_nothing_under_the_policy(
         )
         released = get(f"{cms}/trust")
         assert released["data"] == {"ca.crt": pem}
+        assert INJECTED not in (released["metadata"].get("annotations") or {})
         entries = {e["manager"]: e["fieldsV1"] for e in released["metadata"]["managedFields"]}
         assert FIELD_MANAGER not in entries and "f:ca.crt" in entries["gitops"]["f:data"]
         pruned = admin.patch(

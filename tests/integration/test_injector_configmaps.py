@@ -23,7 +23,7 @@ from injector.configmaps import (
     TRUSTSTORE_PASSWORD_ANNOTATION,
 )
 from injector.decide import REASON_EMPTY, REASON_INVALID_SELECTOR, REASON_REFUSED
-from injector.targets import ANNOTATION, FIELD_MANAGER, MARK_LABEL
+from injector.targets import ANNOTATION, FIELD_MANAGER, INJECTED_ANNOTATION, MARK_LABEL
 from kube.client import Client, is_not_found
 from kube.leases import LeaseRef
 from tests.integration.injector_harness import RunningInjector
@@ -245,9 +245,11 @@ def test_removing_the_label_releases_our_fields_and_stops_management(
         timeout=30,
         what="the injector to release ca.crt",
     )
-    # The release drops our managedFields entry only: ca.crt stays (a Gateway reading it
-    # keeps working), and nothing writes it again.
+    # The release drops our managedFields entry, note and mark: ca.crt stays (a Gateway
+    # reading it keeps working), and nothing writes it again.
     assert released["data"][CA_KEY] == roots.bundle()
+    assert INJECTED_ANNOTATION not in (released["metadata"].get("annotations") or {})
+    assert MARK_LABEL not in (released["metadata"].get("labels") or {})
     # Stops management: a new root re-drives nothing for the unlabelled ConfigMap.
     resource_version = released["metadata"]["resourceVersion"]
     roots.add("b")
