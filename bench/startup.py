@@ -89,6 +89,7 @@ from controlplane.cluster import Cluster
 from controlplane.kubelet import pod_manifest
 from controlplane.workload import cert_volume, wait_service_account
 from kube.client import ApiError, Client
+from kube.discovery import served_version
 from kube.transport import StreamCanceller
 from kube.types import JSON
 
@@ -157,6 +158,17 @@ class Observed:
             return True
 
 
+def pcr_path(client: Client, namespace: str) -> str:
+    """The namespace's PodCertificateRequests in the newest version the plane serves (1.36:
+    v1beta1 only)."""
+    version = served_version(
+        client, "certificates.k8s.io", "podcertificaterequests", ["v1", "v1beta1"]
+    )
+    return (
+        f"/apis/certificates.k8s.io/{version or 'v1'}/namespaces/{namespace}/podcertificaterequests"
+    )
+
+
 class Watches:
     """A watch of the namespace's Pods (phase Running) and one of its
     PodCertificateRequests (created, Issued)."""
@@ -174,11 +186,7 @@ class Watches:
             ),
             threading.Thread(
                 target=self._run,
-                args=(
-                    f"/apis/certificates.k8s.io/v1/namespaces/{namespace}/podcertificaterequests",
-                    self._pcr,
-                    self.cancellers[1],
-                ),
+                args=(pcr_path(client, namespace), self._pcr, self.cancellers[1]),
                 daemon=True,
             ),
         ]

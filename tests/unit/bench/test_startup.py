@@ -89,3 +89,23 @@ def test_every_node_starts_every_kind_of_pod_alike() -> None:
     # still one Pod per node per lap, and the kinds evenly interleaved in time
     assert [placement(i, nodes, kinds)[0] for i in range(10)] == nodes
     assert sorted(placement(i, nodes, kinds)[1] for i in range(4)) == sorted(kinds)
+
+
+def test_the_request_watch_reads_the_version_the_plane_serves() -> None:
+    """1.36 serves PodCertificateRequests as v1beta1 only: the bench watches that version,
+    so the kubelet's share can be measured on 1.36 as on 1.37 and 1.38."""
+    from bench.startup import pcr_path
+    from tests.unit.fakeapi import FakeApi
+
+    fake = FakeApi().start()
+    try:
+        for version in ("v1beta1", "v1"):
+            fake.discovery[f"/apis/certificates.k8s.io/{version}"] = {
+                "kind": "APIResourceList",
+                "resources": [{"name": "podcertificaterequests"}],
+            }
+            assert pcr_path(fake.client(), "ns") == (
+                f"/apis/certificates.k8s.io/{version}/namespaces/ns/podcertificaterequests"
+            )
+    finally:
+        fake.stop()
