@@ -354,7 +354,7 @@ GATES: dict[str, list[tuple[str, str, str]]] = {
 # Rules outside managedca/ are also run against the tests of their own module.
 ALSO_TESTS: dict[str, tuple[str, ...]] = {
     CONTROLLERS: ("tests/unit/manager/test_controllers.py",),
-    CLIENT: ("tests/unit/kube/test_times.py",),
+    CLIENT: ("tests/unit/kube/test_client.py",),
 }
 
 # Kept in decide as defence in depth, but implied by a gate above in the model: removing
