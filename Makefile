@@ -37,7 +37,7 @@ lint: venv
 # by side: the image's downloads and unpacking overlap the Go builds' CPU.
 test: venv
 	$(MAKE) --no-print-directory -j3 --output-sync=line lint controlplane image
-	$(BIN)/pytest -ra -p no:cacheprovider --durations=25 $(PYTEST_ARGS) tests
+	$(BIN)/pytest -ra -p no:cacheprovider --durations=25 -n 3 --dist loadfile $(PYTEST_ARGS) tests
 
 test-unit: venv
 	$(BIN)/pytest -ra -p no:cacheprovider $(PYTEST_ARGS) tests/unit

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from controlplane import ControlPlane, binaries
 from controlplane.kubelet import Kubelet
@@ -20,6 +21,12 @@ from kube.client import Client
 from kube.discovery import served_version
 
 TESTED_VERSIONS = binaries.TESTED_VERSIONS
+
+# No per-example deadline: the suite runs beside itself (`make test`'s workers) on shared
+# cores, where hypothesis's 200 ms default fails a correct example for being slow. What a
+# property must hold is asserted; how long an example takes is a benchmark's question.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 
 @pytest.fixture(scope="session")
@@ -110,6 +117,16 @@ def plane_pcr_version(plane_client: Client) -> str:
 @pytest.fixture
 def kubelet(client: Client) -> Kubelet:
     return Kubelet(client)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile` (make test): files whole, the long ones first (tests/schedule.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.schedule import FileScheduling
+
+    return FileScheduling(config, log)
 
 
 _skipped: list[str] = []
