@@ -118,7 +118,11 @@ def test_service_account_cannot(
         ),
         ("watch", "pods", {}),
         ("create", "events", {"group": "events.k8s.io", "namespace": "default"}),
-        ("update", "leases", {"group": "coordination.k8s.io", "namespace": NS}),
+        (
+            "update",
+            "leases",
+            {"group": "coordination.k8s.io", "namespace": NS, "name": "service-serving-signer"},
+        ),
         ("delete", "clustertrustbundles", {"group": "certificates.k8s.io"}),
     ],
 )
