@@ -62,12 +62,14 @@ class Runtime:
         by_uid = {p["metadata"]["uid"]: p for p in self.pods()}
         for uid in list(self.signers):
             pod = by_uid.get(uid)
-            if pod is None or pod["metadata"].get("deletionTimestamp"):
-                name = pod["metadata"]["name"] if pod else uid
-                self.exits.append((name, self.signers.pop(uid).stop()))
-            elif not self.signers[uid].alive():  # restarted below, as the kubelet would
+            if not self.signers[uid].alive():
+                # It exited on its own, not with its Pod: started again below while its
+                # Pod runs, as the kubelet would.
                 self.restarts += 1
                 self.signers.pop(uid)
+            elif pod is None or pod["metadata"].get("deletionTimestamp"):
+                name = pod["metadata"]["name"] if pod else uid
+                self.exits.append((name, self.signers.pop(uid).stop()))
         for uid, pod in by_uid.items():
             held = HELD in (pod["metadata"].get("finalizers") or [])
             if pod["metadata"].get("deletionTimestamp"):
