@@ -6,17 +6,22 @@ codec and the reports; and, for a rule outside managedca/, its own module's test
 (exit 1 if one survives). The test that fails is named, the random test
 (`test_no_interleaving_breaks_an_invariant`) included, and the scenarios by name.
 Checks implied by another gate in the model (`SUBSUMED`) are run too and reported, not
-counted. Files are edited in place and restored after each run, and the hypothesis
-example database is wiped before each run, so one knock-out's failing example is not
-replayed in the next (run it from a clean checkout: `.venv/bin/python
-hack/knock-out-gates.py`; `--only TEXT` runs the gates whose name contains TEXT)."""
+counted. Each run stops at its first failing test (`-x`): a kill needs one. The files are
+edited in a copy of the checkout (so a test suite running beside it, as `make test`
+does through tests/unit/managedca/test_knock_outs.py, never imports weakened code) and
+restored after each run, and the copy's hypothesis example database is wiped before
+each run, so one knock-out's failing example is not replayed in the next
+(`.venv/bin/python hack/knock-out-gates.py`; `--only TEXT` runs the gates whose name
+contains TEXT)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -380,23 +385,56 @@ SUBSUMED: dict[str, list[tuple[str, str, str]]] = {
 }
 
 
+# What the copy leaves out: history, the venv, caches.
+IGNORED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "__pycache__",
+    ".hypothesis",
+    ".mypy_cache",
+    ".ruff_cache",
+    "*.egg-info",
+    "dist",
+)
+
+
 def main(argv: list[str]) -> int:
     only = argv[argv.index("--only") + 1] if "--only" in argv else ""
+    with tempfile.TemporaryDirectory(prefix="knock-out-gates-") as tmp:
+        copy = Path(tmp) / "repo"
+        shutil.copytree(ROOT, copy, ignore=IGNORED)
+        return knock_out_all(copy, only)
+
+
+def knock_out_all(root: Path, only: str) -> int:
+    """Knock out each gate in `root` (a copy of the checkout); 1 if one survives."""
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+    where = subprocess.run(
+        [sys.executable, "-c", f"import {DECIDE[:-3].replace('/', '.')} as d; print(d.__file__)"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not where.startswith(str(root)):
+        print(f"the copy's modules are not the ones imported ({where})")
+        return 2
     survived = 0
     for kind, gates in (("gate", GATES), ("subsumed", SUBSUMED)):
         for name, edits in gates.items():
             if only not in name:
                 continue
-            originals = {f: (ROOT / f).read_text() for f, _, _ in edits}
+            originals = {f: (root / f).read_text() for f, _, _ in edits}
             weakened = dict(originals)
             for file, gate, without in edits:
                 if weakened[file].count(gate) != 1:
                     print(f"{name}: gate text not found once in {file}; update this script")
                     return 2
                 weakened[file] = weakened[file].replace(gate, without)
-            shutil.rmtree(ROOT / ".hypothesis", ignore_errors=True)
+            shutil.rmtree(root / ".hypothesis", ignore_errors=True)
             for file, text in weakened.items():
-                (ROOT / file).write_text(text)
+                (root / file).write_text(text)
             try:
                 run = subprocess.run(
                     [
@@ -407,19 +445,23 @@ def main(argv: list[str]) -> int:
                         "-p",
                         "no:cacheprovider",
                         "--hypothesis-seed=1",
+                        "-x",
                         # It checks the rules' text, which a knock-out changes: not a kill.
                         f"--ignore={TESTS}/test_knock_out_rules.py",
+                        # The test that runs this script.
+                        f"--ignore={TESTS}/test_knock_outs.py",
                         TESTS,
                         *(t for f in originals for t in ALSO_TESTS.get(f, ())),
                     ],
                     capture_output=True,
                     text=True,
                     check=False,
-                    cwd=ROOT,
+                    cwd=root,
+                    env=env,
                 )
             finally:
                 for file, text in originals.items():
-                    (ROOT / file).write_text(text)
+                    (root / file).write_text(text)
             # `FAILED path::test[id] - message`, or `FAILED path::test` with no message
             # (the random test, whose message hypothesis prints above): one per line.
             failed = sorted(set(re.findall(r"^FAILED \S+::([^\s\[]+)", run.stdout, re.M)))
@@ -430,7 +472,6 @@ def main(argv: list[str]) -> int:
             else:
                 survived += kind == "gate"
                 print(f"{kind} {name}: survives", flush=True)
-    shutil.rmtree(ROOT / ".hypothesis", ignore_errors=True)
     return 1 if survived else 0
 
 

@@ -36,6 +36,7 @@ SPREAD = {f"{INTEGRATION}test_deleted_report_lease.py"}
 # test file among them where it takes as long.
 FIRST = (
     "tests/integration/test_managed_ca.py",
+    "tests/unit/managedca/test_knock_outs.py",
     "tests/integration/test_ca_mode_switch.py",
     "tests/integration/test_deleted_report_lease.py",
     "tests/integration/test_documented_install.py",
