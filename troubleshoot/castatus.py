@@ -120,7 +120,7 @@ def collect(
     leases = [parsed for lease in listed if (parsed := parse_report(lease)) is not None]
     leader = _leader(client, namespace, lease_name)
     published, version = _published(client, signer_name)
-    unlinked = _unlinked_anchors(client, version, unlinked_bundle_name(signer_name))
+    unlinked = _unlinked_anchors(client, version, signer_name)
     where = f"{namespace}/{secret_name}"
     status = status_of(leases, leader, published, now, where)
     running, mode = _presence(client, namespace, lease_name, now)
@@ -193,21 +193,13 @@ def _published(client: Client, signer_name: str) -> tuple[list[str], str]:
     return sorted(signer_anchors(client, version, signer_name)), version
 
 
-def _unlinked_anchors(client: Client, version: str, name: str) -> frozenset[str] | None:
-    """The anchors of the unlinked bundle `name` (`--publish-unlinked-bundle`); None when
-    there is none, or it may not be read (then nothing is said of it)."""
-    from kube.client import ApiError, path_segment
-    from trust.clustertrustbundles import anchors_of, bundles_path, pem_of
+def _unlinked_anchors(client: Client, version: str, signer_name: str) -> frozenset[str] | None:
+    """The anchors of the signer's unlinked bundle; None when there is none, or it may
+    not be read (then nothing is said of it)."""
+    from trust.clustertrustbundles import anchors_of, pem_of, unlinked_bundle
 
-    try:
-        bundle = client.get(f"{bundles_path(version)}/{path_segment(name)}")
-    except ApiError as err:
-        if err.status in (403, 404):
-            return None
-        raise
-    if (bundle.get("metadata") or {}).get("name") != name:
-        return None
-    return anchors_of(pem_of(bundle))
+    bundle = unlinked_bundle(client, version, signer_name)
+    return None if bundle is None else anchors_of(pem_of(bundle))
 
 
 def status_of(

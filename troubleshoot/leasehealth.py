@@ -52,7 +52,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from kube import presence as kube_presence
-from kube.client import ApiError, Client, is_not_found, path_segment
+from kube.client import ApiError, Client, is_not_found
 from kube.leases import LeaseRef, Renewal, leases_path, renewal
 from kube.presence import Presence
 from kube.times import parse_time
@@ -60,8 +60,8 @@ from kube.types import JSON
 from managedca.report import REPORT_LABEL, leading_decision, parse_report
 from signer import presence as signer_presence
 from troubleshoot.access import Forbidden, forbidden
-from trust.bundle import BundleError, normalize_bundle, parse_anchors, unlinked_bundle_name
-from trust.clustertrustbundles import bundles_path, signer_bundles
+from trust.bundle import BundleError, normalize_bundle, parse_anchors
+from trust.clustertrustbundles import signer_bundles, unlinked_bundle
 
 DEFAULT_LEASE_NAMESPACE = "service-serving-signer"
 DEFAULT_LEASE_NAME = "service-serving-signer"
@@ -279,9 +279,7 @@ def read_health(
                 )
             )
         else:
-            bundle = bundle_state(
-                listed, _unlinked(client, bundle_version, unlinked_bundle_name(signer_name))
-            )
+            bundle = bundle_state(listed, unlinked_bundle(client, bundle_version, signer_name))
     return Health(
         signer_name,
         lease,
@@ -289,18 +287,6 @@ def read_health(
         managed_ca=_read_managed_ca(client, lease),
         presence=read_presence(client, lease_namespace, lease_name, signer_name, now),
     )
-
-
-def _unlinked(client: Client, version: str, name: str) -> JSON | None:
-    """The unlinked bundle `name` (`--publish-unlinked-bundle`); None when there is none
-    or it may not be read (then nothing is said of it)."""
-    try:
-        found = client.get(f"{bundles_path(version)}/{path_segment(name)}")
-    except ApiError as err:
-        if err.status in (403, 404):
-            return None
-        raise
-    return found if (found.get("metadata") or {}).get("name") == name else None
 
 
 def read_presence(

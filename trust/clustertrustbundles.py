@@ -14,10 +14,10 @@ managed CA, `status`, `ca status` and `bundle resolve`.
 from __future__ import annotations
 
 from kube import discovery
-from kube.client import Client, path_segment
+from kube.client import ApiError, Client, path_segment
 from kube.discovery import CERTIFICATES_GROUP
 from kube.types import JSON
-from trust.bundle import BundleError, fingerprints
+from trust.bundle import BundleError, fingerprints, unlinked_bundle_name
 
 CTB_VERSIONS = ("v1", "v1beta1")
 RESOURCE = "clustertrustbundles"
@@ -37,6 +37,20 @@ def signer_bundles(client: Client, version: str, signer_name: str) -> list[JSON]
     API errors raise."""
     listed = client.get(bundles_path(version), {"fieldSelector": f"spec.signerName={signer_name}"})
     return list(listed.get("items") or [])
+
+
+def unlinked_bundle(client: Client, version: str, signer_name: str) -> JSON | None:
+    """The signer's unlinked bundle (no `spec.signerName`, `--publish-unlinked-bundle`),
+    read by name; None when there is none or the caller may not read it (a 403: then
+    nothing is said of it). Any other refusal raises `ApiError`."""
+    name = unlinked_bundle_name(signer_name)
+    try:
+        found = client.get(f"{bundles_path(version)}/{path_segment(name)}")
+    except ApiError as err:
+        if err.status in (403, 404):
+            return None
+        raise
+    return found if (found.get("metadata") or {}).get("name") == name else None
 
 
 def pem_of(bundle: JSON) -> str:
